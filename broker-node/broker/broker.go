@@ -1,0 +1,612 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/core/livefeed"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// Settings are the broker's waits (D14).
+type Settings struct {
+	DeliverTimeout    time.Duration // an offer's wait for its answer (5s)
+	UnservedTimeout   time.Duration // a queued run's wait for anyone to serve its agent (45s)
+	UndeliveredWindow time.Duration // a claimed run's window before undelivered is counted (1800s)
+	ProviderGrace     time.Duration // re-attach window after a takeover (30s)
+	QualityTolerance  int           // counter level that withdraws a provider; 0 disables (3)
+	// SweepInterval is how often the sweep looks at its clocks and nudges
+	// waiting heads when nothing wakes it sooner (1s). The reference slept
+	// up to the unserved window; ticking faster only makes retries sooner.
+	SweepInterval time.Duration
+}
+
+func (s *Settings) defaults() {
+	if s.DeliverTimeout <= 0 {
+		s.DeliverTimeout = 5 * time.Second
+	}
+	if s.UnservedTimeout <= 0 {
+		s.UnservedTimeout = 45 * time.Second
+	}
+	if s.UndeliveredWindow <= 0 {
+		s.UndeliveredWindow = 1800 * time.Second
+	}
+	if s.ProviderGrace < 0 {
+		s.ProviderGrace = 0
+	}
+	if s.SweepInterval <= 0 {
+		s.SweepInterval = time.Second
+	}
+}
+
+// Broker owns the roster, the lanes and the sweep while it leads.
+type Broker struct {
+	st      *store.Store
+	feed    *livefeed.Feed // nil: no live fan-out (events are still stored)
+	clock   clockwork.Clock
+	log     *slog.Logger
+	set     Settings
+	metrics *Metrics
+
+	mu         sync.Mutex
+	leading    bool
+	epoch      int64
+	ctx        context.Context // the leadership context
+	stop       context.CancelCauseFunc
+	takeoverAt time.Time
+	lanes      map[string]*lane
+	threads    map[string][]*lane // per thread, the unclaimed runs in arrival order
+	links      map[Link]*linkState
+	served     map[AgentRef]*linkState
+	buckets    map[string]*bucket
+	unserved   map[AgentRef]time.Time // unserved-since, for the unserved clock
+	wake       chan struct{}
+	lastNudge  time.Time
+	lanesWG    sync.WaitGroup
+}
+
+// Options are New's dependencies; Store is required.
+type Options struct {
+	Store    *store.Store
+	Feed     *livefeed.Feed
+	Clock    clockwork.Clock
+	Logger   *slog.Logger
+	Settings Settings
+	Metrics  *Metrics
+}
+
+// New builds a broker that does nothing until Run.
+func New(o Options) *Broker {
+	if o.Clock == nil {
+		o.Clock = clockwork.NewRealClock()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(nil)
+	}
+	o.Settings.defaults()
+	b := &Broker{st: o.Store, feed: o.Feed, clock: o.Clock, log: o.Logger, set: o.Settings, metrics: o.Metrics}
+	b.reset()
+	o.Metrics.bind(b)
+	return b
+}
+
+func (b *Broker) reset() {
+	b.lanes = map[string]*lane{}
+	b.threads = map[string][]*lane{}
+	b.links = map[Link]*linkState{}
+	b.served = map[AgentRef]*linkState{}
+	b.buckets = map[string]*bucket{}
+	b.unserved = map[AgentRef]time.Time{}
+	b.wake = make(chan struct{}, 1)
+}
+
+// ErrNotLeading is returned to links and doors while this broker does not lead.
+var ErrNotLeading = errors.New("this broker node is not the leader")
+
+// Leading reports whether Run is active, and the epoch it leads under.
+func (b *Broker) Leading() (bool, int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.leading, b.epoch
+}
+
+// Run leads under epoch until ctx ends (leadership lost or handed over) or a
+// write finds the epoch stale. It reads back the runs an earlier leader left
+// (D7), runs the sweep, and calls startIntake (if non-nil) once recovery is
+// done, under the same context. When it returns, every lane has stopped and
+// every link has been closed.
+func (b *Broker) Run(ctx context.Context, epoch int64, startIntake func(ctx context.Context) error) error {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	b.mu.Lock()
+	if b.leading {
+		b.mu.Unlock()
+		return errors.New("broker: already leading")
+	}
+	b.reset()
+	b.leading, b.epoch, b.ctx, b.stop, b.takeoverAt = true, epoch, ctx, stop, b.clock.Now()
+	b.lastNudge = b.takeoverAt
+	b.mu.Unlock()
+	log := b.log.With("epoch", epoch)
+	log.InfoContext(ctx, "broker leading")
+	b.metrics.leading(epoch, true)
+
+	var wg sync.WaitGroup
+	err := b.recover(ctx)
+	if err == nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); b.sweep(ctx) }()
+		if startIntake != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := startIntake(ctx); err != nil && ctx.Err() == nil {
+					stop(fmt.Errorf("intake: %w", err))
+				}
+			}()
+		}
+		<-ctx.Done()
+	} else {
+		stop(err)
+	}
+	cause := context.Cause(ctx)
+	wg.Wait()
+	b.teardown(cause)
+	b.metrics.leading(epoch, false)
+	log.InfoContext(context.Background(), "broker stopped leading", "cause", fmt.Sprint(cause))
+	if errors.Is(cause, context.Canceled) || cause == nil {
+		return nil
+	}
+	return cause
+}
+
+// teardown stops every lane and closes every link. Nothing is written: what
+// the runs hold is read back by the next leader.
+func (b *Broker) teardown(cause error) {
+	b.lanesWG.Wait()
+	b.mu.Lock()
+	links := make([]*linkState, 0, len(b.links))
+	for _, ls := range b.links {
+		links = append(links, ls)
+	}
+	for _, l := range b.lanes {
+		l.stopTimers()
+	}
+	b.leading = false
+	b.reset()
+	b.mu.Unlock()
+	reason := "funduq broker node stopped leading; reconnect"
+	if cause != nil && errors.Is(cause, store.ErrStaleEpoch) {
+		reason = "funduq broker node was deposed; reconnect"
+	}
+	for _, ls := range links {
+		ls.link.Close(reason)
+	}
+}
+
+// lost ends leadership because a write found the epoch stale.
+func (b *Broker) lost(err error) {
+	b.mu.Lock()
+	stop := b.stop
+	b.mu.Unlock()
+	if stop != nil {
+		stop(err)
+	}
+}
+
+// write runs one store write, retrying transient failures (PostgreSQL away)
+// with backoff until it lands, the leadership ends, or it is refused. A
+// stale epoch ends leadership. Refusals (illegal transition, not found) are
+// returned for the caller to judge.
+func (b *Broker) write(ctx context.Context, what string, fn func() error) error {
+	delay := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, store.ErrStaleEpoch):
+			b.log.ErrorContext(ctx, "write refused: epoch is stale; stepping down", "op", what, "err", err)
+			b.lost(err)
+			return err
+		case errors.Is(err, store.ErrIllegalTransition), errors.Is(err, store.ErrNotFound),
+			errors.Is(err, store.ErrDuplicateEvent), errors.Is(err, store.ErrAgentInUse),
+			errors.Is(err, store.ErrFingerprintTaken):
+			return err
+		case ctx.Err() != nil:
+			return ctx.Err()
+		}
+		b.metrics.writeRetries.Inc()
+		b.log.WarnContext(ctx, "store write failed; retrying", "op", what, "attempt", attempt, "err", err)
+		t := b.clock.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.Chan():
+		}
+		if delay < 2*time.Second {
+			delay *= 2
+		}
+	}
+}
+
+// ---- links and the roster ----
+
+// Attach records an open link (after its handshake). declared is the hello's
+// maxConcurrentRuns (nil = unlimited); re-declaring keeps the key's count.
+func (b *Broker) Attach(l Link, declared *int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.leading {
+		return ErrNotLeading
+	}
+	ls := &linkState{id: linkSeq.Add(1), link: l, key: l.Key(), declared: declared, names: map[string]bool{}, opened: b.clock.Now()}
+	b.links[l] = ls
+	bk := b.bucketFor(ls.key)
+	bk.declared = declared
+	b.metrics.links.Inc()
+	b.log.Info("provider link open", "provider_key", ls.key, "link", ls.id, "max_concurrent_runs", fmtLimit(declared), "epoch", b.epoch)
+	return nil
+}
+
+func fmtLimit(d *int) string {
+	if d == nil {
+		return "unlimited"
+	}
+	return fmt.Sprint(*d)
+}
+
+func (b *Broker) bucketFor(key string) *bucket {
+	bk := b.buckets[key]
+	if bk == nil {
+		bk = &bucket{}
+		b.buckets[key] = bk
+	}
+	return bk
+}
+
+// ErrWithdrawn refuses a register on a link withdrawn at tolerance.
+var ErrWithdrawn = errors.New("this provider was withdrawn from service for abnormal behaviour; reconnect (new ticket, handshake and register) to be served again")
+
+// RegisterError is a register refused for a reason the provider can fix.
+type RegisterError struct{ Msg string }
+
+func (e *RegisterError) Error() string { return e.Msg }
+
+// Register replaces the roster link serves with agents. announce is called
+// with the sorted names after they are recorded and before any of them can
+// be offered, so the link writes "registered" ahead of any run for them.
+func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registration, providerName string, announce func(names []string)) error {
+	if len(agents) == 0 {
+		return &RegisterError{"register needs at least one agent"}
+	}
+	seen := map[string]bool{}
+	rows := make([]store.Agent, 0, len(agents))
+	for i, a := range agents {
+		if !wire.AgentNamePattern.MatchString(a.Name) {
+			return &RegisterError{fmt.Sprintf("agents[%d].name %q must match %s", i, a.Name, wire.AgentNamePattern)}
+		}
+		if seen[a.Name] {
+			return &RegisterError{fmt.Sprintf("agents[%d].name %q is listed twice", i, a.Name)}
+		}
+		seen[a.Name] = true
+		rows = append(rows, store.Agent{ProviderKey: l.Key(), Name: a.Name, Description: a.Description,
+			AgentCardExtra: a.AgentCardExtra, Metadata: a.Metadata, TakesInterjections: a.TakesInterjections})
+	}
+	b.mu.Lock()
+	ls, ok := b.links[l]
+	epoch, lctx := b.epoch, b.ctx
+	leading := b.leading
+	if ok && ls.withdrawn {
+		b.mu.Unlock()
+		return ErrWithdrawn
+	}
+	b.mu.Unlock()
+	if !leading || !ok {
+		return ErrNotLeading
+	}
+	pub, err := identity.ParsePublicKey(l.Key())
+	if err != nil {
+		return err
+	}
+	err = b.write(lctx, "register agents", func() error {
+		return b.st.RegisterAgents(ctx, epoch, store.Provider{PublicKey: l.Key(), Fingerprint: identity.Fingerprint(pub), DisplayName: providerName}, rows)
+	})
+	if errors.Is(err, store.ErrFingerprintTaken) {
+		return &RegisterError{"this key's fingerprint is already held by another key; use another key"}
+	}
+	if err != nil {
+		return err
+	}
+	names := sortedNames(seen)
+	announce(names)
+
+	b.mu.Lock()
+	if b.links[l] != ls { // detached meanwhile
+		b.mu.Unlock()
+		return ErrNotLeading
+	}
+	var dropped []string
+	for n := range ls.names {
+		if !seen[n] {
+			ref := AgentRef{ls.key, n}
+			if b.served[ref] == ls {
+				delete(b.served, ref)
+				b.unserved[ref] = b.clock.Now()
+				dropped = append(dropped, n)
+			}
+		}
+	}
+	ls.names = seen
+	for n := range seen {
+		ref := AgentRef{ls.key, n}
+		b.served[ref] = ls
+		delete(b.unserved, ref)
+	}
+	b.bucketFor(ls.key).declared = ls.declared
+	b.nudgeHeadsLocked()
+	b.wakeSweep()
+	b.mu.Unlock()
+	if len(dropped) > 0 {
+		_ = b.write(lctx, "mark dropped agents unserved", func() error { return b.st.MarkUnserved(ctx, epoch, ls.key, dropped) })
+	}
+	b.log.Info("agents registered", "provider_key", ls.key, "link", ls.id, "names", names, "dropped", dropped, "epoch", epoch)
+	return nil
+}
+
+// DeleteAgent takes name offline (if this link serves it) and deletes its
+// record, refusing an agent with any history.
+func (b *Broker) DeleteAgent(ctx context.Context, l Link, name string) error {
+	b.mu.Lock()
+	ls, ok := b.links[l]
+	epoch, lctx := b.epoch, b.ctx
+	if !ok || !b.leading {
+		b.mu.Unlock()
+		return ErrNotLeading
+	}
+	ref := AgentRef{ls.key, name}
+	if b.served[ref] == ls {
+		delete(b.served, ref)
+		b.unserved[ref] = b.clock.Now()
+	}
+	delete(ls.names, name)
+	b.mu.Unlock()
+	_ = b.write(lctx, "mark deleted agent unserved", func() error { return b.st.MarkUnserved(ctx, epoch, ls.key, []string{name}) })
+	err := b.write(lctx, "delete agent", func() error { return b.st.DeleteAgent(ctx, epoch, ls.key, name) })
+	switch {
+	case errors.Is(err, store.ErrAgentInUse):
+		return &RegisterError{fmt.Sprintf("agent %q has a conversation behind it and cannot be deleted", name)}
+	case errors.Is(err, store.ErrNotFound):
+		return &RegisterError{fmt.Sprintf("agent %q is not registered", name)}
+	}
+	return err
+}
+
+// Detach forgets a closed link. Only names whose live link is this one go
+// offline, so tearing down a replaced link never takes down its replacement.
+// Runs the link held are told, in their own lanes.
+func (b *Broker) Detach(l Link) {
+	b.mu.Lock()
+	ls, ok := b.links[l]
+	if !ok {
+		b.mu.Unlock()
+		return
+	}
+	delete(b.links, l)
+	b.metrics.links.Dec()
+	var offline []string
+	for n := range ls.names {
+		ref := AgentRef{ls.key, n}
+		if b.served[ref] == ls {
+			delete(b.served, ref)
+			b.unserved[ref] = b.clock.Now()
+			offline = append(offline, n)
+		}
+	}
+	for _, ln := range b.lanes {
+		if ln.claimedBy == ls || ln.offeredTo == ls {
+			ln.q.push(goneCmd{ls})
+		}
+	}
+	epoch, lctx, leading := b.epoch, b.ctx, b.leading
+	b.mu.Unlock()
+	b.log.Info("provider link closed", "provider_key", ls.key, "link", ls.id, "offline", offline, "epoch", epoch)
+	if leading && len(offline) > 0 {
+		_ = b.write(lctx, "mark agents unserved", func() error { return b.st.MarkUnserved(lctx, epoch, ls.key, offline) })
+	}
+}
+
+// ---- reports from links ----
+
+func (b *Broker) laneFor(l Link, runID string) (*lane, *linkState) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lanes[runID], b.links[l]
+}
+
+// Ack hands a provider's verdict to the run's lane, in the read loop's order.
+// An ack for a run the broker does not hold is dropped.
+func (b *Broker) Ack(l Link, runID string, v wire.Verdict, reason string) {
+	ln, ls := b.laneFor(l, runID)
+	if ln == nil || ls == nil {
+		return
+	}
+	ln.q.push(verdictCmd{ls, v, reason})
+}
+
+// Event hands a provider's event to the run's lane. It reports false for a
+// run the broker does not hold (the link answers "event refused").
+func (b *Broker) Event(l Link, runID string, ev json.RawMessage, providerSeq *int64) bool {
+	ln, ls := b.laneFor(l, runID)
+	if ln == nil || ls == nil {
+		return false
+	}
+	ln.q.push(eventCmd{ls, ev, providerSeq})
+	return true
+}
+
+// Finish hands a provider's finish to the run's lane; false for an unknown run.
+func (b *Broker) Finish(l Link, runID string) bool {
+	ln, ls := b.laneFor(l, runID)
+	if ln == nil || ls == nil {
+		return false
+	}
+	ln.q.push(finishCmd{ls})
+	return true
+}
+
+// ErrNoSuchThread answers a query for a thread that is missing or not this
+// provider's: the same answer for both, so a key learns nothing of others.
+var ErrNoSuchThread = errors.New("no such thread for this provider")
+
+// ThreadMessages answers a provider's thread_messages query.
+func (b *Broker) ThreadMessages(ctx context.Context, l Link, threadID string, limit int) ([]json.RawMessage, error) {
+	t, err := b.st.GetThread(ctx, threadID)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && t.ProviderKey != l.Key()) {
+		return nil, ErrNoSuchThread
+	}
+	if err != nil {
+		return nil, err
+	}
+	return b.st.ThreadMessages(ctx, threadID, limit)
+}
+
+// ---- counting and withdrawal ----
+
+// count records one quality counter against key (persisted, D6) and
+// withdraws the key when that counter reaches the tolerance.
+func (b *Broker) count(ctx context.Context, key string, c store.Counter) {
+	b.mu.Lock()
+	epoch := b.epoch
+	b.mu.Unlock()
+	var q store.Quality
+	err := b.write(ctx, "count "+string(c), func() (err error) {
+		q, err = b.st.Bump(ctx, epoch, key, c)
+		return err
+	})
+	if err != nil {
+		b.log.ErrorContext(ctx, "could not record quality counter", "provider_key", key, "counter", string(c), "err", err)
+		return
+	}
+	b.metrics.quality.WithLabelValues(string(c)).Inc()
+	n := q.Get(c)
+	b.log.WarnContext(ctx, "provider behaved abnormally", "provider_key", key, "counter", string(c), "count", n,
+		"tolerance", b.set.QualityTolerance, "epoch", epoch)
+	if b.set.QualityTolerance > 0 && n >= int64(b.set.QualityTolerance) {
+		b.withdraw(ctx, key, q)
+	}
+}
+
+// withdraw takes every agent key serves out of service (D6): nothing more is
+// offered to it, its queued runs take the ordinary no-provider road, and
+// runs it already holds finish and report over the open link. A register on
+// its current links is refused; a new link is the way back.
+func (b *Broker) withdraw(ctx context.Context, key string, q store.Quality) {
+	b.mu.Lock()
+	var names []string
+	for _, ls := range b.links {
+		if ls.key != key {
+			continue
+		}
+		ls.withdrawn = true
+		for n := range ls.names {
+			ref := AgentRef{key, n}
+			if b.served[ref] == ls {
+				delete(b.served, ref)
+				b.unserved[ref] = b.clock.Now()
+				names = append(names, n)
+			}
+		}
+	}
+	epoch := b.epoch
+	b.mu.Unlock()
+	sort.Strings(names)
+	b.log.WarnContext(ctx, "provider withdrawn from service at tolerance", "provider_key", key, "agents", names,
+		"misdeclared", q.Misdeclared, "unanswered", q.Unanswered, "answered_late", q.AnsweredLate,
+		"abandoned", q.Abandoned, "undelivered", q.Undelivered, "tolerance", b.set.QualityTolerance, "epoch", epoch)
+	b.metrics.withdrawals.Inc()
+	_ = b.write(ctx, "record withdrawal", func() error { return b.st.SetWithdrawn(ctx, epoch, key, true) })
+	_ = b.write(ctx, "mark withdrawn agents unserved", func() error { return b.st.MarkUnserved(ctx, epoch, key, names) })
+}
+
+// ---- nudges ----
+
+// nudgeLocked asks l to try once; several reasons at once coalesce into one
+// try in its queue. Caller holds b.mu.
+func (b *Broker) nudgeLocked(l *lane) {
+	if l.ended || l.dispatchPending {
+		return
+	}
+	l.dispatchPending = true
+	l.q.push(tryCmd{})
+}
+
+// nudgeHeadsLocked asks every thread's head to try. Caller holds b.mu.
+func (b *Broker) nudgeHeadsLocked() {
+	for _, dq := range b.threads {
+		if len(dq) > 0 {
+			b.nudgeLocked(dq[0])
+		}
+	}
+}
+
+func (b *Broker) wakeSweep() {
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Settled reports whether every lane is idle with an empty queue: nothing
+// is about to happen until something from outside does (tests wait on it).
+func (b *Broker) Settled() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, l := range b.lanes {
+		if !l.q.idle() {
+			return false
+		}
+	}
+	return true
+}
+
+// Snapshot is a read-only view for tests, metrics and the operator.
+type Snapshot struct {
+	Lanes    map[string]run.Status
+	InFlight map[string]int
+	Served   []AgentRef
+	Links    int
+}
+
+// Snapshot copies the broker's live state.
+func (b *Broker) Snapshot() Snapshot {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := Snapshot{Lanes: map[string]run.Status{}, InFlight: map[string]int{}, Links: len(b.links)}
+	for id, l := range b.lanes {
+		s.Lanes[id] = l.status
+	}
+	for k, bk := range b.buckets {
+		s.InFlight[k] = bk.inFlight
+	}
+	for ref := range b.served {
+		s.Served = append(s.Served, ref)
+	}
+	sort.Slice(s.Served, func(i, j int) bool { return s.Served[i].String() < s.Served[j].String() })
+	return s
+}

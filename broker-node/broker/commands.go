@@ -1,0 +1,30 @@
+package broker
+
+import (
+	"encoding/json"
+
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// The commands a lane receives. Outsiders say what happened; the lane decides.
+type (
+	tryCmd     struct{} // a chance to be offered (coalesced)
+	verdictCmd struct { // the provider's answer to an offer
+		link   *linkState
+		v      wire.Verdict
+		reason string
+	}
+	lapseCmd struct{ offer uint64 } // the offer's deliver_timeout passed
+	eventCmd struct {               // the provider reported an event
+		link *linkState
+		ev   json.RawMessage
+		pseq *int64
+	}
+	finishCmd struct{ link *linkState }   // the provider's stream ended
+	cancelCmd struct{}                    // someone asked for a cancel
+	goneCmd   struct{ link *linkState }   // the link the run was offered to or claimed by closed
+	failCmd   struct{ reason run.Reason } // a verdict that fails the run
+	expireCmd struct{}                    // the sweep: nobody served the agent past the window
+	orphanCmd struct{}                    // provider_grace passed with nobody re-adopting a held run
+)

@@ -1,0 +1,666 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/funduq/funduq-go/core/agui"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// lane is one run's owner. Its goroutine reads only its own queue.
+type lane struct {
+	b        *Broker
+	id       string
+	threadID string
+	agent    AgentRef
+	input    json.RawMessage
+	queuedAt time.Time // broker clock: when this round entered dispatch
+	q        *queue
+	log      *slog.Logger
+
+	// Guarded by b.mu: read by the roster, the sweep and intake.
+	status          run.Status
+	dispatchPending bool
+	offeredTo       *linkState // a place is held on this link's key
+	claimedBy       *linkState
+	claimedAt       time.Time
+	noted           bool // abandoned or undelivered already counted for this run
+	expirySent      bool
+	cancelRequested bool
+	orphan          bool   // held by an older epoch, awaiting re-adoption (D7)
+	adoptKey        string // the key that may re-adopt it
+	ended           bool
+
+	// The lane goroutine's own.
+	offer      *offerState
+	offerSeq   uint64
+	deferred   []any
+	orphanT    clockwork.Timer
+	sawFinish  bool
+	sawError   bool
+	errReason  string
+	interrupts json.RawMessage
+	events     []json.RawMessage // this round's events, for folding
+	lastPSeq   int64
+}
+
+type offerState struct {
+	id    uint64
+	link  *linkState
+	timer clockwork.Timer
+}
+
+func (l *lane) stopTimers() {
+	if l.offer != nil && l.offer.timer != nil {
+		l.offer.timer.Stop()
+	}
+	if l.orphanT != nil {
+		l.orphanT.Stop()
+	}
+}
+
+func (l *lane) loop(ctx context.Context) {
+	defer l.b.lanesWG.Done()
+	for !l.isEnded() {
+		c, ok := l.q.pop(ctx)
+		if !ok {
+			return // leadership ended: the next leader reads the run back
+		}
+		l.handle(ctx, c)
+		l.q.done()
+	}
+}
+
+func (l *lane) isEnded() bool {
+	l.b.mu.Lock()
+	defer l.b.mu.Unlock()
+	return l.ended
+}
+
+// handle applies one command. While an offer is out, only its answer (or
+// what stands for one) is read; the rest waits behind it, in order.
+func (l *lane) handle(ctx context.Context, c any) {
+	if l.offer != nil && !l.answers(c) {
+		l.deferred = append(l.deferred, c)
+		return
+	}
+	switch c := c.(type) {
+	case tryCmd:
+		l.try(ctx)
+	case verdictCmd:
+		l.onVerdict(ctx, c)
+	case lapseCmd:
+		l.onLapse(ctx, c)
+	case eventCmd:
+		if l.holder(ctx, c.link) {
+			l.relay(ctx, c)
+		}
+	case finishCmd:
+		if l.holder(ctx, c.link) {
+			l.settle(ctx)
+		}
+	case cancelCmd:
+		l.onCancel(ctx)
+	case goneCmd:
+		l.onGone(ctx, c.link)
+	case failCmd:
+		l.fail(ctx, c.reason, l.claimed())
+	case expireCmd:
+		l.onExpire(ctx)
+	case orphanCmd:
+		l.onOrphanTimeout(ctx)
+	}
+	// A verdict settles the offer: what waited behind it is read now, in
+	// order, unless a new offer went out meanwhile.
+	for l.offer == nil && len(l.deferred) > 0 && !l.isEnded() {
+		next := l.deferred[0]
+		l.deferred = l.deferred[1:]
+		l.handle(ctx, next)
+	}
+}
+
+// answers reports whether c speaks to the offer that is out.
+func (l *lane) answers(c any) bool {
+	switch c := c.(type) {
+	case verdictCmd, lapseCmd:
+		return true
+	case eventCmd:
+		return c.link == l.offer.link
+	case finishCmd:
+		return c.link == l.offer.link
+	case goneCmd:
+		return c.link == l.offer.link
+	}
+	return false
+}
+
+func (l *lane) claimed() bool {
+	l.b.mu.Lock()
+	defer l.b.mu.Unlock()
+	return l.claimedBy != nil
+}
+
+// move writes a status under the broker's epoch.
+func (l *lane) move(ctx context.Context, to run.Status) error {
+	b := l.b
+	b.mu.Lock()
+	epoch := b.epoch
+	b.mu.Unlock()
+	err := b.write(ctx, fmt.Sprintf("move run to %s", to), func() error {
+		_, err := b.st.Transition(ctx, store.Move{RunID: l.id, To: to, Writer: run.ByBroker, Epoch: epoch})
+		return err
+	})
+	if err == nil {
+		b.mu.Lock()
+		l.status = to
+		b.mu.Unlock()
+	} else if ctx.Err() == nil {
+		l.log.ErrorContext(ctx, "status write refused", "to", string(to), "err", err)
+	}
+	return err
+}
+
+// ---- offering ----
+
+// try is the try predicate and, when it holds, the offer: not dispatched,
+// its thread's head, its agent served, and a place on the provider — the
+// place taken in the same step as the check.
+func (l *lane) try(ctx context.Context) {
+	b := l.b
+	b.mu.Lock()
+	l.dispatchPending = false
+	if l.ended || l.offeredTo != nil || l.claimedBy != nil || l.orphan {
+		b.mu.Unlock()
+		return
+	}
+	dq := b.threads[l.threadID]
+	if len(dq) == 0 || dq[0] != l {
+		b.mu.Unlock()
+		return
+	}
+	ls := b.served[l.agent]
+	if ls == nil {
+		b.mu.Unlock()
+		return
+	}
+	bk := b.bucketFor(ls.key)
+	if !bk.hasRoom() {
+		b.mu.Unlock()
+		return
+	}
+	bk.inFlight++
+	l.offeredTo = ls
+	b.mu.Unlock()
+
+	if err := l.move(ctx, run.Offering); err != nil {
+		l.releasePlace()
+		return
+	}
+	threadID := l.threadID
+	// The clock starts before the frame leaves: an answer can never beat it.
+	l.offerSeq++
+	id := l.offerSeq
+	l.offer = &offerState{id: id, link: ls}
+	l.offer.timer = b.clock.AfterFunc(b.set.DeliverTimeout, func() { l.q.push(lapseCmd{id}) })
+	frame, err := wire.Marshal(wire.NewRunFrame(wire.DeliveredRun{RunID: l.id, AgentName: l.agent.Name,
+		RunInput: l.input, ThreadID: &threadID}))
+	if err == nil {
+		err = ls.link.Send(frame)
+	}
+	if err != nil {
+		l.log.WarnContext(ctx, "offer could not be sent; run back to queued", "link", ls.id, "err", err)
+		l.handBack(ctx)
+		return
+	}
+	b.metrics.offers.WithLabelValues("sent").Inc()
+	l.log.DebugContext(ctx, "run offered", "link", ls.id)
+}
+
+func (l *lane) releasePlace() {
+	b := l.b
+	b.mu.Lock()
+	if l.offeredTo != nil {
+		b.bucketFor(l.offeredTo.key).release()
+		l.offeredTo = nil
+	}
+	b.mu.Unlock()
+}
+
+// handBack ends the offer without a claim: the place comes back and the run
+// is queued again. Nothing re-nudges it; it waits for something to change.
+// It reports whether the provider had room after the release.
+func (l *lane) handBack(ctx context.Context) (room bool) {
+	if l.offer != nil {
+		l.offer.timer.Stop()
+		l.offer = nil
+	}
+	b := l.b
+	b.mu.Lock()
+	if l.offeredTo != nil {
+		bk := b.bucketFor(l.offeredTo.key)
+		bk.release()
+		room = bk.hasRoom()
+		l.offeredTo = nil
+	}
+	b.mu.Unlock()
+	_ = l.move(ctx, run.Queued)
+	return room
+}
+
+func (l *lane) onVerdict(ctx context.Context, c verdictCmd) {
+	if l.offer == nil || c.link != l.offer.link {
+		return // an answer to an offer that is no longer out: dropped
+	}
+	key := c.link.key
+	switch c.v {
+	case wire.Accepted:
+		l.offer.timer.Stop()
+		l.offer = nil
+		l.b.metrics.offers.WithLabelValues("accepted").Inc()
+		l.claim(ctx, c.link, run.Offering)
+	case wire.Declined:
+		l.b.metrics.offers.WithLabelValues("declined").Inc()
+		if l.handBack(ctx) {
+			// It declined while funduq believed it had room: counted,
+			// not believed — its declaration stands.
+			l.log.WarnContext(ctx, "provider declined with room", "provider_key", key)
+			l.b.count(ctx, key, store.Misdeclared)
+		}
+	case wire.Refused:
+		l.offer.timer.Stop()
+		l.offer = nil
+		l.b.metrics.offers.WithLabelValues("refused").Inc()
+		l.log.InfoContext(ctx, "provider refused the run", "provider_key", key, "reason", c.reason)
+		// The place stays held until the run is forgotten.
+		l.fail(ctx, run.Reason(c.reason), false)
+	}
+}
+
+func (l *lane) onLapse(ctx context.Context, c lapseCmd) {
+	if l.offer == nil || l.offer.id != c.offer {
+		return
+	}
+	key := l.offer.link.key
+	l.b.metrics.offers.WithLabelValues("unanswered").Inc()
+	l.handBack(ctx)
+	l.log.WarnContext(ctx, "offer unanswered; run back to queued", "provider_key", key)
+	l.b.count(ctx, key, store.Unanswered)
+}
+
+// claim records that ls accepted the run (from offering, or queued for a
+// late ack): it leaves its thread's queue and the next utterance is offered.
+func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status) {
+	b := l.b
+	// The record says running before the next utterance can be offered.
+	if err := l.move(ctx, run.Running); err != nil {
+		return
+	}
+	b.mu.Lock()
+	l.claimedBy = ls
+	l.claimedAt = b.clock.Now()
+	b.leaveThreadLocked(l)
+	b.mu.Unlock()
+	l.events = nil
+	l.log.InfoContext(ctx, "run claimed", "provider_key", ls.key, "link", ls.id, "from", string(from))
+	if l.cancelRequested {
+		l.onCancel(ctx)
+	}
+}
+
+// holder decides whether a report from ls may speak for the run, claiming it
+// when the report is itself the answer: an event or finish from the link an
+// offer is out to accepts it; from the key now serving the agent, for a run
+// no one holds, it is a late ack (answered_late); from the key that held the
+// run before a takeover, it re-adopts it (D7).
+func (l *lane) holder(ctx context.Context, ls *linkState) bool {
+	b := l.b
+	if l.offer != nil && l.offer.link == ls {
+		l.offer.timer.Stop()
+		l.offer = nil
+		b.metrics.offers.WithLabelValues("accepted").Inc()
+		l.claim(ctx, ls, run.Offering)
+		return true
+	}
+	b.mu.Lock()
+	switch {
+	case l.claimedBy == ls:
+		b.mu.Unlock()
+		return true
+	case l.claimedBy != nil:
+		b.mu.Unlock()
+		l.log.WarnContext(ctx, "report from a link that does not hold the run; dropped", "provider_key", ls.key, "link", ls.id)
+		return false
+	case l.orphan && ls.key == l.adoptKey:
+		l.orphan = false
+		l.claimedBy, l.claimedAt, l.offeredTo = ls, b.clock.Now(), ls
+		b.bucketFor(ls.key).inFlight++
+		b.leaveThreadLocked(l)
+		epoch := b.epoch
+		b.mu.Unlock()
+		if l.orphanT != nil {
+			l.orphanT.Stop()
+		}
+		err := b.write(ctx, "adopt run", func() error { _, err := b.st.Adopt(ctx, epoch, l.id); return err })
+		if err != nil {
+			l.log.ErrorContext(ctx, "could not re-adopt run", "err", err)
+			return false
+		}
+		l.log.InfoContext(ctx, "run re-adopted by its provider after takeover", "provider_key", ls.key)
+		if l.cancelRequested {
+			l.sendCancel(ctx)
+		}
+		return true
+	case !l.orphan && l.offeredTo == nil && b.served[l.agent] != nil && b.served[l.agent].key == ls.key && b.bucketFor(ls.key).hasRoom():
+		b.bucketFor(ls.key).inFlight++
+		l.offeredTo = ls
+		b.mu.Unlock()
+		l.log.WarnContext(ctx, "late ack: the provider reported for a run it was no longer offered", "provider_key", ls.key)
+		l.claim(ctx, ls, run.Queued)
+		b.count(ctx, ls.key, store.AnsweredLate)
+		return true
+	}
+	b.mu.Unlock()
+	l.log.WarnContext(ctx, "report for a run nobody holds; dropped", "provider_key", ls.key, "link", ls.id)
+	return false
+}
+
+// ---- relaying ----
+
+func (l *lane) relay(ctx context.Context, c eventCmd) {
+	info, err := agui.Validate(c.ev)
+	if err != nil {
+		l.log.WarnContext(ctx, "provider sent a malformed AG-UI event", "provider_key", c.link.key, "err", err)
+		l.fail(ctx, run.ReasonMalformedEvent, true)
+		return
+	}
+	if c.pseq != nil {
+		if *c.pseq <= l.lastPSeq {
+			return // a resend of an event already stored
+		}
+	}
+	b := l.b
+	b.mu.Lock()
+	epoch := b.epoch
+	b.mu.Unlock()
+	var seq int
+	err = b.write(ctx, "append event", func() (err error) {
+		seq, err = b.st.AppendProviderEvent(ctx, epoch, l.id, c.ev, c.pseq)
+		return err
+	})
+	if errors.Is(err, store.ErrDuplicateEvent) {
+		if c.pseq != nil {
+			l.lastPSeq = *c.pseq
+		}
+		return
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			l.log.ErrorContext(ctx, "could not store event", "err", err)
+		}
+		return
+	}
+	if c.pseq != nil {
+		l.lastPSeq = *c.pseq
+	}
+	b.metrics.events.Inc()
+	l.publish(ctx, seq, c.ev)
+	l.events = append(l.events, c.ev)
+	switch {
+	case info.RunFinished:
+		l.sawFinish = true
+		l.interrupts = info.Interrupts
+	case info.RunError:
+		l.sawError = true
+		l.errReason = info.ErrorCode
+		if l.errReason == "" {
+			l.errReason = info.ErrorMessage
+		}
+	}
+}
+
+func (l *lane) publish(ctx context.Context, seq int, ev json.RawMessage) {
+	if l.b.feed == nil {
+		return
+	}
+	if err := l.b.feed.Publish(ctx, l.id, seq, ev); err != nil {
+		// The stored event is the record; a live reader falls back to it.
+		l.log.WarnContext(ctx, "live feed publish failed", "seq", seq, "err", err)
+	}
+}
+
+// ---- ending ----
+
+// settle is the finish funnel, first match wins: an interrupt outcome
+// pauses (input-required); RUN_FINISHED completes; a requested cancel
+// cancels; anything else fails.
+func (l *lane) settle(ctx context.Context) {
+	c := store.Conclusion{}
+	switch {
+	case l.interrupts != nil:
+		interrupt, _ := json.Marshal(map[string]json.RawMessage{"interrupts": l.interrupts})
+		c.Move = store.Move{To: run.InputRequired, Interrupt: interrupt}
+		c.AgentMessages = l.folded(ctx)
+	case l.sawFinish:
+		c.Move = store.Move{To: run.Completed}
+		c.AgentMessages = l.folded(ctx)
+	case l.cancelRequested:
+		c.Move = store.Move{To: run.Cancelled}
+	case l.sawError:
+		reason := l.errReason
+		if reason == "" {
+			reason = "the provider reported RUN_ERROR"
+		}
+		c.Move = store.Move{To: run.Failed, Reason: run.Reason(reason)}
+	default:
+		c.Move = store.Move{To: run.Failed, Reason: run.ReasonStreamEndedWithoutFinishing}
+		c.Events = []json.RawMessage{agui.RunError(run.StreamEndedMessage, string(run.ReasonStreamEndedWithoutFinishing))}
+	}
+	l.conclude(ctx, c)
+}
+
+func (l *lane) folded(ctx context.Context) []store.Message {
+	msgs, err := agui.Fold(l.events)
+	if err != nil {
+		l.log.WarnContext(ctx, "could not fold the run's events into messages", "err", err)
+		return nil
+	}
+	out := make([]store.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = store.Message{MessageID: run.NewMessageID(), Message: m}
+	}
+	return out
+}
+
+// fail ends the run failed with reason; a run that never sent its own
+// RUN_ERROR gets one. countAbandoned counts abandoned against the holder of
+// a claimed run (once per run).
+func (l *lane) fail(ctx context.Context, reason run.Reason, countAbandoned bool) {
+	if l.offer != nil {
+		l.offer.timer.Stop()
+		l.offer = nil
+	}
+	c := store.Conclusion{Move: store.Move{To: run.Failed, Reason: reason}}
+	if !l.sawError {
+		c.Events = []json.RawMessage{agui.RunError(string(reason), "")}
+	}
+	b := l.b
+	b.mu.Lock()
+	var abandonedBy string
+	if countAbandoned && l.claimedBy != nil && !l.noted {
+		l.noted = true
+		abandonedBy = l.claimedBy.key
+	}
+	b.mu.Unlock()
+	l.log.WarnContext(ctx, "run failed", "reason", string(reason))
+	if l.conclude(ctx, c) && abandonedBy != "" {
+		b.count(ctx, abandonedBy, store.Abandoned)
+	}
+}
+
+// conclude writes the run's end and forgets it. A refused write (the run was
+// not where the lane thought) still forgets it: the record is the truth.
+func (l *lane) conclude(ctx context.Context, c store.Conclusion) bool {
+	b := l.b
+	b.mu.Lock()
+	epoch := b.epoch
+	b.mu.Unlock()
+	c.Move.RunID, c.Move.Writer, c.Move.Epoch = l.id, run.ByBroker, epoch
+	var r store.Run
+	var appended []store.Appended
+	err := b.write(ctx, "conclude run", func() (err error) {
+		r, appended, err = b.st.Conclude(ctx, c)
+		return err
+	})
+	if ctx.Err() != nil {
+		return false // leadership ended mid-write: the next leader settles it
+	}
+	if err != nil {
+		l.log.ErrorContext(ctx, "run's end was refused", "to", string(c.Move.To), "err", err)
+	} else {
+		for _, a := range appended {
+			l.publish(ctx, a.Seq, a.Event)
+		}
+		if b.feed != nil {
+			if err := b.feed.End(ctx, l.id, r.LastSeq, string(r.Status)); err != nil {
+				l.log.WarnContext(ctx, "live feed end failed", "err", err)
+			}
+		}
+		b.mu.Lock()
+		l.status = r.Status
+		b.mu.Unlock()
+		b.metrics.ended.WithLabelValues(string(r.Status)).Inc()
+		l.log.InfoContext(ctx, "run ended", "status", string(r.Status), "reason", r.FailureReason)
+	}
+	b.forget(l)
+	return err == nil
+}
+
+// forget is the one funnel that releases everything a run held.
+func (b *Broker) forget(l *lane) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if l.ended {
+		return
+	}
+	l.ended = true
+	l.stopTimers()
+	delete(b.lanes, l.id)
+	b.leaveThreadLocked(l)
+	if l.offeredTo != nil {
+		b.bucketFor(l.offeredTo.key).release()
+		l.offeredTo = nil
+		// A freed place is news to every waiting head.
+		b.nudgeHeadsLocked()
+		b.wakeSweep()
+	}
+}
+
+// leaveThreadLocked takes l out of its thread's queue and nudges the new head.
+func (b *Broker) leaveThreadLocked(l *lane) {
+	dq := b.threads[l.threadID]
+	for i, x := range dq {
+		if x == l {
+			dq = append(dq[:i:i], dq[i+1:]...)
+			break
+		}
+	}
+	if len(dq) == 0 {
+		delete(b.threads, l.threadID)
+		return
+	}
+	b.threads[l.threadID] = dq
+	b.nudgeLocked(dq[0])
+}
+
+// joinThreadLocked puts l into its thread's queue in arrival order.
+func (b *Broker) joinThreadLocked(l *lane, arrival time.Time) {
+	dq := b.threads[l.threadID]
+	i := sort.Search(len(dq), func(i int) bool { return dq[i].queuedAt.After(arrival) })
+	dq = append(dq, nil)
+	copy(dq[i+1:], dq[i:])
+	dq[i] = l
+	b.threads[l.threadID] = dq
+}
+
+// ---- cancel, loss, clocks ----
+
+func (l *lane) onCancel(ctx context.Context) {
+	b := l.b
+	b.mu.Lock()
+	l.cancelRequested = true
+	claimed, orphan, status := l.claimedBy != nil, l.orphan, l.status
+	b.mu.Unlock()
+	switch {
+	case orphan:
+		// Sent again once its provider re-adopts it.
+	case !claimed:
+		l.conclude(ctx, store.Conclusion{Move: store.Move{To: run.Cancelled}})
+	case status == run.Running:
+		if l.move(ctx, run.Cancelling) == nil {
+			l.sendCancel(ctx)
+		}
+	case status == run.Cancelling:
+		l.sendCancel(ctx)
+	}
+}
+
+func (l *lane) sendCancel(ctx context.Context) {
+	b := l.b
+	b.mu.Lock()
+	ls := l.claimedBy
+	b.mu.Unlock()
+	if ls == nil {
+		return
+	}
+	frame, _ := wire.Marshal(wire.Cancel{Type: wire.TypeCancel, RunID: l.id})
+	if err := ls.link.Send(frame); err != nil {
+		l.log.WarnContext(ctx, "cancel could not be sent", "err", err)
+		return
+	}
+	l.log.InfoContext(ctx, "cancel passed on to the provider", "provider_key", ls.key)
+}
+
+func (l *lane) onGone(ctx context.Context, ls *linkState) {
+	if l.offer != nil && l.offer.link == ls {
+		l.handBack(ctx) // no answer will come; the run waits for a provider
+		return
+	}
+	l.b.mu.Lock()
+	held := l.claimedBy == ls
+	l.b.mu.Unlock()
+	if held {
+		l.fail(ctx, run.ReasonProviderLeftHoldingIt, true)
+	}
+}
+
+func (l *lane) onExpire(ctx context.Context) {
+	b := l.b
+	b.mu.Lock()
+	still := l.claimedBy == nil && l.offeredTo == nil && !l.orphan && b.served[l.agent] == nil
+	if !still {
+		l.expirySent = false
+	}
+	b.mu.Unlock()
+	if still {
+		l.fail(ctx, run.ReasonNoProviderTookIt, false)
+	}
+}
+
+func (l *lane) onOrphanTimeout(ctx context.Context) {
+	l.b.mu.Lock()
+	orphan := l.orphan
+	l.b.mu.Unlock()
+	if orphan {
+		l.fail(ctx, run.ReasonOrphanedByRestart, false)
+	}
+}

@@ -1,0 +1,82 @@
+package broker
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the broker's Prometheus collectors.
+type Metrics struct {
+	links        prometheus.Gauge
+	offers       *prometheus.CounterVec
+	quality      *prometheus.CounterVec
+	events       prometheus.Counter
+	ended        *prometheus.CounterVec
+	withdrawals  prometheus.Counter
+	writeRetries prometheus.Counter
+	isLeader     prometheus.Gauge
+	epoch        prometheus.Gauge
+	lanes        *laneCollector
+}
+
+// NewMetrics makes the collectors and registers them on reg (nil: not registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		links: prometheus.NewGauge(prometheus.GaugeOpts{Name: "funduq_broker_provider_links",
+			Help: "Open provider links."}),
+		offers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "funduq_broker_offers_total",
+			Help: "Offers sent and their outcomes (sent, accepted, declined, refused, unanswered)."}, []string{"outcome"}),
+		quality: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "funduq_broker_quality_counts_total",
+			Help: "Quality counters recorded against providers, by counter."}, []string{"counter"}),
+		events: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_events_relayed_total",
+			Help: "Provider events stored and relayed."}),
+		ended: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "funduq_broker_runs_ended_total",
+			Help: "Runs whose lane ended, by the status written."}, []string{"status"}),
+		withdrawals: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_withdrawals_total",
+			Help: "Providers withdrawn from service at tolerance."}),
+		writeRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_store_write_retries_total",
+			Help: "Store writes retried after a transient failure."}),
+		isLeader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "funduq_broker_is_leader",
+			Help: "1 while this node leads."}),
+		epoch: prometheus.NewGauge(prometheus.GaugeOpts{Name: "funduq_broker_epoch",
+			Help: "The epoch this node last led under."}),
+		lanes: &laneCollector{desc: prometheus.NewDesc("funduq_broker_lanes",
+			"Active run lanes, by the run's status.", []string{"status"}, nil)},
+	}
+	if reg != nil {
+		reg.MustRegister(m.links, m.offers, m.quality, m.events, m.ended, m.withdrawals, m.writeRetries,
+			m.isLeader, m.epoch, m.lanes)
+	}
+	return m
+}
+
+func (m *Metrics) bind(b *Broker) { m.lanes.b = b }
+
+func (m *Metrics) leading(epoch int64, on bool) {
+	m.epoch.Set(float64(epoch))
+	if on {
+		m.isLeader.Set(1)
+	} else {
+		m.isLeader.Set(0)
+		m.links.Set(0)
+	}
+}
+
+type laneCollector struct {
+	desc *prometheus.Desc
+	b    *Broker
+}
+
+func (c *laneCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *laneCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.b == nil {
+		return
+	}
+	counts := map[string]int{}
+	for _, st := range c.b.Snapshot().Lanes {
+		counts[string(st)]++
+	}
+	for st, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), st)
+	}
+}

@@ -1,0 +1,204 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/funduq/funduq-go/broker-node/intake"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+)
+
+// recover reads back what earlier leaders left (D7): agents they served are
+// unserved now; offers they had out go back to queued; runs their providers
+// held wait provider_grace for the provider to re-attach and report; queued
+// runs re-enter their lanes oldest first, on the unserved clock from now.
+// Paused runs are untouched.
+func (b *Broker) recover(ctx context.Context) error {
+	b.mu.Lock()
+	epoch := b.epoch
+	b.mu.Unlock()
+	if err := b.write(ctx, "forget older rosters", func() error { return b.st.ForgetServedBefore(ctx, epoch) }); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	var held []store.Run
+	err := b.write(ctx, "list held runs", func() (err error) {
+		held, err = b.st.RunsInStatus(ctx, string(run.Offering), string(run.Running), string(run.Cancelling))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	requeued, orphans := 0, 0
+	for _, r := range held {
+		if r.Status == run.Offering {
+			err := b.write(ctx, "requeue an older offer", func() error {
+				_, err := b.st.Transition(ctx, store.Move{RunID: r.RunID, To: run.Queued, Writer: run.ByBroker, Epoch: epoch})
+				return err
+			})
+			if err == nil {
+				requeued++
+			}
+			continue
+		}
+		b.adoptLater(ctx, r)
+		orphans++
+	}
+	var queued []store.Run
+	err = b.write(ctx, "list queued runs", func() (err error) {
+		queued, err = b.st.RunsInStatus(ctx, string(run.Queued))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	for _, r := range queued {
+		b.take(r, true)
+	}
+	b.log.InfoContext(ctx, "runs read back", "queued", len(queued), "offers_requeued", requeued,
+		"held_awaiting_provider", orphans, "provider_grace", b.set.ProviderGrace.String(), "epoch", epoch)
+	return nil
+}
+
+// adoptLater opens a lane for a run an older epoch's provider held. Its
+// provider may re-adopt it within provider_grace by reporting for it;
+// otherwise it fails orphaned_by_funduq_restart.
+func (b *Broker) adoptLater(ctx context.Context, r store.Run) {
+	l := b.newLane(r)
+	b.mu.Lock()
+	l.orphan, l.adoptKey = true, r.ProviderKey
+	l.cancelRequested = r.CancelRequestedBy != nil
+	b.lanes[l.id] = l
+	b.lanesWG.Add(1)
+	b.mu.Unlock()
+	if b.set.ProviderGrace <= 0 {
+		l.q.push(orphanCmd{})
+	} else {
+		l.orphanT = b.clock.AfterFunc(b.set.ProviderGrace, func() { l.q.push(orphanCmd{}) })
+	}
+	go l.loop(b.ctxOf())
+}
+
+func (b *Broker) ctxOf() context.Context {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ctx
+}
+
+func (b *Broker) newLane(r store.Run) *lane {
+	return &lane{b: b, id: r.RunID, threadID: r.ThreadID, agent: AgentRef{r.ProviderKey, r.AgentName},
+		input: r.RunInput, queuedAt: b.clock.Now(), q: newQueue(), status: r.Status,
+		log: b.log.With("run_id", r.RunID, "thread_id", r.ThreadID, "agent", r.AgentName, "provider_key", r.ProviderKey)}
+}
+
+// take brings a queued run into a lane: where "served" is decided (D8). A
+// run arriving while nobody serves its agent fails agent_offline at once —
+// unless it was read back at takeover, or arrives within provider_grace of
+// it, while providers are still reconnecting: those wait on the unserved
+// clock.
+func (b *Broker) take(r store.Run, readBack bool) {
+	if r.Status != run.Queued {
+		return
+	}
+	b.mu.Lock()
+	if !b.leading || b.lanes[r.RunID] != nil {
+		b.mu.Unlock()
+		return
+	}
+	l := b.newLane(r)
+	l.cancelRequested = r.CancelRequestedBy != nil
+	b.lanes[l.id] = l
+	b.lanesWG.Add(1)
+	served := b.served[l.agent] != nil
+	waiting := readBack || b.clock.Now().Before(b.takeoverAt.Add(b.set.ProviderGrace))
+	lost := readBack && b.interjectionLostLocked(r)
+	b.joinThreadLocked(l, l.queuedAt)
+	switch {
+	case lost:
+		l.q.push(failCmd{run.ReasonInterjectionTargetLost})
+	case l.cancelRequested:
+		l.q.push(cancelCmd{})
+	case !served && !waiting:
+		l.q.push(failCmd{run.ReasonAgentOffline})
+	default:
+		if b.threads[l.threadID][0] == l {
+			b.nudgeLocked(l)
+		}
+	}
+	ctx := b.ctx
+	b.mu.Unlock()
+	go l.loop(ctx)
+}
+
+// interjectionLostLocked reports whether r addresses a run (its
+// forwardedProps.funduq.addressedRunId) that is not live now.
+func (b *Broker) interjectionLostLocked(r store.Run) bool {
+	var in struct {
+		ForwardedProps struct {
+			Funduq struct {
+				AddressedRunID string `json:"addressedRunId"`
+			} `json:"funduq"`
+		} `json:"forwardedProps"`
+	}
+	if json.Unmarshal(r.RunInput, &in) != nil || in.ForwardedProps.Funduq.AddressedRunID == "" {
+		return false
+	}
+	target := b.lanes[in.ForwardedProps.Funduq.AddressedRunID]
+	return target == nil || target.ended
+}
+
+// ---- intake: the broker is the listener's handler ----
+
+var _ intake.Handler = (*Broker)(nil)
+
+// Notify takes one door notification.
+func (b *Broker) Notify(ctx context.Context, n intake.Notice) {
+	switch n.Kind {
+	case intake.Queued, intake.Resumed:
+		b.takeByID(ctx, n.RunID)
+	case intake.Cancel:
+		b.mu.Lock()
+		l := b.lanes[n.RunID]
+		b.mu.Unlock()
+		if l != nil {
+			l.q.push(cancelCmd{})
+			return
+		}
+		b.takeByID(ctx, n.RunID) // a queued run not yet taken is taken cancelled
+	}
+}
+
+func (b *Broker) takeByID(ctx context.Context, runID string) {
+	r, err := b.st.GetRun(ctx, runID)
+	if err != nil {
+		b.log.WarnContext(ctx, "notified run could not be read", "run_id", runID, "err", err)
+		return
+	}
+	b.take(r, false)
+}
+
+// CatchUp finds what notifications may have missed: queued runs not in a
+// lane, and cancel requests the lanes have not heard.
+func (b *Broker) CatchUp(ctx context.Context, reason string) {
+	queued, err := b.st.RunsInStatus(ctx, string(run.Queued))
+	if err != nil {
+		b.log.WarnContext(ctx, "catch-up failed", "reason", reason, "err", err)
+		return
+	}
+	for _, r := range queued {
+		b.take(r, false)
+	}
+	ids, err := b.st.CancelRequestedActive(ctx)
+	if err != nil {
+		b.log.WarnContext(ctx, "catch-up of cancels failed", "reason", reason, "err", err)
+		return
+	}
+	b.mu.Lock()
+	for _, id := range ids {
+		if l := b.lanes[id]; l != nil && !l.cancelRequested && !l.ended {
+			l.q.push(cancelCmd{})
+		}
+	}
+	b.mu.Unlock()
+}

@@ -1,0 +1,83 @@
+package broker
+
+import (
+	"fmt"
+	"sort"
+	"sync/atomic"
+	"time"
+)
+
+// Link is what the broker needs of a provider's connection. The link package
+// implements it over a WebSocket; tests may implement it directly.
+type Link interface {
+	// Key is the provider's public key (64 lowercase hex).
+	Key() string
+	// Send queues one frame on the link's serialized writer; it fails
+	// once the link is closed. It never blocks on the network.
+	Send(frame []byte) error
+	// Close ends the link with a reason (the broker closes every link
+	// when it stops leading).
+	Close(reason string)
+}
+
+// AgentRef is an agent: (provider key, name).
+type AgentRef struct {
+	Key  string
+	Name string
+}
+
+func (r AgentRef) String() string {
+	k := r.Key
+	if len(k) > 16 {
+		k = k[:16]
+	}
+	return fmt.Sprintf("%s…/%s", k, r.Name)
+}
+
+var linkSeq atomic.Uint64
+
+// linkState is the broker's record of one open link. Fields are guarded by
+// Broker.mu.
+type linkState struct {
+	id        uint64
+	link      Link
+	key       string
+	declared  *int            // maxConcurrentRuns from the hello; nil = unlimited
+	names     map[string]bool // the roster this link registered
+	withdrawn bool            // withdrawn at tolerance: register is refused
+	opened    time.Time
+}
+
+func (ls *linkState) String() string { return fmt.Sprintf("link#%d(%s)", ls.id, short(ls.key)) }
+
+// bucket is a provider key's capacity: what it declared and how many places
+// are taken (an offer out or a claimed run). Keyed by key, not by agent: one
+// identity has one budget across every agent it serves.
+type bucket struct {
+	declared *int
+	inFlight int
+}
+
+func (b *bucket) hasRoom() bool { return b.declared == nil || b.inFlight < *b.declared }
+
+func (b *bucket) release() {
+	if b.inFlight > 0 {
+		b.inFlight--
+	}
+}
+
+func short(key string) string {
+	if len(key) > 16 {
+		return key[:16]
+	}
+	return key
+}
+
+func sortedNames(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for n := range m {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}

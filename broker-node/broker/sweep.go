@@ -1,0 +1,68 @@
+package broker
+
+import (
+	"context"
+
+	"github.com/funduq/funduq-go/core/store"
+)
+
+// sweep is two clocks and a nudge (seed 000). It notes claimed runs their
+// provider has not delivered within the window (counted, never settled),
+// tells queued runs whose agent has gone unserved too long that nobody took
+// them (their lanes decide), and now and then asks every waiting head to try
+// again. It
+// dispatches nothing and settles nothing itself.
+func (b *Broker) sweep(ctx context.Context) {
+	for {
+		b.sweepOnce(ctx)
+		t := b.clock.NewTimer(b.set.SweepInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-b.wake:
+			t.Stop()
+		case <-t.Chan():
+		}
+	}
+}
+
+func (b *Broker) sweepOnce(ctx context.Context) {
+	now := b.clock.Now()
+	// The nudge is the reference's cadence (every unserved window): a
+	// declined run is asked again when something changes — a register, a
+	// freed place, a new run — and otherwise only this rarely, so a
+	// declining provider is never spun on.
+	nudge := !now.Before(b.lastNudge.Add(b.set.UnservedTimeout))
+	var undelivered []string
+	b.mu.Lock()
+	for _, l := range b.lanes {
+		if l.ended {
+			continue
+		}
+		if l.claimedBy != nil && !l.noted && !now.Before(l.claimedAt.Add(b.set.UndeliveredWindow)) {
+			l.noted = true
+			undelivered = append(undelivered, l.claimedBy.key)
+			l.log.WarnContext(ctx, "claimed run not delivered within the window", "provider_key", l.claimedBy.key)
+			continue
+		}
+		if l.claimedBy == nil && l.offeredTo == nil && !l.orphan && !l.expirySent && b.served[l.agent] == nil {
+			ref := l.queuedAt
+			if since, ok := b.unserved[l.agent]; ok && since.After(ref) {
+				ref = since
+			}
+			if !now.Before(ref.Add(b.set.UnservedTimeout)) {
+				l.expirySent = true
+				l.q.push(expireCmd{})
+			}
+		}
+	}
+	if nudge {
+		b.lastNudge = now
+		b.nudgeHeadsLocked()
+	}
+	b.mu.Unlock()
+	for _, key := range undelivered {
+		b.count(ctx, key, store.Undelivered)
+	}
+}

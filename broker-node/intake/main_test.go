@@ -1,0 +1,14 @@
+package intake_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package if any goroutine outlives the tests: Run must
+// stop everything it started, including pgx's cleanup of the connections it
+// gave up on.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}

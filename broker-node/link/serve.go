@@ -1,0 +1,256 @@
+package link
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/funduq/funduq-go/broker-node/broker"
+	"github.com/funduq/funduq-go/broker-node/handshake"
+	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// Server serves GET /ws/provider for a broker.
+type Server struct {
+	Broker  *broker.Broker
+	Funduq  *identity.Signer
+	Tickets handshake.TicketClaimer
+	Log     *slog.Logger
+	// NotLeading answers an upgrade while this node does not lead (503
+	// naming the leader, D11). Nil answers a plain 503.
+	NotLeading http.Handler
+	// HelloTimeout overrides the handshake's 5 s wait for the hello.
+	HelloTimeout time.Duration
+
+	wg       sync.WaitGroup
+	upgrader websocket.Upgrader
+}
+
+// ServeHTTP upgrades, handshakes and serves one link until it closes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if ok, _ := s.Broker.Leading(); !ok {
+		if s.NotLeading != nil {
+			s.NotLeading.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, `{"error":"this funduq node is not the leader"}`, http.StatusServiceUnavailable)
+		return
+	}
+	s.upgrader.CheckOrigin = func(*http.Request) bool { return true } // providers are not browsers
+	ws, err := s.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader answered the client
+	}
+	s.wg.Add(1)
+	defer s.wg.Done()
+	ws.SetReadLimit(maxFrame)
+	res, err := handshake.Accept(r.Context(), ws, handshake.Config{Funduq: s.Funduq, Tickets: s.Tickets, HelloTimeout: s.HelloTimeout})
+	if err != nil {
+		s.Log.Info("provider handshake refused", "remote", r.RemoteAddr, "err", err)
+		_ = ws.Close()
+		return
+	}
+	log := s.Log.With("provider_key", res.PublicKey)
+	c := newConn(ws, res.PublicKey, log)
+	if err := s.Broker.Attach(c, res.MaxConcurrentRuns); err != nil {
+		c.closeWith(websocket.CloseTryAgainLater, "this funduq node is not the leader; reconnect")
+		done := make(chan struct{})
+		c.writer(done)
+		return
+	}
+	writerDone := make(chan struct{})
+	go c.writer(writerDone)
+	ctx, cancel := context.WithCancel(context.Background())
+	var queries sync.WaitGroup
+	s.readLoop(ctx, c, &queries)
+	s.Broker.Detach(c)
+	c.closeWith(websocket.CloseNormalClosure, "")
+	cancel()
+	queries.Wait()
+	<-writerDone
+}
+
+// Wait blocks until every link this server opened has finished.
+func (s *Server) Wait() { s.wg.Wait() }
+
+func (s *Server) send(c *Conn, v any) {
+	b, err := wire.Marshal(v)
+	if err == nil {
+		_ = c.Send(b)
+	}
+}
+
+func (s *Server) sendError(c *Conn, msg, runID, name string) {
+	s.send(c, wire.Error{Type: wire.TypeError, Message: msg, RunID: runID, Name: name})
+}
+
+// readLoop processes frames in arrival order until the link closes.
+func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup) {
+	ws := c.ws
+	_ = ws.SetReadDeadline(time.Now().Add(readIdle))
+	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(readIdle)) })
+	querySlots := make(chan struct{}, 8)
+	for {
+		select {
+		case <-c.closed:
+			return
+		default:
+		}
+		kind, data, err := ws.ReadMessage()
+		if err != nil {
+			c.log.Info("provider link ended", "err", err)
+			return
+		}
+		_ = ws.SetReadDeadline(time.Now().Add(readIdle))
+		if kind != websocket.TextMessage {
+			s.sendError(c, "unparseable frame", "", "")
+			continue
+		}
+		typ, ok := wire.PeekType(data)
+		if !ok {
+			s.sendError(c, "unparseable frame", "", "")
+			continue
+		}
+		switch typ {
+		case wire.TypeRegister:
+			s.register(ctx, c, data)
+		case wire.TypeDeleteAgent:
+			var f wire.DeleteAgent
+			if json.Unmarshal(data, &f) != nil || f.Name == "" {
+				s.sendError(c, "deleteAgent needs a name", "", "")
+				continue
+			}
+			if err := s.Broker.DeleteAgent(ctx, c, f.Name); err != nil {
+				s.sendError(c, publicError(err), "", f.Name)
+				continue
+			}
+			s.send(c, wire.Deleted{Type: wire.TypeDeleted, Name: f.Name})
+		case wire.TypeAck:
+			var f wire.Ack
+			if json.Unmarshal(data, &f) != nil || f.RunID == "" {
+				s.sendError(c, "ack needs a runId", "", "")
+				continue
+			}
+			v, reason := f.Verdict()
+			s.Broker.Ack(c, f.RunID, v, reason)
+		case wire.TypeEvent:
+			var f wire.Event
+			if json.Unmarshal(data, &f) != nil || f.RunID == "" {
+				s.sendError(c, "event needs a runId and an event", "", "")
+				continue
+			}
+			if !s.Broker.Event(c, f.RunID, f.Event, f.Seq) {
+				s.sendError(c, "event refused", f.RunID, "")
+			}
+		case wire.TypeFinish:
+			var f wire.Finish
+			if json.Unmarshal(data, &f) != nil || f.RunID == "" {
+				s.sendError(c, "finish needs a runId", "", "")
+				continue
+			}
+			if !s.Broker.Finish(c, f.RunID) {
+				s.sendError(c, "finish refused", f.RunID, "")
+			}
+		case wire.TypeQuery:
+			var f wire.Query
+			if json.Unmarshal(data, &f) != nil || f.QueryID == "" {
+				s.sendError(c, "query needs a queryId", "", "")
+				continue
+			}
+			select {
+			case querySlots <- struct{}{}:
+			case <-c.closed:
+				return
+			}
+			queries.Add(1)
+			go func() {
+				defer queries.Done()
+				defer func() { <-querySlots }()
+				s.answerQuery(ctx, c, f)
+			}()
+		default:
+			s.sendError(c, fmt.Sprintf("unexpected frame '%s'", clip(typ, 64)), "", "")
+		}
+	}
+}
+
+func (s *Server) register(ctx context.Context, c *Conn, data []byte) {
+	var f wire.Register
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		s.sendError(c, "register does not validate: "+clip(err.Error(), 200), "", "")
+		return
+	}
+	err := s.Broker.Register(ctx, c, f.Agents, f.ProviderName, func(names []string) {
+		s.send(c, wire.Registered{Type: wire.TypeRegistered, Names: names})
+	})
+	if err != nil {
+		if errors.Is(err, broker.ErrNotLeading) {
+			c.Close("this funduq node stopped leading; reconnect")
+			return
+		}
+		s.sendError(c, publicError(err), "", "")
+	}
+}
+
+func (s *Server) answerQuery(ctx context.Context, c *Conn, q wire.Query) {
+	res := wire.QueryResult{Type: wire.TypeQueryResult, QueryID: q.QueryID}
+	defer func() { s.send(c, res) }()
+	if q.Method != "thread_messages" {
+		res.Error = fmt.Sprintf("unknown query method %q", clip(q.Method, 64))
+		return
+	}
+	var p wire.ThreadMessagesParams
+	if err := json.Unmarshal(q.Params, &p); err != nil || p.ThreadID == "" {
+		res.Error = "thread_messages needs params.threadId"
+		return
+	}
+	limit := 0
+	if p.Limit != nil {
+		if *p.Limit <= 0 {
+			res.Error = "limit must be a positive integer"
+			return
+		}
+		limit = *p.Limit
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	msgs, err := s.Broker.ThreadMessages(ctx, c, p.ThreadID, limit)
+	if err != nil {
+		if errors.Is(err, broker.ErrNoSuchThread) {
+			res.Error = broker.ErrNoSuchThread.Error()
+		} else {
+			c.log.Warn("thread_messages query failed", "err", err)
+			res.Error = "funduq could not read the thread right now"
+		}
+		return
+	}
+	if msgs == nil {
+		msgs = []json.RawMessage{}
+	}
+	res.Result, _ = wire.Marshal(msgs)
+}
+
+// publicError is what a provider is told: the broker's own refusal messages,
+// never a driver's.
+func publicError(err error) string {
+	var re *broker.RegisterError
+	switch {
+	case errors.As(err, &re):
+		return re.Msg
+	case errors.Is(err, broker.ErrWithdrawn):
+		return broker.ErrWithdrawn.Error()
+	}
+	return "funduq could not complete this request right now; try again"
+}

@@ -1,0 +1,107 @@
+// Command broker-node is funduq's long-lived broker: the one lease-holding
+// process that owns every provider link, every per-run lane, the roster and
+// the sweep, with standbys running the same binary. Its subcommands:
+//
+//	broker-node migrate    apply the database migrations and exit
+//
+// Configuration comes from the environment (see README.md), read here at the
+// edge and passed down; nothing below main reads it.
+//
+//	broker-node            serve: lead when it can, stand by otherwise
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/funduq/funduq-go/broker-node/node"
+	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/store"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], config.FromList(os.Environ()), os.Stdout, os.Stderr))
+}
+
+const usage = `usage: broker-node [command]
+
+commands:
+  (none)    serve: POST /tickets, /ws/provider, /livez, /readyz, /metrics on FUNDUQ_HTTP_ADDR,
+            and lead the runs while this node holds the lease
+  migrate   apply the embedded database migrations to FUNDUQ_DATABASE_URL and exit
+`
+
+// run is main without the process: it returns the exit code.
+func run(args []string, environ map[string]string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if len(args) == 0 {
+		args = []string{"serve"}
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = serve(ctx, environ, stderr)
+	case "migrate":
+		err = migrate(ctx, environ, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "broker-node: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if err != nil {
+		var ce *config.Error
+		if errors.As(err, &ce) {
+			fmt.Fprintf(stderr, "broker-node: %v\n", err)
+			return 2
+		}
+		fmt.Fprintf(stderr, "broker-node %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(w io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+func serve(ctx context.Context, environ map[string]string, stderr io.Writer) error {
+	host, _ := os.Hostname()
+	cfg, err := config.ParseBroker(environ, config.Host{Hostname: host, PID: os.Getpid()})
+	if err != nil {
+		return err
+	}
+	log := newLogger(stderr, cfg.LogLevel)
+	n, err := node.New(ctx, cfg, node.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer n.Close()
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s (FUNDUQ_HTTP_ADDR): %w", cfg.HTTPAddr, err)
+	}
+	return n.Run(ctx, ln)
+}
+
+func migrate(ctx context.Context, environ map[string]string, stderr io.Writer) error {
+	cfg, err := config.ParseMigrate(environ)
+	if err != nil {
+		return err
+	}
+	log := newLogger(stderr, cfg.LogLevel)
+	if err := store.Migrate(ctx, cfg.DatabaseURL, log); err != nil {
+		return err
+	}
+	log.InfoContext(ctx, "database schema is current")
+	return nil
+}

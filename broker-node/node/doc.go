@@ -1,0 +1,5 @@
+// Package node assembles a broker node: its HTTP listener (POST /tickets,
+// GET /ws/provider, /livez, /readyz, /metrics), its connections to
+// PostgreSQL and Redis, and the leadership loop under which the broker, its
+// sweep and its intake listener run.
+package node

@@ -1,0 +1,230 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/funduq/funduq-go/broker-node/broker"
+	"github.com/funduq/funduq-go/broker-node/intake"
+	"github.com/funduq/funduq-go/broker-node/link"
+	"github.com/funduq/funduq-go/broker-node/tickets"
+	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/core/livefeed"
+	"github.com/funduq/funduq-go/core/store"
+)
+
+// KeyPrefix namespaces every Redis key funduq writes.
+const KeyPrefix = "funduq:"
+
+// Node is one broker node process.
+type Node struct {
+	cfg      config.Broker
+	log      *slog.Logger
+	st       *store.Store
+	rdb      *redis.Client
+	signer   *identity.Signer
+	tickets  *tickets.Store
+	Broker   *broker.Broker
+	links    *link.Server
+	registry *prometheus.Registry
+	mux      *http.ServeMux
+	// IntakePoll overrides the intake safety poll (tests).
+	IntakePoll time.Duration
+}
+
+// Options are what New needs beyond the configuration.
+type Options struct {
+	Logger *slog.Logger
+	Clock  clockwork.Clock // nil: the real clock
+	// RedisPrefix overrides KeyPrefix (tests share one Redis).
+	RedisPrefix string
+	// SweepInterval overrides the broker's sweep tick.
+	SweepInterval time.Duration
+}
+
+// New connects a node to its stores. It refuses a database whose schema is
+// not the one this binary embeds (run `broker-node migrate`).
+func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("node", cfg.NodeID)
+	signer, err := identity.NewSignerFromSeedHex(cfg.IdentityKey)
+	if err != nil {
+		return nil, fmt.Errorf("FUNDUQ_IDENTITY_KEY: %w", err)
+	}
+	st, err := store.Open(ctx, cfg.DatabaseURL, store.Options{Log: log})
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSchema(ctx, st); err != nil {
+		st.Close()
+		return nil, err
+	}
+	ropt, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("FUNDUQ_REDIS_URL: %w", err)
+	}
+	rdb := redis.NewClient(ropt)
+	prefix := o.RedisPrefix
+	if prefix == "" {
+		prefix = KeyPrefix
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	b := broker.New(broker.Options{Store: st, Feed: livefeed.New(rdb, prefix), Clock: o.Clock, Logger: log,
+		Metrics: broker.NewMetrics(reg),
+		Settings: broker.Settings{DeliverTimeout: cfg.DeliverTimeout, UnservedTimeout: cfg.UnservedTimeout,
+			UndeliveredWindow: cfg.UndeliveredWindow, ProviderGrace: cfg.ProviderGrace,
+			QualityTolerance: cfg.ProviderQualityTolerance, SweepInterval: o.SweepInterval}})
+	n := &Node{cfg: cfg, log: log, st: st, rdb: rdb, signer: signer, tickets: tickets.New(rdb, prefix),
+		Broker: b, registry: reg}
+	n.links = &link.Server{Broker: b, Funduq: signer, Tickets: n.tickets, Log: log}
+	n.mux = http.NewServeMux()
+	n.mux.Handle("POST /tickets", tickets.Handler(n.tickets, signer.PublicKeyHex(), log))
+	n.mux.Handle("/tickets", tickets.Handler(n.tickets, signer.PublicKeyHex(), log))
+	n.mux.Handle("GET /ws/provider", n.links)
+	n.mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "alive"}) })
+	n.mux.HandleFunc("GET /readyz", n.readyz)
+	n.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return n, nil
+}
+
+func checkSchema(ctx context.Context, st *store.Store) error {
+	var applied int64
+	err := st.Pool().QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&applied)
+	if err != nil {
+		return fmt.Errorf("the database has no funduq schema (run `broker-node migrate`): %w", err)
+	}
+	if want := store.EmbeddedSchemaVersion(); applied != want {
+		return fmt.Errorf("the database schema is at version %d, this binary needs %d: run `broker-node migrate`", applied, want)
+	}
+	return nil
+}
+
+// Handler is the node's HTTP surface.
+func (n *Node) Handler() http.Handler { return n.mux }
+
+// FunduqKey is this node's public identity key.
+func (n *Node) FunduqKey() string { return n.signer.PublicKeyHex() }
+
+// Close releases the node's connections (after Run has returned).
+func (n *Node) Close() {
+	n.rdb.Close()
+	n.st.Close()
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// readyz is 200 only on the leader with both stores answering.
+func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	leading, epoch := n.Broker.Leading()
+	body := map[string]any{"node": n.cfg.NodeID, "epoch": epoch, "role": "standby", "database": "ok", "redis": "ok"}
+	if leading {
+		body["role"] = "leader"
+	}
+	ok := leading
+	if err := n.st.Ping(ctx); err != nil {
+		body["database"], ok = "unreachable", false
+	}
+	if err := n.rdb.Ping(ctx).Err(); err != nil {
+		body["redis"], ok = "unreachable", false
+	}
+	status := http.StatusOK
+	if !ok {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, body)
+}
+
+// Run serves HTTP on ln and leads until ctx ends; then it closes every link
+// and shuts the listener down.
+func (n *Node) Run(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{Handler: n.mux, ReadHeaderTimeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("http: %w", err)
+		}
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		n.lead(ctx)
+	}()
+	n.log.Info("broker node serving", "addr", ln.Addr().String(), "advertise", n.cfg.AdvertiseURL, "funduq_key", n.signer.PublicKeyHex())
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shut) // hijacked WebSockets are closed by the broker's teardown
+	wg.Wait()
+	n.links.Wait()
+	return err
+}
+
+// lead is the leadership loop: take the epoch and run the broker until ctx
+// ends; after being deposed, wait and take it again.
+func (n *Node) lead(ctx context.Context) {
+	delay := time.Second
+	for ctx.Err() == nil {
+		epoch, err := n.st.AdvanceEpoch(ctx, n.cfg.NodeID)
+		if err == nil {
+			err = n.Broker.Run(ctx, epoch, n.startIntake)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		n.log.Error("leadership ended; retrying", "err", err, "retry_in", delay.String())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+}
+
+func (n *Node) startIntake(ctx context.Context) error {
+	connect := func(ctx context.Context) (*pgx.Conn, error) {
+		cfg, err := pgx.ParseConfig(n.cfg.DatabaseURL)
+		if err != nil {
+			return nil, err
+		}
+		cfg.RuntimeParams["application_name"] = "funduq-broker-intake"
+		return pgx.ConnectConfig(ctx, cfg)
+	}
+	l := intake.New(connect, n.Broker, intake.Options{Logger: n.log, PollInterval: n.IntakePoll})
+	return l.Run(ctx)
+}
+
+// Store is the node's store (for tests and operator tools).
+func (n *Node) Store() *store.Store { return n.st }

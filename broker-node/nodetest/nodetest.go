@@ -1,0 +1,384 @@
+// Package nodetest runs a real broker node for tests — a fresh PostgreSQL
+// database, a Redis prefix of its own, a fake clock for the broker's waits,
+// and loopback HTTP — and scripts providers that speak the real wire. It is
+// for tests only.
+package nodetest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/funduq/funduq-go/broker-node/node"
+	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/core/redistest"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/runinput"
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/store/storetest"
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// guard bounds every wait in these tests. It is a hang detector, never a
+// timing assertion: a healthy run takes milliseconds.
+const guard = 15 * time.Second
+
+type Harness struct {
+	t     *testing.T
+	Node  *node.Node
+	URL   string
+	Clock *clockwork.FakeClock
+	Store *store.Store
+	stop  context.CancelFunc
+	done  chan error
+	Cfg   config.Broker
+}
+
+// SeedHex is a test seed: b repeated 32 times, in hex.
+func SeedHex(b byte) string { return strings.Repeat(fmt.Sprintf("%02x", b), 32) }
+
+func testLogger(t *testing.T) *slog.Logger {
+	if os.Getenv("FUNDUQ_TEST_LOG") != "" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// Start runs a broker node on a fresh database, a fake clock and loopback.
+func Start(t *testing.T, mut func(*config.Broker)) *Harness {
+	t.Helper()
+	dbURL := storetest.URL(t)
+	_, prefix := redistest.Client(t)
+	cfg := config.Broker{
+		Storage:  config.Storage{DatabaseURL: dbURL, RedisURL: redistest.URL()},
+		Identity: config.Identity{IdentityKey: SeedHex(0xb6), TokenSecret: "test-secret"},
+		Waits: config.Waits{LeaseTTL: 10 * time.Second, DeliverTimeout: 5 * time.Second, UnservedTimeout: 45 * time.Second,
+			UndeliveredWindow: 1800 * time.Second, ProviderGrace: 0, ProviderQualityTolerance: 3},
+		NodeID: "test-node",
+	}
+	if mut != nil {
+		mut(&cfg)
+	}
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	ctx, cancel := context.WithCancel(context.Background())
+	n, err := node.New(ctx, cfg, node.Options{Logger: testLogger(t), Clock: clock, RedisPrefix: prefix})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	n.IntakePoll = 200 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &Harness{t: t, Node: n, URL: "http://" + ln.Addr().String(), Clock: clock, Store: n.Store(), stop: cancel, done: make(chan error, 1), Cfg: cfg}
+	go func() { h.done <- n.Run(ctx, ln) }()
+	t.Cleanup(h.Shutdown)
+	h.Eventually("the node leads", func() bool {
+		resp, err := http.Get(h.URL + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	return h
+}
+
+func (h *Harness) Shutdown() {
+	if h.stop == nil {
+		return
+	}
+	h.stop()
+	h.stop = nil
+	select {
+	case err := <-h.done:
+		if err != nil {
+			h.t.Errorf("node: %v", err)
+		}
+	case <-time.After(guard):
+		h.t.Error("node did not stop")
+	}
+	h.Node.Close()
+}
+
+func (h *Harness) Eventually(what string, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(guard)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("gave up waiting: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// settle waits until every lane has handled everything in its queue.
+func (h *Harness) Settle() {
+	h.t.Helper()
+	h.Eventually("the broker settles", h.Node.Broker.Settled)
+}
+
+// taken waits until the broker has taken run id into a lane.
+func (h *Harness) Taken(id string) {
+	h.t.Helper()
+	h.Eventually("run "+id+" taken into a lane", func() bool {
+		_, ok := h.Node.Broker.Snapshot().Lanes[id]
+		return ok
+	})
+	h.Settle()
+}
+
+// advance moves the fake clock and lets the sweep and lanes act on it.
+func (h *Harness) Advance(d time.Duration) {
+	h.t.Helper()
+	h.Clock.Advance(d)
+	h.Settle()
+}
+
+func (h *Harness) Run(id string) store.Run {
+	h.t.Helper()
+	r, err := h.Store.GetRun(context.Background(), id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return r
+}
+
+func (h *Harness) WaitStatus(id string, want run.Status) store.Run {
+	h.t.Helper()
+	var r store.Run
+	h.Eventually(fmt.Sprintf("run %s reaches %s", id, want), func() bool {
+		r = h.Run(id)
+		return r.Status == want
+	})
+	return r
+}
+
+func (h *Harness) Events(id string) []map[string]any {
+	h.t.Helper()
+	evs, err := h.Store.EventsAfter(context.Background(), id, 0, 1000)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	out := make([]map[string]any, len(evs))
+	for i, e := range evs {
+		_ = json.Unmarshal(e.Event, &out[i])
+	}
+	return out
+}
+
+func (h *Harness) Quality(key string) store.Quality {
+	h.t.Helper()
+	q, err := h.Store.GetQuality(context.Background(), key)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return q
+}
+
+// door inserts a run the way a door does: the one input builder, one
+// transaction with the thread, the run, its message and the NOTIFY.
+func (h *Harness) Door(key, agent, threadID, text string) (runID, thread string) {
+	h.t.Helper()
+	runID = run.NewRunID()
+	create := threadID == ""
+	if create {
+		threadID = run.NewThreadID()
+	}
+	b, err := runinput.Build(runinput.Request{ThreadID: threadID, RunID: runID,
+		Messages: []json.RawMessage{json.RawMessage(fmt.Sprintf(`{"id":"c1","role":"user","content":%q}`, text))}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	nr := store.NewRun{RunID: runID, ThreadID: threadID, ProviderKey: key, AgentName: agent, RunInput: b.Bytes}
+	if create {
+		nr.CreateThread = &store.NewThread{}
+	}
+	for i, id := range b.MessageIDs {
+		nr.Messages = append(nr.Messages, store.Message{MessageID: id, Message: b.Input.Messages[i]})
+	}
+	if _, _, err := h.Store.CreateRun(context.Background(), nr); err != nil {
+		h.t.Fatal(err)
+	}
+	return runID, threadID
+}
+
+// prov is a provider speaking the real wire, scripted by the test.
+type Prov struct {
+	t      *testing.T
+	h      *Harness
+	signer *identity.Signer
+	Key    string
+	ws     *websocket.Conn
+	frames chan []byte
+	wmu    sync.Mutex
+	closed chan struct{}
+	closeE error
+}
+
+// Limit is a maxConcurrentRuns declaration.
+func Limit(n int) *int { return &n }
+
+// connect admits a provider: ticket, hello, welcome (verified).
+func (h *Harness) Connect(seed byte, max *int) *Prov {
+	h.t.Helper()
+	s, err := identity.NewSignerFromSeedHex(SeedHex(seed))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	p := &Prov{t: h.t, h: h, signer: s, Key: s.PublicKeyHex(), frames: make(chan []byte, 1024), closed: make(chan struct{})}
+	resp, err := http.Post(h.URL+"/tickets", "application/json", strings.NewReader(`{"publicKey":"`+p.Key+`"}`))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var tr wire.TicketResponse
+	_ = json.NewDecoder(resp.Body).Decode(&tr)
+	resp.Body.Close()
+	if resp.StatusCode != 201 || tr.FunduqPublicKey != h.Node.FunduqKey() {
+		h.t.Fatalf("tickets: %d %+v", resp.StatusCode, tr)
+	}
+	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(h.URL, "http")+"/ws/provider", nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	p.ws = ws
+	nonce := fmt.Sprintf("%032x", time.Now().UnixNano())
+	v := wire.Version
+	p.Send(wire.Hello{Type: wire.TypeHello, Version: &v, PublicKey: p.Key, Ticket: tr.Ticket, Nonce: nonce,
+		Proof: s.Sign(identity.ProviderConnectPayload(tr.FunduqPublicKey, tr.Ticket, nonce)), MaxConcurrentRuns: max})
+	go p.read()
+	var w wire.Welcome
+	p.Expect(wire.TypeWelcome, &w)
+	pub, _ := identity.ParsePublicKey(w.FunduqPublicKey)
+	if err := identity.Verify(pub, identity.FunduqConnectPayload(tr.Ticket, nonce), w.Answer); err != nil {
+		h.t.Fatalf("welcome answer: %v", err)
+	}
+	h.t.Cleanup(p.Close)
+	return p
+}
+
+func (p *Prov) read() {
+	defer close(p.closed)
+	for {
+		_, data, err := p.ws.ReadMessage()
+		if err != nil {
+			p.closeE = err
+			return
+		}
+		p.frames <- data
+	}
+}
+
+func (p *Prov) Send(v any) {
+	p.t.Helper()
+	b, _ := json.Marshal(v)
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	if err := p.ws.WriteMessage(websocket.TextMessage, b); err != nil {
+		p.t.Logf("send: %v", err)
+	}
+}
+
+func (p *Prov) Close() { _ = p.ws.Close(); <-p.closed }
+
+// next returns the next frame.
+func (p *Prov) Next() (string, []byte) {
+	p.t.Helper()
+	select {
+	case f := <-p.frames:
+		typ, _ := wire.PeekType(f)
+		return typ, f
+	case <-p.closed:
+		select {
+		case f := <-p.frames:
+			typ, _ := wire.PeekType(f)
+			return typ, f
+		default:
+		}
+		p.t.Fatalf("link closed while waiting for a frame: %v", p.closeE)
+	case <-time.After(guard):
+		p.t.Fatal("no frame arrived")
+	}
+	return "", nil
+}
+
+func (p *Prov) Expect(typ string, into any) []byte {
+	p.t.Helper()
+	got, f := p.Next()
+	if got != typ {
+		p.t.Fatalf("frame %s, want %s: %s", got, typ, f)
+	}
+	if into != nil {
+		if err := json.Unmarshal(f, into); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+	return f
+}
+
+// none asserts no frame is waiting now (after the broker settled).
+func (p *Prov) None() {
+	p.t.Helper()
+	p.h.Settle()
+	select {
+	case f := <-p.frames:
+		p.t.Fatalf("unexpected frame: %s", f)
+	default:
+	}
+}
+
+func (p *Prov) Register(names ...string) {
+	p.t.Helper()
+	var regs []wire.Registration
+	for _, n := range names {
+		regs = append(regs, wire.Registration{Name: n})
+	}
+	p.Send(wire.Register{Type: wire.TypeRegister, Agents: regs})
+	var r wire.Registered
+	p.Expect(wire.TypeRegistered, &r)
+}
+
+// offer waits for a run frame and returns it.
+func (p *Prov) Offer() wire.RunFrame {
+	p.t.Helper()
+	var f wire.RunFrame
+	p.Expect(wire.TypeRun, &f)
+	return f
+}
+
+func boolp(b bool) *bool { return &b }
+
+func (p *Prov) Accept(runID string) { p.Send(wire.Ack{Type: wire.TypeAck, RunID: runID}) }
+func (p *Prov) Decline(runID string) {
+	p.Send(wire.Ack{Type: wire.TypeAck, RunID: runID, Accepted: boolp(false)})
+}
+func (p *Prov) Refuse(runID, reason string) {
+	p.Send(wire.Ack{Type: wire.TypeAck, RunID: runID, Accepted: boolp(false), Reason: &reason})
+}
+func (p *Prov) Event(runID string, ev string) {
+	p.Send(wire.Event{Type: wire.TypeEvent, RunID: runID, Event: json.RawMessage(ev)})
+}
+func (p *Prov) Finish(runID string) { p.Send(wire.Finish{Type: wire.TypeFinish, RunID: runID}) }
+
+// complete streams a short successful answer and finishes.
+func (p *Prov) Complete(runID, threadID string) {
+	p.Event(runID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, threadID, runID))
+	p.Event(runID, `{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`)
+	p.Event(runID, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hello"}`)
+	p.Event(runID, `{"type":"TEXT_MESSAGE_END","messageId":"m1"}`)
+	p.Event(runID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, threadID, runID))
+	p.Finish(runID)
+}

@@ -1,0 +1,107 @@
+package agui_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/funduq/funduq-go/core/agui"
+)
+
+func FuzzValidate(f *testing.F) {
+	for _, tc := range typeCases {
+		f.Add([]byte(tc.good))
+		f.Add([]byte(withCommon(tc.good)))
+	}
+	for _, s := range []string{
+		``, `null`, `[]`, `{}`, `{"type":1}`, `{"type":"FUTURE"}`,
+		`{"type":"RUN_FINISHED","threadId":"t","runId":"r","outcome":{"type":"interrupt","interrupts":[{"id":"i","reason":"r","toolCallId":"tc"}]}}`,
+		`{"type":"RUN_ERROR","message":"m","code":"c"}`,
+		`{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"a","role":"assistant","toolCalls":[{"id":"tc","type":"function","function":{"name":"f","arguments":""}}]}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		info, err := agui.Validate(data)
+		if err != nil {
+			if !errors.Is(err, agui.ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(data, &obj); err != nil || obj == nil {
+			t.Fatalf("accepted %q, which is not a JSON object", data)
+		}
+		var typ string
+		if err := json.Unmarshal(obj["type"], &typ); err != nil || typ != info.Type {
+			t.Fatalf("accepted %q with Type %q", data, info.Type)
+		}
+		if info.Known != agui.IsKnown(typ) {
+			t.Fatalf("Known = %v for %q", info.Known, typ)
+		}
+		if info.RunFinished != (typ == agui.TypeRunFinished) || info.RunError != (typ == agui.TypeRunError) {
+			t.Fatalf("info %+v for %q", info, typ)
+		}
+		if info.Interrupts != nil {
+			var arr []json.RawMessage
+			if err := json.Unmarshal(info.Interrupts, &arr); err != nil || len(arr) == 0 {
+				t.Fatalf("Interrupts %q is not a non-empty array", info.Interrupts)
+			}
+		}
+		out, err := agui.DropNulls(data)
+		if err != nil || !json.Valid(out) {
+			t.Fatalf("DropNulls(%q) = %q, %v", data, out, err)
+		}
+	})
+}
+
+// FuzzFold takes events one per line.
+func FuzzFold(f *testing.F) {
+	seeds := [][]string{
+		{runStarted,
+			`{"type":"TEXT_MESSAGE_START","messageId":"m1"}`,
+			`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"Hi <there> & \u00e9"}`,
+			`{"type":"TEXT_MESSAGE_END","messageId":"m1"}`,
+			runFinished},
+		{runStarted,
+			`{"type":"TOOL_CALL_START","toolCallId":"tc1","toolCallName":"f","parentMessageId":"m1"}`,
+			`{"type":"TOOL_CALL_ARGS","toolCallId":"tc1","delta":"{\"a\":1}"}`,
+			`{"type":"TOOL_CALL_END","toolCallId":"tc1"}`,
+			`{"type":"TOOL_CALL_RESULT","messageId":"r1","toolCallId":"tc1","content":[{"type":"text","text":"x"}]}`,
+			`{"type":"RUN_FINISHED","threadId":"t","runId":"r","outcome":{"type":"interrupt","interrupts":[{"id":"i","reason":"r"}]}}`},
+		{`{"type":"TEXT_MESSAGE_CHUNK","messageId":"m","role":"user","delta":"a"}`,
+			`{"type":"TEXT_MESSAGE_CHUNK","delta":"b"}`,
+			`{"type":"TOOL_CALL_CHUNK","toolCallId":"t","toolCallName":"n","delta":"{"}`,
+			`{"type":"TOOL_CALL_CHUNK","delta":"}"}`,
+			`{"type":"FUTURE","x":1}`},
+	}
+	for _, s := range seeds {
+		f.Add([]byte(strings.Join(s, "\n")))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var evs []json.RawMessage
+		for _, line := range bytes.Split(data, []byte("\n")) {
+			evs = append(evs, json.RawMessage(line))
+		}
+		_ = agui.OpenAsks(evs)
+		msgs, err := agui.Fold(evs)
+		if err != nil {
+			if !errors.Is(err, agui.ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		for _, m := range msgs {
+			var obj map[string]json.RawMessage
+			if !json.Valid(m) || json.Unmarshal(m, &obj) != nil || obj == nil {
+				t.Fatalf("folded message %q is not a JSON object", m)
+			}
+			if _, ok := obj["id"]; !ok {
+				t.Fatalf("folded message %q has no id", m)
+			}
+		}
+	})
+}

@@ -1,0 +1,73 @@
+package agui
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+// The JSON kinds a raw value can have, named by its first byte.
+const (
+	kindNone   = 0 // empty input
+	kindString = '"'
+	kindObject = '{'
+	kindArray  = '['
+	kindBool   = 'b'
+	kindNull   = 'n'
+	kindNumber = '0'
+)
+
+// kindOf classifies a syntactically valid JSON value by its first byte.
+func kindOf(raw json.RawMessage) byte {
+	raw = bytes.TrimLeft(raw, " \t\r\n")
+	if len(raw) == 0 {
+		return kindNone
+	}
+	switch c := raw[0]; c {
+	case '"', '{', '[':
+		return c
+	case 't', 'f':
+		return kindBool
+	case 'n':
+		return kindNull
+	default:
+		return kindNumber
+	}
+}
+
+// decodeObject decodes raw as a JSON object. It fails for invalid JSON and
+// for any other kind of value (including null).
+func decodeObject(raw json.RawMessage) (map[string]json.RawMessage, bool) {
+	if kindOf(raw) != kindObject {
+		return nil, false
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, false
+	}
+	return obj, true
+}
+
+// decodeArray decodes raw as a JSON array.
+func decodeArray(raw json.RawMessage) ([]json.RawMessage, bool) {
+	if kindOf(raw) != kindArray {
+		return nil, false
+	}
+	var arr []json.RawMessage
+	if err := json.Unmarshal(raw, &arr); err != nil {
+		return nil, false
+	}
+	return arr, true
+}
+
+// stringField returns obj[key] when it is a JSON string.
+func stringField(obj map[string]json.RawMessage, key string) (string, bool) {
+	raw, ok := obj[key]
+	if !ok || kindOf(raw) != kindString {
+		return "", false
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false
+	}
+	return s, true
+}

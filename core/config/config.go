@@ -1,0 +1,256 @@
+package config
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+)
+
+// Storage is what every binary needs to reach shared state.
+type Storage struct {
+	DatabaseURL string `env:"FUNDUQ_DATABASE_URL,required,notEmpty"`
+	RedisURL    string `env:"FUNDUQ_REDIS_URL,required,notEmpty"`
+}
+
+// Identity is funduq's own key and the KYOK token secret; the same on every
+// node, because providers pin the key and any door verifies any token.
+type Identity struct {
+	// IdentityKey is funduq's Ed25519 seed, 64 hex characters.
+	IdentityKey string `env:"FUNDUQ_IDENTITY_KEY,required,notEmpty"`
+	// TokenSecret is the HMAC secret for KYOK tokens.
+	TokenSecret string `env:"FUNDUQ_TOKEN_SECRET,required,notEmpty"`
+}
+
+// Logging is shared by every binary.
+type Logging struct {
+	LogLevel slog.Level `env:"FUNDUQ_LOG_LEVEL" envDefault:"info"`
+}
+
+// Waits are the broker's clocks (D14), with the seeds' defaults.
+type Waits struct {
+	LeaseTTL                 time.Duration `env:"FUNDUQ_LEASE_TTL" envDefault:"10s"`
+	DeliverTimeout           time.Duration `env:"FUNDUQ_DELIVER_TIMEOUT" envDefault:"5s"`
+	UnservedTimeout          time.Duration `env:"FUNDUQ_UNSERVED_TIMEOUT" envDefault:"45s"`
+	UndeliveredWindow        time.Duration `env:"FUNDUQ_UNDELIVERED_WINDOW" envDefault:"1800s"`
+	ProviderGrace            time.Duration `env:"FUNDUQ_PROVIDER_GRACE" envDefault:"30s"`
+	ProviderQualityTolerance int           `env:"FUNDUQ_PROVIDER_QUALITY_TOLERANCE" envDefault:"3"`
+}
+
+// Broker is the broker node's configuration.
+type Broker struct {
+	Storage
+	Identity
+	Logging
+	Waits
+	HTTPAddr     string `env:"FUNDUQ_HTTP_ADDR" envDefault:"127.0.0.1:8700"`
+	AdvertiseURL string `env:"FUNDUQ_ADVERTISE_URL"` // default: http://<HTTPAddr>
+	NodeID       string `env:"FUNDUQ_NODE_ID"`       // default: the Host value given to ParseBroker
+}
+
+// Door is a Lambda door's configuration.
+type Door struct {
+	Storage
+	Identity
+	Logging
+}
+
+// LocalDoors is the local server that mounts every door on one port.
+type LocalDoors struct {
+	Door
+	DoorsAddr string `env:"FUNDUQ_DOORS_ADDR" envDefault:"127.0.0.1:8701"`
+}
+
+// Migrate is what `broker-node migrate` needs.
+type Migrate struct {
+	DatabaseURL string `env:"FUNDUQ_DATABASE_URL,required,notEmpty"`
+	Logging
+}
+
+// Host names the process for NodeID's default (hostname + pid).
+type Host struct {
+	Hostname string
+	PID      int
+}
+
+// ParseBroker reads the broker node's settings from environ.
+func ParseBroker(environ map[string]string, host Host) (Broker, error) {
+	var c Broker
+	if err := parse(&c, environ); err != nil {
+		return Broker{}, err
+	}
+	if c.AdvertiseURL == "" {
+		c.AdvertiseURL = "http://" + c.HTTPAddr
+	}
+	if c.NodeID == "" {
+		c.NodeID = fmt.Sprintf("%s-%d", host.Hostname, host.PID)
+	}
+	errs := []error{c.Storage.validate(), c.Identity.validate(), c.Waits.validate()}
+	if u, err := url.Parse(c.AdvertiseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("FUNDUQ_ADVERTISE_URL: want an http(s) URL, got %q", c.AdvertiseURL))
+	}
+	return c, wrap(errors.Join(errs...))
+}
+
+// ParseDoor reads a Lambda door's settings from environ.
+func ParseDoor(environ map[string]string) (Door, error) {
+	var c Door
+	if err := parse(&c, environ); err != nil {
+		return Door{}, err
+	}
+	return c, wrap(errors.Join(c.Storage.validate(), c.Identity.validate()))
+}
+
+// ParseLocalDoors reads the local doors server's settings from environ.
+func ParseLocalDoors(environ map[string]string) (LocalDoors, error) {
+	var c LocalDoors
+	if err := parse(&c, environ); err != nil {
+		return LocalDoors{}, err
+	}
+	return c, wrap(errors.Join(c.Storage.validate(), c.Identity.validate()))
+}
+
+// ParseMigrate reads what the migrate command needs from environ.
+func ParseMigrate(environ map[string]string) (Migrate, error) {
+	var c Migrate
+	if err := parse(&c, environ); err != nil {
+		return Migrate{}, err
+	}
+	return c, wrap(Storage{DatabaseURL: c.DatabaseURL, RedisURL: "redis://unused"}.validate())
+}
+
+// IdentitySeed returns the decoded identity seed (validated by Parse*).
+func (i Identity) IdentitySeed() []byte {
+	b, _ := hex.DecodeString(i.IdentityKey)
+	return b
+}
+
+func (s Storage) validate() error {
+	var errs []error
+	if u, err := url.Parse(s.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		errs = append(errs, fmt.Errorf("FUNDUQ_DATABASE_URL: want a postgres:// URL, got %s", redact(s.DatabaseURL)))
+	}
+	if u, err := url.Parse(s.RedisURL); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss" && u.Scheme != "unix") {
+		errs = append(errs, fmt.Errorf("FUNDUQ_REDIS_URL: want a redis:// URL, got %s", redact(s.RedisURL)))
+	}
+	return errors.Join(errs...)
+}
+
+func (i Identity) validate() error {
+	b, err := hex.DecodeString(i.IdentityKey)
+	if err != nil || len(b) != 32 || strings.ToLower(i.IdentityKey) != i.IdentityKey {
+		// Never echo the value: it is a private key.
+		return fmt.Errorf("FUNDUQ_IDENTITY_KEY: want 64 lowercase hex characters (a 32-byte Ed25519 seed), got %d characters", len(i.IdentityKey))
+	}
+	return nil
+}
+
+func (w Waits) validate() error {
+	var errs []error
+	for _, d := range []struct {
+		name     string
+		v        time.Duration
+		mayBeNil bool
+	}{
+		{"FUNDUQ_LEASE_TTL", w.LeaseTTL, false},
+		{"FUNDUQ_DELIVER_TIMEOUT", w.DeliverTimeout, false},
+		{"FUNDUQ_UNSERVED_TIMEOUT", w.UnservedTimeout, false},
+		{"FUNDUQ_UNDELIVERED_WINDOW", w.UndeliveredWindow, false},
+		{"FUNDUQ_PROVIDER_GRACE", w.ProviderGrace, true},
+	} {
+		if d.v < 0 || (d.v == 0 && !d.mayBeNil) {
+			errs = append(errs, fmt.Errorf("%s: must be positive, got %s", d.name, d.v))
+		}
+	}
+	if w.ProviderQualityTolerance < 0 {
+		errs = append(errs, fmt.Errorf("FUNDUQ_PROVIDER_QUALITY_TOLERANCE: must be 0 (disabled) or more, got %d", w.ProviderQualityTolerance))
+	}
+	return errors.Join(errs...)
+}
+
+// parse fills v from environ, translating caarlos0/env's errors so each
+// names the variable (its parse errors name the Go field).
+func parse(v any, environ map[string]string) error {
+	if environ == nil {
+		environ = map[string]string{} // an empty map, never the process environment
+	}
+	err := env.ParseWithOptions(v, env.Options{Environment: environ})
+	if err == nil {
+		return nil
+	}
+	keys := fieldKeys(reflect.TypeOf(v).Elem())
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return wrap(err)
+	}
+	var out []error
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		var unset env.VarIsNotSetError
+		var empty env.EmptyVarError
+		switch {
+		case errors.As(e, &pe):
+			key := keys[pe.Name]
+			raw := environ[key]
+			if strings.Contains(key, "KEY") || strings.Contains(key, "SECRET") {
+				raw = "(hidden)"
+			}
+			out = append(out, fmt.Errorf("%s: cannot read %q as %s: %v", key, raw, pe.Type, pe.Err))
+		case errors.As(e, &unset):
+			out = append(out, fmt.Errorf("%s: required and not set", unset.Key))
+		case errors.As(e, &empty):
+			out = append(out, fmt.Errorf("%s: required and empty", empty.Key))
+		default:
+			out = append(out, e)
+		}
+	}
+	return wrap(errors.Join(out...))
+}
+
+// fieldKeys maps each (possibly embedded) field name to its env key.
+func fieldKeys(t reflect.Type) map[string]string {
+	out := map[string]string{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			for k, v := range fieldKeys(f.Type) {
+				out[k] = v
+			}
+			continue
+		}
+		if tag := f.Tag.Get("env"); tag != "" {
+			out[f.Name] = strings.SplitN(tag, ",", 2)[0]
+		}
+	}
+	return out
+}
+
+// Error is every configuration error; a binary prints it and exits.
+type Error struct{ Err error }
+
+func (e *Error) Error() string {
+	return "configuration: " + strings.ReplaceAll(e.Err.Error(), "\n", "; ")
+}
+func (e *Error) Unwrap() error { return e.Err }
+
+func wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &Error{Err: err}
+}
+
+// redact hides a URL's password.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable)"
+	}
+	return u.Redacted()
+}

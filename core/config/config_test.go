@@ -1,0 +1,120 @@
+package config_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/funduq/funduq-go/core/config"
+)
+
+func good() map[string]string {
+	return map[string]string{
+		"FUNDUQ_DATABASE_URL": "postgres://postgres@127.0.0.1:5432/funduq?sslmode=disable",
+		"FUNDUQ_REDIS_URL":    "redis://127.0.0.1:6379/0",
+		"FUNDUQ_IDENTITY_KEY": strings.Repeat("b6", 32),
+		"FUNDUQ_TOKEN_SECRET": "s3cret",
+	}
+}
+
+func TestBrokerDefaults(t *testing.T) {
+	c, err := config.ParseBroker(good(), config.Host{Hostname: "box", PID: 42})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := config.Waits{LeaseTTL: 10 * time.Second, DeliverTimeout: 5 * time.Second, UnservedTimeout: 45 * time.Second,
+		UndeliveredWindow: 1800 * time.Second, ProviderGrace: 30 * time.Second, ProviderQualityTolerance: 3}
+	if c.Waits != want {
+		t.Fatalf("waits = %+v, want the seeds' defaults %+v", c.Waits, want)
+	}
+	if c.NodeID != "box-42" || c.AdvertiseURL != "http://127.0.0.1:8700" || c.HTTPAddr != "127.0.0.1:8700" {
+		t.Fatalf("node %q advertise %q addr %q", c.NodeID, c.AdvertiseURL, c.HTTPAddr)
+	}
+	if len(c.IdentitySeed()) != 32 {
+		t.Fatal("identity seed not decoded")
+	}
+}
+
+func TestOverrides(t *testing.T) {
+	e := good()
+	e["FUNDUQ_DELIVER_TIMEOUT"] = "250ms"
+	e["FUNDUQ_PROVIDER_GRACE"] = "0s"
+	e["FUNDUQ_PROVIDER_QUALITY_TOLERANCE"] = "0"
+	e["FUNDUQ_NODE_ID"] = "node-a"
+	e["FUNDUQ_LOG_LEVEL"] = "debug"
+	c, err := config.ParseBroker(e, config.Host{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DeliverTimeout != 250*time.Millisecond || c.ProviderGrace != 0 || c.ProviderQualityTolerance != 0 || c.NodeID != "node-a" || c.LogLevel.String() != "DEBUG" {
+		t.Fatalf("overrides not applied: %+v", c)
+	}
+}
+
+// Each bad input is refused with an error naming the variable, and never
+// echoing a secret.
+func TestErrorsNameTheVariable(t *testing.T) {
+	for _, tc := range []struct {
+		key, value, want string
+		drop             bool
+	}{
+		{key: "FUNDUQ_DATABASE_URL", drop: true, want: "FUNDUQ_DATABASE_URL: required and not set"},
+		{key: "FUNDUQ_REDIS_URL", value: "", want: "FUNDUQ_REDIS_URL: required and empty"},
+		{key: "FUNDUQ_DATABASE_URL", value: "mysql://x", want: "FUNDUQ_DATABASE_URL: want a postgres:// URL"},
+		{key: "FUNDUQ_REDIS_URL", value: "http://x", want: "FUNDUQ_REDIS_URL: want a redis:// URL"},
+		{key: "FUNDUQ_IDENTITY_KEY", value: "abc", want: "FUNDUQ_IDENTITY_KEY: want 64 lowercase hex"},
+		{key: "FUNDUQ_IDENTITY_KEY", value: strings.Repeat("B6", 32), want: "FUNDUQ_IDENTITY_KEY: want 64 lowercase hex"},
+		{key: "FUNDUQ_TOKEN_SECRET", drop: true, want: "FUNDUQ_TOKEN_SECRET: required and not set"},
+		{key: "FUNDUQ_LEASE_TTL", value: "ten seconds", want: `FUNDUQ_LEASE_TTL: cannot read "ten seconds"`},
+		{key: "FUNDUQ_LEASE_TTL", value: "-1s", want: "FUNDUQ_LEASE_TTL: must be positive"},
+		{key: "FUNDUQ_DELIVER_TIMEOUT", value: "0s", want: "FUNDUQ_DELIVER_TIMEOUT: must be positive"},
+		{key: "FUNDUQ_PROVIDER_QUALITY_TOLERANCE", value: "three", want: "FUNDUQ_PROVIDER_QUALITY_TOLERANCE: cannot read"},
+		{key: "FUNDUQ_PROVIDER_QUALITY_TOLERANCE", value: "-1", want: "FUNDUQ_PROVIDER_QUALITY_TOLERANCE: must be 0"},
+		{key: "FUNDUQ_ADVERTISE_URL", value: "ws:/nohost", want: "FUNDUQ_ADVERTISE_URL"},
+		{key: "FUNDUQ_LOG_LEVEL", value: "loud", want: "FUNDUQ_LOG_LEVEL: cannot read"},
+	} {
+		t.Run(tc.key+"="+tc.value, func(t *testing.T) {
+			e := good()
+			if tc.drop {
+				delete(e, tc.key)
+			} else {
+				e[tc.key] = tc.value
+			}
+			_, err := config.ParseBroker(e, config.Host{})
+			var ce *config.Error
+			if !errors.As(err, &ce) {
+				t.Fatalf("err = %v, want a *config.Error", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not say %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), strings.Repeat("b6", 32)) {
+				t.Fatalf("error leaks a secret: %q", err)
+			}
+		})
+	}
+}
+
+// Parse reads only the map it is given, never the process environment.
+func TestParseReadsOnlyWhatItIsGiven(t *testing.T) {
+	for k, v := range good() {
+		t.Setenv(k, v)
+	}
+	if _, err := config.ParseDoor(map[string]string{}); err == nil {
+		t.Fatal("ParseDoor succeeded from an empty map: it read the process environment")
+	}
+	if _, err := config.ParseBroker(nil, config.Host{}); err == nil {
+		t.Fatal("ParseBroker succeeded from a nil map: it read the process environment")
+	}
+	if _, err := config.ParseLocalDoors(good()); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := config.ParseMigrate(good()); err != nil || c.DatabaseURL == "" {
+		t.Fatalf("migrate: %v", err)
+	}
+	m := config.FromList([]string{"A=1", "B=x=y"})
+	if m["A"] != "1" || m["B"] != "x=y" {
+		t.Fatalf("FromList = %v", m)
+	}
+}

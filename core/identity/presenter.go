@@ -1,0 +1,62 @@
+package identity
+
+import (
+	"fmt"
+	"time"
+)
+
+// PresenterHeader is the HTTP header carrying a presenter proof: the gateway's
+// way for a caller presenting an actor chain to prove which key presents it.
+const PresenterHeader = "Funduq-Presenter"
+
+// MakePresenterHeader returns the header value proving that s presents body at
+// ts: compact JSON {"publicKey":…,"timestamp":…,"signature":…} with the
+// signature over PresenterPayload. Sign the exact body bytes that are sent.
+func MakePresenterHeader(s *Signer, ts int64, body []byte) string {
+	key := s.PublicKeyHex()
+	sig := s.Sign(PresenterPayload(key, ts, body))
+	b := append([]byte(nil), `{"publicKey":`...)
+	b = appendPyJSONString(b, key)
+	b = append(b, `,"timestamp":`...)
+	b = append(b, itoa(ts)...)
+	b = append(b, `,"signature":`...)
+	b = appendPyJSONString(b, sig)
+	return string(append(b, '}'))
+}
+
+// ParsePresenterHeader verifies a Funduq-Presenter value against the exact
+// request body and returns the proven public key. The value must be a JSON
+// object with exactly publicKey (canonical hex), timestamp (integer, within
+// FreshnessWindow of now) and signature (hex, over PresenterPayload). Every
+// refusal wraps ErrBadPresenter, plus ErrStale, ErrBadKey or ErrBadSignature
+// where that is the cause. Doors treat any refusal as "no presenter", never as
+// an error of its own.
+func ParsePresenterHeader(value string, body []byte, now time.Time) (publicKeyHex string, err error) {
+	m, err := jsonObject([]byte(value), "publicKey", "timestamp", "signature")
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrBadPresenter, err)
+	}
+	key, ok := jsonString(m["publicKey"])
+	if !ok {
+		return "", fmt.Errorf("%w: publicKey is missing or not a string", ErrBadPresenter)
+	}
+	pub, err := ParsePublicKey(key)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrBadPresenter, err)
+	}
+	ts, ok := jsonInt(m["timestamp"])
+	if !ok {
+		return "", fmt.Errorf("%w: timestamp is missing or not an integer", ErrBadPresenter)
+	}
+	sig, ok := jsonString(m["signature"])
+	if !ok {
+		return "", fmt.Errorf("%w: signature is missing or not a string", ErrBadPresenter)
+	}
+	if err := CheckFresh(ts, now, FreshnessWindow); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrBadPresenter, err)
+	}
+	if err := Verify(pub, PresenterPayload(key, ts, body), sig); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrBadPresenter, err)
+	}
+	return key, nil
+}

@@ -1,0 +1,100 @@
+// Package livefeed is the live fan-out of run events (D9): after the broker
+// has stored an event in PostgreSQL it appends it to a Redis stream per run,
+// and doors tail that stream after reading the stored backlog. The stream is
+// a convenience for live readers, never the record: an event missing here is
+// still in run_events, in order, under the same seq.
+package livefeed
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Retention bounds what the feed keeps: the newest entries of a stream, for a
+// while after its last write. Readers fall back to PostgreSQL for the rest.
+const (
+	MaxLen      = 10000
+	LiveTTL     = 24 * time.Hour
+	FinishedTTL = 10 * time.Minute
+)
+
+// Feed publishes to, and reads from, the per-run streams.
+type Feed struct {
+	rdb    redis.UniversalClient
+	prefix string
+}
+
+// New returns a feed over rdb with keys under prefix (e.g. "funduq:").
+func New(rdb redis.UniversalClient, prefix string) *Feed { return &Feed{rdb: rdb, prefix: prefix} }
+
+// Key is the stream of one run.
+func (f *Feed) Key(runID string) string { return f.prefix + "run:" + runID + ":events" }
+
+// Publish appends event seq of runID. Entry ids are "<seq>-1" so the stream
+// order is the run's seq order and a re-publish of the same seq is refused.
+func (f *Feed) Publish(ctx context.Context, runID string, seq int, event json.RawMessage) error {
+	key := f.Key(runID)
+	pipe := f.rdb.Pipeline()
+	pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: strconv.Itoa(seq) + "-1", MaxLen: MaxLen, Approx: true,
+		Values: []any{"seq", seq, "event", string(event)}})
+	pipe.Expire(ctx, key, LiveTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("publish event %d of run %s: %w", seq, runID, err)
+	}
+	return nil
+}
+
+// End marks the run's stream finished with its final status, after its last
+// event, so a live reader knows to stop.
+func (f *Feed) End(ctx context.Context, runID string, lastSeq int, status string) error {
+	key := f.Key(runID)
+	pipe := f.rdb.Pipeline()
+	pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: strconv.Itoa(lastSeq) + "-2", MaxLen: MaxLen, Approx: true,
+		Values: []any{"end", status}})
+	pipe.Expire(ctx, key, FinishedTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("end stream of run %s: %w", runID, err)
+	}
+	return nil
+}
+
+// Entry is one item read from a run's stream: an event, or the end marker.
+type Entry struct {
+	Seq   int
+	Event json.RawMessage
+	End   string // the final status when this is the end marker
+}
+
+// Read blocks up to block for entries after seq `after` (block 0 returns at
+// once). It returns nil entries when nothing arrived.
+func (f *Feed) Read(ctx context.Context, runID string, after int, block time.Duration) ([]Entry, error) {
+	args := &redis.XReadArgs{Streams: []string{f.Key(runID), strconv.Itoa(after) + "-1"}, Count: 500, Block: block}
+	if block <= 0 {
+		args.Block = -1
+	}
+	res, err := f.rdb.XRead(ctx, args).Result()
+	if err == redis.Nil {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read stream of run %s: %w", runID, err)
+	}
+	var out []Entry
+	for _, s := range res {
+		for _, m := range s.Messages {
+			if st, ok := m.Values["end"].(string); ok {
+				out = append(out, Entry{End: st})
+				continue
+			}
+			seq, _ := strconv.Atoi(fmt.Sprint(m.Values["seq"]))
+			ev, _ := m.Values["event"].(string)
+			out = append(out, Entry{Seq: seq, Event: json.RawMessage(ev)})
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,209 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/funduq/funduq-go/core/run"
+)
+
+// NOTIFY channels the doors signal the broker on. Payloads carry a run id
+// only (NOTIFY payloads are small, and the row is the truth).
+const (
+	ChannelRunQueued  = "funduq_run_queued"  // a new run was inserted queued
+	ChannelRunCancel  = "funduq_run_cancel"  // a cancel was requested
+	ChannelRunResumed = "funduq_run_resumed" // a paused run was reopened
+)
+
+// Channels lists every channel the broker listens on.
+var Channels = []string{ChannelRunQueued, ChannelRunCancel, ChannelRunResumed}
+
+// Provider is a providers row.
+type Provider struct {
+	PublicKey   string
+	Fingerprint string
+	DisplayName string
+}
+
+// SaveProvider records a provider identity, refreshing its display name.
+// Two keys sharing a fingerprint are refused by the unique constraint.
+func (s *Store) SaveProvider(ctx context.Context, p Provider) error {
+	_, err := s.pool.Exec(ctx, `
+		INSERT INTO providers (public_key, fingerprint, display_name) VALUES ($1, $2, nullif($3, ''))
+		ON CONFLICT (public_key) DO UPDATE
+		SET display_name = coalesce(excluded.display_name, providers.display_name), updated_at = now()`,
+		p.PublicKey, p.Fingerprint, p.DisplayName)
+	if err != nil {
+		return fmt.Errorf("save provider %s: %w", p.PublicKey, err)
+	}
+	return nil
+}
+
+// Agent is an agents row as registered.
+type Agent struct {
+	ProviderKey        string
+	Name               string
+	Description        string
+	AgentCardExtra     json.RawMessage
+	Metadata           json.RawMessage
+	TakesInterjections bool
+}
+
+// SaveAgent records an agent registration (card, metadata, interjection flag).
+func (s *Store) SaveAgent(ctx context.Context, a Agent) error {
+	_, err := s.pool.Exec(ctx, `
+		INSERT INTO agents (provider_key, name, description, agent_card_extra, metadata, takes_interjections)
+		VALUES ($1, $2, $3, coalesce($4::jsonb, '{}'), coalesce($5::jsonb, '{}'), $6)
+		ON CONFLICT (provider_key, name) DO UPDATE SET
+			description = excluded.description, agent_card_extra = excluded.agent_card_extra,
+			metadata = excluded.metadata, takes_interjections = excluded.takes_interjections,
+			last_seen_at = now()`,
+		a.ProviderKey, a.Name, a.Description, nullJSON(a.AgentCardExtra), nullJSON(a.Metadata), a.TakesInterjections)
+	if err != nil {
+		return fmt.Errorf("save agent %s/%s: %w", a.ProviderKey, a.Name, err)
+	}
+	return nil
+}
+
+// NewThread describes a thread a door opens along with its first run.
+type NewThread struct {
+	ParentThreadID string
+	HeadKey        string          // the chain head binding the thread; "" = unbound
+	Metadata       json.RawMessage // the caller's bag at creation
+}
+
+// Message is one thread message a door records with its run.
+type Message struct {
+	MessageID string
+	Message   json.RawMessage // AG-UI message, id already rewritten to MessageID
+}
+
+// NewRun is everything a door writes for a run, in one transaction.
+type NewRun struct {
+	RunID       string
+	ThreadID    string
+	ProviderKey string
+	AgentName   string
+	// CreateThread opens ThreadID as a new thread; otherwise ThreadID must
+	// exist and belong to the agent.
+	CreateThread    *NewThread
+	RunInput        json.RawMessage
+	ParentRunID     string
+	ActorChain      json.RawMessage
+	CallerRequestID string // the AG-UI caller's runId or the A2A messageId
+	IdempotencyKey  string // the Idempotency-Key header
+	Messages        []Message
+}
+
+// ErrThreadMismatch: the thread named belongs to another agent.
+var ErrThreadMismatch = errors.New("thread belongs to another agent")
+
+// CreateRun writes a queued run, its thread (when new) and its caller
+// messages, and NOTIFYs the broker, all in one transaction. A retried request
+// (same caller request id on the thread, or same idempotency key for the
+// agent) creates nothing and returns the original run with created=false.
+func (s *Store) CreateRun(ctx context.Context, nr NewRun) (r Run, created bool, err error) {
+	what := fmt.Sprintf("create run %s on thread %s", nr.RunID, nr.ThreadID)
+	if existing, ok, err := s.findRetried(ctx, nr); err != nil || ok {
+		return existing, false, err
+	}
+	err = s.inTx(ctx, what, func(tx pgx.Tx) error {
+		if t := nr.CreateThread; t != nil {
+			_, err := tx.Exec(ctx, `
+				INSERT INTO threads (thread_id, provider_key, agent_name, parent_thread_id, head_key, metadata)
+				VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), coalesce($6::jsonb, '{}'))`,
+				nr.ThreadID, nr.ProviderKey, nr.AgentName, t.ParentThreadID, t.HeadKey, nullJSON(t.Metadata))
+			if err != nil {
+				return err
+			}
+		} else {
+			var pk, name string
+			err := tx.QueryRow(ctx, `UPDATE threads SET last_activity_at = now() WHERE thread_id = $1
+				RETURNING provider_key, agent_name`, nr.ThreadID).Scan(&pk, &name)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("thread %s: %w", nr.ThreadID, ErrNotFound)
+			}
+			if err != nil {
+				return err
+			}
+			if pk != nr.ProviderKey || name != nr.AgentName {
+				return fmt.Errorf("thread %s: %w", nr.ThreadID, ErrThreadMismatch)
+			}
+		}
+		row, err := scanRun(tx.QueryRow(ctx, `
+			INSERT INTO runs (run_id, thread_id, provider_key, agent_name, status, run_input, parent_run_id,
+			                  actor_chain, caller_request_id, idempotency_key)
+			VALUES ($1, $2, $3, $4, 'queued', $5::json, nullif($6, ''), $7::jsonb, nullif($8, ''), nullif($9, ''))
+			RETURNING `+runColumns,
+			nr.RunID, nr.ThreadID, nr.ProviderKey, nr.AgentName, string(nr.RunInput), nr.ParentRunID,
+			nullJSON(nr.ActorChain), nr.CallerRequestID, nr.IdempotencyKey))
+		if err != nil {
+			return err
+		}
+		for _, m := range nr.Messages {
+			if _, err := tx.Exec(ctx, `
+				INSERT INTO thread_messages (thread_id, run_id, message_id, message, origin)
+				VALUES ($1, $2, $3, $4::json, 'caller')`, nr.ThreadID, nr.RunID, m.MessageID, string(m.Message)); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelRunQueued, nr.RunID); err != nil {
+			return err
+		}
+		r = row
+		return nil
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" &&
+		(pgErr.ConstraintName == "runs_caller_request_uq" || pgErr.ConstraintName == "runs_idempotency_uq") {
+		// A concurrent retry of the same request won the insert.
+		if existing, ok, ferr := s.findRetried(ctx, nr); ferr == nil && ok {
+			return existing, false, nil
+		}
+	}
+	if err != nil {
+		return Run{}, false, err
+	}
+	s.log.InfoContext(ctx, "run queued", "run_id", r.RunID, "thread_id", r.ThreadID,
+		"provider_key", r.ProviderKey, "agent", r.AgentName)
+	return r, true, nil
+}
+
+func (s *Store) findRetried(ctx context.Context, nr NewRun) (Run, bool, error) {
+	var q string
+	var args []any
+	switch {
+	case nr.IdempotencyKey != "":
+		q = `SELECT ` + runColumns + ` FROM runs WHERE provider_key = $1 AND agent_name = $2 AND idempotency_key = $3`
+		args = []any{nr.ProviderKey, nr.AgentName, nr.IdempotencyKey}
+	case nr.CallerRequestID != "" && nr.CreateThread == nil:
+		q = `SELECT ` + runColumns + ` FROM runs WHERE thread_id = $1 AND caller_request_id = $2`
+		args = []any{nr.ThreadID, nr.CallerRequestID}
+	default:
+		return Run{}, false, nil
+	}
+	r, err := scanRun(s.pool.QueryRow(ctx, q, args...))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Run{}, false, nil
+	}
+	if err != nil {
+		return Run{}, false, fmt.Errorf("look up retried request: %w", err)
+	}
+	return r, true, nil
+}
+
+// QueuedRuns lists runs waiting in queued, oldest first: the broker's
+// catch-up read on every (re)connect and at takeover.
+func (s *Store) QueuedRuns(ctx context.Context, limit int) ([]Run, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+runColumns+` FROM runs WHERE status = $1
+		ORDER BY queued_at, run_id LIMIT $2`, string(run.Queued), limit)
+	if err != nil {
+		return nil, fmt.Errorf("list queued runs: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) { return scanRun(row) })
+}

@@ -1,0 +1,114 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"sort"
+
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+func migrationsFS() fs.FS {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		panic(err) // the embed pattern above guarantees the folder
+	}
+	return sub
+}
+
+// MigrationsHash identifies the embedded schema: a sha256 over every
+// migration file's name and bytes. Test helpers key template databases on it.
+func MigrationsHash() string {
+	fsys := migrationsFS()
+	names, _ := fs.Glob(fsys, "*.sql")
+	sort.Strings(names)
+	h := sha256.New()
+	for _, n := range names {
+		b, _ := fs.ReadFile(fsys, n)
+		h.Write([]byte(n))
+		h.Write([]byte{0})
+		h.Write(b)
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Migrate applies every pending migration to the database at dsn. It takes a
+// PostgreSQL advisory lock for the duration, so several nodes starting at
+// once migrate one after another rather than over each other.
+func Migrate(ctx context.Context, dsn string, log *slog.Logger) error {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return fmt.Errorf("migrate: open database: %w", err)
+	}
+	defer db.Close()
+	return MigrateDB(ctx, db, log)
+}
+
+// MigrateDB is Migrate over an open database/sql handle (pgx stdlib driver).
+func MigrateDB(ctx context.Context, db *sql.DB, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return fmt.Errorf("migrate: locker: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrationsFS(), goose.WithSessionLocker(locker))
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	results, err := p.Up(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: apply: %w", err)
+	}
+	for _, r := range results {
+		log.InfoContext(ctx, "migration applied", "version", r.Source.Version, "file", r.Source.Path, "took", r.Duration.String())
+	}
+	return nil
+}
+
+// SchemaVersion returns the newest applied migration version and the newest
+// embedded one; a node is only ready when they are equal.
+func SchemaVersion(ctx context.Context, db *sql.DB) (applied, embedded int64, err error) {
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrationsFS())
+	if err != nil {
+		return 0, 0, fmt.Errorf("schema version: %w", err)
+	}
+	applied, err = p.GetDBVersion(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("schema version: %w", err)
+	}
+	srcs := p.ListSources()
+	if len(srcs) > 0 {
+		embedded = srcs[len(srcs)-1].Version
+	}
+	return applied, embedded, nil
+}
+
+// keep the pgx database/sql driver registered for sql.Open("pgx", …).
+var _ = stdlib.GetDefaultDriver
+
+// EmbeddedSchemaVersion is the newest migration version this binary embeds.
+func EmbeddedSchemaVersion() int64 {
+	names, _ := fs.Glob(migrationsFS(), "*.sql")
+	var newest int64
+	for _, n := range names {
+		var v int64
+		if _, err := fmt.Sscanf(n, "%d_", &v); err == nil && v > newest {
+			newest = v
+		}
+	}
+	return newest
+}

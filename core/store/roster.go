@@ -1,0 +1,135 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrFingerprintTaken: another key already holds this key's fingerprint.
+var ErrFingerprintTaken = errors.New("provider fingerprint taken by another key")
+
+// ErrAgentInUse: the agent has a conversation behind it and cannot be deleted.
+var ErrAgentInUse = errors.New("agent has a conversation behind it")
+
+// RegisterAgents records a provider and the agents a link registered, under
+// the broker's epoch, and marks them served by that epoch.
+func (s *Store) RegisterAgents(ctx context.Context, epoch int64, p Provider, agents []Agent) error {
+	err := s.inTx(ctx, "register agents of "+p.PublicKey, func(tx pgx.Tx) error {
+		if err := fence(ctx, tx, epoch); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO providers (public_key, fingerprint, display_name) VALUES ($1, $2, nullif($3, ''))
+			ON CONFLICT (public_key) DO UPDATE
+			SET display_name = coalesce(excluded.display_name, providers.display_name), updated_at = now()`,
+			p.PublicKey, p.Fingerprint, p.DisplayName); err != nil {
+			return err
+		}
+		for _, a := range agents {
+			if _, err := tx.Exec(ctx, `
+				INSERT INTO agents (provider_key, name, description, agent_card_extra, metadata, takes_interjections,
+				                    served_epoch, unserved_since)
+				VALUES ($1, $2, $3, coalesce($4::jsonb, '{}'), coalesce($5::jsonb, '{}'), $6, $7, NULL)
+				ON CONFLICT (provider_key, name) DO UPDATE SET
+					description = excluded.description, agent_card_extra = excluded.agent_card_extra,
+					metadata = excluded.metadata, takes_interjections = excluded.takes_interjections,
+					served_epoch = excluded.served_epoch, unserved_since = NULL, last_seen_at = now()`,
+				a.ProviderKey, a.Name, a.Description, nullJSON(a.AgentCardExtra), nullJSON(a.Metadata),
+				a.TakesInterjections, epoch); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "providers_fingerprint_key" {
+		return fmt.Errorf("register %s: %w", p.PublicKey, ErrFingerprintTaken)
+	}
+	return err
+}
+
+// MarkUnserved records that nobody serves these agents of key any more.
+func (s *Store) MarkUnserved(ctx context.Context, epoch int64, key string, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	return s.inTx(ctx, "mark agents of "+key+" unserved", func(tx pgx.Tx) error {
+		if err := fence(ctx, tx, epoch); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE agents SET served_epoch = NULL, unserved_since = now()
+			WHERE provider_key = $1 AND name = ANY($2) AND served_epoch IS NOT NULL`, key, names)
+		return err
+	})
+}
+
+// ForgetServedBefore marks unserved every agent an older epoch said it
+// served: a new leader's roster starts empty.
+func (s *Store) ForgetServedBefore(ctx context.Context, epoch int64) error {
+	return s.inTx(ctx, "forget older rosters", func(tx pgx.Tx) error {
+		if err := fence(ctx, tx, epoch); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE agents SET served_epoch = NULL, unserved_since = now()
+			WHERE served_epoch IS NOT NULL AND served_epoch <> $1`, epoch); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE llm_offerings SET served_epoch = NULL
+			WHERE served_epoch IS NOT NULL AND served_epoch <> $1`, epoch)
+		return err
+	})
+}
+
+// DeleteAgent removes an agent record, refusing one with any thread or run.
+func (s *Store) DeleteAgent(ctx context.Context, epoch int64, key, name string) error {
+	return s.inTx(ctx, "delete agent "+name, func(tx pgx.Tx) error {
+		if err := fence(ctx, tx, epoch); err != nil {
+			return err
+		}
+		var history bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM threads WHERE provider_key = $1 AND agent_name = $2)
+			OR EXISTS (SELECT 1 FROM runs WHERE provider_key = $1 AND agent_name = $2)`, key, name).Scan(&history); err != nil {
+			return err
+		}
+		if history {
+			return ErrAgentInUse
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM agents WHERE provider_key = $1 AND name = $2`, key, name)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrNotFound
+		}
+		return nil
+	})
+}
+
+// AgentInfo is an agent as listed.
+type AgentInfo struct {
+	Agent
+	Online bool // served by the current leader's roster
+}
+
+// ListAgents lists every registered agent; Online means the current
+// leader's roster serves it.
+func (s *Store) ListAgents(ctx context.Context) ([]AgentInfo, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT a.provider_key, a.name, a.description, a.agent_card_extra, a.metadata, a.takes_interjections,
+		       a.served_epoch IS NOT NULL AND a.served_epoch = l.epoch
+		FROM agents a CROSS JOIN broker_leader l ORDER BY a.provider_key, a.name`)
+	if err != nil {
+		return nil, fmt.Errorf("list agents: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (AgentInfo, error) {
+		var a AgentInfo
+		var extra, meta []byte
+		err := row.Scan(&a.ProviderKey, &a.Name, &a.Description, &extra, &meta, &a.TakesInterjections, &a.Online)
+		a.AgentCardExtra, a.Metadata = extra, meta
+		return a, err
+	})
+}

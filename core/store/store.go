@@ -1,0 +1,59 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Store is the handle doors and the broker share. It owns its pool.
+type Store struct {
+	pool *pgxpool.Pool
+	log  *slog.Logger
+}
+
+// Options tune Open. The zero value is usable.
+type Options struct {
+	// MaxConns caps the pool (0 keeps pgx's default). Lambda doors want 1–2.
+	MaxConns int32
+	Log      *slog.Logger
+}
+
+// Open connects a pool to dsn and checks it answers.
+func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open store: parse database url: %w", err)
+	}
+	if opt.MaxConns > 0 {
+		cfg.MaxConns = opt.MaxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open store: ping %s@%s: %w", cfg.ConnConfig.User, cfg.ConnConfig.Host, err)
+	}
+	return New(pool, opt.Log), nil
+}
+
+// New wraps an existing pool; the caller keeps ownership of it.
+func New(pool *pgxpool.Pool, log *slog.Logger) *Store {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Store{pool: pool, log: log}
+}
+
+// Pool exposes the pool for packages that run their own queries (LISTEN).
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// Ping reports whether the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+// Close closes the pool.
+func (s *Store) Close() { s.pool.Close() }

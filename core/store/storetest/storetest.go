@@ -1,0 +1,127 @@
+// Package storetest gives tests a real, freshly migrated PostgreSQL database
+// of their own. It is for tests only: it reads the test environment
+// (FUNDUQ_TEST_DATABASE_URL) and, when no server answers, skips — or fails
+// when CI=true, because a skipped storage test is not a passing one.
+//
+// Each call clones a template database that is migrated once per schema
+// version (pgtestdb), so a test costs a CREATE DATABASE, not a migration, and
+// the database is dropped when the test passes.
+package storetest
+
+import (
+	"context"
+	"database/sql"
+	"net/url"
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx" for pgtestdb
+	"github.com/peterldowns/pgtestdb"
+
+	"github.com/funduq/funduq-go/core/store"
+)
+
+// DefaultURL is used when FUNDUQ_TEST_DATABASE_URL is unset: the machine's
+// own PostgreSQL with trust auth.
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// AdminURL is the server tests create their databases on.
+func AdminURL() string {
+	if u := os.Getenv("FUNDUQ_TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
+type migrator struct{}
+
+func (migrator) Hash() (string, error) { return store.MigrationsHash(), nil }
+
+func (migrator) Migrate(ctx context.Context, db *sql.DB, _ pgtestdb.Config) error {
+	return store.MigrateDB(ctx, db, nil)
+}
+
+var reach struct {
+	once sync.Once
+	err  error
+}
+
+// Unavailable skips (or, under CI=true, fails) the test with why.
+func Unavailable(t testing.TB, what string, err error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s is required under CI=true and is not reachable: %v", what, err)
+	}
+	t.Skipf("%s not reachable (%v): run the tests with scripts/test, which starts it", what, err)
+}
+
+func config(t testing.TB) pgtestdb.Config {
+	t.Helper()
+	u, err := url.Parse(AdminURL())
+	if err != nil {
+		t.Fatalf("FUNDUQ_TEST_DATABASE_URL: %v", err)
+	}
+	pw, _ := u.User.Password()
+	port := u.Port()
+	if port == "" {
+		port = "5432"
+	}
+	q := u.Query()
+	if q.Get("sslmode") == "" {
+		q.Set("sslmode", "disable")
+	}
+	db := u.Path
+	if len(db) > 0 && db[0] == '/' {
+		db = db[1:]
+	}
+	if db == "" {
+		db = "postgres"
+	}
+	return pgtestdb.Config{
+		DriverName:                "pgx",
+		Host:                      u.Hostname(),
+		Port:                      port,
+		User:                      u.User.Username(),
+		Password:                  pw,
+		Database:                  db,
+		Options:                   q.Encode(),
+		ForceTerminateConnections: true,
+	}
+}
+
+// URL returns the connection URL of a new migrated database for this test.
+func URL(t testing.TB) string {
+	t.Helper()
+	conf := config(t)
+	reach.once.Do(func() {
+		db, err := conf.Connect()
+		if err == nil {
+			err = db.Ping()
+			db.Close()
+		}
+		reach.err = err
+	})
+	if reach.err != nil {
+		Unavailable(t, "PostgreSQL at "+conf.Host+":"+conf.Port, reach.err)
+	}
+	return pgtestdb.Custom(t, conf, migrator{}).URL()
+}
+
+// Pool opens a pgx pool on a new migrated database, closed when the test ends.
+func Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), URL(t))
+	if err != nil {
+		t.Fatalf("open test pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// Store opens a store on a new migrated database.
+func Store(t testing.TB) *store.Store {
+	t.Helper()
+	return store.New(Pool(t), nil)
+}

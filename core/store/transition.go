@@ -1,0 +1,114 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/funduq/funduq-go/core/run"
+)
+
+// Move asks for one status write. The legal from-statuses come from the
+// status machine in package run, never from the caller, so no writer can
+// widen them.
+type Move struct {
+	RunID  string
+	To     run.Status
+	Writer run.Writer
+	// Epoch is the broker's leader epoch; required when Writer is ByBroker,
+	// ignored for doors.
+	Epoch int64
+	// Reason is required when To is failed and refused otherwise.
+	Reason run.Reason
+	// Interrupt is the pause payload stored with input-required.
+	Interrupt json.RawMessage
+	// RunInput, when set on a door's reopen (input-required → queued),
+	// replaces the stored input with the resumed one.
+	RunInput json.RawMessage
+}
+
+// Transition applies m if, and only if, the run is in a status m.To may be
+// written from by m.Writer and (for the broker) m.Epoch still leads. It
+// returns the run as written. A refused write changes nothing and returns a
+// *TransitionError (the status found), a *StaleEpochError, or ErrNotFound.
+func (s *Store) Transition(ctx context.Context, m Move) (Run, error) {
+	what := fmt.Sprintf("run %s: move to %s", m.RunID, m.To)
+	from := run.LegalFrom(m.Writer, m.To)
+	if from == nil {
+		return Run{}, fmt.Errorf("%s: %w", what, &TransitionError{RunID: m.RunID, To: m.To, Writer: m.Writer})
+	}
+	if (m.To == run.Failed) != (m.Reason != "") {
+		return Run{}, fmt.Errorf("%s: a failure reason is required for failed and only for failed", what)
+	}
+	if m.Writer == run.ByBroker && m.Epoch <= 0 {
+		return Run{}, fmt.Errorf("%s: a broker write needs its leader epoch", what)
+	}
+	var epoch *int64
+	if m.Writer == run.ByBroker {
+		epoch = &m.Epoch
+	}
+	var out Run
+	err := s.inTx(ctx, what, func(tx pgx.Tx) error {
+		if epoch != nil {
+			if err := fence(ctx, tx, *epoch); err != nil {
+				return err
+			}
+		}
+		r, err := scanRun(tx.QueryRow(ctx, `
+			UPDATE runs SET
+				status = $2,
+				failure_reason = nullif($4, ''),
+				interrupt = CASE WHEN $2 = 'input-required' THEN $5::jsonb ELSE NULL END,
+				run_input = coalesce($6::json, run_input),
+				owner_epoch = coalesce($7, owner_epoch),
+				started_at = CASE WHEN $2 = 'running' THEN now() ELSE started_at END,
+				completed_at = CASE WHEN $2 IN ('completed', 'failed', 'cancelled') THEN now() ELSE completed_at END,
+				queued_at = CASE WHEN $2 = 'queued' AND status = 'input-required' THEN now() ELSE queued_at END,
+				last_activity_at = now()
+			WHERE run_id = $1 AND status = ANY($3)
+			RETURNING `+runColumns,
+			m.RunID, string(m.To), statusStrings(from), string(m.Reason), nullJSON(m.Interrupt), nullJSON(m.RunInput), epoch))
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Nothing matched: say why, from what is there now.
+			var found string
+			err := tx.QueryRow(ctx, `SELECT status FROM runs WHERE run_id = $1`, m.RunID).Scan(&found)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return ErrNotFound
+			}
+			if err != nil {
+				return err
+			}
+			return &TransitionError{RunID: m.RunID, From: run.Status(found), To: m.To, Writer: m.Writer}
+		}
+		if err != nil {
+			return err
+		}
+		out = r
+		return nil
+	})
+	if err != nil {
+		return Run{}, err
+	}
+	s.log.DebugContext(ctx, "run status written", "run_id", out.RunID, "thread_id", out.ThreadID,
+		"status", string(out.Status), "writer", m.Writer.String(), "epoch", m.Epoch)
+	return out, nil
+}
+
+func statusStrings(ss []run.Status) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = string(s)
+	}
+	return out
+}
+
+// nullJSON turns an empty raw message into SQL NULL.
+func nullJSON(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return string(b)
+}

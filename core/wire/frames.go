@@ -1,0 +1,215 @@
+package wire
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+)
+
+// Version is the provider wire this funduq speaks (the hello's "version").
+const Version = 4
+
+// Frame types on /ws/provider.
+const (
+	TypeHello       = "hello"
+	TypeWelcome     = "welcome"
+	TypeRegister    = "register"
+	TypeRegistered  = "registered"
+	TypeDeleteAgent = "deleteAgent"
+	TypeDeleted     = "deleted"
+	TypeRun         = "run"
+	TypeAck         = "ack"
+	TypeEvent       = "event"
+	TypeFinish      = "finish"
+	TypeCancel      = "cancel"
+	TypeQuery       = "query"
+	TypeQueryResult = "queryResult"
+	TypeError       = "error"
+)
+
+// ProviderInbound and ProviderOutbound are the frame sets after the handshake
+// (funduq-server-wire-vectors-v4.json).
+var (
+	ProviderInbound  = []string{TypeRegister, TypeDeleteAgent, TypeAck, TypeEvent, TypeFinish, TypeQuery}
+	ProviderOutbound = []string{TypeWelcome, TypeRun, TypeCancel, TypeRegistered, TypeDeleted, TypeQueryResult, TypeError}
+)
+
+// Hello opens a link: the provider's key, its ticket from POST /tickets, a
+// fresh nonce and its proof over ProviderConnectPayload. MaxConcurrentRuns
+// nil (or absent) declares no limit.
+type Hello struct {
+	Type              string `json:"type"`
+	Version           *int   `json:"version,omitempty"`
+	PublicKey         string `json:"publicKey"`
+	Ticket            string `json:"ticket"`
+	Nonce             string `json:"nonce"`
+	Proof             string `json:"proof"`
+	MaxConcurrentRuns *int   `json:"maxConcurrentRuns"`
+}
+
+// Welcome answers a good hello: funduq's key and its signature over
+// FunduqConnectPayload(ticket, nonce).
+type Welcome struct {
+	Type            string `json:"type"`
+	FunduqPublicKey string `json:"funduqPublicKey"`
+	Answer          string `json:"answer"`
+}
+
+// TicketRequest is POST /tickets' body.
+type TicketRequest struct {
+	PublicKey string `json:"publicKey"`
+}
+
+// TicketResponse is POST /tickets' 201 answer.
+type TicketResponse struct {
+	Ticket          string `json:"ticket"`
+	FunduqPublicKey string `json:"funduqPublicKey"`
+}
+
+// Registration is one agent in a register frame (funduq_contract's
+// Registration: unknown keys are refused).
+type Registration struct {
+	Name               string          `json:"name"`
+	Description        string          `json:"description"`
+	AgentCardExtra     json.RawMessage `json:"agentCardExtra,omitempty"`
+	Metadata           json.RawMessage `json:"metadata,omitempty"`
+	TakesInterjections bool            `json:"takesInterjections"`
+}
+
+// Register carries the full roster this link serves.
+type Register struct {
+	Type         string         `json:"type"`
+	Agents       []Registration `json:"agents"`
+	ProviderName string         `json:"providerName,omitempty"`
+}
+
+// Registered echoes the names now live, sorted.
+type Registered struct {
+	Type  string   `json:"type"`
+	Names []string `json:"names"`
+}
+
+// DeleteAgent removes one agent record; Deleted confirms it.
+type DeleteAgent struct {
+	Type string `json:"type"`
+	Name string `json:"name"`
+}
+
+// Deleted confirms a deleteAgent.
+type Deleted struct {
+	Type string `json:"type"`
+	Name string `json:"name"`
+}
+
+// Ack is the provider's three-valued verdict on an offer. Accepted absent
+// means true; false with a non-empty reason is a permanent refusal; false
+// otherwise is a decline.
+type Ack struct {
+	Type     string  `json:"type"`
+	RunID    string  `json:"runId"`
+	Accepted *bool   `json:"accepted,omitempty"`
+	Reason   *string `json:"reason,omitempty"`
+}
+
+// Verdict is an Ack read.
+type Verdict int
+
+const (
+	Accepted Verdict = iota + 1
+	Declined
+	Refused
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Accepted:
+		return "accepted"
+	case Declined:
+		return "declined"
+	case Refused:
+		return "refused"
+	}
+	return fmt.Sprintf("verdict(%d)", int(v))
+}
+
+// Verdict reads the ack's answer and, for a refusal, its reason.
+func (a Ack) Verdict() (Verdict, string) {
+	if a.Accepted == nil || *a.Accepted {
+		return Accepted, ""
+	}
+	if a.Reason != nil && *a.Reason != "" {
+		return Refused, *a.Reason
+	}
+	return Declined, ""
+}
+
+// Event carries one AG-UI event of a run. Seq is funduq-go's optional
+// extension (D7): a provider-side sequence number so a resent event is
+// stored once; providers that do not send it are unaffected.
+type Event struct {
+	Type  string          `json:"type"`
+	RunID string          `json:"runId"`
+	Event json.RawMessage `json:"event"`
+	Seq   *int64          `json:"seq,omitempty"`
+}
+
+// Finish says a run's stream ended.
+type Finish struct {
+	Type  string `json:"type"`
+	RunID string `json:"runId"`
+}
+
+// Cancel asks the provider to stop a run; a request, never a command.
+type Cancel struct {
+	Type  string `json:"type"`
+	RunID string `json:"runId"`
+}
+
+// Query asks funduq for thread messages (method "thread_messages").
+type Query struct {
+	Type    string          `json:"type"`
+	QueryID string          `json:"queryId"`
+	Method  string          `json:"method"`
+	Params  json.RawMessage `json:"params"`
+}
+
+// ThreadMessagesParams are thread_messages' params.
+type ThreadMessagesParams struct {
+	ThreadID string `json:"threadId"`
+	Limit    *int   `json:"limit,omitempty"`
+}
+
+// QueryResult answers a query with a result or an error.
+type QueryResult struct {
+	Type    string          `json:"type"`
+	QueryID string          `json:"queryId"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   string          `json:"error,omitempty"`
+}
+
+// Error is funduq's never-fatal complaint about a frame.
+type Error struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+	RunID   string `json:"runId,omitempty"`
+	Name    string `json:"name,omitempty"`
+}
+
+// AgentNamePattern is the name rule: names go into URL path segments.
+var AgentNamePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// PeekType reads a frame's "type"; ok is false when raw is not a JSON object
+// with a string type.
+func PeekType(raw []byte) (string, bool) {
+	var f struct {
+		Type *string `json:"type"`
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) != nil {
+		return "", false
+	}
+	if json.Unmarshal(raw, &f) != nil || f.Type == nil {
+		return "", false
+	}
+	return *f.Type, true
+}

@@ -1,0 +1,340 @@
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// Defaults and limits.
+const (
+	// DefaultPingInterval is how often an idle link sends a WebSocket ping
+	// when Config.PingInterval is zero.
+	DefaultPingInterval = 30 * time.Second
+	// QueryTimeout bounds how long Query waits for its queryResult.
+	QueryTimeout = 30 * time.Second
+	// MaxBufferedFrames is how many event frames one run may have waiting to
+	// be written; Emit waits for room beyond it. A run's closing RUN_ERROR and
+	// its finish are always accepted.
+	MaxBufferedFrames = 10000
+
+	handshakeTimeout = 10 * time.Second
+	writeTimeout     = 10 * time.Second
+	drainTimeout     = 5 * time.Second
+	maxFrameBytes    = 32 << 20
+)
+
+// Errors a Client reports.
+var (
+	// ErrAlreadyRunning: Run was called while another Run of the same client
+	// was still serving.
+	ErrAlreadyRunning = errors.New("provider: client is already running")
+	// ErrNotConnected: Query was called with no registered link.
+	ErrNotConnected = errors.New("provider: not connected")
+	// ErrLinkLost: the link a Query was sent on dropped before its answer came.
+	ErrLinkLost = errors.New("provider: link lost")
+	// ErrQueryTimeout: no queryResult within QueryTimeout.
+	ErrQueryTimeout = errors.New("provider: query timed out")
+	// ErrPinMismatch: POST /tickets named a funduq key other than the pinned one.
+	ErrPinMismatch = errors.New("provider: funduq key does not match the pinned key")
+	// ErrBadWelcome: the first frame after hello was not a welcome that
+	// verifies under funduq's key.
+	ErrBadWelcome = errors.New("provider: bad welcome")
+	// ErrNotRegistered: the frame after register was not registered.
+	ErrNotRegistered = errors.New("provider: register was not answered with registered")
+	// ErrCancelRequested is the cause of a run context cancelled because
+	// funduq sent cancel for the run (see context.Cause).
+	ErrCancelRequested = errors.New("provider: funduq asked to cancel the run")
+	// ErrRunNotHeld is the cause of a run context cancelled because funduq
+	// answered one of the run's reports with "no such run": it no longer
+	// holds the run, so nothing the handler emits will be recorded.
+	ErrRunNotHeld = errors.New("provider: funduq does not hold this run")
+	// ErrRunFinished: Emit on a run whose finish has been sent.
+	ErrRunFinished = errors.New("provider: run already finished")
+	// ErrDetachedRun: Emit on a Run that was not delivered by a Client.
+	ErrDetachedRun = errors.New("provider: run is not attached to a client")
+)
+
+// Backoff bounds the reconnect delay: the n-th consecutive failure waits about
+// Min·2ⁿ (never more than Max), with random jitter of up to half of it.
+type Backoff struct {
+	Min time.Duration // default 200ms
+	Max time.Duration // default 30s
+}
+
+// Config describes a Client.
+type Config struct {
+	// BaseURL is the funduq broker node's http(s) URL. Tickets are fetched
+	// from {BaseURL}/tickets; the link is {BaseURL with http→ws,
+	// https→wss}/ws/provider (a path prefix is kept).
+	BaseURL string
+	// Signer is the provider's identity; the provider is its public key.
+	Signer *identity.Signer
+	// FunduqKey optionally pins funduq's public key (64 lowercase hex). When
+	// set, the key POST /tickets names must equal it before anything is signed.
+	FunduqKey string
+	// MaxConcurrentRuns is the declared capacity, sent in hello. nil declares
+	// no limit, and then the client never declines for room.
+	MaxConcurrentRuns *int
+	// ProviderName is an optional display label for the key.
+	ProviderName string
+	// Agents is the full roster this client serves (at least one).
+	Agents []Agent
+	// SerializePerThread runs one active turn per conversation: runs of one
+	// thread are handled one at a time, in arrival order, while different
+	// threads run side by side — the off-the-shelf form of a provider's own
+	// turn-taking. Queued runs count against MaxConcurrentRuns.
+	SerializePerThread bool
+	// Logger receives the client's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Dialer dials the link; nil means a dialer with a 10 s handshake
+	// timeout that honours the proxy environment.
+	Dialer *websocket.Dialer
+	// HTTPClient posts to /tickets; nil means a private client with a 10 s
+	// timeout whose idle connections are closed when Run returns.
+	HTTPClient *http.Client
+	// Backoff paces reconnects; zero fields take their defaults.
+	Backoff Backoff
+	// PingInterval is how often the client pings funduq; a link that shows
+	// no sign of life for two and a half intervals is dropped. Zero means
+	// DefaultPingInterval, negative disables pings and the read deadline.
+	PingInterval time.Duration
+}
+
+// Client serves Config.Agents on one funduq link at a time. Build it with New
+// and start it with Run.
+type Client struct {
+	cfg          Config
+	base         *url.URL
+	log          *slog.Logger
+	agents       map[string]*Agent
+	maxRuns      int // 0 = unlimited
+	registerMsg  []byte
+	httpClient   *http.Client
+	ownTransport *http.Transport
+	dialer       *websocket.Dialer
+	pingInterval time.Duration // 0 = disabled
+	maxBuffered  int           // MaxBufferedFrames; lowered by tests
+
+	running   atomic.Bool
+	connected atomic.Bool
+	ready     chan struct{}
+	readyOnce sync.Once
+
+	// handlers counts handler and lane goroutines; Run waits for it.
+	handlers sync.WaitGroup
+
+	mu       sync.Mutex
+	changed  chan struct{} // closed and replaced on every state change
+	runCtx   context.Context
+	link     *link // the registered link, nil between links
+	runs     map[string]*runState
+	inFlight int // accepted runs whose finish is not yet queued
+	active   int // live handler/lane goroutines
+	outbox   []*outFrame
+	lanes    map[string]*lane
+}
+
+// New validates cfg and builds a Client. It does not connect.
+func New(cfg Config) (*Client, error) {
+	base, err := parseBaseURL(cfg.BaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Signer == nil {
+		return nil, errors.New("provider: Config.Signer is required")
+	}
+	if cfg.FunduqKey != "" {
+		if _, err := identity.ParsePublicKey(cfg.FunduqKey); err != nil {
+			return nil, fmt.Errorf("provider: Config.FunduqKey: %w", err)
+		}
+	}
+	maxRuns := 0
+	if cfg.MaxConcurrentRuns != nil {
+		if *cfg.MaxConcurrentRuns < 1 {
+			return nil, fmt.Errorf("provider: Config.MaxConcurrentRuns must be at least 1 (nil declares no limit), got %d", *cfg.MaxConcurrentRuns)
+		}
+		maxRuns = *cfg.MaxConcurrentRuns
+	}
+	agents, regs, err := checkAgents(cfg.Agents)
+	if err != nil {
+		return nil, err
+	}
+	registerMsg, err := wire.Marshal(wire.Register{Type: wire.TypeRegister, Agents: regs, ProviderName: cfg.ProviderName})
+	if err != nil {
+		return nil, fmt.Errorf("provider: encoding register: %w", err)
+	}
+	if cfg.Backoff.Min <= 0 {
+		cfg.Backoff.Min = 200 * time.Millisecond
+	}
+	if cfg.Backoff.Max <= 0 {
+		cfg.Backoff.Max = 30 * time.Second
+	}
+	if cfg.Backoff.Max < cfg.Backoff.Min {
+		cfg.Backoff.Max = cfg.Backoff.Min
+	}
+	c := &Client{
+		cfg:         cfg,
+		base:        base,
+		log:         cfg.Logger,
+		agents:      agents,
+		maxRuns:     maxRuns,
+		registerMsg: registerMsg,
+		maxBuffered: MaxBufferedFrames,
+		httpClient:  cfg.HTTPClient,
+		dialer:      cfg.Dialer,
+		ready:       make(chan struct{}),
+		changed:     make(chan struct{}),
+		runs:        make(map[string]*runState),
+		lanes:       make(map[string]*lane),
+	}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	c.log = c.log.With("provider", cfg.Signer.PublicKeyHex())
+	if c.httpClient == nil {
+		c.ownTransport = http.DefaultTransport.(*http.Transport).Clone()
+		c.httpClient = &http.Client{Timeout: handshakeTimeout, Transport: c.ownTransport}
+	}
+	if c.dialer == nil {
+		c.dialer = &websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: handshakeTimeout}
+	}
+	switch {
+	case cfg.PingInterval == 0:
+		c.pingInterval = DefaultPingInterval
+	case cfg.PingInterval > 0:
+		c.pingInterval = cfg.PingInterval
+	}
+	return c, nil
+}
+
+func parseBaseURL(raw string) (*url.URL, error) {
+	if raw == "" {
+		return nil, errors.New("provider: Config.BaseURL is required")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("provider: Config.BaseURL: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("provider: Config.BaseURL must be an http(s) URL with a host, got %q", raw)
+	}
+	u.RawQuery, u.Fragment = "", ""
+	return u, nil
+}
+
+// Ready is closed the first time the client is registered on a link.
+func (c *Client) Ready() <-chan struct{} { return c.ready }
+
+// Connected reports whether the client is registered on a live link now.
+func (c *Client) Connected() bool { return c.connected.Load() }
+
+// Run connects and serves until ctx ends, reconnecting with exponential
+// backoff and jitter after any failure (each one is logged). When ctx ends,
+// every handler's context is cancelled, Run waits for the handlers to return
+// and (if a link is up) for their last frames to be written, closes the link
+// and returns nil once every goroutine it started has stopped. It returns
+// ErrAlreadyRunning if the client is already running.
+func (c *Client) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	defer c.running.Store(false)
+	c.mu.Lock()
+	c.runCtx = ctx
+	c.mu.Unlock()
+
+	var redirect *url.URL
+	attempt := 0
+	for ctx.Err() == nil {
+		base := c.base
+		if redirect != nil {
+			base, redirect = redirect, nil
+		}
+		registered, next, err := c.session(ctx, base)
+		if ctx.Err() != nil {
+			break
+		}
+		if registered {
+			attempt = 0
+		}
+		redirect = next
+		delay := c.cfg.Backoff.delay(attempt)
+		attempt++
+		attrs := []any{"err", err, "retryIn", delay, "url", base.String()}
+		if redirect != nil {
+			attrs = append(attrs, "next", redirect.String())
+		}
+		c.log.Warn("provider link failed; reconnecting", attrs...)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
+	c.handlers.Wait()
+	c.mu.Lock()
+	if n := len(c.outbox); n > 0 {
+		c.log.Warn("provider stopped with frames it could not deliver", "frames", n)
+	}
+	c.outbox = nil
+	c.runs = make(map[string]*runState)
+	c.lanes = make(map[string]*lane)
+	c.inFlight = 0
+	c.notifyLocked()
+	c.mu.Unlock()
+	if c.ownTransport != nil {
+		c.ownTransport.CloseIdleConnections()
+	}
+	return nil
+}
+
+// notifyLocked wakes everyone waiting on a state change. c.mu must be held.
+func (c *Client) notifyLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// spawnLocked starts f as a handler goroutine owned by Run. c.mu must be held.
+func (c *Client) spawnLocked(f func()) {
+	c.handlers.Add(1)
+	c.active++
+	go func() {
+		defer c.handlers.Done()
+		defer func() {
+			c.mu.Lock()
+			c.active--
+			c.notifyLocked()
+			c.mu.Unlock()
+		}()
+		f()
+	}()
+}
+
+// quote renders s as a JSON string.
+func quote(s string) string {
+	b, _ := json.Marshal(s) // a string always marshals
+	return string(b)
+}
+
+// endpoint joins base's path with suffix, keeping a path prefix.
+func endpoint(base *url.URL, suffix string) *url.URL {
+	u := *base
+	u.Path = strings.TrimSuffix(u.Path, "/") + suffix
+	u.RawPath = ""
+	return &u
+}

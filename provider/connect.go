@@ -1,0 +1,327 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// unavailableError is a 503 from a broker node that is not the leader; leader
+// is the node it named, if any.
+type unavailableError struct {
+	what   string
+	leader *url.URL
+	body   string
+}
+
+func (e *unavailableError) Error() string {
+	msg := e.what + ": 503 Service Unavailable"
+	if e.leader != nil {
+		msg += " (leader " + e.leader.String() + ")"
+	} else if e.body != "" {
+		msg += ": " + e.body
+	}
+	return msg
+}
+
+// leaderKeys are the fields a standby's 503 body may name the leader in.
+var leaderKeys = []string{"leader", "leaderUrl", "leaderURL", "leader_url", "advertiseUrl", "advertiseURL", "url"}
+
+// leaderFromBody reads the leader's URL out of a 503 JSON body, or nil.
+func leaderFromBody(body []byte) *url.URL {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(body, &obj) != nil {
+		return nil
+	}
+	for _, k := range leaderKeys {
+		raw, ok := obj[k]
+		if !ok {
+			continue
+		}
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			var nested map[string]json.RawMessage
+			if json.Unmarshal(raw, &nested) != nil {
+				continue
+			}
+			for _, nk := range []string{"url", "advertiseUrl", "advertiseURL"} {
+				if json.Unmarshal(nested[nk], &s) == nil && s != "" {
+					break
+				}
+			}
+		}
+		if u := leaderURL(s); u != nil {
+			return u
+		}
+	}
+	return nil
+}
+
+// leaderURL turns an advertised URL into a base URL (ws→http, wss→https,
+// a trailing /ws/provider dropped), or nil if it is not one.
+func leaderURL(s string) *url.URL {
+	if s == "" {
+		return nil
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		return nil
+	}
+	switch u.Scheme {
+	case "http", "https":
+	case "ws":
+		u.Scheme = "http"
+	case "wss":
+		u.Scheme = "https"
+	default:
+		return nil
+	}
+	u.RawQuery, u.Fragment, u.RawPath = "", "", ""
+	if p, ok := strings.CutSuffix(u.Path, "/ws/provider"); ok {
+		u.Path = p
+	}
+	return u
+}
+
+// wsURL derives the link URL from a base URL: http→ws, https→wss, plus
+// /ws/provider after any path prefix.
+func wsURL(base *url.URL) *url.URL {
+	u := endpoint(base, "/ws/provider")
+	switch u.Scheme {
+	case "https":
+		u.Scheme = "wss"
+	default:
+		u.Scheme = "ws"
+	}
+	return u
+}
+
+// fetchTicket is step 0: POST {base}/tickets.
+func (c *Client) fetchTicket(ctx context.Context, base *url.URL) (wire.TicketResponse, ed25519.PublicKey, error) {
+	var tr wire.TicketResponse
+	body, err := wire.Marshal(wire.TicketRequest{PublicKey: c.cfg.Signer.PublicKeyHex()})
+	if err != nil {
+		return tr, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint(base, "/tickets").String(), bytes.NewReader(body))
+	if err != nil {
+		return tr, nil, fmt.Errorf("POST /tickets: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.httpClient.Do(req)
+	if err != nil {
+		return tr, nil, fmt.Errorf("POST /tickets: %w", err)
+	}
+	defer resp.Body.Close()
+	respBody, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return tr, nil, fmt.Errorf("POST /tickets: reading the answer: %w", err)
+	}
+	switch resp.StatusCode {
+	case http.StatusOK, http.StatusCreated:
+	case http.StatusServiceUnavailable:
+		return tr, nil, &unavailableError{what: "POST /tickets", leader: leaderFromBody(respBody), body: snippet(respBody)}
+	default:
+		return tr, nil, fmt.Errorf("POST /tickets: %s: %s", resp.Status, snippet(respBody))
+	}
+	if err := json.Unmarshal(respBody, &tr); err != nil {
+		return tr, nil, fmt.Errorf("POST /tickets: answer is not a ticket: %w", err)
+	}
+	if tr.Ticket == "" {
+		return tr, nil, errors.New("POST /tickets: answer has no ticket")
+	}
+	// The pin is checked here, before the ticket is signed over.
+	if c.cfg.FunduqKey != "" && tr.FunduqPublicKey != c.cfg.FunduqKey {
+		return tr, nil, fmt.Errorf("%w: POST /tickets named %q, pinned %s", ErrPinMismatch, tr.FunduqPublicKey, c.cfg.FunduqKey)
+	}
+	fk, err := identity.ParsePublicKey(tr.FunduqPublicKey)
+	if err != nil {
+		return tr, nil, fmt.Errorf("POST /tickets: funduqPublicKey: %w", err)
+	}
+	return tr, fk, nil
+}
+
+// snippet is a short printable excerpt of a response body for an error.
+func snippet(b []byte) string {
+	const max = 200
+	b = bytes.TrimSpace(b)
+	if len(b) > max {
+		return string(b[:max]) + "…"
+	}
+	return string(b)
+}
+
+// randomHex returns n random bytes as lowercase hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	return hex.EncodeToString(b)
+}
+
+// connect performs the whole ceremony against base — ticket, pin, proof,
+// dial, hello, welcome, register, registered — and returns the registered
+// connection.
+func (c *Client) connect(ctx context.Context, base *url.URL) (*websocket.Conn, error) {
+	tr, fk, err := c.fetchTicket(ctx, base)
+	if err != nil {
+		return nil, err
+	}
+	nonce := randomHex(16)
+	proof := c.cfg.Signer.Sign(identity.ProviderConnectPayload(tr.FunduqPublicKey, tr.Ticket, nonce))
+
+	target := wsURL(base)
+	conn, resp, err := c.dialer.DialContext(ctx, target.String(), nil)
+	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusServiceUnavailable {
+			var body []byte
+			if resp.Body != nil {
+				body, _ = io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+			}
+			return nil, &unavailableError{what: "dial " + target.String(), leader: leaderFromBody(body), body: snippet(body)}
+		}
+		if resp != nil {
+			return nil, fmt.Errorf("dial %s: %s: %w", target, resp.Status, err)
+		}
+		return nil, fmt.Errorf("dial %s: %w", target, err)
+	}
+	conn.SetReadLimit(maxFrameBytes)
+	// ctx ending aborts a handshake blocked on the network.
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	if err := c.handshake(conn, tr, fk, nonce, proof); err != nil {
+		stop()
+		refuse(conn, err)
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		return nil, err
+	}
+	if !stop() {
+		conn.Close()
+		return nil, context.Cause(ctx)
+	}
+	return conn, nil
+}
+
+// refuse closes conn after a failed handshake, telling funduq why.
+func refuse(conn *websocket.Conn, err error) {
+	code := websocket.ClosePolicyViolation
+	reason := err.Error()
+	if len(reason) > 120 { // a close reason must fit a 125-byte control frame
+		reason = strings.ToValidUTF8(reason[:120], "")
+	}
+	_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
+	conn.Close()
+}
+
+// handshake runs hello → welcome → register → registered on conn.
+func (c *Client) handshake(conn *websocket.Conn, tr wire.TicketResponse, fk ed25519.PublicKey, nonce, proof string) error {
+	version := wire.Version
+	hello := wire.Hello{
+		Type:              wire.TypeHello,
+		Version:           &version,
+		PublicKey:         c.cfg.Signer.PublicKeyHex(),
+		Ticket:            tr.Ticket,
+		Nonce:             nonce,
+		Proof:             proof,
+		MaxConcurrentRuns: c.cfg.MaxConcurrentRuns,
+	}
+	if err := writeFrame(conn, hello); err != nil {
+		return fmt.Errorf("sending hello: %w", err)
+	}
+
+	typ, raw, err := readHandshakeFrame(conn)
+	if err != nil {
+		return fmt.Errorf("waiting for welcome: %w", err)
+	}
+	if typ != wire.TypeWelcome {
+		return fmt.Errorf("%w: first frame is %q, not welcome", ErrBadWelcome, typ)
+	}
+	var w wire.Welcome
+	if err := json.Unmarshal(raw, &w); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadWelcome, err)
+	}
+	if w.FunduqPublicKey != "" && w.FunduqPublicKey != tr.FunduqPublicKey {
+		return fmt.Errorf("%w: welcome names key %q, POST /tickets named %s", ErrBadWelcome, w.FunduqPublicKey, tr.FunduqPublicKey)
+	}
+	if err := identity.Verify(fk, identity.FunduqConnectPayload(tr.Ticket, nonce), w.Answer); err != nil {
+		return fmt.Errorf("%w: answer: %v", ErrBadWelcome, err)
+	}
+
+	if err := writeRaw(conn, c.registerMsg); err != nil {
+		return fmt.Errorf("sending register: %w", err)
+	}
+	typ, raw, err = readHandshakeFrame(conn)
+	if err != nil {
+		return fmt.Errorf("waiting for registered: %w", err)
+	}
+	switch typ {
+	case wire.TypeRegistered:
+		var r wire.Registered
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return fmt.Errorf("%w: %v", ErrNotRegistered, err)
+		}
+		for name := range c.agents {
+			if !slices.Contains(r.Names, name) {
+				c.log.Warn("registered does not list an agent this client serves", "agent", name, "names", r.Names)
+			}
+		}
+	case wire.TypeError:
+		var e wire.Error
+		_ = json.Unmarshal(raw, &e)
+		c.log.Error("funduq refused register", "message", e.Message, "name", e.Name)
+		return fmt.Errorf("%w: funduq answered error %q", ErrNotRegistered, e.Message)
+	default:
+		return fmt.Errorf("%w: got %q", ErrNotRegistered, typ)
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+	return nil
+}
+
+// readHandshakeFrame reads one text frame within handshakeTimeout.
+func readHandshakeFrame(conn *websocket.Conn) (string, []byte, error) {
+	_ = conn.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	mt, raw, err := conn.ReadMessage()
+	if err != nil {
+		return "", nil, err
+	}
+	if mt != websocket.TextMessage {
+		return "", nil, errors.New("funduq sent a binary frame")
+	}
+	typ, ok := wire.PeekType(raw)
+	if !ok {
+		return "", nil, errors.New("funduq sent an unparseable frame")
+	}
+	return typ, raw, nil
+}
+
+func writeFrame(conn *websocket.Conn, v any) error {
+	b, err := wire.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return writeRaw(conn, b)
+}
+
+func writeRaw(conn *websocket.Conn, b []byte) error {
+	_ = conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+	return conn.WriteMessage(websocket.TextMessage, b)
+}

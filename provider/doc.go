@@ -1,0 +1,15 @@
+// Package provider is funduq's Go provider SDK: it lets a program holding an
+// Ed25519 identity serve agents through a funduq broker node over the provider
+// link (wire v4). A Client fetches a single-use ticket with POST /tickets,
+// checks funduq's key against an optional pin before signing anything, opens
+// WS /ws/provider with a signed hello, verifies funduq's welcome answer,
+// registers its agents and then answers every run offer at once from its own
+// state — accepted, declined when full or for an agent it does not serve,
+// refused when the frame does not validate — before running the agent's
+// Handler, whose events are relayed in order with a per-run seq and closed by a
+// finish. A cancel from funduq is a request: it cancels the handler's context,
+// and the run still ends with finish. The client reconnects with exponential
+// backoff and jitter after any failure, re-registers, and keeps its handlers
+// running through a lost link, resending the frames it could not deliver once
+// the next link is registered.
+package provider

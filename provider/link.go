@@ -1,0 +1,288 @@
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// errShutdown ends a link because Run's context ended.
+var errShutdown = errors.New("provider: shutting down")
+
+// link is one registered connection. Its read loop and its writer are the
+// only goroutines that touch conn (besides close and ping control frames,
+// which gorilla allows concurrently).
+type link struct {
+	conn *websocket.Conn
+
+	// Guarded by Client.mu.
+	ctrl    [][]byte // link-scoped frames (acks, queries): lost with the link
+	queries map[string]chan wire.QueryResult
+
+	dead     chan struct{} // closed when the link failed or is being shut down
+	deadOnce sync.Once
+	err      error
+	stop     chan struct{} // closed by session to stop the writer
+}
+
+func (l *link) fail(err error) {
+	l.deadOnce.Do(func() {
+		l.err = err
+		close(l.dead)
+	})
+}
+
+// session connects to base, registers and serves the link until it fails or
+// ctx ends. registered says whether the ceremony completed; redirect is a
+// leader a standby named, for the next attempt.
+func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, redirect *url.URL, err error) {
+	conn, err := c.connect(ctx, base)
+	if err != nil {
+		var ue *unavailableError
+		if errors.As(err, &ue) {
+			redirect = ue.leader
+		}
+		return false, redirect, err
+	}
+	l := &link{
+		conn:    conn,
+		queries: make(map[string]chan wire.QueryResult),
+		dead:    make(chan struct{}),
+		stop:    make(chan struct{}),
+	}
+	c.mu.Lock()
+	c.link = l
+	buffered := len(c.outbox)
+	c.notifyLocked()
+	c.mu.Unlock()
+	c.connected.Store(true)
+	c.readyOnce.Do(func() { close(c.ready) })
+	c.log.Info("provider registered", "url", base.String(), "agents", len(c.agents), "resending", buffered)
+
+	if c.pingInterval > 0 {
+		conn.SetPongHandler(func(string) error {
+			return conn.SetReadDeadline(time.Now().Add(c.pongWait()))
+		})
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		c.readLoop(l)
+	}()
+	go func() {
+		defer wg.Done()
+		c.writeLoop(l)
+	}()
+
+	select {
+	case <-l.dead:
+	case <-ctx.Done():
+		c.drain(l)
+		l.fail(errShutdown)
+	}
+	c.mu.Lock()
+	c.link = nil
+	l.ctrl = nil
+	c.notifyLocked()
+	c.mu.Unlock()
+	c.connected.Store(false)
+	close(l.stop)
+	if ctx.Err() != nil {
+		_ = conn.WriteControl(websocket.CloseMessage,
+			websocket.FormatCloseMessage(websocket.CloseNormalClosure, "provider shutting down"),
+			time.Now().Add(time.Second))
+	}
+	conn.Close()
+	wg.Wait()
+	if ctx.Err() != nil {
+		return true, nil, nil
+	}
+	return true, nil, l.err
+}
+
+func (c *Client) pongWait() time.Duration { return c.pingInterval * 5 / 2 }
+
+// drain waits, while the link lives, until every handler has returned and
+// every frame has been written, so a shutdown still reports how runs ended.
+func (c *Client) drain(l *link) {
+	t := time.NewTimer(drainTimeout)
+	defer t.Stop()
+	for {
+		c.mu.Lock()
+		idle := c.active == 0 && len(c.outbox) == 0 && len(l.ctrl) == 0
+		wait := c.changed
+		c.mu.Unlock()
+		if idle {
+			return
+		}
+		select {
+		case <-wait:
+		case <-l.dead:
+			return
+		case <-t.C:
+			c.log.Warn("provider shutdown: gave up waiting for handlers and frames", "after", drainTimeout)
+			return
+		}
+	}
+}
+
+// readLoop reads frames in arrival order and handles each before the next.
+func (c *Client) readLoop(l *link) {
+	for {
+		if c.pingInterval > 0 {
+			_ = l.conn.SetReadDeadline(time.Now().Add(c.pongWait()))
+		}
+		mt, raw, err := l.conn.ReadMessage()
+		if err != nil {
+			l.fail(fmt.Errorf("reading: %w", err))
+			return
+		}
+		if mt != websocket.TextMessage {
+			c.log.Warn("funduq sent a non-text frame; ignored", "messageType", mt)
+			continue
+		}
+		c.handleFrame(l, raw)
+	}
+}
+
+// handleFrame dispatches one inbound frame.
+func (c *Client) handleFrame(l *link, raw []byte) {
+	typ, ok := wire.PeekType(raw)
+	if !ok {
+		c.log.Warn("funduq sent an unparseable frame; ignored", "bytes", len(raw))
+		return
+	}
+	switch typ {
+	case wire.TypeRun:
+		c.handleRun(l, raw)
+	case wire.TypeCancel:
+		var f wire.Cancel
+		if err := json.Unmarshal(raw, &f); err != nil || f.RunID == "" {
+			c.log.Warn("funduq sent a cancel without a runId; ignored")
+			return
+		}
+		c.handleCancel(f.RunID)
+	case wire.TypeQueryResult:
+		c.handleQueryResult(l, raw)
+	case wire.TypeError:
+		c.handleError(raw)
+	case wire.TypeRegistered, wire.TypeDeleted:
+		c.log.Info("funduq sent "+typ, "frame", string(raw))
+	default:
+		c.log.Warn("funduq sent an unexpected frame; ignored", "type", typ)
+	}
+}
+
+// handleError logs funduq's complaint. "event refused" / "finish refused"
+// for a run this client is still running means funduq does not hold the run
+// (any more), so the handler's context is cancelled with ErrRunNotHeld.
+func (c *Client) handleError(raw []byte) {
+	var e wire.Error
+	_ = json.Unmarshal(raw, &e)
+	attrs := []any{"message", e.Message}
+	if e.RunID != "" {
+		attrs = append(attrs, "runId", e.RunID)
+	}
+	if e.Name != "" {
+		attrs = append(attrs, "name", e.Name)
+	}
+	c.log.Warn("funduq sent error", attrs...)
+	if e.RunID == "" || (e.Message != "event refused" && e.Message != "finish refused") {
+		return
+	}
+	c.mu.Lock()
+	rs := c.runs[e.RunID]
+	c.mu.Unlock()
+	if rs != nil {
+		rs.cancel(ErrRunNotHeld)
+	}
+}
+
+// writeLoop is the link's only writer of data frames: link-scoped frames
+// first (an ack always precedes the events of its run), then the shared
+// outbox in order. A frame leaves the outbox only once written, so a frame
+// the link could not take is written again on the next link.
+func (c *Client) writeLoop(l *link) {
+	var tick <-chan time.Time
+	if c.pingInterval > 0 {
+		t := time.NewTicker(c.pingInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	ping := func() bool {
+		if err := l.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeTimeout)); err != nil {
+			l.fail(fmt.Errorf("ping: %w", err))
+			return false
+		}
+		return true
+	}
+	for {
+		select {
+		case <-tick:
+			if !ping() {
+				return
+			}
+		default:
+		}
+		c.mu.Lock()
+		var data []byte
+		var of *outFrame
+		switch {
+		case len(l.ctrl) > 0:
+			data = l.ctrl[0]
+		case c.link == l && len(c.outbox) > 0:
+			of = c.outbox[0]
+			data = of.data
+		}
+		wait := c.changed
+		c.mu.Unlock()
+
+		if data == nil {
+			select {
+			case <-wait:
+			case <-tick:
+				if !ping() {
+					return
+				}
+			case <-l.stop:
+				return
+			case <-l.dead:
+				return
+			}
+			continue
+		}
+		if err := writeRaw(l.conn, data); err != nil {
+			l.fail(fmt.Errorf("writing: %w", err))
+			return
+		}
+		c.mu.Lock()
+		if of != nil {
+			c.popLocked(of)
+		} else if len(l.ctrl) > 0 {
+			l.ctrl[0] = nil
+			l.ctrl = l.ctrl[1:]
+		}
+		c.notifyLocked()
+		c.mu.Unlock()
+	}
+}
+
+// sendCtrlLocked queues a link-scoped frame. c.mu must be held.
+func (c *Client) sendCtrlLocked(l *link, v any) {
+	b, err := wire.Marshal(v)
+	if err != nil {
+		c.log.Error("encoding a frame", "err", err)
+		return
+	}
+	l.ctrl = append(l.ctrl, b)
+	c.notifyLocked()
+}

@@ -1,0 +1,377 @@
+package provider
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// Run is one run handed to a Handler.
+type Run struct {
+	// ID is funduq's run id.
+	ID string
+	// ThreadID is funduq's thread id (the envelope's threadId, or the run
+	// input's when the envelope carries null).
+	ThreadID string
+	// AgentName is the agent the run is for.
+	AgentName string
+	// Input is the AG-UI RunAgentInput exactly as delivered.
+	Input json.RawMessage
+
+	rs *runState
+}
+
+// runState is the client's book-keeping for one accepted run. Fields other
+// than the immutable ones are guarded by Client.mu.
+type runState struct {
+	c      *Client
+	run    *Run
+	qid    string // the run id as a JSON string
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	lane     *lane // set while queued behind its thread's earlier runs
+	started  bool  // the handler was (or is about to be) called
+	done     bool  // finish is queued
+	pending  int   // frames of this run in the outbox
+	seq      int64 // last event seq assigned
+	terminal bool  // RUN_FINISHED or RUN_ERROR was emitted
+}
+
+// outFrame is a frame of a run waiting in the outbox.
+type outFrame struct {
+	rs     *runState
+	data   []byte
+	finish bool
+}
+
+// handleRun answers an offer from the client's own state — refused when the
+// frame does not validate, declined for an agent it does not serve or when
+// full, otherwise accepted at once — and starts the accepted run.
+func (c *Client) handleRun(l *link, raw []byte) {
+	var obj map[string]json.RawMessage
+	_ = json.Unmarshal(raw, &obj) // PeekType already checked it is an object
+	var runID string
+	_ = json.Unmarshal(obj["runId"], &runID)
+	delete(obj, "type")
+	rest, _ := json.Marshal(obj)
+	d, err := wire.DecodeDeliveredRun(rest)
+	if err == nil {
+		err = checkDelivered(d)
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.link != l {
+		return // the link is going away; funduq will offer again
+	}
+	if err != nil {
+		if runID == "" {
+			c.log.Warn("funduq offered a run without a runId; cannot answer", "err", err)
+			return
+		}
+		reason := "frame does not validate as a DeliveredRun: " + err.Error()
+		c.log.Warn("refusing run", "runId", runID, "reason", reason)
+		c.ackLocked(l, runID, false, reason)
+		return
+	}
+	if rs := c.runs[d.RunID]; rs != nil {
+		// Offered again (e.g. by a broker that took over while the answer
+		// was in flight): it is already ours, so the answer is the same.
+		c.log.Info("run offered again; already accepted", "runId", d.RunID)
+		c.ackLocked(l, d.RunID, true, "")
+		return
+	}
+	agent := c.agents[d.AgentName]
+	if agent == nil {
+		c.log.Warn("declining run for an agent this client does not serve", "runId", d.RunID, "agent", d.AgentName)
+		c.ackLocked(l, d.RunID, false, "")
+		return
+	}
+	if c.runCtx.Err() != nil {
+		c.log.Info("declining run: shutting down", "runId", d.RunID)
+		c.ackLocked(l, d.RunID, false, "")
+		return
+	}
+	if c.maxRuns > 0 && c.inFlight >= c.maxRuns {
+		c.log.Info("declining run: full", "runId", d.RunID, "inFlight", c.inFlight, "max", c.maxRuns)
+		c.ackLocked(l, d.RunID, false, "")
+		return
+	}
+	threadID := ""
+	if d.ThreadID != nil {
+		threadID = *d.ThreadID
+	} else {
+		var in struct {
+			ThreadID string `json:"threadId"`
+		}
+		_ = json.Unmarshal(d.RunInput, &in)
+		threadID = in.ThreadID
+	}
+	ctx, cancel := context.WithCancelCause(c.runCtx)
+	rs := &runState{c: c, qid: quote(d.RunID), ctx: ctx, cancel: cancel}
+	rs.run = &Run{ID: d.RunID, ThreadID: threadID, AgentName: d.AgentName, Input: d.RunInput, rs: rs}
+	c.runs[d.RunID] = rs
+	c.inFlight++
+	// The ack is queued before the handler can emit, and the writer sends
+	// link frames first, so the verdict always precedes the run's events.
+	c.ackLocked(l, d.RunID, true, "")
+	if c.cfg.SerializePerThread && threadID != "" {
+		c.enqueueLaneLocked(threadID, rs)
+		return
+	}
+	rs.started = true
+	c.spawnLocked(func() { c.execute(rs, agent.Handler) })
+}
+
+// checkDelivered adds the checks DecodeDeliveredRun leaves to the reader.
+func checkDelivered(d wire.DeliveredRun) error {
+	switch {
+	case d.RunID == "":
+		return errors.New("runId is empty")
+	case d.AgentName == "":
+		return errors.New("agentName is empty")
+	case !isJSONObject(d.RunInput):
+		return errors.New("runInput is not an object")
+	case !isJSONObject(d.Metadata):
+		return errors.New("metadata is not an object")
+	}
+	return nil
+}
+
+func (c *Client) ackLocked(l *link, runID string, accepted bool, reason string) {
+	a := wire.Ack{Type: wire.TypeAck, RunID: runID, Accepted: &accepted}
+	if reason != "" {
+		a.Reason = &reason
+	}
+	c.sendCtrlLocked(l, a)
+}
+
+// handleCancel passes funduq's request on: a running handler's context is
+// cancelled; a run still queued behind its thread is dropped and finished.
+func (c *Client) handleCancel(runID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rs := c.runs[runID]
+	if rs == nil || rs.done {
+		c.log.Info("cancel for a run this client is not running", "runId", runID)
+		return
+	}
+	c.log.Info("funduq asked to cancel run", "runId", runID)
+	rs.cancel(ErrCancelRequested)
+	if !rs.started {
+		c.dropFromLaneLocked(rs)
+		c.finishLocked(rs)
+	}
+}
+
+// execute runs the handler and ends the run.
+func (c *Client) execute(rs *runState, h Handler) {
+	defer rs.cancel(ErrRunFinished)
+	if rs.ctx.Err() != nil {
+		// Cancelled before its turn came (Run is stopping): never started.
+		c.mu.Lock()
+		c.finishLocked(rs)
+		c.mu.Unlock()
+		return
+	}
+	err := callHandler(rs.ctx, h, rs.run)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err != nil {
+		c.log.Info("handler returned an error", "runId", rs.run.ID, "err", err)
+		if !rs.terminal {
+			ev, _ := json.Marshal(map[string]string{"type": "RUN_ERROR", "message": err.Error()})
+			c.enqueueEventLocked(rs, ev, "RUN_ERROR")
+		}
+	}
+	c.finishLocked(rs)
+}
+
+// callHandler calls h, turning a panic into an error.
+func callHandler(ctx context.Context, h Handler, run *Run) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v", p)
+		}
+	}()
+	return h(ctx, run)
+}
+
+// finishLocked queues the run's finish and frees its place. c.mu must be held.
+func (c *Client) finishLocked(rs *runState) {
+	if rs.done {
+		return
+	}
+	rs.done = true
+	c.inFlight--
+	data := []byte(`{"type":"finish","runId":` + rs.qid + `}`)
+	c.outbox = append(c.outbox, &outFrame{rs: rs, data: data, finish: true})
+	rs.pending++
+	c.notifyLocked()
+}
+
+// enqueueEventLocked queues one event with the next seq. c.mu must be held.
+func (c *Client) enqueueEventLocked(rs *runState, event []byte, typ string) {
+	rs.seq++
+	data := make([]byte, 0, len(event)+len(rs.qid)+64)
+	data = append(data, `{"type":"event","runId":`...)
+	data = append(data, rs.qid...)
+	data = append(data, `,"seq":`...)
+	data = strconv.AppendInt(data, rs.seq, 10)
+	data = append(data, `,"event":`...)
+	data = append(data, event...)
+	data = append(data, '}')
+	if typ == "RUN_ERROR" || typ == "RUN_FINISHED" {
+		rs.terminal = true
+	}
+	c.outbox = append(c.outbox, &outFrame{rs: rs, data: data})
+	rs.pending++
+	c.notifyLocked()
+}
+
+// popLocked removes the written head frame. c.mu must be held.
+func (c *Client) popLocked(of *outFrame) {
+	if len(c.outbox) == 0 || c.outbox[0] != of {
+		return
+	}
+	c.outbox[0] = nil
+	c.outbox = c.outbox[1:]
+	of.rs.pending--
+	if of.finish && c.runs[of.rs.run.ID] == of.rs {
+		delete(c.runs, of.rs.run.ID)
+	}
+}
+
+// Emit sends one AG-UI event for the run: any JSON-marshalable object with a
+// string "type" (a map, a struct, or json.RawMessage / []byte holding the
+// JSON). Events are delivered in the order emitted, each with the next seq.
+// While the link is down they are buffered and resent after the next
+// register; when MaxBufferedFrames of the run's frames are waiting, Emit waits
+// for room until ctx ends. Emit returns ErrRunFinished after the handler has
+// returned.
+func (r *Run) Emit(ctx context.Context, event any) error {
+	if r == nil || r.rs == nil {
+		return ErrDetachedRun
+	}
+	raw, typ, err := encodeEvent(event)
+	if err != nil {
+		return err
+	}
+	rs := r.rs
+	c := rs.c
+	c.mu.Lock()
+	for {
+		if rs.done {
+			c.mu.Unlock()
+			return ErrRunFinished
+		}
+		if rs.pending < c.maxBuffered {
+			break
+		}
+		wait := c.changed
+		c.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		c.mu.Lock()
+	}
+	c.enqueueEventLocked(rs, raw, typ)
+	c.mu.Unlock()
+	return nil
+}
+
+// encodeEvent renders an event compactly and checks it is an object with a
+// string type (funduq ends a run on an event without one).
+func encodeEvent(event any) ([]byte, string, error) {
+	var raw []byte
+	var err error
+	switch v := event.(type) {
+	case json.RawMessage:
+		raw, err = wire.Marshal(v)
+	case []byte:
+		raw, err = wire.Marshal(json.RawMessage(v))
+	default:
+		raw, err = wire.Marshal(event)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("provider: event does not encode as JSON: %w", err)
+	}
+	typ, ok := wire.PeekType(raw)
+	if !ok {
+		return nil, "", errors.New(`provider: an event must be a JSON object with a string "type"`)
+	}
+	return raw, typ, nil
+}
+
+// EmitText emits one assistant text message: TEXT_MESSAGE_START, a
+// TEXT_MESSAGE_CONTENT carrying text (omitted when text is empty, since AG-UI
+// requires a non-empty delta) and TEXT_MESSAGE_END.
+func (r *Run) EmitText(ctx context.Context, messageID, text string) error {
+	if err := r.Emit(ctx, map[string]any{"type": "TEXT_MESSAGE_START", "messageId": messageID, "role": "assistant"}); err != nil {
+		return err
+	}
+	if text != "" {
+		if err := r.Emit(ctx, map[string]any{"type": "TEXT_MESSAGE_CONTENT", "messageId": messageID, "delta": text}); err != nil {
+			return err
+		}
+	}
+	return r.Emit(ctx, map[string]any{"type": "TEXT_MESSAGE_END", "messageId": messageID})
+}
+
+// Messages returns the run input's AG-UI messages, oldest first (nil when the
+// input has none or they do not parse).
+func (r *Run) Messages() []json.RawMessage {
+	var in struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	if json.Unmarshal(r.Input, &in) != nil {
+		return nil
+	}
+	return in.Messages
+}
+
+// LastUserText returns the text of the last user message in the input: its
+// content when that is a string, or its text parts joined by newlines when it
+// is a list of input parts; "" when there is none.
+func (r *Run) LastUserText() string {
+	msgs := r.Messages()
+	for i := len(msgs) - 1; i >= 0; i-- {
+		var m struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		}
+		if json.Unmarshal(msgs[i], &m) != nil || m.Role != "user" {
+			continue
+		}
+		var s string
+		if json.Unmarshal(m.Content, &s) == nil {
+			return s
+		}
+		var parts []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		if json.Unmarshal(m.Content, &parts) != nil {
+			return ""
+		}
+		text := ""
+		for _, p := range parts {
+			if p.Type != "text" {
+				continue
+			}
+			if text != "" {
+				text += "\n"
+			}
+			text += p.Text
+		}
+		return text
+	}
+	return ""
+}
