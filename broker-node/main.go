@@ -3,6 +3,7 @@
 // the sweep, with standbys running the same binary. Its subcommands:
 //
 //	broker-node migrate    apply the database migrations and exit
+//	broker-node lease ...  lease status / lease handover (operators)
 //
 // Configuration comes from the environment (see README.md), read here at the
 // edge and passed down; nothing below main reads it.
@@ -36,7 +37,11 @@ commands:
   (none)    serve: POST /tickets, /ws/provider, /livez, /readyz, /metrics on FUNDUQ_HTTP_ADDR,
             and lead the runs while this node holds the lease
   migrate   apply the embedded database migrations to FUNDUQ_DATABASE_URL and exit
+  lease     lease status | lease handover: who leads; ask the leader to hand over
 `
+
+// errUsage: the command line was wrong (usage already printed).
+var errUsage = errors.New("usage")
 
 // run is main without the process: it returns the exit code.
 func run(args []string, environ map[string]string, stdout, stderr io.Writer) int {
@@ -51,11 +56,16 @@ func run(args []string, environ map[string]string, stdout, stderr io.Writer) int
 		err = serve(ctx, environ, stderr)
 	case "migrate":
 		err = migrate(ctx, environ, stderr)
+	case "lease":
+		err = leaseCmd(ctx, args[1:], environ, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
 		fmt.Fprintf(stderr, "broker-node: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if errors.Is(err, errUsage) {
 		return 2
 	}
 	if err != nil {

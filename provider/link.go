@@ -60,6 +60,14 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 	}
 	c.mu.Lock()
 	c.link = l
+	// Say again which runs this client still holds: a broker that took
+	// over while they ran re-adopts them (D7), even a quiet one with no
+	// frame to resend. A broker that no longer holds a run drops the ack.
+	for id, rs := range c.runs {
+		if !rs.done && rs.started {
+			c.ackLocked(l, id, true, "")
+		}
+	}
 	buffered := len(c.outbox)
 	c.notifyLocked()
 	c.mu.Unlock()

@@ -91,8 +91,10 @@ func TestReconnectResendsBufferedFramesInOrder(t *testing.T) {
 	if string(p2.regRaw) != string(p1.regRaw) {
 		t.Fatalf("re-register %s, first register %s", p2.regRaw, p1.regRaw)
 	}
-	// What could not be delivered comes first, in order, with its seq.
+	// It says again which run it holds (D7 re-adoption), then what could
+	// not be delivered, in order, with its seq.
 	expectFrames(t, p2,
+		"ack r-1 true",
 		"event r-1 #2 TEXT_MESSAGE_START",
 		"event r-1 #3 TEXT_MESSAGE_CONTENT",
 		"event r-1 #4 TEXT_MESSAGE_END")
@@ -157,6 +159,7 @@ func TestRunFullWhileDownDeclinesUntilFinishIsOut(t *testing.T) {
 
 	// The still-running handler counts against capacity on the next link.
 	p2 := f.registeredPeer(t)
+	wantVerdict(t, p2.expectAck(t, "r-1"), wire.Accepted, "") // still holds r-1
 	p2.send(t, runFrame("r-2", "echo", "t-2", "hi"))
 	wantVerdict(t, p2.expectAck(t, "r-2"), wire.Declined, "")
 	g.release("r-1")
@@ -202,6 +205,7 @@ func TestBufferIsBoundedWhileDown(t *testing.T) {
 	}
 	release()
 	p2 := f.registeredPeer(t)
+	p2.expectAck(t, "r-1") // still holds r-1
 	for seq := int64(2); seq <= 5; seq++ {
 		ev := p2.expectEvent(t, "r-1", seq)
 		if want := float64(seq); ev["value"] != want {

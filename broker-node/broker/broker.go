@@ -61,6 +61,7 @@ type Broker struct {
 
 	mu         sync.Mutex
 	leading    bool
+	ready      bool // recovery done: providers and readiness probes may come
 	epoch      int64
 	ctx        context.Context // the leadership context
 	stop       context.CancelCauseFunc
@@ -117,11 +118,12 @@ func (b *Broker) reset() {
 // ErrNotLeading is returned to links and doors while this broker does not lead.
 var ErrNotLeading = errors.New("this broker node is not the leader")
 
-// Leading reports whether Run is active, and the epoch it leads under.
+// Leading reports whether this broker leads and has read back what earlier
+// leaders left, and the epoch it leads under.
 func (b *Broker) Leading() (bool, int64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.leading, b.epoch
+	return b.leading && b.ready, b.epoch
 }
 
 // Run leads under epoch until ctx ends (leadership lost or handed over) or a
@@ -148,6 +150,9 @@ func (b *Broker) Run(ctx context.Context, epoch int64, startIntake func(ctx cont
 	var wg sync.WaitGroup
 	err := b.recover(ctx)
 	if err == nil {
+		b.mu.Lock()
+		b.ready = true
+		b.mu.Unlock()
 		wg.Add(1)
 		go func() { defer wg.Done(); b.sweep(ctx) }()
 		if startIntake != nil {
@@ -186,7 +191,7 @@ func (b *Broker) teardown(cause error) {
 	for _, l := range b.lanes {
 		l.stopTimers()
 	}
-	b.leading = false
+	b.leading, b.ready = false, false
 	b.reset()
 	b.mu.Unlock()
 	reason := "funduq broker node stopped leading; reconnect"
@@ -252,7 +257,7 @@ func (b *Broker) write(ctx context.Context, what string, fn func() error) error 
 func (b *Broker) Attach(l Link, declared *int) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.leading {
+	if !b.leading || !b.ready {
 		return ErrNotLeading
 	}
 	ls := &linkState{id: linkSeq.Add(1), link: l, key: l.Key(), declared: declared, names: map[string]bool{}, opened: b.clock.Now()}

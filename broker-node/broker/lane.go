@@ -258,6 +258,18 @@ func (l *lane) handBack(ctx context.Context) (room bool) {
 }
 
 func (l *lane) onVerdict(ctx context.Context, c verdictCmd) {
+	if l.offer == nil && c.v == wire.Accepted {
+		// Not an answer to an offer: the provider saying it holds the
+		// run. That re-adopts a run held across a takeover (D7); for
+		// any other run it is dropped.
+		l.b.mu.Lock()
+		adopt := l.orphan && c.link.key == l.adoptKey
+		l.b.mu.Unlock()
+		if adopt {
+			l.holder(ctx, c.link)
+		}
+		return
+	}
 	if l.offer == nil || c.link != l.offer.link {
 		return // an answer to an offer that is no longer out: dropped
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/funduq/funduq-go/broker-node/broker"
 	"github.com/funduq/funduq-go/broker-node/intake"
+	"github.com/funduq/funduq-go/broker-node/lease"
 	"github.com/funduq/funduq-go/broker-node/link"
 	"github.com/funduq/funduq-go/broker-node/tickets"
 	"github.com/funduq/funduq-go/core/config"
@@ -43,9 +44,16 @@ type Node struct {
 	links    *link.Server
 	registry *prometheus.Registry
 	mux      *http.ServeMux
+	prefix   string
+	elector  *lease.Elector
 	// IntakePoll overrides the intake safety poll (tests).
 	IntakePoll time.Duration
 }
+
+// LeaseKey and LeaseChannel are the lease's Redis key and event channel
+// under a key prefix.
+func LeaseKey(prefix string) string     { return prefix + "broker:lease" }
+func LeaseChannel(prefix string) string { return prefix + "broker:lease:events" }
 
 // Options are what New needs beyond the configuration.
 type Options struct {
@@ -95,8 +103,11 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 			UndeliveredWindow: cfg.UndeliveredWindow, ProviderGrace: cfg.ProviderGrace,
 			QualityTolerance: cfg.ProviderQualityTolerance, SweepInterval: o.SweepInterval}})
 	n := &Node{cfg: cfg, log: log, st: st, rdb: rdb, signer: signer, tickets: tickets.New(rdb, prefix),
-		Broker: b, registry: reg}
-	n.links = &link.Server{Broker: b, Funduq: signer, Tickets: n.tickets, Log: log}
+		Broker: b, registry: reg, prefix: prefix}
+	n.links = &link.Server{Broker: b, Funduq: signer, Tickets: n.tickets, Log: log,
+		NotLeading: http.HandlerFunc(n.notLeading)}
+	n.elector = &lease.Elector{Lease: lease.New(rdb, LeaseKey(prefix), cfg.NodeID, cfg.LeaseTTL),
+		Channel: LeaseChannel(prefix), Log: log, Lead: n.leadUnder}
 	n.mux = http.NewServeMux()
 	n.mux.Handle("POST /tickets", tickets.Handler(n.tickets, signer.PublicKeyHex(), log))
 	n.mux.Handle("/tickets", tickets.Handler(n.tickets, signer.PublicKeyHex(), log))
@@ -145,6 +156,12 @@ func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
 	body := map[string]any{"node": n.cfg.NodeID, "epoch": epoch, "role": "standby", "database": "ok", "redis": "ok"}
 	if leading {
 		body["role"] = "leader"
+		body["leader"] = n.cfg.AdvertiseURL
+	} else if l, err := n.st.CurrentLeader(ctx); err == nil {
+		body["epoch"] = l.Epoch
+		if h, err := lease.ReadHolder(ctx, n.rdb, LeaseKey(n.prefix)); err == nil && h.NodeID == l.Holder {
+			body["leader"] = l.AdvertiseURL
+		}
 	}
 	ok := leading
 	if err := n.st.Ping(ctx); err != nil {
@@ -192,25 +209,59 @@ func (n *Node) Run(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-// lead is the leadership loop: take the epoch and run the broker until ctx
-// ends; after being deposed, wait and take it again.
+// lead campaigns for the lease and leads while it holds it.
 func (n *Node) lead(ctx context.Context) {
-	delay := time.Second
-	for ctx.Err() == nil {
-		epoch, err := n.st.AdvanceEpoch(ctx, n.cfg.NodeID)
-		if err == nil {
-			err = n.Broker.Run(ctx, epoch, n.startIntake)
+	_ = n.elector.Run(ctx)
+}
+
+// leadUnder is the leader's work, under the lease's context: take a new
+// epoch (the fencing token, D10) and run the broker until leadership ends.
+func (n *Node) leadUnder(ctx context.Context) {
+	var epoch int64
+	err := retry(ctx, func() (err error) {
+		epoch, err = n.st.AdvanceEpoch(ctx, n.cfg.NodeID, n.cfg.AdvertiseURL)
+		return err
+	})
+	if err != nil {
+		return
+	}
+	if err := n.Broker.Run(ctx, epoch, n.startIntake); err != nil {
+		n.log.Error("broker stopped leading", "err", err, "epoch", epoch)
+	}
+}
+
+// retry runs fn until it succeeds or ctx ends, backing off up to a second.
+func retry(ctx context.Context, fn func() error) error {
+	delay := 50 * time.Millisecond
+	for {
+		err := fn()
+		if err == nil || ctx.Err() != nil {
+			return err
 		}
-		if ctx.Err() != nil {
-			return
-		}
-		n.log.Error("leadership ended; retrying", "err", err, "retry_in", delay.String())
 		select {
 		case <-ctx.Done():
-			return
+			return ctx.Err()
 		case <-time.After(delay):
 		}
+		if delay < time.Second {
+			delay *= 2
+		}
 	}
+}
+
+// notLeading answers a provider's upgrade on a standby (D11): 503 with
+// Retry-After and the leader's advertised URL; no ticket is spent.
+func (n *Node) notLeading(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	body := map[string]any{"error": "this funduq broker node is a standby; connect to the leader"}
+	if l, err := n.st.CurrentLeader(ctx); err == nil {
+		if h, err := lease.ReadHolder(ctx, n.rdb, LeaseKey(n.prefix)); err == nil && h.NodeID == l.Holder {
+			body["leader"] = l.AdvertiseURL
+		}
+	}
+	w.Header().Set("Retry-After", "1")
+	writeJSON(w, http.StatusServiceUnavailable, body)
 }
 
 func (n *Node) startIntake(ctx context.Context) error {

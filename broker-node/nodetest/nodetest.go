@@ -44,6 +44,8 @@ type Harness struct {
 	stop  context.CancelFunc
 	done  chan error
 	Cfg   config.Broker
+	// Prefix is the Redis key prefix this harness's nodes share.
+	Prefix string
 }
 
 // SeedHex is a test seed: b repeated 32 times, in hex.
@@ -71,30 +73,50 @@ func Start(t *testing.T, mut func(*config.Broker)) *Harness {
 	if mut != nil {
 		mut(&cfg)
 	}
+	h := startNode(t, cfg, prefix)
+	h.Eventually("the node leads", h.Ready)
+	return h
+}
+
+func startNode(t *testing.T, cfg config.Broker, prefix string) *Harness {
+	t.Helper()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AdvertiseURL = "http://" + ln.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
-	n, err := node.New(ctx, cfg, node.Options{Logger: testLogger(t), Clock: clock, RedisPrefix: prefix})
+	n, err := node.New(ctx, cfg, node.Options{Logger: testLogger(t).With("test_node", cfg.NodeID), Clock: clock, RedisPrefix: prefix})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
 	n.IntakePoll = 200 * time.Millisecond
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &Harness{t: t, Node: n, URL: "http://" + ln.Addr().String(), Clock: clock, Store: n.Store(), stop: cancel, done: make(chan error, 1), Cfg: cfg}
+	h := &Harness{t: t, Node: n, URL: cfg.AdvertiseURL, Clock: clock, Store: n.Store(), stop: cancel,
+		done: make(chan error, 1), Cfg: cfg, Prefix: prefix}
 	go func() { h.done <- n.Run(ctx, ln) }()
 	t.Cleanup(h.Shutdown)
-	h.Eventually("the node leads", func() bool {
-		resp, err := http.Get(h.URL + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
 	return h
+}
+
+// Peer starts another broker node on the same database and Redis prefix —
+// a standby while this one leads. It shares nothing else with h.
+func (h *Harness) Peer(nodeID string) *Harness {
+	h.t.Helper()
+	cfg := h.Cfg
+	cfg.NodeID = nodeID
+	return startNode(h.t, cfg, h.Prefix)
+}
+
+// Ready reports whether this node's /readyz answers 200 (it leads).
+func (h *Harness) Ready() bool {
+	resp, err := http.Get(h.URL + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == 200
 }
 
 func (h *Harness) Shutdown() {
@@ -290,6 +312,13 @@ func (p *Prov) Send(v any) {
 	if err := p.ws.WriteMessage(websocket.TextMessage, b); err != nil {
 		p.t.Logf("send: %v", err)
 	}
+}
+
+// SendRaw writes frame as it is.
+func (p *Prov) SendRaw(frame string) {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	_ = p.ws.WriteMessage(websocket.TextMessage, []byte(frame))
 }
 
 func (p *Prov) Close() { _ = p.ws.Close(); <-p.closed }

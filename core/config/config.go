@@ -73,6 +73,21 @@ type Migrate struct {
 	Logging
 }
 
+// LeaseTool is what `broker-node lease` needs: the shared stores.
+type LeaseTool struct {
+	Storage
+	Logging
+}
+
+// ParseLeaseTool reads the lease tool's settings from environ.
+func ParseLeaseTool(environ map[string]string) (LeaseTool, error) {
+	var c LeaseTool
+	if err := parse(&c, environ); err != nil {
+		return LeaseTool{}, err
+	}
+	return c, wrap(c.Storage.validate())
+}
+
 // Host names the process for NodeID's default (hostname + pid).
 type Host struct {
 	Hostname string

@@ -92,7 +92,7 @@ funduq_apt_install() {
 	funduq_log "installing Debian packages: $*"
 	# apt's chatter goes to stderr so that stdout stays clean for callers.
 	if ! { "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
-		"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"; } >&2; then
+		"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"; } >&2; then
 		funduq_die "could not install: $*"
 	fi
 }

@@ -1,0 +1,213 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Why leadership ended (context.Cause of the leader context).
+var (
+	ErrLost     = errors.New("lease lost: another holder or none")
+	ErrExpiring = errors.New("lease could not be renewed in time: stepping down before it can expire")
+	ErrHandover = errors.New("handing over the lease on request")
+)
+
+// Elector campaigns for a lease and leads while it holds it.
+type Elector struct {
+	Lease *Lease
+	// Lead runs while this node leads, under a context cancelled the moment
+	// leadership ends; it must return promptly then.
+	Lead func(ctx context.Context)
+	// Channel is where lease events are published (released, handover),
+	// so standbys try at once instead of at their next retry.
+	Channel string
+	Log     *slog.Logger
+	// RenewEvery defaults to TTL/3; RetryEvery (a standby's try) to TTL/5.
+	RenewEvery, RetryEvery time.Duration
+	// Margin is how long before the lease could expire a leader that has
+	// not renewed steps down; defaults to TTL/4.
+	Margin time.Duration
+	// Cooloff is how long a node that handed over waits before it
+	// campaigns again, so a standby gets the lease (defaults to 2×RetryEvery).
+	Cooloff time.Duration
+
+	mu      sync.Mutex
+	leading bool
+}
+
+// Event payloads on Channel.
+const (
+	EventReleased = "released"
+	EventHandover = "handover"
+)
+
+func (e *Elector) defaults() {
+	ttl := e.Lease.ttl
+	if e.RenewEvery <= 0 {
+		e.RenewEvery = ttl / 3
+	}
+	if e.RetryEvery <= 0 {
+		e.RetryEvery = ttl / 5
+	}
+	if e.Margin <= 0 {
+		e.Margin = ttl / 4
+	}
+	if e.Cooloff <= 0 {
+		e.Cooloff = 2 * e.RetryEvery
+	}
+	if e.Log == nil {
+		e.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Leading reports whether this elector holds the lease now.
+func (e *Elector) Leading() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.leading
+}
+
+// Run campaigns until ctx ends. When it returns, Lead has returned and the
+// lease, if it was held, has been released.
+func (e *Elector) Run(ctx context.Context) error {
+	e.defaults()
+	wake := make(chan string, 4)
+	var sub *redis.PubSub
+	if e.Channel != "" {
+		sub = e.Lease.rdb.Subscribe(ctx, e.Channel)
+		done := make(chan struct{})
+		defer func() { sub.Close(); <-done }()
+		go func() {
+			defer close(done)
+			for m := range sub.Channel() {
+				select {
+				case wake <- m.Payload:
+				default:
+				}
+			}
+		}()
+	}
+	var cooloff time.Time
+	for ctx.Err() == nil {
+		if time.Now().After(cooloff) {
+			sent := time.Now()
+			ok, err := e.Lease.Acquire(ctx)
+			if err != nil {
+				e.Log.WarnContext(ctx, "lease campaign failed", "err", err)
+			} else if ok {
+				if cause := e.lead(ctx, sent, wake); errors.Is(cause, ErrHandover) {
+					cooloff = time.Now().Add(e.Cooloff)
+				}
+				continue
+			}
+		}
+		t := time.NewTimer(e.RetryEvery)
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return nil
+}
+
+// lead holds the lease: it runs Lead under a leader context and renews in
+// the background, self-fencing when renewals stop landing. acquiredAt is the
+// monotonic time the acquire was sent: the lease is only sure until
+// acquiredAt+TTL, whatever the network did.
+func (e *Elector) lead(ctx context.Context, acquiredAt time.Time, wake <-chan string) error {
+	lctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	e.mu.Lock()
+	e.leading = true
+	e.mu.Unlock()
+	log := e.Log.With("lease", e.Lease.key)
+	log.InfoContext(ctx, "lease acquired", "ttl", e.Lease.ttl.String())
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		e.keep(lctx, cancel, acquiredAt, wake, log)
+	}()
+	e.Lead(lctx)
+	cancel(nil)
+	wg.Wait()
+	cause := context.Cause(lctx)
+	e.mu.Lock()
+	e.leading = false
+	e.mu.Unlock()
+	// Release unless the lease is already somebody else's. A process
+	// stopping (ctx done) or handing over releases at once, so a standby
+	// takes over in well under the TTL.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer rcancel()
+	if !errors.Is(cause, ErrLost) {
+		if ok, err := e.Lease.Release(rctx); err != nil {
+			log.WarnContext(rctx, "lease release failed; it will expire", "err", err)
+		} else if ok && e.Channel != "" {
+			e.Lease.rdb.Publish(rctx, e.Channel, EventReleased)
+		}
+	}
+	log.InfoContext(rctx, "leadership ended", "cause", causeString(cause))
+	return cause
+}
+
+func causeString(err error) string {
+	if err == nil {
+		return "lead returned"
+	}
+	return err.Error()
+}
+
+// keep renews the lease and ends leadership when it must.
+func (e *Elector) keep(ctx context.Context, end context.CancelCauseFunc, sureUntilFrom time.Time, wake <-chan string, log *slog.Logger) {
+	renew := time.NewTicker(e.RenewEvery)
+	defer renew.Stop()
+	// The fence: step down Margin before the lease could have expired,
+	// counted from the send time of the last renewal that landed.
+	fence := time.NewTimer(time.Until(sureUntilFrom.Add(e.Lease.ttl - e.Margin)))
+	defer fence.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-fence.C:
+			log.ErrorContext(ctx, "lease not renewed in time; stepping down before it can expire")
+			end(ErrExpiring)
+			return
+		case ev := <-wake:
+			if ev == EventHandover {
+				log.InfoContext(ctx, "handover requested")
+				end(ErrHandover)
+				return
+			}
+		case <-renew.C:
+			sent := time.Now()
+			rctx, cancel := context.WithTimeout(ctx, e.RenewEvery)
+			ok, err := e.Lease.Renew(rctx)
+			cancel()
+			switch {
+			case err != nil:
+				log.WarnContext(ctx, "lease renewal failed", "err", err)
+			case !ok:
+				log.ErrorContext(ctx, "lease lost")
+				end(ErrLost)
+				return
+			default:
+				fence.Reset(time.Until(sent.Add(e.Lease.ttl - e.Margin)))
+			}
+		}
+	}
+}
+
+// RequestHandover asks the leader (whoever it is) to hand the lease over.
+func RequestHandover(ctx context.Context, rdb redis.UniversalClient, channel string) (int64, error) {
+	return rdb.Publish(ctx, channel, EventHandover).Result()
+}

@@ -1,0 +1,165 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/funduq/funduq-go/broker-node/lease"
+	"github.com/funduq/funduq-go/core/redistest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const guard = 15 * time.Second
+
+func TestLeaseCompareAndSet(t *testing.T) {
+	rdb, prefix := redistest.Client(t)
+	ctx := context.Background()
+	a := lease.New(rdb, prefix+"lease", "node-a", 10*time.Second)
+	b := lease.New(rdb, prefix+"lease", "node-b", 10*time.Second)
+	if ok, err := a.Acquire(ctx); !ok || err != nil {
+		t.Fatalf("a acquire: %v %v", ok, err)
+	}
+	if ok, _ := b.Acquire(ctx); ok {
+		t.Fatal("b acquired a held lease")
+	}
+	if ok, _ := b.Renew(ctx); ok {
+		t.Fatal("b renewed a's lease")
+	}
+	if ok, _ := b.Release(ctx); ok {
+		t.Fatal("b released a's lease")
+	}
+	h, err := lease.ReadHolder(ctx, rdb, prefix+"lease")
+	if err != nil || h.NodeID != "node-a" || h.Left <= 0 {
+		t.Fatalf("holder %+v %v", h, err)
+	}
+	if ok, _ := a.Renew(ctx); !ok {
+		t.Fatal("a could not renew its lease")
+	}
+	if ok, _ := a.Release(ctx); !ok {
+		t.Fatal("a could not release its lease")
+	}
+	if _, err := lease.ReadHolder(ctx, rdb, prefix+"lease"); !errors.Is(err, lease.ErrNoHolder) {
+		t.Fatalf("after release: %v", err)
+	}
+	if ok, _ := b.Acquire(ctx); !ok {
+		t.Fatal("b could not acquire a released lease")
+	}
+}
+
+// elect runs an elector whose Lead records its leadership and the cause
+// that ended it.
+type elect struct {
+	e      *lease.Elector
+	led    chan struct{}
+	ended  chan error
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startElector(t *testing.T, rdb redis.UniversalClient, prefix, node string, ttl time.Duration) *elect {
+	el := &elect{led: make(chan struct{}, 8), ended: make(chan error, 8), done: make(chan struct{})}
+	el.e = &lease.Elector{Lease: lease.New(rdb, prefix+"lease", node, ttl), Channel: prefix + "events",
+		Lead: func(ctx context.Context) {
+			el.led <- struct{}{}
+			<-ctx.Done()
+			el.ended <- context.Cause(ctx)
+		}}
+	ctx, cancel := context.WithCancel(context.Background())
+	el.cancel = cancel
+	go func() { defer close(el.done); _ = el.e.Run(ctx) }()
+	t.Cleanup(el.stop)
+	return el
+}
+
+func (el *elect) stop() {
+	el.cancel()
+	<-el.done
+}
+
+func wait[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(guard):
+		t.Fatalf("gave up waiting: %s", what)
+	}
+	var zero T
+	return zero
+}
+
+// One of two electors leads; when it stops, it releases the lease and the
+// other takes over without waiting for the lease to expire.
+func TestElectorOneLeaderAndReleaseOnStop(t *testing.T) {
+	rdb, prefix := redistest.Client(t)
+	ttl := time.Hour // takeover must not depend on expiry
+	a := startElector(t, rdb, prefix, "a", ttl)
+	wait(t, a.led, "a leads")
+	b := startElector(t, rdb, prefix, "b", ttl)
+	select {
+	case <-b.led:
+		t.Fatal("two leaders")
+	default:
+	}
+	a.stop()
+	wait(t, a.ended, "a's leadership ends")
+	wait(t, b.led, "b takes over after a released")
+	if h, _ := lease.ReadHolder(context.Background(), rdb, prefix+"lease"); h.NodeID != "b" {
+		t.Fatalf("holder %+v", h)
+	}
+}
+
+// A handover request ends the leader's term with ErrHandover, and the
+// standby takes the lease.
+func TestElectorHandover(t *testing.T) {
+	rdb, prefix := redistest.Client(t)
+	a := startElector(t, rdb, prefix, "a", time.Hour)
+	wait(t, a.led, "a leads")
+	b := startElector(t, rdb, prefix, "b", time.Hour)
+	if n, err := lease.RequestHandover(context.Background(), rdb, prefix+"events"); err != nil || n < 1 {
+		t.Fatalf("handover request reached %d subscribers: %v", n, err)
+	}
+	if cause := wait(t, a.ended, "a hands over"); !errors.Is(cause, lease.ErrHandover) {
+		t.Fatalf("cause %v", cause)
+	}
+	wait(t, b.led, "b takes over")
+}
+
+// A lease taken from under the leader ends its leadership (ErrLost).
+func TestElectorLostLease(t *testing.T) {
+	rdb, prefix := redistest.Client(t)
+	a := startElector(t, rdb, prefix, "a", 600*time.Millisecond)
+	wait(t, a.led, "a leads")
+	rdb.Set(context.Background(), prefix+"lease", "usurper x", time.Hour)
+	if cause := wait(t, a.ended, "a notices"); !errors.Is(cause, lease.ErrLost) {
+		t.Fatalf("cause %v", cause)
+	}
+}
+
+// A leader that cannot reach Redis steps down before its lease can expire:
+// when its leadership ends the key still has time to live, so no other node
+// could have acquired yet.
+func TestElectorSelfFences(t *testing.T) {
+	watch, prefix := redistest.Client(t)
+	own := redis.NewClient(&redis.Options{Addr: watch.Options().Addr, DB: watch.Options().DB})
+	a := startElector(t, own, prefix, "a", 2*time.Second)
+	wait(t, a.led, "a leads")
+	var once sync.Once
+	once.Do(func() { own.Close() }) // every renewal now fails
+	cause := wait(t, a.ended, "a steps down")
+	left := watch.PTTL(context.Background(), prefix+"lease").Val()
+	if !errors.Is(cause, lease.ErrExpiring) {
+		t.Fatalf("cause %v", cause)
+	}
+	if left <= 0 {
+		t.Fatalf("a stepped down only after its lease could have expired (pttl %v)", left)
+	}
+	t.Logf("stepped down with %v of the 2s lease left", left)
+}

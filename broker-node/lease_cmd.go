@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/funduq/funduq-go/broker-node/lease"
+	"github.com/funduq/funduq-go/broker-node/node"
+	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/store"
+)
+
+const leaseUsage = `usage: broker-node lease status [--json]
+       broker-node lease handover [--wait DURATION]
+
+status    who leads, under which epoch, its advertised URL and the lease's time left
+handover  ask the leader to hand the lease over (it tells its providers to reconnect,
+          releases the lease, and a standby takes it); waits until another epoch leads
+`
+
+// leaseStatus is what `lease status` prints.
+type leaseStatus struct {
+	Leading      bool   `json:"leading"`
+	Node         string `json:"node,omitempty"`
+	Epoch        int64  `json:"epoch"`
+	AdvertiseURL string `json:"advertiseUrl,omitempty"`
+	LeaseLeftMS  int64  `json:"leaseLeftMs,omitempty"`
+	Since        string `json:"since,omitempty"`
+}
+
+func leaseCmd(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, leaseUsage)
+		return errUsage
+	}
+	cfg, err := config.ParseLeaseTool(environ)
+	if err != nil {
+		return err
+	}
+	st, err := store.Open(ctx, cfg.DatabaseURL, store.Options{MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	ropt, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return fmt.Errorf("FUNDUQ_REDIS_URL: %w", err)
+	}
+	rdb := redis.NewClient(ropt)
+	defer rdb.Close()
+	status := func() (leaseStatus, error) {
+		l, err := st.CurrentLeader(ctx)
+		if err != nil {
+			return leaseStatus{}, err
+		}
+		s := leaseStatus{Epoch: l.Epoch}
+		h, err := lease.ReadHolder(ctx, rdb, node.LeaseKey(node.KeyPrefix))
+		if errors.Is(err, lease.ErrNoHolder) {
+			return s, nil
+		}
+		if err != nil {
+			return leaseStatus{}, err
+		}
+		s.Leading, s.Node, s.LeaseLeftMS = true, h.NodeID, h.Left.Milliseconds()
+		if h.NodeID == l.Holder {
+			s.AdvertiseURL, s.Since = l.AdvertiseURL, l.AcquiredAt.UTC().Format(time.RFC3339)
+		}
+		return s, nil
+	}
+	switch args[0] {
+	case "status":
+		s, err := status()
+		if err != nil {
+			return err
+		}
+		if len(args) > 1 && args[1] == "--json" {
+			return json.NewEncoder(stdout).Encode(s)
+		}
+		if !s.Leading {
+			fmt.Fprintf(stdout, "nobody holds the lease (last epoch %d): runs wait queued until a node takes it\n", s.Epoch)
+			return nil
+		}
+		fmt.Fprintf(stdout, "leader:    %s\nepoch:     %d\nadvertise: %s\nsince:     %s\nlease:     %s left\n",
+			s.Node, s.Epoch, s.AdvertiseURL, s.Since, (time.Duration(s.LeaseLeftMS) * time.Millisecond).String())
+		return nil
+	case "handover":
+		wait := 30 * time.Second
+		if len(args) == 3 && args[1] == "--wait" {
+			if wait, err = time.ParseDuration(args[2]); err != nil {
+				return fmt.Errorf("--wait: %w", err)
+			}
+		}
+		before, err := status()
+		if err != nil {
+			return err
+		}
+		if !before.Leading {
+			return errors.New("nobody holds the lease: there is nothing to hand over")
+		}
+		if _, err := lease.RequestHandover(ctx, rdb, node.LeaseChannel(node.KeyPrefix)); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "asked %s (epoch %d) to hand over\n", before.Node, before.Epoch)
+		deadline := time.Now().Add(wait)
+		for time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+			s, err := status()
+			if err == nil && s.Leading && s.Epoch > before.Epoch {
+				fmt.Fprintf(stdout, "%s leads now, epoch %d\n", s.Node, s.Epoch)
+				return nil
+			}
+		}
+		return fmt.Errorf("no new leader within %s (is a standby running?)", wait)
+	}
+	fmt.Fprint(stderr, leaseUsage)
+	return errUsage
+}
