@@ -54,13 +54,14 @@ func leaseCmd(ctx context.Context, args []string, environ map[string]string, std
 	}
 	rdb := redis.NewClient(ropt)
 	defer rdb.Close()
+	prefix := cfg.RedisPrefix
 	status := func() (leaseStatus, error) {
 		l, err := st.CurrentLeader(ctx)
 		if err != nil {
 			return leaseStatus{}, err
 		}
 		s := leaseStatus{Epoch: l.Epoch}
-		h, err := lease.ReadHolder(ctx, rdb, node.LeaseKey(node.KeyPrefix))
+		h, err := lease.ReadHolder(ctx, rdb, node.LeaseKey(prefix))
 		if errors.Is(err, lease.ErrNoHolder) {
 			return s, nil
 		}
@@ -103,7 +104,7 @@ func leaseCmd(ctx context.Context, args []string, environ map[string]string, std
 		if !before.Leading {
 			return errors.New("nobody holds the lease: there is nothing to hand over")
 		}
-		if _, err := lease.RequestHandover(ctx, rdb, node.LeaseChannel(node.KeyPrefix)); err != nil {
+		if _, err := lease.RequestHandover(ctx, rdb, node.LeaseChannel(prefix)); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "asked %s (epoch %d) to hand over\n", before.Node, before.Epoch)

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"strings"
 	"testing"
 
+	"github.com/funduq/funduq-go/broker-node/nodetest"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/funduq/funduq-go/core/store"
@@ -54,5 +56,35 @@ func TestCommandErrors(t *testing.T) {
 		if code != tc.code || !strings.Contains(errb.String(), tc.say) {
 			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, code, errb.String(), tc.code, tc.say)
 		}
+	}
+}
+
+// `broker-node lease status` names the leader; `lease handover` moves the
+// lease to the standby and reports the new leader.
+func TestLeaseCommands(t *testing.T) {
+	a := nodetest.Start(t, nil)
+	b := a.Peer("node-b")
+	env := map[string]string{"FUNDUQ_DATABASE_URL": a.Cfg.DatabaseURL, "FUNDUQ_REDIS_URL": a.Cfg.RedisURL,
+		"FUNDUQ_REDIS_PREFIX": a.Prefix}
+	var out, errb bytes.Buffer
+	if code := run([]string{"lease", "status", "--json"}, env, &out, &errb); code != 0 {
+		t.Fatalf("status: exit %d: %s", code, errb.String())
+	}
+	var s leaseStatus
+	if err := json.Unmarshal(out.Bytes(), &s); err != nil || !s.Leading || s.Node != "test-node" || s.AdvertiseURL != a.URL || s.LeaseLeftMS <= 0 {
+		t.Fatalf("status %s (%v)", out.String(), err)
+	}
+	out.Reset()
+	if code := run([]string{"lease", "handover", "--wait", "15s"}, env, &out, &errb); code != 0 {
+		t.Fatalf("handover: exit %d: %s %s", code, out.String(), errb.String())
+	}
+	if !strings.Contains(out.String(), "node-b leads now") {
+		t.Fatalf("handover said %q", out.String())
+	}
+	b.Eventually("b leads", b.Ready)
+	out.Reset()
+	run([]string{"lease", "status"}, env, &out, &errb)
+	if !strings.Contains(out.String(), "leader:    node-b") {
+		t.Fatalf("status after handover: %q", out.String())
 	}
 }

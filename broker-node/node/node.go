@@ -93,6 +93,9 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 	rdb := redis.NewClient(ropt)
 	prefix := o.RedisPrefix
 	if prefix == "" {
+		prefix = cfg.RedisPrefix
+	}
+	if prefix == "" {
 		prefix = KeyPrefix
 	}
 	reg := prometheus.NewRegistry()

@@ -17,6 +17,9 @@ import (
 type Storage struct {
 	DatabaseURL string `env:"FUNDUQ_DATABASE_URL,required,notEmpty"`
 	RedisURL    string `env:"FUNDUQ_REDIS_URL,required,notEmpty"`
+	// RedisPrefix namespaces every Redis key funduq writes, so several
+	// deployments can share one Redis.
+	RedisPrefix string `env:"FUNDUQ_REDIS_PREFIX" envDefault:"funduq:"`
 }
 
 // Identity is funduq's own key and the KYOK token secret; the same on every
