@@ -77,3 +77,20 @@ func fields(v any, skip ...string) []string {
 	}
 	return out
 }
+
+func FuzzPeekType(f *testing.F) {
+	f.Add([]byte(`{"type":"ack","runId":"r"}`))
+	f.Add([]byte(`{"type":1}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		typ, ok := wire.PeekType(raw)
+		if !ok && typ != "" {
+			t.Fatalf("no type, yet %q", typ)
+		}
+		if ok {
+			var a wire.Ack
+			_ = json.Unmarshal(raw, &a)
+			a.Verdict()
+		}
+	})
+}
