@@ -88,17 +88,16 @@ func TestDevUpReusesRunningServers(t *testing.T) {
 	dbURL := envOr("FUNDUQ_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable")
 	redisURL := envOr("FUNDUQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
-	// dev-up runs the migrations: give it a database of its own, and a Redis
-	// database number of its own, so that it never meets other tests' data.
+	// The programs dev-up starts share these servers with other tests
+	// running at the same time: give them a database of their own (dev-up
+	// runs the migrations into it) and a Redis key and channel prefix of
+	// their own (the lease, the roster).
 	scratchURL := scratchDatabase(t, dbURL)
-	ru, err := url.Parse(redisURL)
-	if err != nil {
-		t.Fatalf("FUNDUQ_TEST_REDIS_URL: %v", err)
-	}
-	ru.Path = "/13"
+	prefix := fmt.Sprintf("devuptest-%d-%d:", os.Getpid(), time.Now().UnixNano())
+	t.Cleanup(func() { deleteRedisKeys(t, redisURL, prefix) })
 
 	s := newStack(t)
-	env := s.env("FUNDUQ_DATABASE_URL="+scratchURL, "FUNDUQ_REDIS_URL="+ru.String())
+	env := s.env("FUNDUQ_DATABASE_URL="+scratchURL, "FUNDUQ_REDIS_URL="+redisURL, "FUNDUQ_REDIS_PREFIX="+prefix)
 	out := s.run(t, env, func() {
 		// While it runs: none of its own servers.
 		for _, port := range []int{s.pgPort, s.redisPort} {
@@ -422,4 +421,23 @@ func scratchDatabase(t *testing.T, dsn string) string {
 	})
 	u.Path = "/" + name
 	return u.String()
+}
+
+// deleteRedisKeys removes the keys under prefix that the programs left in
+// the shared Redis (best effort: the lease key would expire anyway).
+func deleteRedisKeys(t *testing.T, redisURL, prefix string) {
+	t.Helper()
+	out, err := exec.Command("redis-cli", "--no-auth-warning", "-u", redisURL, "--scan", "--pattern", prefix+"*").Output()
+	if err != nil {
+		t.Logf("listing the test's Redis keys: %v", err)
+		return
+	}
+	keys := strings.Fields(string(out))
+	if len(keys) == 0 {
+		return
+	}
+	args := append([]string{"--no-auth-warning", "-u", redisURL, "del"}, keys...)
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		t.Logf("deleting the test's Redis keys: %v: %s", err, out)
+	}
 }
