@@ -237,12 +237,14 @@ func (b *Broker) write(ctx context.Context, what string, fn func() error) error 
 		}
 		b.metrics.writeRetries.Inc()
 		b.log.WarnContext(ctx, "store write failed; retrying", "op", what, "attempt", attempt, "err", err)
-		t := b.clock.NewTimer(delay)
+		// Real time, not the broker's clock: this waits on PostgreSQL, not
+		// on a protocol deadline.
+		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
-		case <-t.Chan():
+		case <-t.C:
 		}
 		if delay < 2*time.Second {
 			delay *= 2

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -65,7 +66,7 @@ func (f *Feed) End(ctx context.Context, runID string, lastSeq int, status string
 
 // Entry is one item read from a run's stream: an event, or the end marker.
 type Entry struct {
-	Seq   int
+	Seq   int // the event's seq; for the end marker, the last seq of the round it ends
 	Event json.RawMessage
 	End   string // the final status when this is the end marker
 }
@@ -88,7 +89,12 @@ func (f *Feed) Read(ctx context.Context, runID string, after int, block time.Dur
 	for _, s := range res {
 		for _, m := range s.Messages {
 			if st, ok := m.Values["end"].(string); ok {
-				out = append(out, Entry{End: st})
+				// The marker's id is "<last seq>-2": a reader can tell an
+				// earlier round's end (a run reopened after a pause) from
+				// the current one's.
+				last, _, _ := strings.Cut(m.ID, "-")
+				seq, _ := strconv.Atoi(last)
+				out = append(out, Entry{Seq: seq, End: st})
 				continue
 			}
 			seq, _ := strconv.Atoi(fmt.Sprint(m.Values["seq"]))

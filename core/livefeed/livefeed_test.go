@@ -31,7 +31,7 @@ func TestPublishReadEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 3 || got[0].Seq != 2 || got[1].Seq != 3 || got[2].End != "completed" {
+	if len(got) != 3 || got[0].Seq != 2 || got[1].Seq != 3 || got[2].End != "completed" || got[2].Seq != 3 {
 		t.Fatalf("read after 1: %+v", got)
 	}
 	if got, _ := f.Read(ctx, "run_1", 3, 0); len(got) != 1 || got[0].End != "completed" {

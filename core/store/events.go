@@ -39,7 +39,9 @@ func (s *Store) AppendProviderEvent(ctx context.Context, epoch int64, runID stri
 		}
 		if providerSeq != nil {
 			var dup bool
-			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM run_events WHERE run_id = $1 AND provider_seq = $2)`,
+			// Within this round only: a reopened run is numbered afresh.
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM run_events e JOIN runs r USING (run_id)
+				WHERE e.run_id = $1 AND e.provider_seq = $2 AND e.seq > r.round_seq)`,
 				runID, *providerSeq).Scan(&dup); err != nil {
 				return err
 			}

@@ -65,6 +65,7 @@ func (s *Store) Transition(ctx context.Context, m Move) (Run, error) {
 				run_input = coalesce($6::json, run_input),
 				owner_epoch = coalesce($7, owner_epoch),
 				started_at = CASE WHEN $2 = 'running' THEN now() ELSE started_at END,
+				round_seq = CASE WHEN $2 = 'running' THEN last_seq ELSE round_seq END,
 				completed_at = CASE WHEN $2 IN ('completed', 'failed', 'cancelled') THEN now() ELSE completed_at END,
 				queued_at = CASE WHEN $2 = 'queued' AND status = 'input-required' THEN now() ELSE queued_at END,
 				last_activity_at = now()

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambdaurl"
+	"go.uber.org/goleak"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/run"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+// invoke calls the Lambda entry as the Function URL runtime would, with
+// the invocation's deadline on the context, and returns status, headers and
+// the whole streamed body.
+func invoke(t *testing.T, h http.Handler, deadline time.Time, req *events.LambdaFunctionURLRequest) (int, map[string]string, string) {
+	t.Helper()
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	resp, err := lambdaurl.Wrap(h)(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Headers, string(b)
+}
+
+func get(path string, hdr map[string]string) *events.LambdaFunctionURLRequest {
+	return &events.LambdaFunctionURLRequest{RawPath: path, Headers: hdr,
+		RequestContext: events.LambdaFunctionURLRequestContext{DomainName: "door.example",
+			HTTP: events.LambdaFunctionURLRequestContextHTTPDescription{Method: "GET", Path: path}}}
+}
+
+// Through the Function URL wrapper: a run's events stream out and the
+// stream ends after the terminal event; a stream still open when the
+// invocation's deadline nears ends early with the reconnect comment.
+func TestLambdaEntry(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	handler, closeFn, err := newHandler(config.Door{Storage: h.Cfg.Storage, Identity: h.Cfg.Identity}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeFn)
+
+	code, hdr, body := invoke(t, handler, time.Now().Add(time.Minute), get("/agents", nil))
+	if code != 200 || !strings.Contains(body, `"name":"echo"`) || !strings.HasPrefix(hdr["Content-Type"], "application/json") {
+		t.Fatalf("agents: %d %v %s", code, hdr, body)
+	}
+
+	runID, threadID := h.Door(p.Key, "echo", "", "hi")
+	f := p.Offer()
+	p.Accept(f.RunID)
+	p.Complete(runID, threadID)
+	h.WaitStatus(runID, run.Completed)
+	code, hdr, body = invoke(t, handler, time.Now().Add(time.Minute), get("/runs/"+runID+"/events", nil))
+	if code != 200 || hdr["Content-Type"] != "text/event-stream" || strings.Count(body, "\ndata: ") != 5 ||
+		!strings.Contains(body, "id: 5\ndata: {\"type\":\"RUN_FINISHED\"") {
+		t.Fatalf("events: %d %v %s", code, hdr, body)
+	}
+
+	// A held run that says nothing: the deadline (less the margin) ends it.
+	runID2, _ := h.Door(p.Key, "echo", threadID, "again")
+	f = p.Offer()
+	p.Accept(f.RunID)
+	p.Event(runID2, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, threadID, runID2))
+	h.Eventually("event stored", func() bool { return len(h.Events(runID2)) == 1 })
+	code, _, body = invoke(t, handler, time.Now().Add(3500*time.Millisecond), get("/runs/"+runID2+"/events", nil))
+	sc := bufio.NewScanner(strings.NewReader(body))
+	var last string
+	for sc.Scan() {
+		if l := sc.Text(); l != "" {
+			last = l
+		}
+	}
+	if code != 200 || !strings.Contains(last, "reconnect with GET /runs/"+runID2+"/events and Last-Event-ID: 1") {
+		t.Fatalf("deadline: %d %q", code, body)
+	}
+}
+
+// The authorizer seat believes the authenticated-key header only on an
+// IAM-authenticated invocation.
+func TestAuthorizedKey(t *testing.T) {
+	key := strings.Repeat("ab", 32)
+	var seen []string
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen = append(seen, authorizedKey(r)) })
+	req := get("/x", map[string]string{AuthenticatedKeyHeader: key})
+	invoke(t, h, time.Now().Add(time.Minute), req)
+	req.RequestContext.Authorizer = &events.LambdaFunctionURLRequestContextAuthorizerDescription{
+		IAM: &events.LambdaFunctionURLRequestContextAuthorizerIAMDescription{UserARN: "arn:aws:iam::1:role/front"}}
+	invoke(t, h, time.Now().Add(time.Minute), req)
+	req.Headers[AuthenticatedKeyHeader] = "not-a-key"
+	invoke(t, h, time.Now().Add(time.Minute), req)
+	if len(seen) != 3 || seen[0] != "" || seen[1] != key || seen[2] != "" {
+		t.Fatalf("seats %q", seen)
+	}
+}

@@ -1,0 +1,260 @@
+package agui
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/funduq/funduq-go/functions/door"
+)
+
+// RunAgentInput is an AG-UI RunAgentInput as the door reads a caller's
+// body. Keys the door does not use (protocolVersion, …) are ignored.
+type RunAgentInput struct {
+	ThreadID    string
+	RunID       string // the caller's run id: never adopted, only an idempotency key
+	ParentRunID string
+	State       json.RawMessage
+	Messages    []json.RawMessage
+	Tools       []json.RawMessage
+	Context     []json.RawMessage
+	// ForwardedProps is the caller's bag verbatim (any JSON value, or nil).
+	ForwardedProps json.RawMessage
+	// Resume is the resume array as sent (nil when absent or null).
+	Resume        json.RawMessage
+	ResumeEntries []ResumeEntry
+}
+
+// ResumeEntry is one answer to an interrupt.
+type ResumeEntry struct {
+	InterruptID string
+	Status      string // "resolved" or "cancelled"
+	Payload     json.RawMessage
+}
+
+// HasToolMessages reports whether any message has role "tool".
+func (in RunAgentInput) HasToolMessages() bool {
+	for _, m := range in.Messages {
+		if roleOf(m) == "tool" {
+			return true
+		}
+	}
+	return false
+}
+
+func roleOf(m json.RawMessage) string {
+	var v struct {
+		Role string `json:"role"`
+	}
+	_ = json.Unmarshal(m, &v)
+	return v.Role
+}
+
+func invalid(format string, args ...any) *door.Error {
+	return door.Refuse(http.StatusUnprocessableEntity, door.CodeInvalidRunInput, format, args...)
+}
+
+// ParseRunAgentInput reads body as an AG-UI RunAgentInput. Malformed JSON is
+// a 400 (malformed_json); a well-formed body of the wrong shape is a 422
+// (invalid_run_input) naming the offending field. Every error is a
+// *door.Error. An accepted input always builds: each message is an object
+// with a non-empty string role, tools and context entries are objects.
+func ParseRunAgentInput(body []byte) (RunAgentInput, error) {
+	var in RunAgentInput
+	if !json.Valid(body) {
+		return in, door.Refuse(http.StatusBadRequest, door.CodeMalformedJSON, "the body is not valid JSON")
+	}
+	if k := firstByte(body); k != '{' {
+		return in, invalid("the body must be a JSON object (an AG-UI RunAgentInput)")
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(body, &obj); err != nil {
+		return in, invalid("the body must be a JSON object: %v", err)
+	}
+	var err error
+	if in.ThreadID, err = requiredString(obj, "threadId"); err != nil {
+		return in, err
+	}
+	if in.RunID, err = requiredString(obj, "runId"); err != nil {
+		return in, err
+	}
+	if raw, ok := present(obj, "parentRunId"); ok {
+		if err := json.Unmarshal(raw, &in.ParentRunID); err != nil || firstByte(raw) != '"' {
+			return in, invalid("parentRunId must be a string or null")
+		}
+	}
+	if raw, ok := present(obj, "state"); ok {
+		in.State = raw
+	}
+	if raw, ok := present(obj, "forwardedProps"); ok {
+		in.ForwardedProps = raw
+	}
+	if in.Messages, err = objects(obj, "messages"); err != nil {
+		return in, err
+	}
+	for i, m := range in.Messages {
+		var msg map[string]json.RawMessage
+		_ = json.Unmarshal(m, &msg)
+		var role string
+		if r, ok := msg["role"]; !ok || firstByte(r) != '"' || json.Unmarshal(r, &role) != nil || role == "" {
+			return in, invalid("messages[%d].role must be a non-empty string", i)
+		}
+		if role == "tool" {
+			if r, ok := msg["toolCallId"]; !ok || firstByte(r) != '"' {
+				return in, invalid("messages[%d].toolCallId must be a string on a tool message", i)
+			}
+		}
+	}
+	if in.Tools, err = objects(obj, "tools"); err != nil {
+		return in, err
+	}
+	if in.Context, err = objects(obj, "context"); err != nil {
+		return in, err
+	}
+	entries, err := objects(obj, "resume")
+	if err != nil {
+		return in, err
+	}
+	if raw, ok := present(obj, "resume"); ok {
+		in.Resume = raw
+	}
+	for i, e := range entries {
+		var m map[string]json.RawMessage
+		_ = json.Unmarshal(e, &m)
+		var re ResumeEntry
+		if r, ok := m["interruptId"]; !ok || firstByte(r) != '"' || json.Unmarshal(r, &re.InterruptID) != nil || re.InterruptID == "" {
+			return in, invalid("resume[%d].interruptId must be a non-empty string", i)
+		}
+		if r, ok := m["status"]; !ok || firstByte(r) != '"' || json.Unmarshal(r, &re.Status) != nil ||
+			(re.Status != "resolved" && re.Status != "cancelled") {
+			return in, invalid(`resume[%d].status must be "resolved" or "cancelled"`, i)
+		}
+		re.Payload = m["payload"]
+		in.ResumeEntries = append(in.ResumeEntries, re)
+	}
+	return in, nil
+}
+
+// present returns obj[key] unless it is absent or null.
+func present(obj map[string]json.RawMessage, key string) (json.RawMessage, bool) {
+	raw, ok := obj[key]
+	if !ok || firstByte(raw) == 'n' {
+		return nil, false
+	}
+	return raw, true
+}
+
+func requiredString(obj map[string]json.RawMessage, key string) (string, error) {
+	raw, ok := obj[key]
+	var s string
+	if !ok || firstByte(raw) != '"' || json.Unmarshal(raw, &s) != nil {
+		return "", invalid("%s is required and must be a string", key)
+	}
+	return s, nil
+}
+
+// objects reads obj[key] as an array of JSON objects; absent or null is an
+// empty list.
+func objects(obj map[string]json.RawMessage, key string) ([]json.RawMessage, error) {
+	raw, ok := present(obj, key)
+	if !ok {
+		return nil, nil
+	}
+	if firstByte(raw) != '[' {
+		return nil, invalid("%s must be an array", key)
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, invalid("%s must be an array: %v", key, err)
+	}
+	for i, it := range items {
+		if firstByte(it) != '{' {
+			return nil, invalid("%s[%d] must be an object", key, i)
+		}
+	}
+	return items, nil
+}
+
+func firstByte(raw []byte) byte {
+	raw = bytes.TrimLeft(raw, " \t\r\n")
+	if len(raw) == 0 {
+		return 0
+	}
+	return raw[0]
+}
+
+// callerBag is what the door reads from forwardedProps when it is an object.
+type callerBag struct {
+	isObject   bool
+	obj        map[string]json.RawMessage
+	actorChain json.RawMessage // nil when absent or null
+	kyok       *kyokOptIn
+}
+
+type kyokOptIn struct {
+	ProviderKey string
+	Name        string
+}
+
+// readBag extracts the actor chain and the KYOK opt-in from the caller's
+// forwardedProps. A bag that is not an object has neither.
+func readBag(fp json.RawMessage) (callerBag, error) {
+	var b callerBag
+	if firstByte(fp) != '{' {
+		return b, nil
+	}
+	if err := json.Unmarshal(fp, &b.obj); err != nil {
+		return b, invalid("forwardedProps: %v", err)
+	}
+	b.isObject = true
+	if raw, ok := present(b.obj, "actorChain"); ok {
+		b.actorChain = raw
+	}
+	if raw, ok := present(b.obj, "kyok"); ok {
+		var k map[string]json.RawMessage
+		if firstByte(raw) != '{' || json.Unmarshal(raw, &k) != nil {
+			return b, invalid("forwardedProps.kyok must be an object")
+		}
+		if lp, ok := present(k, "llmProvider"); ok {
+			var opt struct {
+				ProviderKey *string `json:"providerKey"`
+				Name        *string `json:"name"`
+			}
+			if firstByte(lp) != '{' || json.Unmarshal(lp, &opt) != nil || opt.ProviderKey == nil || opt.Name == nil ||
+				*opt.ProviderKey == "" || *opt.Name == "" {
+				return b, invalid("forwardedProps.kyok.llmProvider must be {providerKey, name} with non-empty strings")
+			}
+			b.kyok = &kyokOptIn{ProviderKey: *opt.ProviderKey, Name: *opt.Name}
+		}
+	}
+	return b, nil
+}
+
+// metadata is the caller's bag without funduq's reserved key, stored on a
+// new thread; nil when the bag is not an object.
+func (b callerBag) metadata() json.RawMessage {
+	if !b.isObject {
+		return nil
+	}
+	m := make(map[string]json.RawMessage, len(b.obj))
+	for k, v := range b.obj {
+		if k != "funduq" {
+			m[k] = v
+		}
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return nil
+	}
+	return out
+}
+
+// chainTokens reads the actorChain value as a list of strings.
+func chainTokens(raw json.RawMessage) ([]string, error) {
+	var toks []string
+	if firstByte(raw) != '[' || json.Unmarshal(raw, &toks) != nil {
+		return nil, fmt.Errorf("actorChain must be an array of compact JWS strings")
+	}
+	return toks, nil
+}

@@ -1,0 +1,412 @@
+package agui
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/funduq/funduq-go/core/agui"
+	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/runinput"
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/functions/door"
+)
+
+// IdempotencyHeader names the header a retried POST repeats (D13).
+const IdempotencyHeader = "Idempotency-Key"
+
+const maxIdempotencyKey = 255
+
+// outcome is what a POST resolves to: a run to stream (from after), or a
+// thread snapshot to return.
+type outcome struct {
+	run      store.Run
+	after    int
+	snapshot *Snapshot
+}
+
+func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.o.MaxBody))
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			door.WriteError(w, r, h.log, door.Refuse(http.StatusRequestEntityTooLarge, door.CodeBodyTooLarge,
+				"the body is larger than %d bytes", h.o.MaxBody))
+			return
+		}
+		door.WriteError(w, r, h.log, door.Refuse(http.StatusBadRequest, door.CodeBadRequest, "could not read the body"))
+		return
+	}
+	in, err := ParseRunAgentInput(body)
+	if err != nil {
+		door.WriteError(w, r, h.log, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 2*door.StorageTimeout)
+	out, err := h.accept(ctx, r, body, in)
+	cancel()
+	if err != nil {
+		door.WriteError(w, r, h.log, err)
+		return
+	}
+	if out.snapshot != nil {
+		door.WriteJSON(w, http.StatusOK, out.snapshot)
+		return
+	}
+	h.stream(w, r, out.run, out.after)
+}
+
+// accept runs the door's checks in order (doors.md §2.3, the first failing
+// step wins) and writes the run, or reopens the paused one.
+func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in RunAgentInput) (outcome, error) {
+	// 1. The agent.
+	provider, name := r.PathValue("provider"), r.PathValue("name")
+	if !identity.IsPublicKeyHex(provider) && !identity.IsFingerprint(provider) {
+		return outcome{}, door.Refuse(http.StatusNotFound, door.CodeAgentNotFound,
+			"no agent %s/%s: the provider is its 64-hex public key or 16-hex fingerprint", provider, name)
+	}
+	agent, err := h.o.Store.FindAgent(ctx, provider, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return outcome{}, door.Refuse(http.StatusNotFound, door.CodeAgentNotFound, "no agent %s is registered by %s", name, provider)
+	}
+	if err != nil {
+		return outcome{}, err
+	}
+
+	// 2. The caller: an actor chain needs its presenter (D12).
+	bag, err := readBag(in.ForwardedProps)
+	if err != nil {
+		return outcome{}, err
+	}
+	var chain *identity.Chain
+	if bag.actorChain != nil {
+		presenter := h.presenter(r, body)
+		if presenter == "" {
+			return outcome{}, door.Refuse(http.StatusUnauthorized, door.CodePresenterRequired,
+				"an actor chain needs an authenticated presenter key (an authorizer, or the %s header)", identity.PresenterHeader)
+		}
+		toks, err := chainTokens(bag.actorChain)
+		if err != nil {
+			return outcome{}, door.Refuse(http.StatusUnauthorized, door.CodeInvalidChain, "%v", err)
+		}
+		c, err := identity.VerifyChain(toks)
+		if err != nil {
+			return outcome{}, door.Refuse(http.StatusUnauthorized, door.CodeInvalidChain, "the actor chain does not verify: %v", err)
+		}
+		if c.Presenter() != presenter {
+			return outcome{}, door.Refuse(http.StatusUnauthorized, door.CodeInvalidChain,
+				"the presenter is not the signer of the chain's last hop")
+		}
+		chain = &c
+	}
+	head := ""
+	if chain != nil {
+		head = chain.Head()
+	}
+
+	// 3. KYOK opt-in.
+	if bag.kyok != nil {
+		ok, err := h.o.Store.LLMOfferingExists(ctx, bag.kyok.ProviderKey, bag.kyok.Name)
+		if err != nil {
+			return outcome{}, err
+		}
+		if !ok {
+			return outcome{}, door.Refuse(http.StatusNotFound, door.CodeLLMNotFound,
+				"no LLM offering %s is registered by %s", bag.kyok.Name, bag.kyok.ProviderKey)
+		}
+	}
+
+	// 4. The thread: funduq's authority over the id. An id funduq does not
+	// know is never adopted.
+	var thread *store.Thread
+	if in.ThreadID != "" {
+		t, err := h.o.Store.GetThread(ctx, in.ThreadID)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return outcome{}, err
+		default:
+			thread = &t
+		}
+	}
+	if thread != nil {
+		if thread.ProviderKey != agent.ProviderKey || thread.AgentName != agent.Name {
+			return outcome{}, door.Refuse(http.StatusConflict, door.CodeThreadMismatch,
+				"thread %s belongs to another agent", thread.ThreadID)
+		}
+		if thread.HeadKey != "" && head != thread.HeadKey && head != agent.ProviderKey {
+			return outcome{}, door.Refuse(http.StatusForbidden, door.CodeMembershipRequired,
+				"thread %s is bound to an authority; present a chain headed by it", thread.ThreadID)
+		}
+	}
+
+	// A retried request returns the original run (D13).
+	idem := r.Header.Get(IdempotencyHeader)
+	if len(idem) > maxIdempotencyKey || strings.ContainsFunc(idem, func(c rune) bool { return c < 0x20 || c == 0x7f }) {
+		return outcome{}, door.Refuse(http.StatusBadRequest, door.CodeBadRequest,
+			"%s must be at most %d printable characters", IdempotencyHeader, maxIdempotencyKey)
+	}
+	probe := store.NewRun{ProviderKey: agent.ProviderKey, AgentName: agent.Name, IdempotencyKey: idem, CallerRequestID: in.RunID}
+	if thread != nil {
+		probe.ThreadID = thread.ThreadID
+	} else {
+		probe.CreateThread = &store.NewThread{}
+	}
+	if prior, ok, err := h.o.Store.FindRetriedRun(ctx, probe); err != nil {
+		return outcome{}, err
+	} else if ok {
+		return outcome{run: prior}, nil
+	}
+
+	// 5. Is this an answer to a paused run (D1)?
+	if len(in.ResumeEntries) > 0 || in.HasToolMessages() {
+		if thread == nil {
+			if len(in.ResumeEntries) > 0 {
+				return outcome{}, door.Refuse(http.StatusNotFound, door.CodeThreadNotFound,
+					"a resume must name the funduq thread of the paused run; thread %q is unknown", in.ThreadID)
+			}
+		} else {
+			out, answered, err := h.answer(ctx, agent, *thread, in, bag, chain)
+			if err != nil || answered {
+				return out, err
+			}
+			if len(in.ResumeEntries) > 0 {
+				// A result with no ask to land on does not enter dressed as
+				// an utterance.
+				snap, err := h.snapshot(ctx, thread.ThreadID)
+				return outcome{snapshot: &snap}, err
+			}
+		}
+	}
+
+	// 6. A new run, queued on its thread (D2: the broker sequences it).
+	runID := run.NewRunID()
+	threadID := run.NewThreadID()
+	if thread != nil {
+		threadID = thread.ThreadID
+	}
+	built, err := h.build(agent, threadID, runID, in.ParentRunID, in, bag, chain)
+	if err != nil {
+		return outcome{}, err
+	}
+	nr := probe
+	nr.RunID, nr.ThreadID, nr.RunInput, nr.ParentRunID = runID, threadID, built.Bytes, in.ParentRunID
+	if built.RelayedChain != nil {
+		nr.ActorChain, _ = json.Marshal(built.RelayedChain)
+	}
+	if thread == nil {
+		nr.CreateThread = &store.NewThread{HeadKey: head, Metadata: bag.metadata()}
+	}
+	nr.Messages = messagesOf(built)
+	created, _, err := h.o.Store.CreateRun(ctx, nr)
+	if errors.Is(err, store.ErrThreadMismatch) {
+		return outcome{}, door.Refuse(http.StatusConflict, door.CodeThreadMismatch, "thread %s belongs to another agent", threadID)
+	}
+	if err != nil {
+		return outcome{}, err
+	}
+	return outcome{run: created}, nil
+}
+
+func messagesOf(b runinput.Built) []store.Message {
+	out := make([]store.Message, len(b.MessageIDs))
+	for i, id := range b.MessageIDs {
+		out[i] = store.Message{MessageID: id, Message: b.Input.Messages[i]}
+	}
+	return out
+}
+
+// build makes the run's input with the one builder (D4).
+func (h *Handler) build(agent store.Agent, threadID, runID, parentRunID string, in RunAgentInput, bag callerBag,
+	chain *identity.Chain) (runinput.Built, error) {
+	req := runinput.Request{ThreadID: threadID, RunID: runID, ParentRunID: parentRunID, State: in.State,
+		Messages: in.Messages, Tools: in.Tools, Context: in.Context, ForwardedProps: in.ForwardedProps,
+		Resume: in.Resume, Chain: chain,
+		Dispatch: runinput.Dispatch{Funduq: h.o.Funduq, ProviderKey: agent.ProviderKey, AgentName: agent.Name}}
+	if bag.kyok != nil {
+		req.KyokToken = identity.MintKyokToken(h.o.TokenSecret,
+			identity.NewKyokClaims(runID, agent.ProviderKey, agent.Name, h.o.Now()))
+	}
+	built, err := runinput.Build(req)
+	if errors.Is(err, runinput.ErrInvalid) {
+		return runinput.Built{}, invalid("%v", err)
+	}
+	return built, err
+}
+
+// presenter is the authenticated key presenting the request: the
+// authorizer's seat first, then a valid Funduq-Presenter proof over the
+// exact body. "" when neither proves a key (never an error by itself).
+func (h *Handler) presenter(r *http.Request, body []byte) string {
+	if h.o.AuthorizedKey != nil {
+		if k := h.o.AuthorizedKey(r); identity.IsPublicKeyHex(k) {
+			return k
+		}
+	}
+	if v := r.Header.Get(identity.PresenterHeader); v != "" {
+		if k, err := identity.ParsePresenterHeader(v, body, h.o.Now()); err == nil {
+			return k
+		}
+	}
+	return ""
+}
+
+// answer handles a body that may answer the thread's paused run. answered
+// is true when the body completed the run's asks: out is then the reopened
+// run to stream, or — when another answer won the race — the snapshot.
+func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Thread, in RunAgentInput, bag callerBag,
+	chain *identity.Chain) (out outcome, answered bool, err error) {
+	paused, ok, err := h.o.Store.NewestRunInStatus(ctx, thread.ThreadID, run.InputRequired)
+	if err != nil || !ok || paused.CancelRequestedBy != nil {
+		return outcome{}, false, err
+	}
+	asks, interrupts, err := h.openAsks(ctx, paused)
+	if err != nil {
+		return outcome{}, false, err
+	}
+	if !completes(asks, interrupts, in) {
+		return outcome{}, false, nil
+	}
+	built, err := h.build(agent, paused.ThreadID, paused.RunID, paused.RunID, in, bag, chain)
+	if err != nil {
+		return outcome{}, true, err
+	}
+	reopened, err := h.o.Store.ReopenRun(ctx, store.Reopen{RunID: paused.RunID, RunInput: built.Bytes, Messages: messagesOf(built)})
+	if errors.Is(err, store.ErrIllegalTransition) {
+		// Another answer landed first: there is no second resume to watch.
+		snap, err := h.snapshot(ctx, thread.ThreadID)
+		return outcome{snapshot: &snap}, true, err
+	}
+	if err != nil {
+		return outcome{}, true, err
+	}
+	return outcome{run: reopened, after: reopened.LastSeq}, true, nil
+}
+
+// interruptRef is one interrupt of a paused run: its id, and the ask id it
+// stands for (its toolCallId when it has one, else its id).
+type interruptRef struct {
+	ID  string
+	Ask string
+}
+
+// completes reports whether in answers every open ask: resume entries
+// answer the interrupts they name, tool messages answer the tool calls they
+// name except those that belong to interrupts (those only resume answers).
+func completes(asks []string, interrupts []interruptRef, in RunAgentInput) bool {
+	if len(asks) == 0 {
+		return false
+	}
+	answered := map[string]bool{}
+	interruptAsk := map[string]bool{}
+	for _, it := range interrupts {
+		interruptAsk[it.Ask] = true
+	}
+	for _, re := range in.ResumeEntries {
+		for _, it := range interrupts {
+			if it.ID == re.InterruptID {
+				answered[it.Ask] = true
+			}
+		}
+	}
+	for _, m := range in.Messages {
+		var v struct {
+			Role       string `json:"role"`
+			ToolCallID string `json:"toolCallId"`
+		}
+		if json.Unmarshal(m, &v) == nil && v.Role == "tool" && v.ToolCallID != "" && !interruptAsk[v.ToolCallID] {
+			answered[v.ToolCallID] = true
+		}
+	}
+	for _, a := range asks {
+		if !answered[a] {
+			return false
+		}
+	}
+	return true
+}
+
+// openAsks reads a paused run's outstanding asks (over the events of its
+// last round: after the RUN_FINISHED that ended the round before) and its
+// interrupts (the stored pause payload, else the last RUN_FINISHED's).
+func (h *Handler) openAsks(ctx context.Context, paused store.Run) ([]string, []interruptRef, error) {
+	var evs []json.RawMessage
+	after := 0
+	for {
+		page, err := h.o.Store.EventsAfter(ctx, paused.RunID, after, 1000)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, e := range page {
+			evs = append(evs, e.Event)
+			after = e.Seq
+		}
+		if len(page) < 1000 {
+			break
+		}
+	}
+	var finishes []int
+	for i, e := range evs {
+		if typeOf(e) == agui.TypeRunFinished {
+			finishes = append(finishes, i)
+		}
+	}
+	round := evs
+	if len(finishes) >= 2 {
+		round = evs[finishes[len(finishes)-2]+1:]
+	}
+	asks := agui.OpenAsks(round)
+
+	var payload struct {
+		Interrupts []json.RawMessage `json:"interrupts"`
+	}
+	if len(paused.Interrupt) > 0 {
+		_ = json.Unmarshal(paused.Interrupt, &payload)
+	}
+	if payload.Interrupts == nil && len(finishes) > 0 {
+		var fin struct {
+			Outcome struct {
+				Interrupts []json.RawMessage `json:"interrupts"`
+			} `json:"outcome"`
+		}
+		_ = json.Unmarshal(evs[finishes[len(finishes)-1]], &fin)
+		payload.Interrupts = fin.Outcome.Interrupts
+	}
+	var refs []interruptRef
+	for _, raw := range payload.Interrupts {
+		var it struct {
+			ID         string `json:"id"`
+			ToolCallID string `json:"toolCallId"`
+		}
+		if json.Unmarshal(raw, &it) != nil || it.ID == "" {
+			continue
+		}
+		ask := it.ToolCallID
+		if ask == "" {
+			ask = it.ID
+		}
+		refs = append(refs, interruptRef{ID: it.ID, Ask: ask})
+		if !slices.Contains(asks, ask) {
+			asks = append(asks, ask)
+		}
+	}
+	slices.Sort(asks)
+	return asks, refs, nil
+}
+
+// typeOf is an event's "type" string ("" when it has none).
+func typeOf(ev json.RawMessage) string {
+	var v struct {
+		Type any `json:"type"`
+	}
+	if json.Unmarshal(ev, &v) != nil {
+		return ""
+	}
+	s, _ := v.Type.(string)
+	return s
+}

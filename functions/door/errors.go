@@ -1,0 +1,144 @@
+// Package door holds what every caller door (AG-UI, A2A, KYOK) shares: the
+// one error envelope and its mapping to HTTP statuses, the fail-fast
+// classification of storage failures, the connections a door opens, and the
+// GET /agents listing any door serves.
+package door
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Error is a typed refusal. Every refusal a door makes is one of these,
+// written once as {"error": {"code": …, "message": …}} with Status (D13:
+// one error envelope; nothing leaks a stack trace or a driver message).
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+	// RetryAfter, when positive, is sent as the Retry-After header (seconds).
+	RetryAfter int
+	// Err is the cause, for logs only; never written to the caller.
+	Err error
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s (%d): %s: %v", e.Code, e.Status, e.Message, e.Err)
+	}
+	return fmt.Sprintf("%s (%d): %s", e.Code, e.Status, e.Message)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Refuse makes an *Error.
+func Refuse(status int, code, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Error codes shared by the doors.
+const (
+	CodeBadRequest         = "bad_request"
+	CodeMalformedJSON      = "malformed_json"
+	CodeInvalidRunInput    = "invalid_run_input"
+	CodeBodyTooLarge       = "body_too_large"
+	CodeAgentNotFound      = "agent_not_found"
+	CodeThreadNotFound     = "thread_not_found"
+	CodeRunNotFound        = "run_not_found"
+	CodeLLMNotFound        = "llm_provider_not_found"
+	CodePresenterRequired  = "presenter_required"
+	CodeInvalidChain       = "invalid_chain"
+	CodeThreadMismatch     = "thread_ownership_mismatch"
+	CodeMembershipRequired = "thread_membership_required"
+	CodeUnavailable        = "storage_unavailable"
+	CodeInternal           = "internal"
+	CodeNotFound           = "not_found"
+	CodeMethodNotAllowed   = "method_not_allowed"
+)
+
+// envelope is the one error body.
+type envelope struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// WriteError writes err as the error envelope. An *Error is written as it
+// says; a storage failure (see Unavailable) becomes 503 with Retry-After; any
+// other error is logged and answered 500 with a generic message.
+func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	var de *Error
+	if !errors.As(err, &de) {
+		if Unavailable(err) {
+			de = &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
+				Message: "storage is unreachable; retry shortly", RetryAfter: 1, Err: err}
+		} else {
+			de = &Error{Status: http.StatusInternalServerError, Code: CodeInternal,
+				Message: "internal error", Err: err}
+		}
+	}
+	if log != nil {
+		lvl := slog.LevelInfo
+		if de.Status >= 500 {
+			lvl = slog.LevelError
+		}
+		log.Log(r.Context(), lvl, "request refused", "method", r.Method, "path", r.URL.Path,
+			"status", de.Status, "code", de.Code, "err", de.Error())
+	}
+	var body envelope
+	body.Error.Code, body.Error.Message = de.Code, de.Message
+	if de.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(de.RetryAfter))
+	}
+	WriteJSON(w, de.Status, body)
+}
+
+// WriteJSON writes v as compact JSON with status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"error":{"code":"internal","message":"internal error"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// Unavailable reports whether err means shared storage could not be reached
+// in time (a dial or connect failure, a connection lost, or the door's own
+// storage deadline passing) rather than a refusal or a bug.
+func Unavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// Class 08 (connection exception), 53 (insufficient resources),
+		// 57P0x (server shutting down / cannot connect now).
+		c := pgErr.Code
+		return len(c) == 5 && (c[:2] == "08" || c[:2] == "53" || c[:4] == "57P0")
+	}
+	return pgconn.SafeToRetry(err)
+}

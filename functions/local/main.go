@@ -1,0 +1,145 @@
+// Command local serves every caller door on one port (FUNDUQ_DOORS_ADDR),
+// the way API Gateway routes them in a deployment, for development and
+// tests:
+//
+//	POST /agui/{provider}/{name}, GET /threads/{threadId},
+//	GET /runs/{runId}/events          the AG-UI door
+//	GET /agents                       the agent listing (any door)
+//	GET /health                       200 when PostgreSQL and Redis answer
+//
+// The A2A and KYOK doors mount beside them (see doors in Mux).
+//
+//	FUNDUQ_DATABASE_URL=… FUNDUQ_REDIS_URL=… FUNDUQ_IDENTITY_KEY=… \
+//	FUNDUQ_TOKEN_SECRET=… go run ./functions/local
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/functions/agui"
+	"github.com/funduq/funduq-go/functions/door"
+)
+
+// redisPrefix overrides door.RedisPrefix (tests share one Redis with a
+// broker node under a prefix of its own).
+var redisPrefix string
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Environ(), os.Stderr, nil)
+	stop()
+	os.Exit(code)
+}
+
+// mount is one door: the path patterns it answers and its handler.
+type mount struct {
+	name     string
+	patterns []string
+	handler  http.Handler
+}
+
+// Mux mounts every door on one mux. A door added later (A2A, KYOK) is one
+// more entry in doors.
+func Mux(d *door.Deps, log *slog.Logger) (http.Handler, error) {
+	ag, err := agui.New(agui.Options{Store: d.Store, Feed: d.Feed, Funduq: d.Funduq, TokenSecret: d.TokenSecret, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	doors := []mount{
+		{name: "agui", patterns: agui.Patterns(), handler: ag},
+		{name: "agents", patterns: []string{"GET /agents"}, handler: door.Agents(d.Store, log)},
+		{name: "health", patterns: []string{"GET /health"}, handler: health(d)},
+	}
+	mux := http.NewServeMux()
+	for _, m := range doors {
+		for _, p := range m.patterns {
+			mux.Handle(p, m.handler)
+		}
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		door.WriteError(w, r, nil, door.Refuse(http.StatusNotFound, door.CodeNotFound, "no such route: %s %s", r.Method, r.URL.Path))
+	})
+	return mux, nil
+}
+
+// health is 200 when both stores answer, else 503 naming the one that
+// does not.
+func health(d *door.Deps) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), door.StorageTimeout)
+		defer cancel()
+		body := map[string]string{"status": "ok", "database": "ok", "redis": "ok"}
+		status := http.StatusOK
+		if err := d.Store.Ping(ctx); err != nil {
+			body["database"], body["status"], status = "unreachable", "unavailable", http.StatusServiceUnavailable
+		}
+		if err := d.Redis.Ping(ctx).Err(); err != nil {
+			body["redis"], body["status"], status = "unreachable", "unavailable", http.StatusServiceUnavailable
+		}
+		if status != http.StatusOK {
+			w.Header().Set("Retry-After", "1")
+		}
+		door.WriteJSON(w, status, body)
+	})
+}
+
+// run serves until ctx ends and returns the exit code. ready, when set, is
+// told the address listened on.
+func run(ctx context.Context, environ []string, stderr io.Writer, ready func(addr string)) int {
+	cfg, err := config.ParseLocalDoors(config.FromList(environ))
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	deps, err := door.Connect(cfg.Door, door.ConnectOptions{Log: log, RedisPrefix: redisPrefix})
+	if err != nil {
+		log.Error("doors: connect", "err", err)
+		return 1
+	}
+	defer deps.Close()
+	mux, err := Mux(deps, log)
+	if err != nil {
+		log.Error("doors: build", "err", err)
+		return 1
+	}
+	ln, err := net.Listen("tcp", cfg.DoorsAddr)
+	if err != nil {
+		log.Error("doors: listen", "addr", cfg.DoorsAddr, "err", err)
+		return 1
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return ctx }}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("doors serving", "addr", ln.Addr().String())
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			log.Error("doors: serve", "err", err)
+			return 1
+		}
+	}
+	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shut); err != nil {
+		log.Warn("doors: shutdown", "err", err)
+	}
+	log.Info("doors stopped")
+	return 0
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+func call(t *testing.T, method, url, body string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// The local server mounts the doors on one port from the environment, and
+// stops cleanly when its context ends.
+func TestLocalDoors(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	p.Close()
+	h.Eventually("echo unserved", func() bool {
+		as, err := h.Store.ListAgents(context.Background())
+		return err == nil && len(as) == 1 && !as[0].Online
+	})
+	environ := []string{
+		"FUNDUQ_DATABASE_URL=" + h.Cfg.DatabaseURL, "FUNDUQ_REDIS_URL=" + h.Cfg.RedisURL,
+		"FUNDUQ_IDENTITY_KEY=" + h.Cfg.IdentityKey, "FUNDUQ_TOKEN_SECRET=" + h.Cfg.TokenSecret,
+		"FUNDUQ_DOORS_ADDR=127.0.0.1:0", "FUNDUQ_LOG_LEVEL=error",
+	}
+	redisPrefix = h.Prefix
+	t.Cleanup(func() { redisPrefix = "" })
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	var wg sync.WaitGroup
+	code := -1
+	wg.Go(func() { code = run(ctx, environ, io.Discard, func(a string) { addr <- a }) })
+	defer func() {
+		cancel()
+		wg.Wait()
+		if code != 0 {
+			t.Errorf("exit code %d", code)
+		}
+	}()
+	var base string
+	select {
+	case a := <-addr:
+		base = "http://" + a
+	case <-time.After(20 * time.Second):
+		t.Fatal("the doors did not start")
+	}
+
+	if c, b := call(t, "GET", base+"/health", ""); c != 200 || !strings.Contains(b, `"status":"ok"`) {
+		t.Fatalf("health %d %s", c, b)
+	}
+	c, b := call(t, "GET", base+"/agents", "")
+	var agents struct {
+		Agents []struct {
+			Name   string `json:"name"`
+			Online bool   `json:"online"`
+		} `json:"agents"`
+	}
+	if json.Unmarshal([]byte(b), &agents) != nil || c != 200 || len(agents.Agents) != 1 || agents.Agents[0].Online {
+		t.Fatalf("agents %d %s", c, b)
+	}
+	c, b = call(t, "POST", base+"/agui/"+p.Key+"/echo", `{"threadId":"t","runId":"r","messages":[{"role":"user","content":"hi"}]}`)
+	if c != 200 || strings.Count(b, "data: ") != 2 || !strings.Contains(b, `"RUN_ERROR"`) {
+		t.Fatalf("offline run %d %s", c, b)
+	}
+	if c, b := call(t, "GET", base+"/nowhere", ""); c != 404 || !strings.Contains(b, `"code":"not_found"`) {
+		t.Fatalf("unknown route %d %s", c, b)
+	}
+}
+
+// A bad configuration exits 2 naming the variable.
+func TestLocalDoorsBadConfig(t *testing.T) {
+	var out strings.Builder
+	if code := run(context.Background(), []string{"FUNDUQ_REDIS_URL=redis://x"}, &out, nil); code != 2 ||
+		!strings.Contains(out.String(), "FUNDUQ_DATABASE_URL") {
+		t.Fatalf("code %d: %s", code, out.String())
+	}
+}
