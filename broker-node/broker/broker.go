@@ -360,6 +360,12 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 		}
 	}
 	ls.names = seen
+	ls.interjections = map[string]bool{}
+	for _, a := range agents {
+		if a.TakesInterjections {
+			ls.interjections[a.Name] = true
+		}
+	}
 	for n := range seen {
 		ref := AgentRef{ls.key, n}
 		b.served[ref] = ls

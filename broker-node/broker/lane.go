@@ -24,7 +24,10 @@ type lane struct {
 	threadID string
 	agent    AgentRef
 	input    json.RawMessage
-	queuedAt time.Time // broker clock: when this round entered dispatch
+	// addressed is the live run an interjection addresses
+	// (forwardedProps.funduq.addressedRunId); "" for an ordinary turn.
+	addressed string
+	queuedAt  time.Time // broker clock: when this round entered dispatch
 	q        *queue
 	log      *slog.Logger
 
@@ -183,12 +186,15 @@ func (l *lane) try(ctx context.Context) {
 		b.mu.Unlock()
 		return
 	}
-	dq := b.threads[l.threadID]
-	if len(dq) == 0 || dq[0] != l {
-		b.mu.Unlock()
-		return
+	ls := b.interjectionTargetLocked(l)
+	if ls == nil {
+		dq := b.threads[l.threadID]
+		if len(dq) == 0 || dq[0] != l {
+			b.mu.Unlock()
+			return
+		}
+		ls = b.served[l.agent]
 	}
-	ls := b.served[l.agent]
 	if ls == nil {
 		b.mu.Unlock()
 		return
@@ -224,6 +230,25 @@ func (l *lane) try(ctx context.Context) {
 	}
 	b.metrics.offers.WithLabelValues("sent").Inc()
 	l.log.DebugContext(ctx, "run offered", "link", ls.id)
+}
+
+// interjectionTargetLocked returns the link an interjection goes straight
+// to: the one holding the run it addresses, while that run is claimed and
+// its agent takes interjections. Otherwise nil: the run is an ordinary
+// turn (a target that settled first degrades it to one). Caller holds b.mu.
+func (b *Broker) interjectionTargetLocked(l *lane) *linkState {
+	if l.addressed == "" {
+		return nil
+	}
+	t := b.lanes[l.addressed]
+	if t == nil || t.ended || t.claimedBy == nil || t.threadID != l.threadID {
+		return nil
+	}
+	ls := t.claimedBy
+	if b.served[l.agent] != ls || !ls.interjections[l.agent.Name] {
+		return nil
+	}
+	return ls
 }
 
 func (l *lane) releasePlace() {
@@ -321,6 +346,11 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status) {
 	l.claimedBy = ls
 	l.claimedAt = b.clock.Now()
 	b.leaveThreadLocked(l)
+	for _, other := range b.lanes { // interjections waiting for this run to be live
+		if other.addressed == l.id {
+			b.nudgeLocked(other)
+		}
+	}
 	b.mu.Unlock()
 	l.events = nil
 	l.log.InfoContext(ctx, "run claimed", "provider_key", ls.key, "link", ls.id, "from", string(from))

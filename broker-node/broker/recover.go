@@ -88,8 +88,23 @@ func (b *Broker) ctxOf() context.Context {
 
 func (b *Broker) newLane(r store.Run) *lane {
 	return &lane{b: b, id: r.RunID, threadID: r.ThreadID, agent: AgentRef{r.ProviderKey, r.AgentName},
-		input: r.RunInput, queuedAt: b.clock.Now(), q: newQueue(), status: r.Status,
+		input: r.RunInput, addressed: addressedRunID(r.RunInput), queuedAt: b.clock.Now(), q: newQueue(), status: r.Status,
 		log: b.log.With("run_id", r.RunID, "thread_id", r.ThreadID, "agent", r.AgentName, "provider_key", r.ProviderKey)}
+}
+
+// addressedRunID reads forwardedProps.funduq.addressedRunId from a run input.
+func addressedRunID(input json.RawMessage) string {
+	var in struct {
+		ForwardedProps struct {
+			Funduq struct {
+				AddressedRunID string `json:"addressedRunId"`
+			} `json:"funduq"`
+		} `json:"forwardedProps"`
+	}
+	if json.Unmarshal(input, &in) != nil {
+		return ""
+	}
+	return in.ForwardedProps.Funduq.AddressedRunID
 }
 
 // take brings a queued run into a lane: where "served" is decided (D8). A
@@ -122,7 +137,7 @@ func (b *Broker) take(r store.Run, readBack bool) {
 	case !served && !waiting:
 		l.q.push(failCmd{run.ReasonAgentOffline})
 	default:
-		if b.threads[l.threadID][0] == l {
+		if b.threads[l.threadID][0] == l || l.addressed != "" {
 			b.nudgeLocked(l)
 		}
 	}
@@ -134,17 +149,11 @@ func (b *Broker) take(r store.Run, readBack bool) {
 // interjectionLostLocked reports whether r addresses a run (its
 // forwardedProps.funduq.addressedRunId) that is not live now.
 func (b *Broker) interjectionLostLocked(r store.Run) bool {
-	var in struct {
-		ForwardedProps struct {
-			Funduq struct {
-				AddressedRunID string `json:"addressedRunId"`
-			} `json:"funduq"`
-		} `json:"forwardedProps"`
-	}
-	if json.Unmarshal(r.RunInput, &in) != nil || in.ForwardedProps.Funduq.AddressedRunID == "" {
+	addressed := addressedRunID(r.RunInput)
+	if addressed == "" {
 		return false
 	}
-	target := b.lanes[in.ForwardedProps.Funduq.AddressedRunID]
+	target := b.lanes[addressed]
 	return target == nil || target.ended
 }
 

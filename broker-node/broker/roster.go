@@ -44,6 +44,9 @@ type linkState struct {
 	key       string
 	declared  *int            // maxConcurrentRuns from the hello; nil = unlimited
 	names     map[string]bool // the roster this link registered
+	// interjections lists the names that take a run addressed at their
+	// thread's live run (registration's takesInterjections).
+	interjections map[string]bool
 	withdrawn bool            // withdrawn at tolerance: register is refused
 	opened    time.Time
 }
