@@ -28,8 +28,8 @@ type lane struct {
 	// (forwardedProps.funduq.addressedRunId); "" for an ordinary turn.
 	addressed string
 	queuedAt  time.Time // broker clock: when this round entered dispatch
-	q        *queue
-	log      *slog.Logger
+	q         *queue
+	log       *slog.Logger
 
 	// Guarded by b.mu: read by the roster, the sweep and intake.
 	status          run.Status

@@ -39,16 +39,16 @@ var linkSeq atomic.Uint64
 // linkState is the broker's record of one open link. Fields are guarded by
 // Broker.mu.
 type linkState struct {
-	id        uint64
-	link      Link
-	key       string
-	declared  *int            // maxConcurrentRuns from the hello; nil = unlimited
-	names     map[string]bool // the roster this link registered
+	id       uint64
+	link     Link
+	key      string
+	declared *int            // maxConcurrentRuns from the hello; nil = unlimited
+	names    map[string]bool // the roster this link registered
 	// interjections lists the names that take a run addressed at their
 	// thread's live run (registration's takesInterjections).
 	interjections map[string]bool
-	withdrawn bool            // withdrawn at tolerance: register is refused
-	opened    time.Time
+	withdrawn     bool // withdrawn at tolerance: register is refused
+	opened        time.Time
 }
 
 func (ls *linkState) String() string { return fmt.Sprintf("link#%d(%s)", ls.id, short(ls.key)) }
