@@ -577,6 +577,9 @@ func (l *lane) conclude(ctx context.Context, c store.Conclusion) bool {
 				l.log.WarnContext(ctx, "live feed end failed", "err", err)
 			}
 		}
+		if r.Status.Terminal() { // the KYOK binding dies with the run
+			_ = b.write(ctx, "drop kyok binding", func() error { return b.st.DropKyokBinding(ctx, epoch, l.id) })
+		}
 		b.mu.Lock()
 		l.status = r.Status
 		b.mu.Unlock()

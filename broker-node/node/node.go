@@ -20,6 +20,7 @@ import (
 
 	"github.com/funduq/funduq-go/broker-node/broker"
 	"github.com/funduq/funduq-go/broker-node/intake"
+	"github.com/funduq/funduq-go/broker-node/kyokrelay"
 	"github.com/funduq/funduq-go/broker-node/lease"
 	"github.com/funduq/funduq-go/broker-node/link"
 	"github.com/funduq/funduq-go/broker-node/tickets"
@@ -46,6 +47,7 @@ type Node struct {
 	mux      *http.ServeMux
 	prefix   string
 	elector  *lease.Elector
+	kyok     *kyokrelay.Relay
 	// IntakePoll overrides the intake safety poll (tests).
 	IntakePoll time.Duration
 }
@@ -63,6 +65,9 @@ type Options struct {
 	RedisPrefix string
 	// SweepInterval overrides the broker's sweep tick.
 	SweepInterval time.Duration
+	// KyokGap and KyokBlock override the KYOK relay's 120 s gap between a
+	// completion's frames and its Redis read block (tests).
+	KyokGap, KyokBlock time.Duration
 }
 
 // New connects a node to its stores. It refuses a database whose schema is
@@ -109,12 +114,15 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 		Broker: b, registry: reg, prefix: prefix}
 	n.links = &link.Server{Broker: b, Funduq: signer, Tickets: n.tickets, Log: log,
 		NotLeading: http.HandlerFunc(n.notLeading)}
+	n.kyok = &kyokrelay.Relay{Store: st, Redis: rdb, Prefix: prefix, Funduq: signer, Tickets: n.tickets, Log: log,
+		NotLeading: http.HandlerFunc(n.notLeading), GapTimeout: o.KyokGap, Block: o.KyokBlock}
 	n.elector = &lease.Elector{Lease: lease.New(rdb, LeaseKey(prefix), cfg.NodeID, cfg.LeaseTTL),
 		Channel: LeaseChannel(prefix), Log: log, Lead: n.leadUnder}
 	n.mux = http.NewServeMux()
 	n.mux.Handle("POST /tickets", tickets.Handler(n.tickets, signer.PublicKeyHex(), log))
 	n.mux.Handle("/tickets", tickets.Handler(n.tickets, signer.PublicKeyHex(), log))
 	n.mux.Handle("GET /ws/provider", n.links)
+	n.mux.Handle("GET /ws/kyok", n.kyok)
 	n.mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "alive"}) })
 	n.mux.HandleFunc("GET /readyz", n.readyz)
 	n.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -209,6 +217,7 @@ func (n *Node) Run(ctx context.Context, ln net.Listener) error {
 	_ = srv.Shutdown(shut) // hijacked WebSockets are closed by the broker's teardown
 	wg.Wait()
 	n.links.Wait()
+	n.kyok.Wait()
 	return err
 }
 
@@ -228,6 +237,7 @@ func (n *Node) leadUnder(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	defer n.kyok.Start(ctx, epoch)()
 	if err := n.Broker.Run(ctx, epoch, n.startIntake); err != nil {
 		n.log.Error("broker stopped leading", "err", err, "epoch", epoch)
 	}

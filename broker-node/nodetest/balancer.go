@@ -15,7 +15,7 @@ func Balancer(t *testing.T, nodes ...*Harness) string {
 	t.Helper()
 	pick := func() *Harness {
 		for _, n := range nodes {
-			if n.stop != nil && n.Ready() {
+			if n.Ready() {
 				return n
 			}
 		}

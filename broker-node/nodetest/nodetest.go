@@ -61,6 +61,12 @@ func testLogger(t *testing.T) *slog.Logger {
 // Start runs a broker node on a fresh database, a fake clock and loopback.
 func Start(t *testing.T, mut func(*config.Broker)) *Harness {
 	t.Helper()
+	return StartWith(t, mut, nil)
+}
+
+// StartWith is Start with the node's options adjusted by opts.
+func StartWith(t *testing.T, mut func(*config.Broker), opts func(*node.Options)) *Harness {
+	t.Helper()
 	dbURL := storetest.URL(t)
 	_, prefix := redistest.Client(t)
 	cfg := config.Broker{
@@ -73,12 +79,12 @@ func Start(t *testing.T, mut func(*config.Broker)) *Harness {
 	if mut != nil {
 		mut(&cfg)
 	}
-	h := startNode(t, cfg, prefix)
+	h := startNode(t, cfg, prefix, opts)
 	h.Eventually("the node leads", h.Ready)
 	return h
 }
 
-func startNode(t *testing.T, cfg config.Broker, prefix string) *Harness {
+func startNode(t *testing.T, cfg config.Broker, prefix string, opts func(*node.Options)) *Harness {
 	t.Helper()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -87,7 +93,11 @@ func startNode(t *testing.T, cfg config.Broker, prefix string) *Harness {
 	}
 	cfg.AdvertiseURL = "http://" + ln.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
-	n, err := node.New(ctx, cfg, node.Options{Logger: testLogger(t).With("test_node", cfg.NodeID), Clock: clock, RedisPrefix: prefix})
+	o := node.Options{Logger: testLogger(t).With("test_node", cfg.NodeID), Clock: clock, RedisPrefix: prefix}
+	if opts != nil {
+		opts(&o)
+	}
+	n, err := node.New(ctx, cfg, o)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -106,7 +116,7 @@ func (h *Harness) Peer(nodeID string) *Harness {
 	h.t.Helper()
 	cfg := h.Cfg
 	cfg.NodeID = nodeID
-	return startNode(h.t, cfg, h.Prefix)
+	return startNode(h.t, cfg, h.Prefix, nil)
 }
 
 // Ready reports whether this node's /readyz answers 200 (it leads).

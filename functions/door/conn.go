@@ -32,6 +32,9 @@ type Deps struct {
 	Funduq      *identity.Signer
 	TokenSecret []byte
 	Log         *slog.Logger
+	// Prefix is the Redis key prefix (FUNDUQ_REDIS_PREFIX) the doors and
+	// the broker node share.
+	Prefix string
 }
 
 // ConnectOptions tune Connect.
@@ -79,9 +82,13 @@ func Connect(cfg config.Door, o ConnectOptions) (*Deps, error) {
 	rdb := redis.NewClient(ropt)
 	prefix := o.RedisPrefix
 	if prefix == "" {
+		prefix = cfg.RedisPrefix
+	}
+	if prefix == "" {
 		prefix = RedisPrefix
 	}
 	return &Deps{
+		Prefix:      prefix,
 		Store:       store.New(pool, log),
 		Redis:       rdb,
 		Feed:        livefeed.New(rdb, prefix),

@@ -1,6 +1,30 @@
 // Package kyok is the KYOK completion door: POST /kyok/v1/chat/completions,
-// an OpenAI-compatible endpoint an agent calls with its run's KYOK token,
-// relayed to the caller's own LLM provider through the broker. The handler
-// arrives with the KYOK issue; until then this package holds only this
-// description.
+// an OpenAI-compatible endpoint an agent calls with its run's KYOK token as
+// its API key, relayed to the caller's own LLM provider through the leading
+// broker node.
+//
+// The door is stateless (any instance serves any call). It checks the call
+// in the order and with the statuses of provider-link.md §8.2:
+//
+//  1. the token verifies and has not expired                     401 invalid_token
+//  2. the run exists, is not cancel-requested, is the token's
+//     agent's, and is live (offering or running)                 403 run_not_active
+//  3. X-Souk-Kyok-Timestamp / X-Souk-Kyok-Signature present,
+//     an integer, within ±60 s                                    401 invalid_signature
+//  4. the token's agent is registered                            403 agent_not_registered
+//  5. the Ed25519 signature by the agent's provider key over
+//     funduq-kyok-call:{token}:{ts}:{sha256hex(body)}             401 invalid_signature
+//  6. the body is JSON                                            400 malformed_json
+//  7. the run has a KYOK binding                                  503 no_kyok_binding
+//  8. the bound offering is attached (durable roster, then the
+//     relay's own answer; never queued)                           503 llm_not_attached
+//  9. the body is a chat-completion request (model, messages)     400 invalid_request
+//  10. the provider fails before the first chunk                   502 llm_refused / llm_failed
+//
+// Every refusal is one JSON envelope {"error": {"code", "message"}}; a
+// structured refusal of the LLM provider rides intact as error.refusal.
+// Then the request goes to the leader over Redis (core/kyok) and the answer
+// comes back as SSE (`data: <chunk, nulls dropped>` … `data: [DONE]`, or one
+// final `data: {"error": …}` and no [DONE] on a mid-stream failure) when the
+// body asks for stream: true, else as one collapsed chat.completion.
 package kyok

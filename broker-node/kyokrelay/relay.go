@@ -1,0 +1,384 @@
+// Package kyokrelay is the leader's half of KYOK (issue 7): GET /ws/kyok,
+// the LLM providers' link (same tickets and hello/welcome handshake as
+// /ws/provider), their offerings roster, and the consumer of the doors'
+// completion requests on Redis.
+//
+// A completion request arrives on {prefix}kyok:requests (written by any KYOK
+// door, see core/kyok); the relay resolves the bound offering to whichever
+// link serves it now, writes completionRequest to that link and answers on
+// the request's reply stream: "unavailable" at once when no link serves the
+// offering, else "accepted", the provider's chunks in order, then done or
+// error. A completion ends on done, error, link loss or a gap of GapTimeout
+// (120 s) between frames; answers count only on the link the request went
+// to. Each ending is counted against the LLM provider's key (completions,
+// refused, failed) under the leader's epoch.
+//
+// The relay leads with the broker: Run (or Start) under the leadership
+// context and epoch. While it does not lead, ServeHTTP answers 503 through
+// NotLeading.
+package kyokrelay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/funduq/funduq-go/broker-node/handshake"
+	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/core/kyok"
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// DefaultGapTimeout is the provider-is-gone detector: the longest silence
+// between two frames of one completion's answer.
+const DefaultGapTimeout = 120 * time.Second
+
+// DefaultReplyTTL is how long a reply stream outlives its last entry.
+const DefaultReplyTTL = 5 * time.Minute
+
+// Relay serves /ws/kyok and relays completions while it leads.
+type Relay struct {
+	Store   *store.Store
+	Redis   *redis.Client
+	Prefix  string // the node's Redis key prefix (config Storage.RedisPrefix)
+	Funduq  *identity.Signer
+	Tickets handshake.TicketClaimer
+	Log     *slog.Logger
+	// NotLeading answers an upgrade while the relay does not lead (503
+	// naming the leader). Nil answers a plain 503.
+	NotLeading http.Handler
+	// HelloTimeout overrides the handshake's 5 s wait for the hello.
+	HelloTimeout time.Duration
+	// GapTimeout overrides DefaultGapTimeout (tests).
+	GapTimeout time.Duration
+	// ReplyTTL overrides DefaultReplyTTL.
+	ReplyTTL time.Duration
+	// Block is how long one XREAD waits (1 s); it bounds how long Run
+	// takes to notice its context ended.
+	Block time.Duration
+
+	mu       sync.Mutex
+	leading  bool
+	epoch    int64
+	stop     context.CancelCauseFunc
+	links    map[*conn]struct{}
+	served   map[kyok.Ref]*conn
+	busy     map[kyok.Ref]int // completions in flight per offering
+	linksWG  sync.WaitGroup   // attached links
+	httpWG   sync.WaitGroup   // every ServeHTTP
+	upgrader websocket.Upgrader
+}
+
+func (r *Relay) log() *slog.Logger {
+	if r.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return r.Log
+}
+
+func (r *Relay) gap() time.Duration {
+	if r.GapTimeout > 0 {
+		return r.GapTimeout
+	}
+	return DefaultGapTimeout
+}
+
+func (r *Relay) replyTTL() time.Duration {
+	if r.ReplyTTL > 0 {
+		return r.ReplyTTL
+	}
+	return DefaultReplyTTL
+}
+
+func (r *Relay) block() time.Duration {
+	if r.Block > 0 {
+		return r.Block
+	}
+	return time.Second
+}
+
+// Leading reports whether the relay leads, and under which epoch.
+func (r *Relay) Leading() (bool, int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.leading, r.epoch
+}
+
+// Start runs Run in the background and returns a function that ends it and
+// waits for it (the node's hook: `defer relay.Start(ctx, epoch)()`).
+func (r *Relay) Start(ctx context.Context, epoch int64) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := r.Run(ctx, epoch); err != nil {
+			r.log().Error("kyok relay stopped", "err", err, "epoch", epoch)
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// Run leads under epoch until ctx ends or a write finds the epoch stale:
+// it accepts /ws/kyok links and consumes the doors' completion requests.
+// When it returns every link it accepted has been closed and has finished
+// (their in-flight completions failed).
+func (r *Relay) Run(ctx context.Context, epoch int64) error {
+	if r.Store == nil || r.Redis == nil || r.Funduq == nil || r.Tickets == nil {
+		return errors.New("kyokrelay: Relay needs Store, Redis, Funduq and Tickets")
+	}
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	r.mu.Lock()
+	if r.leading {
+		r.mu.Unlock()
+		return errors.New("kyokrelay: already leading")
+	}
+	r.leading, r.epoch, r.stop = true, epoch, stop
+	r.links, r.served, r.busy = map[*conn]struct{}{}, map[kyok.Ref]*conn{}, map[kyok.Ref]int{}
+	r.mu.Unlock()
+	log := r.log().With("epoch", epoch)
+	log.InfoContext(ctx, "kyok relay leading")
+
+	r.consume(ctx, log)
+
+	cause := context.Cause(ctx)
+	r.mu.Lock()
+	r.leading = false
+	links := make([]*conn, 0, len(r.links))
+	for c := range r.links {
+		links = append(links, c)
+	}
+	r.mu.Unlock()
+	reason := "funduq broker node stopped leading; reconnect"
+	if errors.Is(cause, store.ErrStaleEpoch) {
+		reason = "funduq broker node was deposed; reconnect"
+	}
+	for _, c := range links {
+		c.close(reason)
+	}
+	r.linksWG.Wait()
+	log.InfoContext(context.Background(), "kyok relay stopped leading", "cause", fmt.Sprint(cause))
+	if cause == nil || errors.Is(cause, context.Canceled) {
+		return nil
+	}
+	return cause
+}
+
+// Wait blocks until every ServeHTTP this relay started has returned.
+func (r *Relay) Wait() { r.httpWG.Wait() }
+
+// lost ends leadership because a write found the epoch stale.
+func (r *Relay) lost(err error) {
+	r.mu.Lock()
+	stop := r.stop
+	r.mu.Unlock()
+	if stop != nil {
+		stop(err)
+	}
+}
+
+// consume reads the request stream from its current end until ctx ends.
+func (r *Relay) consume(ctx context.Context, log *slog.Logger) {
+	stream := kyok.RequestStream(r.Prefix)
+	last := ""
+	delay := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		if last == "" {
+			// Start after the newest entry: older requests' doors have given up.
+			msgs, err := r.Redis.XRevRangeN(ctx, stream, "+", "-", 1).Result()
+			if err != nil {
+				log.WarnContext(ctx, "kyok request stream unreadable; retrying", "err", err)
+				sleep(ctx, &delay)
+				continue
+			}
+			last = "0-0"
+			if len(msgs) == 1 {
+				last = msgs[0].ID
+			}
+		}
+		res, err := r.Redis.XRead(ctx, &redis.XReadArgs{Streams: []string{stream, last}, Block: r.block(), Count: 64}).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			log.WarnContext(ctx, "kyok request stream read failed; retrying", "err", err)
+			sleep(ctx, &delay)
+			continue
+		}
+		delay = 50 * time.Millisecond
+		for _, s := range res {
+			for _, m := range s.Messages {
+				last = m.ID
+				raw, _ := m.Values[kyok.FieldRequest].(string)
+				var req kyok.Request
+				if err := json.Unmarshal([]byte(raw), &req); err != nil || req.RequestID == "" || req.ReplyKey == "" {
+					log.WarnContext(ctx, "unreadable kyok request dropped", "id", m.ID)
+					continue
+				}
+				r.dispatch(ctx, req)
+			}
+		}
+	}
+}
+
+func sleep(ctx context.Context, delay *time.Duration) {
+	t := time.NewTimer(*delay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	if *delay < time.Second {
+		*delay *= 2
+	}
+}
+
+// completion is one request delivered on a link, until it ends.
+type completion struct {
+	id       string
+	ref      kyok.Ref
+	replyKey string
+	c        *conn
+
+	mu    sync.Mutex // orders this completion's reply writes
+	ended bool
+	timer *time.Timer
+}
+
+// dispatch hands one request to the link serving its offering now, or
+// answers "unavailable" at once.
+func (r *Relay) dispatch(ctx context.Context, req kyok.Request) {
+	if time.Now().UnixMilli() > req.Deadline {
+		r.log().InfoContext(ctx, "stale kyok request dropped", "request_id", req.RequestID)
+		return
+	}
+	r.mu.Lock()
+	c := r.served[req.LLM]
+	if c == nil {
+		r.mu.Unlock()
+		r.reply(ctx, req.ReplyKey, kyok.Reply{Kind: kyok.ReplyUnavailable, Message: "the LLM offering is not attached"})
+		return
+	}
+	comp := &completion{id: req.RequestID, ref: req.LLM, replyKey: req.ReplyKey, c: c}
+	comp.mu.Lock()
+	defer comp.mu.Unlock()
+	c.inflight[req.RequestID] = comp
+	r.busy[req.LLM]++
+	r.mu.Unlock()
+
+	ctxJSON, chain := req.Context, req.ActorChain
+	if len(ctxJSON) == 0 {
+		ctxJSON = json.RawMessage("null")
+	}
+	if len(chain) == 0 {
+		chain = json.RawMessage("null")
+	}
+	frame, err := wire.Marshal(wire.KyokCompletionRequest{Type: wire.TypeCompletionRequest, RequestID: req.RequestID,
+		RunID: req.RunID, ProviderKey: req.ProviderKey, AgentName: req.AgentName, Body: req.Body,
+		LLMName: req.LLM.Name, Context: ctxJSON, ActorChain: chain})
+	if err == nil {
+		err = c.send(frame)
+	}
+	if err != nil {
+		// Not delivered: nothing the provider did, so nothing is counted.
+		r.endLocked(comp, kyok.Reply{Kind: kyok.ReplyUnavailable, Message: "the LLM provider's link closed"}, "")
+		return
+	}
+	r.reply(ctx, req.ReplyKey, kyok.Reply{Kind: kyok.ReplyAccepted})
+	comp.timer = time.AfterFunc(r.gap(), func() {
+		r.finish(comp, kyok.Reply{Kind: kyok.ReplyError,
+			Message: fmt.Sprintf("the LLM provider sent nothing for %s", r.gap())}, store.FailedLLM)
+	})
+	c.log.DebugContext(ctx, "completion delivered", "request_id", req.RequestID, "run_id", req.RunID, "llm", req.LLM.Name)
+}
+
+// reply appends one entry to a reply stream and renews its TTL.
+func (r *Relay) reply(ctx context.Context, key string, rep kyok.Reply) {
+	b, err := json.Marshal(rep)
+	if err != nil {
+		return
+	}
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+	}
+	_, err = r.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: []any{kyok.FieldReply, string(b)}})
+		p.Expire(ctx, key, r.replyTTL())
+		return nil
+	})
+	if err != nil {
+		r.log().WarnContext(ctx, "kyok reply not written", "key", key, "kind", rep.Kind, "err", err)
+	}
+}
+
+// lookup finds the in-flight completion id on c (nil: none).
+func (r *Relay) lookup(c *conn, id string) *completion {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return c.inflight[id]
+}
+
+// chunk relays one chunk of comp's answer.
+func (r *Relay) chunk(ctx context.Context, comp *completion, data json.RawMessage) bool {
+	comp.mu.Lock()
+	defer comp.mu.Unlock()
+	if comp.ended {
+		return false
+	}
+	comp.timer.Reset(r.gap())
+	r.reply(ctx, comp.replyKey, kyok.Reply{Kind: kyok.ReplyChunk, Data: data})
+	return true
+}
+
+// finish ends comp with its last reply and counts it (counter "" counts
+// nothing). It reports whether this call ended it.
+func (r *Relay) finish(comp *completion, rep kyok.Reply, counter store.Counter) bool {
+	comp.mu.Lock()
+	defer comp.mu.Unlock()
+	return r.endLocked(comp, rep, counter)
+}
+
+func (r *Relay) endLocked(comp *completion, rep kyok.Reply, counter store.Counter) bool {
+	if comp.ended {
+		return false
+	}
+	comp.ended = true
+	if comp.timer != nil {
+		comp.timer.Stop()
+	}
+	r.mu.Lock()
+	if _, ok := comp.c.inflight[comp.id]; ok {
+		delete(comp.c.inflight, comp.id)
+		if r.busy[comp.ref]--; r.busy[comp.ref] <= 0 {
+			delete(r.busy, comp.ref)
+		}
+	}
+	epoch := r.epoch
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r.reply(ctx, comp.replyKey, rep)
+	if counter != "" {
+		if _, err := r.Store.Bump(ctx, epoch, comp.c.key, counter); err != nil {
+			r.log().WarnContext(ctx, "kyok counter not recorded", "provider_key", comp.c.key, "counter", string(counter), "err", err)
+			if errors.Is(err, store.ErrStaleEpoch) {
+				r.lost(err)
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,313 @@
+package kyokrelay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/funduq/funduq-go/broker-node/handshake"
+	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/core/kyok"
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// maxModelName is llm_offerings.name's limit.
+const maxModelName = 256
+
+// ServeHTTP upgrades GET /ws/kyok, handshakes and serves one LLM provider's
+// link until it closes.
+func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if ok, _ := r.Leading(); !ok {
+		if r.NotLeading != nil {
+			r.NotLeading.ServeHTTP(w, req)
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"error":"this funduq node is not the leader"}`))
+		return
+	}
+	r.upgrader.CheckOrigin = func(*http.Request) bool { return true } // providers are not browsers
+	ws, err := r.upgrader.Upgrade(w, req, nil)
+	if err != nil {
+		return
+	}
+	r.httpWG.Add(1)
+	defer r.httpWG.Done()
+	ws.SetReadLimit(maxFrame)
+	res, err := handshake.Accept(req.Context(), ws, handshake.Config{Funduq: r.Funduq, Tickets: r.Tickets, HelloTimeout: r.HelloTimeout})
+	if err != nil {
+		r.log().Info("LLM provider handshake refused", "remote", req.RemoteAddr, "err", err)
+		return
+	}
+	c := newConn(ws, res.PublicKey, r.log().With("llm_provider_key", res.PublicKey))
+	writerDone := make(chan struct{})
+	r.mu.Lock()
+	if !r.leading {
+		r.mu.Unlock()
+		c.closeWith(websocket.CloseTryAgainLater, "this funduq node is not the leader; reconnect")
+		c.writer(writerDone)
+		return
+	}
+	r.links[c] = struct{}{}
+	r.linksWG.Add(1)
+	r.mu.Unlock()
+	defer r.linksWG.Done()
+	c.log.Info("LLM provider attached")
+	go c.writer(writerDone)
+	r.readLoop(c)
+	r.detach(c)
+	c.closeWith(websocket.CloseNormalClosure, "")
+	<-writerDone
+}
+
+func (r *Relay) send(c *conn, v any) {
+	if b, err := wire.Marshal(v); err == nil {
+		_ = c.send(b)
+	}
+}
+
+func (r *Relay) sendError(c *conn, requestID, name, msg string) {
+	r.send(c, wire.KyokError{Type: wire.TypeError, RequestID: requestID, Name: name, Message: msg})
+}
+
+// readLoop handles frames in arrival order until the link closes. Nothing
+// a provider sends closes it: bad frames are answered with an error frame.
+func (r *Relay) readLoop(c *conn) {
+	ctx := context.Background()
+	ws := c.ws
+	_ = ws.SetReadDeadline(time.Now().Add(readIdle))
+	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(readIdle)) })
+	for {
+		select {
+		case <-c.closed:
+			return
+		default:
+		}
+		kind, data, err := ws.ReadMessage()
+		if err != nil {
+			c.log.Info("LLM provider link ended", "err", err)
+			return
+		}
+		_ = ws.SetReadDeadline(time.Now().Add(readIdle))
+		typ, ok := wire.PeekType(data)
+		if kind != websocket.TextMessage || !ok {
+			r.sendError(c, "", "", "unparseable frame")
+			continue
+		}
+		switch typ {
+		case wire.TypeRegister:
+			r.register(ctx, c, data)
+		case wire.TypeDeleteModel:
+			r.deleteModel(ctx, c, data)
+		case wire.TypeChunk, wire.TypeDone, wire.TypeError:
+			r.answer(ctx, c, typ, data)
+		default:
+			r.sendError(c, "", "", fmt.Sprintf("unknown frame type '%s'", clip(typ, 64)))
+		}
+	}
+}
+
+// answer handles chunk, done and error frames of a completion.
+func (r *Relay) answer(ctx context.Context, c *conn, typ string, data []byte) {
+	var f struct {
+		RequestID string          `json:"requestId"`
+		Data      json.RawMessage `json:"data"`
+		Message   *string         `json:"message"`
+		Refusal   json.RawMessage `json:"refusal"`
+	}
+	if json.Unmarshal(data, &f) != nil || f.RequestID == "" {
+		r.sendError(c, "", "", "frame needs a requestId")
+		return
+	}
+	comp := r.lookup(c, f.RequestID)
+	if comp == nil {
+		r.sendError(c, f.RequestID, "", "no such in-flight completion on this connection")
+		return
+	}
+	switch typ {
+	case wire.TypeChunk:
+		if err := kyok.ValidateChunk(f.Data); err != nil {
+			r.sendError(c, f.RequestID, "", err.Error())
+			r.finish(comp, kyok.Reply{Kind: kyok.ReplyError, Message: "the LLM provider sent an invalid chunk: " + err.Error()}, store.FailedLLM)
+			return
+		}
+		if !r.chunk(ctx, comp, f.Data) {
+			r.sendError(c, f.RequestID, "", "no such in-flight completion on this connection")
+		}
+	case wire.TypeDone:
+		r.finish(comp, kyok.Reply{Kind: kyok.ReplyDone}, store.Completions)
+	case wire.TypeError:
+		msg := "the LLM provider failed the completion"
+		if f.Message != nil && *f.Message != "" {
+			msg = *f.Message
+		}
+		if isObject(f.Refusal) { // a structured refusal, relayed intact
+			r.finish(comp, kyok.Reply{Kind: kyok.ReplyError, Message: msg, Refusal: f.Refusal}, store.Refused)
+			return
+		}
+		r.finish(comp, kyok.Reply{Kind: kyok.ReplyError, Message: msg}, store.FailedLLM)
+	}
+}
+
+func isObject(raw json.RawMessage) bool {
+	var m map[string]json.RawMessage
+	return json.Unmarshal(raw, &m) == nil && m != nil
+}
+
+// register replaces this link's roster of offerings.
+func (r *Relay) register(ctx context.Context, c *conn, data []byte) {
+	var f wire.RegisterModels
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		r.sendError(c, "", "", "register does not validate: "+clip(err.Error(), 200))
+		return
+	}
+	if len(f.Models) == 0 {
+		r.sendError(c, "", "", "register does not validate: models must be a non-empty list of model names")
+		return
+	}
+	seen := map[string]bool{}
+	var names []string
+	for _, n := range f.Models {
+		if n == "" || len(n) > maxModelName || !utf8.ValidString(n) {
+			r.sendError(c, "", "", fmt.Sprintf("register does not validate: model names are 1 to %d bytes of UTF-8", maxModelName))
+			return
+		}
+		if !seen[n] {
+			seen[n] = true
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	meta := bytes.TrimSpace(f.Metadata)
+	if string(meta) == "null" {
+		meta = nil
+	}
+	if len(meta) > 0 && !isObject(meta) {
+		r.sendError(c, "", "", "register does not validate: metadata must be an object")
+		return
+	}
+	r.mu.Lock()
+	epoch := r.epoch
+	var dropped []string
+	for n := range c.names {
+		if !seen[n] && r.served[kyok.Ref{ProviderKey: c.key, Name: n}] == c {
+			dropped = append(dropped, n)
+		}
+	}
+	r.mu.Unlock()
+	pub, _ := identity.ParsePublicKey(c.key)
+	p := store.Provider{PublicKey: c.key, Fingerprint: identity.Fingerprint(pub)}
+	if err := r.Store.ServeLLMOfferings(ctx, epoch, p, meta, names, dropped); err != nil {
+		if errors.Is(err, store.ErrStaleEpoch) {
+			r.lost(err)
+			c.close("this funduq node stopped leading; reconnect")
+			return
+		}
+		c.log.Warn("register not recorded", "err", err)
+		r.sendError(c, "", "", "funduq could not record the offerings right now; try again")
+		return
+	}
+	r.mu.Lock()
+	for _, n := range dropped {
+		if ref := (kyok.Ref{ProviderKey: c.key, Name: n}); r.served[ref] == c {
+			delete(r.served, ref)
+		}
+	}
+	c.names = map[string]bool{}
+	for _, n := range names {
+		c.names[n] = true
+		r.served[kyok.Ref{ProviderKey: c.key, Name: n}] = c // takes over from an older link of this key
+	}
+	r.mu.Unlock()
+	c.log.Info("LLM offerings registered", "models", names)
+	r.send(c, wire.Registered{Type: wire.TypeRegistered, Names: names})
+}
+
+// deleteModel removes one of the key's offerings, refused while a
+// completion for it is in flight or a live run is bound to it.
+func (r *Relay) deleteModel(ctx context.Context, c *conn, data []byte) {
+	var f wire.DeleteModel
+	if json.Unmarshal(data, &f) != nil || f.Name == "" {
+		r.sendError(c, "", "", "deleteModel needs a name")
+		return
+	}
+	ref := kyok.Ref{ProviderKey: c.key, Name: f.Name}
+	r.mu.Lock()
+	busy, epoch := r.busy[ref], r.epoch
+	r.mu.Unlock()
+	if busy > 0 {
+		r.sendError(c, "", f.Name, "a completion for this model is in flight; delete it when it has ended")
+		return
+	}
+	err := r.Store.DeleteLLMOffering(ctx, epoch, c.key, f.Name)
+	switch {
+	case err == nil:
+	case errors.Is(err, store.ErrOfferingInUse):
+		r.sendError(c, "", f.Name, "a live run is bound to this model; delete it when the run has ended")
+		return
+	case errors.Is(err, store.ErrNotFound):
+		r.sendError(c, "", f.Name, "no such model")
+		return
+	case errors.Is(err, store.ErrStaleEpoch):
+		r.lost(err)
+		c.close("this funduq node stopped leading; reconnect")
+		return
+	default:
+		c.log.Warn("deleteModel not recorded", "err", err)
+		r.sendError(c, "", f.Name, "funduq could not complete this request right now; try again")
+		return
+	}
+	r.mu.Lock()
+	if r.served[ref] == c {
+		delete(r.served, ref)
+	}
+	delete(c.names, f.Name)
+	r.mu.Unlock()
+	r.send(c, wire.Deleted{Type: wire.TypeDeleted, Name: f.Name})
+}
+
+// detach forgets a closed link: only offerings whose serving link is this
+// one go unserved (a replaced link never takes down its replacement), and
+// its in-flight completions fail now.
+func (r *Relay) detach(c *conn) {
+	r.mu.Lock()
+	var mine []string
+	for n := range c.names {
+		if ref := (kyok.Ref{ProviderKey: c.key, Name: n}); r.served[ref] == c {
+			delete(r.served, ref)
+			mine = append(mine, n)
+		}
+	}
+	comps := make([]*completion, 0, len(c.inflight))
+	for _, comp := range c.inflight {
+		comps = append(comps, comp)
+	}
+	delete(r.links, c)
+	epoch := r.epoch
+	r.mu.Unlock()
+	for _, comp := range comps {
+		r.finish(comp, kyok.Reply{Kind: kyok.ReplyError, Message: "the LLM provider's link closed mid-completion"}, store.FailedLLM)
+	}
+	if len(mine) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Store.UnserveLLMOfferings(ctx, epoch, c.key, mine); err != nil && !errors.Is(err, store.ErrStaleEpoch) {
+		c.log.Warn("offerings not marked unserved", "err", err)
+	}
+	c.log.Info("LLM provider detached", "models", mine)
+}

@@ -1,0 +1,116 @@
+package kyok_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/funduq/funduq-go/core/kyok"
+)
+
+func TestParseOptIn(t *testing.T) {
+	o, ok, err := kyok.ParseOptIn(json.RawMessage(`{"a":1,"kyok":{"llmProvider":{"providerKey":"k","name":"gpt-4"},"context":{"voucher":"v-1"}}}`))
+	if err != nil || !ok || o.LLMProvider != (kyok.Ref{ProviderKey: "k", Name: "gpt-4"}) || string(o.Context) != `{"voucher":"v-1"}` {
+		t.Fatalf("%+v %v %v", o, ok, err)
+	}
+	for _, bag := range []string{``, `null`, `[]`, `"kyok"`, `{}`, `{"kyok":"gpt-4"}`, `{"kyok":{"llmProvider":"x"}}`,
+		`{"kyok":{"llmProvider":{"name":"gpt-4"}}}`, `{"kyok":{"llmProvider":{"providerKey":"k","name":""}}}`,
+		`{"kyok":{"llmProvider":{"providerKey":1,"name":"n"}}}`} {
+		if _, ok, err := kyok.ParseOptIn(json.RawMessage(bag)); ok || err != nil {
+			t.Errorf("%s: ok=%v err=%v, want no opt-in", bag, ok, err)
+		}
+	}
+	if _, _, err := kyok.ParseOptIn(json.RawMessage(`{"kyok":`)); err == nil {
+		t.Error("a bag that is not JSON must be an error")
+	}
+}
+
+func TestStripContext(t *testing.T) {
+	in := `{"z":1, "kyok":{"context":{"secret":"s3"},"llmProvider":{"providerKey":"k","name":"n"}},"a":[1, 2]}`
+	got := string(kyok.StripContext(json.RawMessage(in)))
+	if want := `{"z":1,"kyok":{"llmProvider":{"providerKey":"k","name":"n"}},"a":[1, 2]}`; got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+	for _, same := range []string{`{"a":1}`, `[1]`, `{"kyok":"x"}`, `not json`} {
+		if got := string(kyok.StripContext(json.RawMessage(same))); got != same {
+			t.Errorf("%s changed to %s", same, got)
+		}
+	}
+}
+
+func TestSealOpen(t *testing.T) {
+	b := kyok.Binding{LLMProviderKey: "k", LLMName: "gpt-4", Context: json.RawMessage(`{"voucher":"v-1"}`)}
+	sealed, err := kyok.Seal([]byte("secret"), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if json.Valid(sealed) || containsBytes(sealed, "voucher") {
+		t.Fatal("sealed binding is readable")
+	}
+	got, err := kyok.Open([]byte("secret"), sealed)
+	if err != nil || got.LLMProviderKey != "k" || got.LLMName != "gpt-4" || string(got.Context) != `{"voucher":"v-1"}` {
+		t.Fatalf("%+v %v", got, err)
+	}
+	if _, err := kyok.Open([]byte("other"), sealed); !errors.Is(err, kyok.ErrSealed) {
+		t.Fatalf("another secret opened it: %v", err)
+	}
+	sealed[len(sealed)-1] ^= 1
+	if _, err := kyok.Open([]byte("secret"), sealed); !errors.Is(err, kyok.ErrSealed) {
+		t.Fatalf("a tampered binding opened: %v", err)
+	}
+	if _, err := kyok.Seal(nil, b); err == nil {
+		t.Fatal("sealed without a secret")
+	}
+}
+
+func containsBytes(b []byte, s string) bool {
+	for i := 0; i+len(s) <= len(b); i++ {
+		if string(b[i:i+len(s)]) == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestDropNulls(t *testing.T) {
+	got := string(kyok.DropNulls(json.RawMessage(`{"b":null,"a":{"x":null,"y":[null,{"z":null}]},"c":1}`)))
+	if want := `{"a":{"y":[null,{}]},"c":1}`; got != want {
+		t.Fatalf("got %s want %s", got, want)
+	}
+}
+
+func TestCollapse(t *testing.T) {
+	chunks := []json.RawMessage{
+		json.RawMessage(`{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":1,"delta":{"content":"B"},"finish_reason":null},{"index":0,"delta":{"role":"assistant","content":"A"},"finish_reason":null}]}`),
+		json.RawMessage(`{"id":"c2","object":"chat.completion.chunk","created":8,"model":"x","choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"length"},{"index":1,"delta":{"content":"b"},"finish_reason":null}]}`),
+	}
+	c := kyok.Collapse(chunks, "fb", "fm", 99)
+	if c.ID != "c1" || c.Created != 7 || c.Model != "m" || len(c.Choices) != 2 ||
+		c.Choices[0].Message.Content != "Aa" || c.Choices[0].FinishReason != "length" ||
+		c.Choices[1].Message.Content != "Bb" || c.Choices[1].FinishReason != "stop" || c.Choices[1].Message.Role != "assistant" {
+		t.Fatalf("%+v", c)
+	}
+	e := kyok.Collapse(nil, "fb", "fm", 99)
+	if e.ID != "fb" || len(e.Choices) != 1 || e.Choices[0].Message.Content != "" || e.Choices[0].FinishReason != "stop" {
+		t.Fatalf("%+v", e)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	if err := kyok.ValidateChatRequest([]byte(`{"model":"gpt-4","messages":[{"role":"user","content":"hi"}],"x-ext":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{`[]`, `{"messages":[{"role":"user"}]}`, `{"model":"m"}`, `{"model":"m","messages":[]}`, `{"model":"m","messages":[1]}`} {
+		if err := kyok.ValidateChatRequest([]byte(bad)); !errors.Is(err, kyok.ErrNotChatRequest) {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+	if err := kyok.ValidateChunk([]byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{}}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{`"s"`, `{"id":"c","created":1,"model":"m"}`, `{"id":"c","created":1,"model":"m","choices":[{"delta":{}}]}`} {
+		if kyok.ValidateChunk([]byte(bad)) == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,244 @@
+package kyok
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/openai/openai-go/v3"
+)
+
+// The door↔leader path (the door is stateless, any instance; the leader
+// owns every /ws/kyok link):
+//
+//	door:   XADD {prefix}kyok:requests  requestId=<id> request=<Request JSON>
+//	leader: XREAD BLOCK from its last id; finds the link serving the offering
+//	        now; writes completionRequest to it and XADDs Replies to
+//	        Request.ReplyKey (with a short TTL): accepted | unavailable, then
+//	        chunk*, then done | error.
+//	door:   XREAD BLOCK on ReplyKey from 0 and relays.
+
+// RequestStream is the Redis stream doors add completion requests to.
+func RequestStream(prefix string) string { return prefix + "kyok:requests" }
+
+// ReplyStream is the Redis stream a request's answer is written to.
+func ReplyStream(prefix, requestID string) string { return prefix + "kyok:reply:" + requestID }
+
+// Redis field names.
+const (
+	FieldRequestID = "requestId"
+	FieldRequest   = "request"
+	FieldReply     = "reply"
+)
+
+// NewRequestID mints "kyokreq_" + 24 lowercase hex characters.
+func NewRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "kyokreq_" + hex.EncodeToString(b[:])
+}
+
+// Request is one completion call, verified by a door, for the leader.
+type Request struct {
+	RequestID string `json:"requestId"`
+	RunID     string `json:"runId"`
+	// ProviderKey and AgentName are the proven calling agent.
+	ProviderKey string `json:"providerKey"`
+	AgentName   string `json:"agentName"`
+	// LLM is the offering the run is bound to.
+	LLM Ref `json:"llm"`
+	// Body is the agent's OpenAI chat-completion request, as sent.
+	Body json.RawMessage `json:"body"`
+	// Context is the caller's opaque context (null when none).
+	Context json.RawMessage `json:"context"`
+	// ActorChain is the run's chain, or null.
+	ActorChain json.RawMessage `json:"actorChain"`
+	// ReplyKey is the stream the leader answers on.
+	ReplyKey string `json:"replyKey"`
+	// Deadline (Unix milliseconds): a request not taken up by then is
+	// dropped — the door has already answered 503.
+	Deadline int64 `json:"deadline"`
+}
+
+// Reply kinds.
+const (
+	ReplyAccepted    = "accepted"    // written to the LLM provider's link
+	ReplyUnavailable = "unavailable" // no link serves the offering now
+	ReplyChunk       = "chunk"
+	ReplyDone        = "done"
+	ReplyError       = "error"
+)
+
+// Reply is one entry on a reply stream.
+type Reply struct {
+	Kind string `json:"kind"`
+	// Data is a chunk (ReplyChunk), exactly as the LLM provider sent it.
+	Data json.RawMessage `json:"data,omitempty"`
+	// Message says why (ReplyError, ReplyUnavailable).
+	Message string `json:"message,omitempty"`
+	// Refusal is the LLM provider's structured refusal, relayed intact.
+	Refusal json.RawMessage `json:"refusal,omitempty"`
+}
+
+// ErrNotChatRequest is matched by ValidateChatRequest's refusals.
+var ErrNotChatRequest = errors.New("not a chat-completion request")
+
+// ValidateChatRequest checks body is an OpenAI chat-completion request in
+// the shape the relay needs: an object with a non-empty string "model" and
+// a non-empty "messages" array of objects each with a string "role".
+// Extension keys pass through.
+func ValidateChatRequest(body []byte) error {
+	var req struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(body, &probe); err != nil || probe == nil {
+		return fmt.Errorf("%w: the body must be a JSON object", ErrNotChatRequest)
+	}
+	model, ok := jsonString(probe["model"])
+	if !ok || model == "" {
+		return fmt.Errorf("%w: \"model\" must be a non-empty string", ErrNotChatRequest)
+	}
+	if json.Unmarshal(body, &req) != nil || len(req.Messages) == 0 {
+		return fmt.Errorf("%w: \"messages\" must be a non-empty array", ErrNotChatRequest)
+	}
+	for i, m := range req.Messages {
+		var msg map[string]json.RawMessage
+		if json.Unmarshal(m, &msg) != nil || msg == nil {
+			return fmt.Errorf("%w: messages[%d] must be an object", ErrNotChatRequest, i)
+		}
+		if _, ok := jsonString(msg["role"]); !ok {
+			return fmt.Errorf("%w: messages[%d].role must be a string", ErrNotChatRequest, i)
+		}
+	}
+	return nil
+}
+
+// StreamRequested reports body's "stream": true.
+func StreamRequested(body []byte) bool {
+	var req struct {
+		Stream bool `json:"stream"`
+	}
+	_ = json.Unmarshal(body, &req)
+	return req.Stream
+}
+
+// ModelOf reads body's "model" ("" when absent).
+func ModelOf(body []byte) string {
+	var req struct {
+		Model string `json:"model"`
+	}
+	_ = json.Unmarshal(body, &req)
+	return req.Model
+}
+
+// ValidateChunk checks data is an object that reads as an OpenAI
+// ChatCompletionChunk: id, choices, created and model present, each choice
+// with its index and delta.
+func ValidateChunk(data []byte) error {
+	if d := bytes.TrimSpace(data); len(d) == 0 || d[0] != '{' {
+		return errors.New("chunk data must be an object")
+	}
+	var c openai.ChatCompletionChunk
+	if err := json.Unmarshal(data, &c); err != nil {
+		return fmt.Errorf("chunk data is not a chat.completion.chunk: %v", err)
+	}
+	for _, f := range []struct {
+		name string
+		ok   bool
+	}{{"id", c.JSON.ID.Valid()}, {"choices", c.JSON.Choices.Valid()}, {"created", c.JSON.Created.Valid()}, {"model", c.JSON.Model.Valid()}} {
+		if !f.ok {
+			return fmt.Errorf("chunk data is not a chat.completion.chunk: %q missing or invalid", f.name)
+		}
+	}
+	for i, ch := range c.Choices {
+		if !ch.JSON.Index.Valid() || !ch.JSON.Delta.Valid() {
+			return fmt.Errorf("chunk data is not a chat.completion.chunk: choices[%d] needs index and delta", i)
+		}
+	}
+	return nil
+}
+
+// Completion is the collapsed (non-streaming) answer.
+type Completion struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []CompletionChoice `json:"choices"`
+	Usage   json.RawMessage    `json:"usage,omitempty"`
+}
+
+// CompletionChoice is one choice of a collapsed answer.
+type CompletionChoice struct {
+	Index        int64             `json:"index"`
+	Message      CompletionMessage `json:"message"`
+	FinishReason string            `json:"finish_reason"`
+	Logprobs     json.RawMessage   `json:"logprobs"`
+}
+
+// CompletionMessage is a collapsed choice's message.
+type CompletionMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// Collapse merges chunks into one chat.completion (broker.md §9.5): id,
+// created and model from the first chunk; per choice index the contents
+// concatenated and the last non-empty finish reason (default "stop"); role
+// assistant; choices sorted by index; the last usage seen. No chunks gives
+// one empty assistant message with "stop" (id fallbackID, model
+// fallbackModel, created now).
+func Collapse(chunks []json.RawMessage, fallbackID, fallbackModel string, now int64) Completion {
+	out := Completion{ID: fallbackID, Object: "chat.completion", Created: now, Model: fallbackModel}
+	type acc struct {
+		content []byte
+		finish  string
+	}
+	byIndex := map[int64]*acc{}
+	for i, raw := range chunks {
+		var c openai.ChatCompletionChunk
+		if json.Unmarshal(raw, &c) != nil {
+			continue
+		}
+		if i == 0 {
+			out.ID, out.Created, out.Model = c.ID, c.Created, c.Model
+		}
+		for _, ch := range c.Choices {
+			a := byIndex[ch.Index]
+			if a == nil {
+				a = &acc{}
+				byIndex[ch.Index] = a
+			}
+			a.content = append(a.content, ch.Delta.Content...)
+			if ch.FinishReason != "" {
+				a.finish = ch.FinishReason
+			}
+		}
+		if c.JSON.Usage.Valid() {
+			out.Usage = json.RawMessage(c.JSON.Usage.Raw())
+		}
+	}
+	if len(byIndex) == 0 {
+		byIndex[0] = &acc{}
+	}
+	idx := make([]int64, 0, len(byIndex))
+	for k := range byIndex {
+		idx = append(idx, k)
+	}
+	sort.Slice(idx, func(i, j int) bool { return idx[i] < idx[j] })
+	for _, k := range idx {
+		a := byIndex[k]
+		f := a.finish
+		if f == "" {
+			f = "stop"
+		}
+		out.Choices = append(out.Choices, CompletionChoice{Index: k, FinishReason: f, Message: CompletionMessage{Role: "assistant", Content: string(a.content)},
+			Logprobs: json.RawMessage("null")})
+	}
+	return out
+}

@@ -1,0 +1,258 @@
+package door
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/funduq/funduq-go/core/livefeed"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+)
+
+// A run's events as a door serves them (D9): the stored backlog from
+// PostgreSQL, then the Redis live tail, each event once and in seq order,
+// from any door instance. Tail is the loop without any wire: the door says
+// what to do with each event (Relay) and with idle time (Idle).
+
+// TailOptions pace a Tail. Zero durations take the defaults below.
+type TailOptions struct {
+	Store *store.Store
+	Feed  *livefeed.Feed // nil: poll PostgreSQL alone
+	Log   *slog.Logger
+	// LiveBlock is the longest single wait on the live feed.
+	LiveBlock time.Duration
+	// PollInterval paces PostgreSQL polling when the feed is absent, failing
+	// or showed a stale end marker.
+	PollInterval time.Duration
+	// DBCheck is how often a feed-fed tail re-reads PostgreSQL anyway.
+	DBCheck time.Duration
+	// Heartbeat is the idle interval after which Idle is called.
+	Heartbeat time.Duration
+	// SettleWait bounds Settle.
+	SettleWait time.Duration
+}
+
+// Defaults of TailOptions.
+const (
+	DefaultLiveBlock    = 2 * time.Second
+	DefaultPollInterval = 250 * time.Millisecond
+	DefaultDBCheck      = 5 * time.Second
+	DefaultHeartbeat    = 15 * time.Second
+	DefaultSettleWait   = 5 * time.Second
+	tailFeedRetry       = 5 * time.Second
+	tailBacklogPage     = 500
+)
+
+func (o TailOptions) withDefaults() TailOptions {
+	if o.LiveBlock <= 0 {
+		o.LiveBlock = DefaultLiveBlock
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.DBCheck <= 0 {
+		o.DBCheck = DefaultDBCheck
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = DefaultHeartbeat
+	}
+	if o.SettleWait <= 0 {
+		o.SettleWait = DefaultSettleWait
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// TailEnd says why Tail.Run returned.
+type TailEnd int
+
+const (
+	// TailSettled: the run ended or paused and every stored event was relayed.
+	TailSettled TailEnd = iota + 1
+	// TailStopped: Relay asked to stop (a terminal event, typically).
+	TailStopped
+	// TailBudget: the end time passed first.
+	TailBudget
+	// TailGone: the context ended or the client went (Gone said so).
+	TailGone
+)
+
+// Tail follows one run's events after seq After.
+type Tail struct {
+	O     TailOptions
+	RunID string
+	After int // the last seq relayed; advanced by Run
+	// Relay handles one event; returning true stops the tail.
+	Relay func(seq int, ev json.RawMessage) (stop bool)
+	// Idle is called when Heartbeat passed since the last Relay or Idle.
+	Idle func()
+	// Gone reports the client is gone (a write failed); nil: never.
+	Gone func() bool
+
+	lastActive time.Time
+}
+
+func (t *Tail) gone() bool { return t.Gone != nil && t.Gone() }
+
+// Settled reports a status a stream ends on: terminal, or paused on a question.
+func Settled(s run.Status) bool { return s.Terminal() || s == run.InputRequired }
+
+// Run relays events until the run settles with everything relayed, Relay
+// stops it, end passes (zero: no end), or ctx ends.
+func (t *Tail) Run(ctx context.Context, end time.Time) TailEnd {
+	t.O = t.O.withDefaults()
+	o := t.O
+	t.lastActive = time.Now()
+	checkDB := true
+	staleEndAt := -1
+	var nextDBCheck, feedDownUntil time.Time
+	for {
+		if ctx.Err() != nil || t.gone() {
+			return TailGone
+		}
+		now := time.Now()
+		if !end.IsZero() && !now.Before(end) {
+			return TailBudget
+		}
+		if checkDB || !now.Before(nextDBCheck) {
+			res, err := t.fromDB(ctx)
+			if res != 0 {
+				return res
+			}
+			checkDB = false
+			nextDBCheck = now.Add(o.DBCheck)
+			if err != nil {
+				if ctx.Err() != nil {
+					return TailGone
+				}
+				o.Log.WarnContext(ctx, "tail: reading stored events failed", "run_id", t.RunID, "err", err)
+				checkDB = true
+			}
+		}
+		wait := min(o.LiveBlock, time.Until(t.lastActive.Add(o.Heartbeat)))
+		if !end.IsZero() {
+			wait = min(wait, time.Until(end))
+		}
+		wait = max(wait, time.Millisecond)
+		useFeed := o.Feed != nil && !time.Now().Before(feedDownUntil) && staleEndAt != t.After && !checkDB
+		if useFeed {
+			entries, err := o.Feed.Read(ctx, t.RunID, t.After, wait)
+			if err != nil {
+				if ctx.Err() != nil {
+					return TailGone
+				}
+				o.Log.WarnContext(ctx, "tail: live feed failed; polling PostgreSQL", "run_id", t.RunID, "err", err)
+				feedDownUntil = time.Now().Add(tailFeedRetry)
+				checkDB = true
+				continue
+			}
+			for _, e := range entries {
+				if e.End != "" {
+					// The record says whether this ends the run or an
+					// earlier round; until a newer event arrives, poll.
+					staleEndAt, checkDB = t.After, true
+					break
+				}
+				if e.Seq <= t.After {
+					continue
+				}
+				if e.Seq != t.After+1 {
+					checkDB = true // a gap: the record fills it
+					break
+				}
+				if t.relay(e.Seq, e.Event) {
+					return TailStopped
+				}
+			}
+		} else {
+			Sleep(ctx, min(o.PollInterval, wait))
+			checkDB = true
+		}
+		if t.Idle != nil && time.Since(t.lastActive) >= o.Heartbeat {
+			t.Idle()
+			t.lastActive = time.Now()
+		}
+	}
+}
+
+func (t *Tail) relay(seq int, ev json.RawMessage) bool {
+	t.After = seq
+	t.lastActive = time.Now()
+	if t.Relay == nil {
+		return false
+	}
+	return t.Relay(seq, ev)
+}
+
+// fromDB relays the stored events after t.After; non-zero when the tail is
+// done.
+func (t *Tail) fromDB(ctx context.Context) (TailEnd, error) {
+	st := t.O.Store
+	for {
+		dctx, cancel := context.WithTimeout(ctx, StorageTimeout)
+		evs, err := st.EventsAfter(dctx, t.RunID, t.After, tailBacklogPage)
+		cancel()
+		if err != nil {
+			return 0, err
+		}
+		for _, e := range evs {
+			if e.Seq <= t.After {
+				continue
+			}
+			if t.relay(e.Seq, e.Event) {
+				return TailStopped, nil
+			}
+			if t.gone() {
+				return TailGone, nil
+			}
+		}
+		if len(evs) < tailBacklogPage {
+			break
+		}
+	}
+	dctx, cancel := context.WithTimeout(ctx, StorageTimeout)
+	cur, err := st.GetRun(dctx, t.RunID)
+	cancel()
+	if err != nil {
+		return 0, err
+	}
+	if Settled(cur.Status) && t.After >= cur.LastSeq {
+		return TailSettled, nil
+	}
+	return 0, nil
+}
+
+// Settle waits, after a terminal event, until the broker has recorded the
+// run's outcome or SettleWait passes, and returns the run as read last.
+func (t *Tail) Settle(ctx context.Context) (store.Run, error) {
+	t.O = t.O.withDefaults()
+	o := t.O
+	deadline := time.Now().Add(o.SettleWait)
+	for {
+		dctx, cancel := context.WithTimeout(ctx, StorageTimeout)
+		cur, err := o.Store.GetRun(dctx, t.RunID)
+		cancel()
+		if err == nil && Settled(cur.Status) {
+			return cur, nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 || ctx.Err() != nil {
+			return cur, err
+		}
+		Sleep(ctx, min(o.PollInterval, left))
+	}
+}
+
+// Sleep waits d or until ctx ends.
+func Sleep(ctx context.Context, d time.Duration) {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+	case <-tm.C:
+	}
+}

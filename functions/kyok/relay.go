@@ -1,0 +1,215 @@
+package kyok
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/funduq/funduq-go/core/kyok"
+)
+
+// tail reads one reply stream in order.
+type tail struct {
+	rdb     *redis.Client
+	key     string
+	last    string
+	pending []kyok.Reply
+}
+
+var errSilent = errors.New("no reply in time")
+
+// next returns the next reply, waiting at most wait.
+func (t *tail) next(ctx context.Context, wait time.Duration) (kyok.Reply, error) {
+	deadline := time.Now().Add(wait)
+	for len(t.pending) == 0 {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return kyok.Reply{}, errSilent
+		}
+		block := min(left, 5*time.Second) // short blocks so a gone caller is noticed
+		if block < time.Millisecond {
+			block = time.Millisecond
+		}
+		res, err := t.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{t.key, t.last}, Block: block, Count: 256}).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return kyok.Reply{}, err
+		}
+		for _, s := range res {
+			for _, m := range s.Messages {
+				t.last = m.ID
+				raw, _ := m.Values[kyok.FieldReply].(string)
+				var rep kyok.Reply
+				if json.Unmarshal([]byte(raw), &rep) == nil {
+					t.pending = append(t.pending, rep)
+				}
+			}
+		}
+	}
+	rep := t.pending[0]
+	t.pending = t.pending[1:]
+	return rep, nil
+}
+
+// relay sends the checked call to the leader and answers from the reply
+// stream.
+func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
+	ctx := r.Context()
+	reqJSON, err := json.Marshal(c.req)
+	if err != nil {
+		h.writeError(w, r, &apiError{Status: http.StatusInternalServerError, Code: "internal", Message: "funduq could not build the request", Err: err})
+		return
+	}
+	err = h.o.Redis.XAdd(ctx, &redis.XAddArgs{Stream: kyok.RequestStream(h.o.Prefix), MaxLen: h.o.StreamMaxLen, Approx: true,
+		Values: []any{kyok.FieldRequestID, c.req.RequestID, kyok.FieldRequest, string(reqJSON)}}).Err()
+	if err != nil {
+		h.writeError(w, r, storageDown(err))
+		return
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		_ = h.o.Redis.Del(cctx, c.req.ReplyKey).Err()
+	}()
+	log := h.o.Log.With("request_id", c.req.RequestID, "run_id", c.req.RunID)
+	t := &tail{rdb: h.o.Redis, key: c.req.ReplyKey, last: "0-0"}
+
+	// The leader takes the request up (or says the offering is not attached).
+	first, err := t.next(ctx, h.o.AckTimeout)
+	switch {
+	case errors.Is(err, errSilent):
+		h.writeError(w, r, &apiError{Status: http.StatusServiceUnavailable, Code: "relay_unavailable",
+			Message: "no funduq broker node took up the completion; retry shortly"})
+		return
+	case err != nil:
+		if ctx.Err() == nil {
+			h.writeError(w, r, storageDown(err))
+		}
+		return
+	case first.Kind == kyok.ReplyUnavailable:
+		h.writeError(w, r, notAttached())
+		return
+	case first.Kind != kyok.ReplyAccepted:
+		t.pending = append([]kyok.Reply{first}, t.pending...)
+	}
+
+	// Wait for the first answer before committing to a status.
+	rep, err := t.next(ctx, h.o.GapTimeout)
+	if err != nil {
+		if ctx.Err() == nil {
+			h.writeError(w, r, &apiError{Status: http.StatusBadGateway, Code: "llm_failed",
+				Message: "the LLM provider did not answer", Err: err})
+		}
+		return
+	}
+	if rep.Kind == kyok.ReplyError || rep.Kind == kyok.ReplyUnavailable {
+		h.writeError(w, r, providerFailure(rep))
+		return
+	}
+	if c.stream {
+		h.stream(w, r, t, rep, log)
+		return
+	}
+	var chunks []json.RawMessage
+	for rep.Kind != kyok.ReplyDone {
+		if rep.Kind == kyok.ReplyChunk {
+			chunks = append(chunks, rep.Data)
+		}
+		rep, err = t.next(ctx, h.o.GapTimeout)
+		if err != nil {
+			if ctx.Err() == nil {
+				h.writeError(w, r, &apiError{Status: http.StatusBadGateway, Code: "llm_failed",
+					Message: "the LLM provider went silent mid-completion", Err: err})
+			}
+			return
+		}
+		if rep.Kind == kyok.ReplyError {
+			h.writeError(w, r, providerFailure(rep))
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, kyok.Collapse(chunks, "chatcmpl-"+c.req.RequestID, kyok.ModelOf(c.req.Body), h.o.Now().Unix()))
+}
+
+// providerFailure is the 502 for a failure before the answer began.
+func providerFailure(rep kyok.Reply) *apiError {
+	msg := rep.Message
+	if msg == "" {
+		msg = "the LLM provider failed the completion"
+	}
+	if len(rep.Refusal) > 0 {
+		return &apiError{Status: http.StatusBadGateway, Code: "llm_refused", Message: msg, Refusal: rep.Refusal}
+	}
+	return &apiError{Status: http.StatusBadGateway, Code: "llm_failed", Message: msg}
+}
+
+// stream writes the answer as SSE, starting with rep (a chunk or done).
+func (h *Handler) stream(w http.ResponseWriter, r *http.Request, t *tail, rep kyok.Reply, log *slog.Logger) {
+	ctx := r.Context()
+	fl, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	write := func(data []byte) bool {
+		if _, err := w.Write([]byte("data: ")); err != nil {
+			return false
+		}
+		if _, err := w.Write(data); err != nil {
+			return false
+		}
+		if _, err := w.Write([]byte("\n\n")); err != nil {
+			return false
+		}
+		if fl != nil {
+			fl.Flush()
+		}
+		return true
+	}
+	fail := func(payload json.RawMessage) {
+		b, _ := json.Marshal(map[string]json.RawMessage{"error": payload})
+		write(b)
+	}
+	for {
+		switch rep.Kind {
+		case kyok.ReplyChunk:
+			if !write(kyok.DropNulls(rep.Data)) {
+				log.Info("kyok caller left mid-stream")
+				return
+			}
+		case kyok.ReplyDone:
+			write([]byte("[DONE]"))
+			return
+		case kyok.ReplyError, kyok.ReplyUnavailable:
+			if len(rep.Refusal) > 0 {
+				fail(rep.Refusal)
+			} else {
+				fail(relayFailed(rep.Message))
+			}
+			return
+		}
+		var err error
+		rep, err = t.next(ctx, h.o.GapTimeout)
+		if err != nil {
+			if ctx.Err() == nil {
+				fail(relayFailed("the LLM provider went silent mid-completion"))
+			}
+			return
+		}
+	}
+}
+
+func relayFailed(msg string) json.RawMessage {
+	if msg == "" {
+		msg = "the completion failed"
+	}
+	b, _ := json.Marshal(map[string]string{"message": msg, "type": "funduq_relay_failed"})
+	return b
+}
