@@ -98,6 +98,17 @@ type NewRun struct {
 	CallerRequestID string // the AG-UI caller's runId or the A2A messageId
 	IdempotencyKey  string // the Idempotency-Key header
 	Messages        []Message
+	// Kyok is the run's sealed KYOK binding (core/kyok), written with the
+	// run so no agent can call before it exists; nil without an opt-in.
+	Kyok *KyokBindingRow
+}
+
+// KyokBindingRow is a run's KYOK binding as stored: the offering in the
+// clear (no secret) and the sealed binding with the caller's context.
+type KyokBindingRow struct {
+	LLMProviderKey string
+	LLMName        string
+	Sealed         []byte
 }
 
 // ErrThreadMismatch: the thread named belongs to another agent.
@@ -144,6 +155,12 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (r Run, created bool, 
 			nullJSON(nr.ActorChain), nr.CallerRequestID, nr.IdempotencyKey))
 		if err != nil {
 			return err
+		}
+		if k := nr.Kyok; k != nil {
+			if _, err := tx.Exec(ctx, `UPDATE runs SET kyok_binding = $2, kyok_llm_provider_key = $3, kyok_llm_name = $4
+				WHERE run_id = $1`, nr.RunID, k.Sealed, k.LLMProviderKey, k.LLMName); err != nil {
+				return err
+			}
 		}
 		for _, m := range nr.Messages {
 			if _, err := tx.Exec(ctx, `

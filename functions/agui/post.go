@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/funduq/funduq-go/core/kyok"
 	"io"
 	"net/http"
 	"slices"
@@ -78,7 +79,13 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 		return outcome{}, err
 	}
 
-	// 2. The caller: an actor chain needs its presenter (D12).
+	// 2. The caller: an actor chain needs its presenter (D12). A KYOK
+	// opt-in's context is for the LLM provider alone: it leaves the bag
+	// here, before anything is stored or relayed, and travels sealed.
+	kyokOpt, kyokOK, _ := kyok.ParseOptIn(in.ForwardedProps)
+	if kyokOK {
+		in.ForwardedProps = kyok.StripContext(in.ForwardedProps)
+	}
 	bag, err := readBag(in.ForwardedProps)
 	if err != nil {
 		return outcome{}, err
@@ -203,6 +210,13 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 		nr.CreateThread = &store.NewThread{HeadKey: head, Metadata: bag.metadata()}
 	}
 	nr.Messages = messagesOf(built)
+	if bag.kyok != nil && kyokOK {
+		sealed, err := kyok.Seal(h.o.TokenSecret, kyokOpt.Binding())
+		if err != nil {
+			return outcome{}, err
+		}
+		nr.Kyok = &store.KyokBindingRow{LLMProviderKey: bag.kyok.ProviderKey, LLMName: bag.kyok.Name, Sealed: sealed}
+	}
 	created, _, err := h.o.Store.CreateRun(ctx, nr)
 	if errors.Is(err, store.ErrThreadMismatch) {
 		return outcome{}, door.Refuse(http.StatusConflict, door.CodeThreadMismatch, "thread %s belongs to another agent", threadID)
