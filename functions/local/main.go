@@ -27,9 +27,10 @@ import (
 	"time"
 
 	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/functions/a2a"
 	"github.com/funduq/funduq-go/functions/agui"
-	"github.com/funduq/funduq-go/functions/kyok"
 	"github.com/funduq/funduq-go/functions/door"
+	"github.com/funduq/funduq-go/functions/kyok"
 )
 
 // redisPrefix overrides door.RedisPrefix (tests share one Redis with a
@@ -63,6 +64,7 @@ func Mux(d *door.Deps, log *slog.Logger) (http.Handler, error) {
 	}
 	doors := []mount{
 		{name: "agui", patterns: agui.Patterns(), handler: ag},
+		{name: "a2a", patterns: a2a.Patterns(), handler: a2a.ForDeps(d, log)},
 		{name: "kyok", patterns: kyok.Patterns(), handler: kd},
 		{name: "agents", patterns: []string{"GET /agents"}, handler: door.Agents(d.Store, log)},
 		{name: "health", patterns: []string{"GET /health"}, handler: health(d)},

@@ -1,0 +1,59 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Queries the A2A door needs beyond the AG-UI door's: a task's history (the
+// thread messages one run recorded) and a context's tasks (a thread's runs
+// of one agent).
+
+// RunMessage is one thread message recorded by a run.
+type RunMessage struct {
+	MessageID string
+	Message   json.RawMessage
+	Origin    string // "caller" or "agent"
+	CreatedAt time.Time
+}
+
+// RunMessages returns the thread messages recorded by run runID (the
+// caller's, and the agent's folded replies), oldest first.
+func (s *Store) RunMessages(ctx context.Context, runID string) ([]RunMessage, error) {
+	rows, err := s.pool.Query(ctx, `SELECT message_id, message, origin, created_at FROM thread_messages
+		WHERE run_id = $1 ORDER BY id`, runID)
+	if err != nil {
+		return nil, fmt.Errorf("messages of run %s: %w", runID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunMessage, error) {
+		var m RunMessage
+		var b []byte
+		err := row.Scan(&m.MessageID, &b, &m.Origin, &m.CreatedAt)
+		m.Message = b
+		return m, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("messages of run %s: %w", runID, err)
+	}
+	return out, nil
+}
+
+// ThreadRuns returns the runs of thread threadID that belong to the agent
+// (providerKey, agentName), oldest first.
+func (s *Store) ThreadRuns(ctx context.Context, threadID, providerKey, agentName string) ([]Run, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+runColumns+` FROM runs
+		WHERE thread_id = $1 AND provider_key = $2 AND agent_name = $3 ORDER BY created_at, run_id`,
+		threadID, providerKey, agentName)
+	if err != nil {
+		return nil, fmt.Errorf("runs of thread %s: %w", threadID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) { return scanRun(row) })
+	if err != nil {
+		return nil, fmt.Errorf("runs of thread %s: %w", threadID, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,283 @@
+package a2a
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/core/livefeed"
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/functions/door"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxBody        = 1 << 20
+	DefaultDeadlineMargin = 3 * time.Second
+	DefaultBlockBudget    = 10 * time.Minute
+)
+
+// Options configure a Handler. Store, Funduq and TokenSecret are required.
+type Options struct {
+	Store *store.Store
+	// Feed is the live fan-out the broker publishes to; nil polls
+	// PostgreSQL alone.
+	Feed        *livefeed.Feed
+	Funduq      *identity.Signer
+	TokenSecret []byte
+	Log         *slog.Logger
+
+	// AuthorizedKey is the authorizer's presenter seat (D12); see agui.
+	AuthorizedKey func(*http.Request) string
+	// PublicURL is the door's public base URL (scheme://host[/prefix]) put
+	// on agent cards; "" derives it from the request (X-Forwarded-Proto,
+	// X-Forwarded-Host, Host).
+	PublicURL string
+
+	MaxBody int64
+	// Tail paces streams and blocking sends (Store, Feed and Log are filled
+	// in from above).
+	Tail door.TailOptions
+	// StreamBudget ends a stream (with a comment saying how to resume)
+	// after this long; 0: none of its own. A request deadline always
+	// applies, less DeadlineMargin.
+	StreamBudget   time.Duration
+	DeadlineMargin time.Duration
+	// BlockBudget bounds how long a blocking message/send waits for the
+	// task to settle before answering with the task as it stands.
+	BlockBudget time.Duration
+	Now         func() time.Time
+}
+
+// Handler is the A2A door.
+type Handler struct {
+	o   Options
+	log *slog.Logger
+	mux *http.ServeMux
+}
+
+// New builds the door.
+func New(o Options) (*Handler, error) {
+	if o.Store == nil || o.Funduq == nil || len(o.TokenSecret) == 0 {
+		return nil, errors.New("a2a: Options.Store, Funduq and TokenSecret are required")
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.MaxBody <= 0 {
+		o.MaxBody = DefaultMaxBody
+	}
+	if o.DeadlineMargin <= 0 {
+		o.DeadlineMargin = DefaultDeadlineMargin
+	}
+	if o.BlockBudget <= 0 {
+		o.BlockBudget = DefaultBlockBudget
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	o.Tail.Store, o.Tail.Feed, o.Tail.Log = o.Store, o.Feed, o.Log
+	o.PublicURL = strings.TrimRight(o.PublicURL, "/")
+	h := &Handler{o: o, log: o.Log, mux: http.NewServeMux()}
+	h.mux.HandleFunc("/a2a/{provider}/{name}", h.only(http.MethodPost, h.rpc))
+	h.mux.HandleFunc("/a2a/{provider}/{name}/rpc", h.only(http.MethodPost, h.rpc))
+	h.mux.HandleFunc("/a2a/{provider}/{name}/.well-known/agent-card.json", h.only(http.MethodGet, h.card))
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		door.WriteError(w, r, nil, door.Refuse(http.StatusNotFound, door.CodeNotFound, "no such route: %s %s", r.Method, r.URL.Path))
+	})
+	return h, nil
+}
+
+// Patterns are the path prefixes this door serves.
+func Patterns() []string { return []string{"/a2a/"} }
+
+// ForDeps builds the door on a door's shared connections, for a server
+// that mounts several doors; a door that cannot be built answers 503.
+func ForDeps(d *door.Deps, log *slog.Logger) http.Handler {
+	h, err := New(Options{Store: d.Store, Feed: d.Feed, Funduq: d.Funduq, TokenSecret: d.TokenSecret, Log: log})
+	if err != nil {
+		if log != nil {
+			log.Error("a2a door: build", "err", err)
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			door.WriteError(w, r, nil, door.Refuse(http.StatusServiceUnavailable, door.CodeUnavailable, "the A2A door is not configured"))
+		})
+	}
+	return h
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+func (h *Handler) only(method string, fn http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method {
+			w.Header().Set("Allow", method)
+			door.WriteError(w, r, nil, door.Refuse(http.StatusMethodNotAllowed, door.CodeMethodNotAllowed,
+				"%s is not allowed here; use %s", r.Method, method))
+			return
+		}
+		fn(w, r)
+	}
+}
+
+// call is one JSON-RPC request in flight.
+type call struct {
+	h     *Handler
+	w     http.ResponseWriter
+	r     *http.Request
+	body  []byte
+	v     Version
+	req   Request
+	agent store.Agent
+}
+
+func (h *Handler) rpc(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.o.MaxBody))
+	if err != nil {
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			e := rpcErr(CodeInvalidRequest, "the body is larger than %d bytes", h.o.MaxBody)
+			e.status = http.StatusRequestEntityTooLarge
+			h.writeRPC(w, nil, nil, e)
+			return
+		}
+		h.writeRPC(w, nil, nil, rpcErr(CodeParseError, "could not read the body"))
+		return
+	}
+	// An unknown agent is a 404 before any JSON-RPC processing.
+	ctx, cancel := context.WithTimeout(r.Context(), door.StorageTimeout)
+	agent, err := door.FindAgent(ctx, h.o.Store, r.PathValue("provider"), r.PathValue("name"))
+	cancel()
+	if err != nil {
+		door.WriteError(w, r, h.log, err)
+		return
+	}
+	req, perr := ParseRequest(body)
+	if perr != nil {
+		h.writeRPC(w, req.ID, nil, perr)
+		return
+	}
+	v, ok := ParseVersion(r.Header.Get(VersionHeader))
+	if !ok {
+		h.writeRPC(w, req.ID, nil, rpcErr(CodeVersionNotSupported, "A2A-Version %q is not supported: this door speaks 0.3 and 1.0",
+			r.Header.Get(VersionHeader)))
+		return
+	}
+	m, ok := LookupMethod(v, req.Method)
+	if !ok {
+		e := rpcErr(CodeMethodNotFound, "method %q is not an A2A %s method", req.Method, v)
+		if other := otherVersion(v); other != 0 {
+			if _, ok := LookupMethod(other, req.Method); ok {
+				e.Message += "; it is an A2A " + other.String() + " method: send " + VersionHeader + ": " + other.String()
+			}
+		}
+		h.writeRPC(w, req.ID, nil, e)
+		return
+	}
+	if !m.Served {
+		h.writeRPC(w, req.ID, nil, rpcErr(m.Refusal, "%s is not supported by this agent", req.Method))
+		return
+	}
+	c := &call{h: h, w: w, r: r, body: body, v: v, req: req, agent: agent}
+	switch m.Op {
+	case OpSend:
+		c.send(false)
+	case OpStream:
+		c.send(true)
+	case OpGet:
+		c.get()
+	case OpCancel:
+		c.cancel()
+	case OpSubscribe:
+		c.subscribe()
+	case OpList:
+		c.list()
+	}
+}
+
+func otherVersion(v Version) Version {
+	if v == V03 {
+		return V10
+	}
+	return V03
+}
+
+// writeRPC answers one JSON-RPC response (result or error).
+func (h *Handler) writeRPC(w http.ResponseWriter, id []byte, result any, e *RPCError) {
+	status := http.StatusOK
+	if e != nil && e.status != 0 {
+		status = e.status
+	}
+	if e != nil && e.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.retryAfter))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(marshalResponse(id, result, e), '\n'))
+}
+
+func (c *call) result(v any) { c.h.writeRPC(c.w, c.req.ID, v, nil) }
+
+// fail answers err as a JSON-RPC error: an *RPCError as it is, a door
+// refusal mapped by its code, storage trouble as -32043 with 503, anything
+// else as -32603 (logged, never leaked).
+func (c *call) fail(err error) {
+	c.h.writeRPC(c.w, c.req.ID, nil, c.h.toRPC(c.r, err))
+}
+
+func (h *Handler) toRPC(r *http.Request, err error) *RPCError {
+	var re *RPCError
+	if errors.As(err, &re) {
+		return re
+	}
+	var de *door.Error
+	if errors.As(err, &de) {
+		e := &RPCError{Message: de.Message, Data: map[string]any{"reason": de.Code}}
+		switch de.Code {
+		case door.CodePresenterRequired, door.CodeInvalidChain:
+			e.Code, e.status = CodeUnauthenticated, http.StatusUnauthorized
+		case door.CodeMembershipRequired:
+			e.Code = CodeMembershipRequired
+		case door.CodeInvalidCancel:
+			e.Code = CodeInvalidCancel
+		case door.CodeLLMNotFound, door.CodeThreadNotFound, door.CodeThreadMismatch, door.CodeInvalidRunInput, door.CodeBadRequest:
+			e.Code = CodeInvalidParams
+		case door.CodeTaskNotFound:
+			e.Code = CodeTaskNotFound
+		case door.CodeNotCancellable:
+			e.Code = CodeTaskNotCancelable
+		default:
+			e.Code = CodeInternalError
+		}
+		h.log.InfoContext(r.Context(), "a2a request refused", "path", r.URL.Path, "code", e.Code, "reason", de.Code, "err", de.Error())
+		return e
+	}
+	if door.Unavailable(err) {
+		h.log.ErrorContext(r.Context(), "a2a: storage unavailable", "path", r.URL.Path, "err", err)
+		return &RPCError{Code: CodeUnavailable, Message: "storage is unreachable; retry shortly",
+			Data: map[string]any{"reason": door.CodeUnavailable}, status: http.StatusServiceUnavailable, retryAfter: 1}
+	}
+	h.log.ErrorContext(r.Context(), "a2a: internal error", "path", r.URL.Path, "err", err)
+	return &RPCError{Code: CodeInternalError, Message: "internal error"}
+}
+
+// streamEnd is when a stream must end; zero for none.
+func (h *Handler) streamEnd(ctx context.Context, budget time.Duration) time.Time {
+	var end time.Time
+	if budget > 0 {
+		end = time.Now().Add(budget)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		if d := dl.Add(-h.o.DeadlineMargin); end.IsZero() || d.Before(end) {
+			end = d
+		}
+	}
+	return end
+}

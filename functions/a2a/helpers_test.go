@@ -1,0 +1,316 @@
+package a2a_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/functions/a2a"
+	"github.com/funduq/funduq-go/functions/door"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+// guard bounds every wait: a hang detector, never a timing assertion.
+const guard = 20 * time.Second
+
+func doorDeps(t *testing.T, h *nodetest.Harness) *door.Deps {
+	t.Helper()
+	deps, err := door.Connect(config.Door{Storage: h.Cfg.Storage, Identity: h.Cfg.Identity},
+		door.ConnectOptions{RedisPrefix: h.Prefix, MaxConns: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return deps
+}
+
+// startDoor serves an A2A door on its own connections.
+func startDoor(t *testing.T, h *nodetest.Harness, mut func(*a2a.Options)) *httptest.Server {
+	t.Helper()
+	deps := doorDeps(t, h)
+	o := a2a.Options{Store: deps.Store, Feed: deps.Feed, Funduq: deps.Funduq, TokenSecret: deps.TokenSecret,
+		Tail: door.TailOptions{Heartbeat: 15 * time.Second, LiveBlock: 500 * time.Millisecond,
+			PollInterval: 50 * time.Millisecond, DBCheck: time.Second}}
+	if mut != nil {
+		mut(&o)
+	}
+	hd, err := a2a.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(hd)
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		deps.Close()
+	})
+	return srv
+}
+
+func signer(t *testing.T, b byte) *identity.Signer {
+	t.Helper()
+	s, err := identity.NewSignerFromSeedHex(nodetest.SeedHex(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func chainOf(t *testing.T, s *identity.Signer) []string {
+	t.Helper()
+	hop, err := identity.SignHop(s, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{hop.Token}
+}
+
+// client speaks JSON-RPC to one agent's endpoint in one protocol version.
+type client struct {
+	t       *testing.T
+	url     string
+	version string // "" (0.3 by default) or "1.0"
+	n       int
+}
+
+func newClient(t *testing.T, srv *httptest.Server, key, name, version string) *client {
+	return &client{t: t, url: srv.URL + "/a2a/" + key + "/" + name, version: version}
+}
+
+// body is a JSON-RPC request.
+func (c *client) body(method string, params any) string {
+	c.n++
+	b, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": c.n, "method": method, "params": params})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return string(b)
+}
+
+func (c *client) post(body string, hdr map[string]string) (*http.Response, context.CancelFunc) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, strings.NewReader(body))
+	if err != nil {
+		cancel()
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.version != "" {
+		req.Header.Set(a2a.VersionHeader, c.version)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		c.t.Fatal(err)
+	}
+	return resp, cancel
+}
+
+// rpcResp is a decoded JSON-RPC response.
+type rpcResp struct {
+	Status int
+	ID     any            `json:"id"`
+	Result map[string]any `json:"result"`
+	Error  *struct {
+		Code    int            `json:"code"`
+		Message string         `json:"message"`
+		Data    map[string]any `json:"data"`
+	} `json:"error"`
+}
+
+func (c *client) rawCall(body string, hdr map[string]string) rpcResp {
+	c.t.Helper()
+	resp, cancel := c.post(body, hdr)
+	defer cancel()
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var r rpcResp
+	if err := json.Unmarshal(b, &r); err != nil {
+		c.t.Fatalf("response %d %q: %v", resp.StatusCode, b, err)
+	}
+	r.Status = resp.StatusCode
+	return r
+}
+
+func (c *client) call(method string, params any) rpcResp {
+	c.t.Helper()
+	return c.rawCall(c.body(method, params), nil)
+}
+
+// ok calls and fails the test on an error response.
+func (c *client) ok(method string, params any) map[string]any {
+	c.t.Helper()
+	r := c.call(method, params)
+	if r.Error != nil {
+		c.t.Fatalf("%s: error %d %s", method, r.Error.Code, r.Error.Message)
+	}
+	return r.Result
+}
+
+// code calls and expects a JSON-RPC error code.
+func (c *client) code(want int, method string, params any) rpcResp {
+	c.t.Helper()
+	r := c.call(method, params)
+	if r.Error == nil || r.Error.Code != want {
+		c.t.Fatalf("%s: got %+v (result %v), want error %d", method, r.Error, r.Result, want)
+	}
+	return r
+}
+
+// message is an A2A text message in the client's version.
+func (c *client) message(id, text string, extra map[string]any) map[string]any {
+	m := map[string]any{"messageId": id, "role": "user", "parts": []any{map[string]any{"kind": "text", "text": text}}, "kind": "message"}
+	if c.version == "1.0" {
+		m = map[string]any{"messageId": id, "role": "ROLE_USER", "parts": []any{map[string]any{"text": text}}}
+	}
+	for k, v := range extra {
+		m[k] = v
+	}
+	return m
+}
+
+func (c *client) send(msg map[string]any, extra map[string]any) map[string]any {
+	c.t.Helper()
+	params := map[string]any{"message": msg}
+	for k, v := range extra {
+		params[k] = v
+	}
+	method := "message/send"
+	if c.version == "1.0" {
+		method = "SendMessage"
+	}
+	res := c.ok(method, params)
+	if c.version == "1.0" {
+		task, _ := res["task"].(map[string]any)
+		if task == nil {
+			c.t.Fatalf("SendMessage result without task: %v", res)
+		}
+		return task
+	}
+	return res
+}
+
+// stateOf reads a task's status.state.
+func stateOf(task map[string]any) string {
+	st, _ := task["status"].(map[string]any)
+	s, _ := st["state"].(string)
+	return s
+}
+
+// sseItem is one SSE event of a stream.
+type sseItem struct {
+	ID   string
+	Resp rpcResp
+}
+
+type stream struct {
+	t      *testing.T
+	resp   *http.Response
+	br     *bufio.Reader
+	cancel context.CancelFunc
+}
+
+func (c *client) stream(body string, hdr map[string]string) *stream {
+	c.t.Helper()
+	resp, cancel := c.post(body, hdr)
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		c.t.Fatalf("stream: %d %s: %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+	s := &stream{t: c.t, resp: resp, br: bufio.NewReader(resp.Body), cancel: cancel}
+	c.t.Cleanup(func() { s.resp.Body.Close(); s.cancel() })
+	return s
+}
+
+// next returns the next data item; ok is false at the end of the stream.
+func (s *stream) next() (sseItem, bool) {
+	s.t.Helper()
+	var it sseItem
+	var data string
+	for {
+		line, err := s.br.ReadString('\n')
+		if err != nil {
+			return it, false
+		}
+		line = strings.TrimRight(line, "\r\n")
+		switch {
+		case line == "":
+			if data != "" {
+				if err := json.Unmarshal([]byte(data), &it.Resp); err != nil {
+					s.t.Fatalf("stream data %q: %v", data, err)
+				}
+				return it, true
+			}
+		case strings.HasPrefix(line, "id:"):
+			it.ID = strings.TrimSpace(strings.TrimPrefix(line, "id:"))
+		case strings.HasPrefix(line, "data:"):
+			data += strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " ")
+		}
+	}
+}
+
+func (s *stream) rest() []sseItem {
+	var out []sseItem
+	for {
+		it, ok := s.next()
+		if !ok {
+			return out
+		}
+		out = append(out, it)
+	}
+}
+
+// kinds names each item of a v0.3 stream by its kind and state.
+func kinds(items []sseItem) []string {
+	var out []string
+	for _, it := range items {
+		r := it.Resp.Result
+		k, _ := r["kind"].(string)
+		switch k {
+		case "task", "status-update":
+			k += ":" + stateOf(r)
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+func count(t *testing.T, h *nodetest.Harness, table string) int {
+	t.Helper()
+	var n int
+	if err := h.Store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM `+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func runStarted(thread, run string) string {
+	return fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, run)
+}
+
+func runFinished(thread, run string) string {
+	return fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, thread, run)
+}

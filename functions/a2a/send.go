@@ -1,0 +1,480 @@
+package a2a
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"github.com/funduq/funduq-go/core/kyok"
+	"net/http"
+	"strings"
+
+	"github.com/funduq/funduq-go/core/agui"
+	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/runinput"
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/functions/door"
+)
+
+// IdempotencyHeader: a retried POST repeating it returns the original run
+// (D13), like the A2A messageId does.
+const IdempotencyHeader = "Idempotency-Key"
+
+// messageIDKeyPrefix scopes an A2A messageId used as the agent-wide
+// idempotency key of a send that opens a new context (a messageId on a
+// known context is checked per thread instead).
+const messageIDKeyPrefix = "a2a-message:"
+
+// InboundMessage is an A2A message as the door reads it.
+type InboundMessage struct {
+	MessageID        string
+	ContextID        string
+	TaskID           string
+	Role             string // AG-UI role: "user" or "assistant"
+	Text             string // the text parts, concatenated
+	Metadata         json.RawMessage
+	ReferenceTaskIDs []string
+}
+
+// SendParams are message/send's (and message/stream's) params.
+type SendParams struct {
+	Message       InboundMessage
+	Metadata      json.RawMessage // the caller's bag
+	Blocking      bool
+	HistoryLength int // -1: absent
+}
+
+// ParseSendParams reads the params of a send. Errors are *RPCError: -32602
+// for a wrong shape, -32005 for a part that is not text.
+func ParseSendParams(params json.RawMessage) (SendParams, *RPCError) {
+	p := SendParams{Blocking: true, HistoryLength: -1}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(params, &obj) != nil {
+		return p, rpcErr(CodeInvalidParams, "params must be an object")
+	}
+	if raw, ok := obj["metadata"]; ok && firstByte(raw) != 'n' {
+		if firstByte(raw) != '{' {
+			return p, rpcErr(CodeInvalidParams, "params.metadata must be an object")
+		}
+		p.Metadata = raw
+	}
+	if raw, ok := obj["configuration"]; ok && firstByte(raw) != 'n' {
+		var cfg struct {
+			Blocking          *bool `json:"blocking"`
+			ReturnImmediately *bool `json:"returnImmediately"`
+			HistoryLength     *int  `json:"historyLength"`
+		}
+		if firstByte(raw) != '{' || json.Unmarshal(raw, &cfg) != nil {
+			return p, rpcErr(CodeInvalidParams, "params.configuration must be an object (blocking, returnImmediately booleans; historyLength an integer)")
+		}
+		if cfg.Blocking != nil && !*cfg.Blocking || cfg.ReturnImmediately != nil && *cfg.ReturnImmediately {
+			p.Blocking = false
+		}
+		if cfg.HistoryLength != nil {
+			if *cfg.HistoryLength < 0 {
+				return p, rpcErr(CodeInvalidParams, "params.configuration.historyLength must not be negative")
+			}
+			p.HistoryLength = *cfg.HistoryLength
+		}
+	}
+	raw, ok := obj["message"]
+	if !ok || firstByte(raw) != '{' {
+		return p, rpcErr(CodeInvalidParams, "params.message must be an A2A Message object")
+	}
+	m, e := parseMessage(raw)
+	if e != nil {
+		return p, e
+	}
+	p.Message = m
+	return p, nil
+}
+
+func parseMessage(raw json.RawMessage) (InboundMessage, *RPCError) {
+	var m InboundMessage
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) != nil {
+		return m, rpcErr(CodeInvalidParams, "params.message must be an object")
+	}
+	str := func(key string, required bool) (string, *RPCError) {
+		v, ok := obj[key]
+		if !ok || firstByte(v) == 'n' {
+			if required {
+				return "", rpcErr(CodeInvalidParams, "params.message.%s is required (a non-empty string)", key)
+			}
+			return "", nil
+		}
+		var s string
+		if firstByte(v) != '"' || json.Unmarshal(v, &s) != nil || (required && s == "") {
+			return "", rpcErr(CodeInvalidParams, "params.message.%s must be a string", key)
+		}
+		return s, nil
+	}
+	var e *RPCError
+	if m.MessageID, e = str("messageId", true); e != nil {
+		return m, e
+	}
+	if m.ContextID, e = str("contextId", false); e != nil {
+		return m, e
+	}
+	if m.TaskID, e = str("taskId", false); e != nil {
+		return m, e
+	}
+	role, e := str("role", true)
+	if e != nil {
+		return m, e
+	}
+	switch strings.ToLower(role) {
+	case "agent", "role_agent":
+		m.Role = "assistant"
+	default:
+		m.Role = "user"
+	}
+	if v, ok := obj["metadata"]; ok && firstByte(v) != 'n' {
+		if firstByte(v) != '{' {
+			return m, rpcErr(CodeInvalidParams, "params.message.metadata must be an object")
+		}
+		m.Metadata = v
+	}
+	if v, ok := obj["referenceTaskIds"]; ok && firstByte(v) != 'n' {
+		if json.Unmarshal(v, &m.ReferenceTaskIDs) != nil {
+			return m, rpcErr(CodeInvalidParams, "params.message.referenceTaskIds must be an array of strings")
+		}
+	}
+	var parts []json.RawMessage
+	if v, ok := obj["parts"]; !ok || firstByte(v) != '[' || json.Unmarshal(v, &parts) != nil || len(parts) == 0 {
+		return m, rpcErr(CodeInvalidParams, "params.message.parts must be a non-empty array of parts")
+	}
+	var bad []string
+	var text strings.Builder
+	for i, raw := range parts {
+		var p map[string]json.RawMessage
+		if firstByte(raw) != '{' || json.Unmarshal(raw, &p) != nil {
+			return m, rpcErr(CodeInvalidParams, "params.message.parts[%d] must be an object", i)
+		}
+		var s string
+		if t, ok := p["text"]; ok && firstByte(t) == '"' && json.Unmarshal(t, &s) == nil {
+			text.WriteString(s)
+			continue
+		}
+		k := ""
+		for _, key := range []string{"kind", "type"} {
+			if v, ok := p[key]; ok {
+				_ = json.Unmarshal(v, &k)
+				break
+			}
+		}
+		if k == "" {
+			for _, key := range []string{"file", "data", "raw", "url"} {
+				if _, ok := p[key]; ok {
+					k = key
+					break
+				}
+			}
+		}
+		if k == "" {
+			k = "unknown"
+		}
+		bad = append(bad, k)
+	}
+	if len(bad) > 0 {
+		return m, &RPCError{Code: CodeContentTypeNotSupported,
+			Message: "only text parts are supported; got " + strings.Join(bad, ", "),
+			Data:    map[string]any{"unsupported": bad}}
+	}
+	m.Text = text.String()
+	return m, nil
+}
+
+// aguiMessage is the A2A message as the AG-UI message the provider gets.
+func (m InboundMessage) aguiMessage() json.RawMessage {
+	obj := map[string]any{"role": m.Role, "content": m.Text}
+	if m.Metadata != nil {
+		obj["metadata"] = m.Metadata
+	}
+	b, _ := json.Marshal(obj)
+	return b
+}
+
+// accepted is what a send resolved to: the run to answer about, and the
+// seq after which its events are new to this caller.
+type accepted struct {
+	run   store.Run
+	after int
+}
+
+func (c *call) send(streaming bool) {
+	p, perr := ParseSendParams(c.req.Params)
+	if perr != nil {
+		c.h.writeRPC(c.w, c.req.ID, nil, perr)
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.r.Context(), 3*door.StorageTimeout)
+	acc, err := c.accept(ctx, p)
+	cancel()
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	if streaming {
+		c.stream(acc.run, acc.after, p.HistoryLength)
+		return
+	}
+	rn := acc.run
+	if p.Blocking {
+		rn = c.wait(acc)
+	}
+	ctx, cancel = context.WithTimeout(c.r.Context(), 2*door.StorageTimeout)
+	view, err := c.h.project(ctx, rn, -1)
+	cancel()
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	view.History = applyHistoryLength(view.History, p.HistoryLength)
+	c.result(sendResult(c.v, view))
+}
+
+// wait follows the run until it settles (terminal or input-required), the
+// block budget or the request's deadline passes, and returns it as read
+// last.
+func (c *call) wait(acc accepted) store.Run {
+	ctx := c.r.Context()
+	t := &door.Tail{O: c.h.o.Tail, RunID: acc.run.RunID, After: acc.after,
+		Relay: func(_ int, ev json.RawMessage) bool {
+			typ := typeOf(ev)
+			return typ == agui.TypeRunFinished || typ == agui.TypeRunError
+		}}
+	end := t.Run(ctx, c.h.streamEnd(ctx, c.h.o.BlockBudget))
+	if end == door.TailStopped || end == door.TailSettled {
+		if cur, err := t.Settle(ctx); err == nil {
+			return cur
+		}
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), door.StorageTimeout)
+	defer cancel()
+	if cur, err := c.h.o.Store.GetRun(rctx, acc.run.RunID); err == nil {
+		return cur
+	}
+	return acc.run
+}
+
+func notFoundTask(id string) error {
+	return door.Refuse(http.StatusNotFound, door.CodeTaskNotFound, "no task %s for this agent", id)
+}
+
+// accept runs the send's checks in order (doors.md §3.4 with D1) and
+// writes the run, or reopens the paused one the message answers.
+func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
+	h, agent, msg := c.h, c.agent, p.Message
+	st := h.o.Store
+
+	// The caller's bag: the request metadata. A KYOK opt-in's context is
+	// for the LLM provider alone: it leaves the bag before anything is
+	// stored or relayed, and travels sealed with the run.
+	kyokOpt, kyokOK, _ := kyok.ParseOptIn(p.Metadata)
+	if kyokOK {
+		p.Metadata = kyok.StripContext(p.Metadata)
+	}
+	bag, err := door.ReadCallerBag(p.Metadata, "metadata")
+	if err != nil {
+		return accepted{}, err
+	}
+	if err := door.CheckKyokOptIn(ctx, st, bag.Kyok); err != nil {
+		return accepted{}, err
+	}
+
+	// Lineage: the first referenced task's thread parents a new thread.
+	parentThread := ""
+	if len(msg.ReferenceTaskIDs) > 0 && msg.ReferenceTaskIDs[0] != "" {
+		ref, err := st.GetRun(ctx, msg.ReferenceTaskIDs[0])
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+		case err != nil:
+			return accepted{}, err
+		default:
+			parentThread = ref.ThreadID
+		}
+	}
+
+	// A named task must be this agent's; it fixes the context.
+	var task *store.Run
+	if msg.TaskID != "" {
+		t, err := st.GetRun(ctx, msg.TaskID)
+		if errors.Is(err, store.ErrNotFound) || err == nil && (t.ProviderKey != agent.ProviderKey || t.AgentName != agent.Name) {
+			return accepted{}, notFoundTask(msg.TaskID)
+		}
+		if err != nil {
+			return accepted{}, err
+		}
+		if msg.ContextID != "" && msg.ContextID != t.ThreadID {
+			return accepted{}, door.Refuse(http.StatusUnprocessableEntity, door.CodeInvalidRunInput,
+				"task %s belongs to context %s, not %s", t.RunID, t.ThreadID, msg.ContextID)
+		}
+		msg.ContextID = t.ThreadID
+		task = &t
+	}
+
+	// The caller: an actor chain needs its presenter (D12).
+	chain, err := door.VerifyCaller(bag, door.PresenterKey(c.r, c.body, h.o.AuthorizedKey, h.o.Now()))
+	if err != nil {
+		return accepted{}, err
+	}
+	head := ""
+	if chain != nil {
+		head = chain.Head()
+	}
+
+	// The context: A2A assigns context ids, so an unknown one is refused,
+	// never replaced.
+	var thread *store.Thread
+	if msg.ContextID != "" {
+		t, err := st.GetThread(ctx, msg.ContextID)
+		if errors.Is(err, store.ErrNotFound) {
+			return accepted{}, door.Refuse(http.StatusNotFound, door.CodeThreadNotFound,
+				"context %q is unknown: omit contextId to open a new one (contexts are assigned by the server)", msg.ContextID)
+		}
+		if err != nil {
+			return accepted{}, err
+		}
+		if t.ProviderKey != agent.ProviderKey || t.AgentName != agent.Name {
+			return accepted{}, door.Refuse(http.StatusConflict, door.CodeThreadMismatch, "context %s belongs to another agent", t.ThreadID)
+		}
+		if t.HeadKey != "" && head != t.HeadKey && head != agent.ProviderKey {
+			return accepted{}, door.Refuse(http.StatusForbidden, door.CodeMembershipRequired,
+				"context %s is bound to an authority (its responsibility segment); present a chain headed by it", t.ThreadID)
+		}
+		thread = &t
+	}
+
+	// An interjection declaration must address the thread's running run.
+	addressed := ""
+	if raw, ok := bag.Obj[AddressedRunIDKey]; ok && firstByte(raw) != 'n' {
+		if firstByte(raw) != '"' || json.Unmarshal(raw, &addressed) != nil || addressed == "" {
+			return accepted{}, door.Refuse(http.StatusUnprocessableEntity, door.CodeInvalidRunInput,
+				"metadata[%q] must be the id of the context's running task", AddressedRunIDKey)
+		}
+		if thread == nil {
+			return accepted{}, door.Refuse(http.StatusUnprocessableEntity, door.CodeInvalidRunInput,
+				"an interjection must name its context (contextId): it addresses that context's running task")
+		}
+		target, err := st.GetRun(ctx, addressed)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return accepted{}, err
+		}
+		if err != nil || target.ThreadID != thread.ThreadID || target.Status != run.Running {
+			return accepted{}, door.Refuse(http.StatusUnprocessableEntity, door.CodeInvalidRunInput,
+				"the interjection addresses %s, which is not the running task of context %s", addressed, thread.ThreadID)
+		}
+	}
+
+	// A retried send returns the original task (D13).
+	idem := c.r.Header.Get(IdempotencyHeader)
+	if len(idem) > 255 || strings.ContainsFunc(idem, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return accepted{}, door.Refuse(http.StatusBadRequest, door.CodeBadRequest, "%s must be at most 255 printable characters", IdempotencyHeader)
+	}
+	probe := store.NewRun{ProviderKey: agent.ProviderKey, AgentName: agent.Name, IdempotencyKey: idem, CallerRequestID: msg.MessageID}
+	if thread != nil {
+		probe.ThreadID = thread.ThreadID
+	} else {
+		probe.CreateThread = &store.NewThread{}
+		if probe.IdempotencyKey == "" {
+			probe.IdempotencyKey = messageIDKeyPrefix + msg.MessageID
+		}
+	}
+	if prior, ok, err := st.FindRetriedRun(ctx, probe); err != nil {
+		return accepted{}, err
+	} else if ok {
+		return accepted{run: prior}, nil
+	}
+
+	req := runinput.Request{Messages: []json.RawMessage{msg.aguiMessage()}, ForwardedProps: p.Metadata,
+		Chain: chain, AddressedRunID: addressed,
+		Dispatch: runinput.Dispatch{Funduq: h.o.Funduq, ProviderKey: agent.ProviderKey, AgentName: agent.Name}}
+
+	// The answer to the thread's paused task reopens it, same id (D1); the
+	// loser of a race is an ordinary queued run.
+	if task != nil && task.Status == run.InputRequired && task.CancelRequestedBy == nil {
+		req.ThreadID, req.RunID, req.ParentRunID = task.ThreadID, task.RunID, task.RunID
+		built, err := c.build(req)
+		if err != nil {
+			return accepted{}, err
+		}
+		reopened, err := st.ReopenRun(ctx, store.Reopen{RunID: task.RunID, RunInput: built.Bytes, Messages: messagesOf(built)})
+		switch {
+		case err == nil:
+			return accepted{run: reopened, after: reopened.LastSeq}, nil
+		case !errors.Is(err, store.ErrIllegalTransition):
+			return accepted{}, err
+		}
+	}
+
+	// A new run, queued on its thread.
+	runID, threadID := run.NewRunID(), run.NewThreadID()
+	if thread != nil {
+		threadID = thread.ThreadID
+	}
+	req.ThreadID, req.RunID, req.ParentRunID = threadID, runID, ""
+	built, err := c.build(req)
+	if err != nil {
+		return accepted{}, err
+	}
+	nr := probe
+	nr.RunID, nr.ThreadID, nr.RunInput = runID, threadID, built.Bytes
+	if built.RelayedChain != nil {
+		nr.ActorChain, _ = json.Marshal(built.RelayedChain)
+	}
+	if thread == nil {
+		nr.CreateThread = &store.NewThread{ParentThreadID: parentThread, HeadKey: head, Metadata: bag.Metadata()}
+	}
+	nr.Messages = messagesOf(built)
+	if bag.Kyok != nil && kyokOK {
+		sealed, err := kyok.Seal(h.o.TokenSecret, kyokOpt.Binding())
+		if err != nil {
+			return accepted{}, err
+		}
+		nr.Kyok = &store.KyokBindingRow{LLMProviderKey: bag.Kyok.ProviderKey, LLMName: bag.Kyok.Name, Sealed: sealed}
+	}
+	created, _, err := st.CreateRun(ctx, nr)
+	if errors.Is(err, store.ErrThreadMismatch) {
+		return accepted{}, door.Refuse(http.StatusConflict, door.CodeThreadMismatch, "context %s belongs to another agent", threadID)
+	}
+	if err != nil {
+		return accepted{}, err
+	}
+	return accepted{run: created}, nil
+}
+
+// build makes the run input with the one builder (D4), minting the KYOK
+// grant when the caller opted in.
+func (c *call) build(req runinput.Request) (runinput.Built, error) {
+	bag, _ := door.ReadCallerBag(req.ForwardedProps, "metadata")
+	if bag.Kyok != nil {
+		req.KyokToken = identity.MintKyokToken(c.h.o.TokenSecret,
+			identity.NewKyokClaims(req.RunID, c.agent.ProviderKey, c.agent.Name, c.h.o.Now()))
+	}
+	built, err := runinput.Build(req)
+	if errors.Is(err, runinput.ErrInvalid) {
+		return runinput.Built{}, door.Refuse(http.StatusUnprocessableEntity, door.CodeInvalidRunInput, "%v", err)
+	}
+	return built, err
+}
+
+func messagesOf(b runinput.Built) []store.Message {
+	out := make([]store.Message, len(b.MessageIDs))
+	for i, id := range b.MessageIDs {
+		out[i] = store.Message{MessageID: id, Message: b.Input.Messages[i]}
+	}
+	return out
+}
+
+// typeOf is an event's "type" string ("" when it has none).
+func typeOf(ev json.RawMessage) string {
+	var v struct {
+		Type any `json:"type"`
+	}
+	if json.Unmarshal(ev, &v) != nil {
+		return ""
+	}
+	s, _ := v.Type.(string)
+	return s
+}

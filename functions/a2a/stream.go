@@ -1,0 +1,141 @@
+package a2a
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/funduq/funduq-go/core/agui"
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/functions/door"
+)
+
+// LastEventIDHeader resumes a stream: its value is the SSE id (the run
+// event seq) of the last item received.
+const LastEventIDHeader = "Last-Event-ID"
+
+// sse writes JSON-RPC responses as server-sent events.
+type sse struct {
+	w         http.ResponseWriter
+	rc        *http.ResponseController
+	id        json.RawMessage
+	broken    bool
+	lastWrite time.Time
+}
+
+func (s *sse) item(seq int, result any) {
+	var b strings.Builder
+	if seq > 0 {
+		b.WriteString("id: " + strconv.Itoa(seq) + "\n")
+	}
+	b.WriteString("data: ")
+	b.Write(marshalResponse(s.id, result, nil))
+	b.WriteString("\n\n")
+	s.write(b.String())
+}
+
+func (s *sse) comment(text string) { s.write(": " + text + "\n\n") }
+
+func (s *sse) write(str string) {
+	if s.broken {
+		return
+	}
+	if _, err := s.w.Write([]byte(str)); err != nil {
+		s.broken = true
+		return
+	}
+	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		s.broken = true
+	}
+	s.lastWrite = time.Now()
+}
+
+// stream answers a streaming send or a resubscribe: the task as it stood
+// at seq after, then each of the run's events after it translated to
+// status and artifact updates (SSE id = seq), then one final status
+// update from the run's recorded status once it settles.
+func (c *call) stream(rn store.Run, after, historyLength int) {
+	ctx := c.r.Context()
+	pctx, cancel := context.WithTimeout(ctx, 2*door.StorageTimeout)
+	view, err := c.h.project(pctx, rn, after)
+	cancel()
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	view.History = applyHistoryLength(view.History, historyLength)
+	hd := c.w.Header()
+	hd.Set("Content-Type", "text/event-stream")
+	hd.Set("Cache-Control", "no-cache")
+	hd.Set("X-Accel-Buffering", "no")
+	c.w.WriteHeader(http.StatusOK)
+	out := &sse{w: c.w, rc: http.NewResponseController(c.w), id: c.req.ID}
+	v, taskID, ctxID := c.v, rn.RunID, rn.ThreadID
+	out.item(0, streamTask(v, view))
+
+	seen := map[string]bool{}
+	for _, a := range view.Artifacts {
+		seen[a.ID] = true
+	}
+	lastSeq := after
+	t := &door.Tail{O: c.h.o.Tail, RunID: rn.RunID, After: after,
+		Gone: func() bool { return out.broken },
+		Idle: func() { out.comment("keep-alive") },
+		Relay: func(seq int, ev json.RawMessage) bool {
+			lastSeq = seq
+			switch typ := typeOf(ev); typ {
+			case agui.TypeRunFinished, agui.TypeRunError:
+				return true // the final status comes from the record
+			case agui.TypeRunStarted:
+				out.item(seq, streamStatus(v, taskID, ctxID, StateWorking, nil, time.Now(), false, nil))
+			case agui.TypeTextMessageContent, agui.TypeTextMessageChunk:
+				id, delta, _ := textDelta(ev)
+				out.item(seq, streamArtifact(v, taskID, ctxID, artifact{ID: id, Text: delta}, seen[id]))
+				seen[id] = true
+			default:
+				out.item(seq, streamStatus(v, taskID, ctxID, StateWorking, nil, time.Now(), false,
+					map[string]any{AGUIEventKey: ev}))
+			}
+			return false
+		}}
+	switch t.Run(ctx, c.h.streamEnd(ctx, c.h.o.StreamBudget)) {
+	case door.TailGone:
+		return
+	case door.TailBudget:
+		out.comment(fmt.Sprintf("stream budget reached: resume with %s (id %s) and %s: %d",
+			methodName(v, OpSubscribe), taskID, LastEventIDHeader, t.After))
+		return
+	}
+	cur, err := t.Settle(ctx)
+	if err != nil {
+		c.h.log.WarnContext(ctx, "a2a stream: reading the settled run failed", "run_id", rn.RunID, "err", err)
+		return
+	}
+	evs, err := c.h.allEvents(ctx, rn.RunID)
+	if err != nil {
+		evs = nil
+	}
+	state, msg, meta := statusOf(cur, evs)
+	seq := 0
+	if lastSeq > after {
+		seq = lastSeq
+	}
+	out.item(seq, streamStatus(v, taskID, ctxID, state, msg, cur.LastActivityAt, state.Terminal() || state == StateInputRequired, meta))
+}
+
+func methodName(v Version, op Op) string {
+	for _, m := range Methods {
+		if m.Op == op {
+			if v == V10 {
+				return m.V10
+			}
+			return m.V03
+		}
+	}
+	return ""
+}

@@ -1,0 +1,293 @@
+package a2a
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/funduq/funduq-go/core/agui"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+)
+
+// TaskState is an A2A task state, independent of the wire version.
+type TaskState int
+
+const (
+	StateUnspecified TaskState = iota
+	StateSubmitted
+	StateWorking
+	StateInputRequired
+	StateCompleted
+	StateFailed
+	StateCanceled
+)
+
+// Wire names per version.
+var stateNames = map[TaskState][2]string{
+	StateUnspecified:   {"unknown", "TASK_STATE_UNSPECIFIED"},
+	StateSubmitted:     {"submitted", "TASK_STATE_SUBMITTED"},
+	StateWorking:       {"working", "TASK_STATE_WORKING"},
+	StateInputRequired: {"input-required", "TASK_STATE_INPUT_REQUIRED"},
+	StateCompleted:     {"completed", "TASK_STATE_COMPLETED"},
+	StateFailed:        {"failed", "TASK_STATE_FAILED"},
+	StateCanceled:      {"canceled", "TASK_STATE_CANCELED"},
+}
+
+// Name is the state's wire name in version v.
+func (s TaskState) Name(v Version) string {
+	n := stateNames[s]
+	if v == V10 {
+		return n[1]
+	}
+	return n[0]
+}
+
+// ParseTaskState reads a wire state name of either version.
+func ParseTaskState(name string) (TaskState, bool) {
+	for s, n := range stateNames {
+		if s != StateUnspecified && (n[0] == name || n[1] == name) {
+			return s, true
+		}
+	}
+	return StateUnspecified, false
+}
+
+// Terminal: nothing more happens to the task.
+func (s TaskState) Terminal() bool {
+	return s == StateCompleted || s == StateFailed || s == StateCanceled
+}
+
+// StateMapping is the one table from run status to task state (seed 004,
+// D1). A cancel request never maps to canceled: only the settled status does.
+var StateMapping = map[run.Status]TaskState{
+	run.Queued:        StateSubmitted,
+	run.Offering:      StateSubmitted,
+	run.Running:       StateWorking,
+	run.Cancelling:    StateWorking, // plus CancelRequestedKey
+	run.InputRequired: StateInputRequired,
+	run.Completed:     StateCompleted,
+	run.Failed:        StateFailed,
+	run.Cancelled:     StateCanceled,
+}
+
+// StateOf maps a run status (StateUnspecified for a status not in the table).
+func StateOf(s run.Status) TaskState { return StateMapping[s] }
+
+// Metadata keys funduq puts on tasks and status updates.
+const (
+	// CancelRequestedKey marks a task whose cancel was asked for and is
+	// pending (seed 004: the marker rides on the request, not the record).
+	CancelRequestedKey = "funduq/cancelRequested"
+	// InterruptKey carries a paused run's stored pause payload.
+	InterruptKey = "funduq/interrupt"
+	// AGUIEventKey carries an AG-UI event with no A2A counterpart, whole.
+	AGUIEventKey = "funduq/aguiEvent"
+)
+
+// InterjectionExtension is the interjection extension's URI; its
+// declaration rides in the request metadata under AddressedRunIDKey.
+const (
+	InterjectionExtension = "https://github.com/hukaichun/funduq/ext/interjection/v1"
+	AddressedRunIDKey     = InterjectionExtension + "/addressedRunId"
+)
+
+// textMessage is an A2A message with one text part.
+type textMessage struct {
+	ID        string
+	Role      string // "user" or "agent"
+	Text      string
+	ContextID string
+	TaskID    string
+}
+
+type artifact struct {
+	ID   string
+	Text string
+}
+
+// taskView is a task as projected from a run, before wire encoding.
+type taskView struct {
+	ID        string
+	ContextID string
+	State     TaskState
+	StatusMsg *textMessage
+	Timestamp time.Time
+	Artifacts []artifact
+	History   []textMessage
+	Meta      map[string]any
+}
+
+// statusOf is the task status a run's record shows.
+func statusOf(r store.Run, evs []store.Event) (TaskState, *textMessage, map[string]any) {
+	st := StateOf(r.Status)
+	meta := map[string]any{}
+	if r.CancelRequestedBy != nil {
+		meta[CancelRequestedKey] = true
+	}
+	if r.Status == run.InputRequired && len(r.Interrupt) > 0 {
+		meta[InterruptKey] = json.RawMessage(r.Interrupt)
+	}
+	var msg *textMessage
+	if r.Status == run.Failed {
+		reason := r.FailureReason
+		if reason == "" {
+			reason = lastRunError(evs)
+		}
+		msg = &textMessage{ID: r.RunID + "-error", Role: "agent", Text: reason, ContextID: r.ThreadID, TaskID: r.RunID}
+	}
+	return st, msg, meta
+}
+
+func lastRunError(evs []store.Event) string {
+	for i := len(evs) - 1; i >= 0; i-- {
+		var e struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+			Code    string `json:"code"`
+		}
+		if json.Unmarshal(evs[i].Event, &e) == nil && e.Type == agui.TypeRunError {
+			if e.Code != "" {
+				return e.Code
+			}
+			return e.Message
+		}
+	}
+	return ""
+}
+
+// artifactsOf folds TEXT_MESSAGE_CONTENT/CHUNK deltas per message id, in
+// order of first appearance.
+func artifactsOf(evs []store.Event) []artifact {
+	var out []artifact
+	idx := map[string]int{}
+	for _, e := range evs {
+		id, delta, ok := textDelta(e.Event)
+		if !ok {
+			continue
+		}
+		i, seen := idx[id]
+		if !seen {
+			i = len(out)
+			idx[id] = i
+			out = append(out, artifact{ID: id})
+		}
+		out[i].Text += delta
+	}
+	return out
+}
+
+// textDelta reads a text event's artifact id and delta.
+func textDelta(ev json.RawMessage) (id, delta string, ok bool) {
+	var e struct {
+		Type      string `json:"type"`
+		MessageID string `json:"messageId"`
+		Delta     string `json:"delta"`
+	}
+	if json.Unmarshal(ev, &e) != nil || (e.Type != agui.TypeTextMessageContent && e.Type != agui.TypeTextMessageChunk) {
+		return "", "", false
+	}
+	if e.MessageID == "" {
+		e.MessageID = "text"
+	}
+	return e.MessageID, e.Delta, true
+}
+
+// historyOf is the run's recorded user and assistant messages as A2A
+// messages.
+func historyOf(r store.Run, msgs []store.RunMessage) []textMessage {
+	var out []textMessage
+	for _, m := range msgs {
+		var v struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		}
+		if json.Unmarshal(m.Message, &v) != nil {
+			continue
+		}
+		role := ""
+		switch v.Role {
+		case "user":
+			role = "user"
+		case "assistant":
+			role = "agent"
+		default:
+			continue
+		}
+		var text string
+		if json.Unmarshal(v.Content, &text) != nil {
+			text = aguiContentText(v.Content)
+		}
+		out = append(out, textMessage{ID: m.MessageID, Role: role, Text: text, ContextID: r.ThreadID, TaskID: r.RunID})
+	}
+	return out
+}
+
+// aguiContentText joins the text parts of an AG-UI multimodal content array.
+func aguiContentText(raw json.RawMessage) string {
+	var parts []struct {
+		Type string `json:"type"`
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(raw, &parts) != nil {
+		return ""
+	}
+	s := ""
+	for _, p := range parts {
+		if p.Type == "text" {
+			s += p.Text
+		}
+	}
+	return s
+}
+
+// applyHistoryLength: absent (<0) keeps all, 0 none, N the last N.
+func applyHistoryLength(h []textMessage, n int) []textMessage {
+	if n < 0 || n >= len(h) {
+		return h
+	}
+	return slices.Clone(h[len(h)-n:])
+}
+
+// project reads what a task view needs from the store. evsUpTo, when >= 0,
+// limits the artifacts to events with seq <= evsUpTo (a stream's opening
+// snapshot as of where its tail starts).
+func (h *Handler) project(ctx context.Context, r store.Run, evsUpTo int) (taskView, error) {
+	evs, err := h.allEvents(ctx, r.RunID)
+	if err != nil {
+		return taskView{}, err
+	}
+	msgs, err := h.o.Store.RunMessages(ctx, r.RunID)
+	if err != nil {
+		return taskView{}, err
+	}
+	state, smsg, meta := statusOf(r, evs)
+	arts := evs
+	if evsUpTo >= 0 {
+		arts = nil
+		for _, e := range evs {
+			if e.Seq <= evsUpTo {
+				arts = append(arts, e)
+			}
+		}
+	}
+	return taskView{ID: r.RunID, ContextID: r.ThreadID, State: state, StatusMsg: smsg, Timestamp: r.LastActivityAt,
+		Artifacts: artifactsOf(arts), History: historyOf(r, msgs), Meta: meta}, nil
+}
+
+func (h *Handler) allEvents(ctx context.Context, runID string) ([]store.Event, error) {
+	var out []store.Event
+	after := 0
+	for {
+		page, err := h.o.Store.EventsAfter(ctx, runID, after, 1000)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < 1000 {
+			return out, nil
+		}
+		after = page[len(page)-1].Seq
+	}
+}

@@ -1,0 +1,267 @@
+package a2a
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/functions/door"
+)
+
+// taskParams are the params naming one task: {id, historyLength?, metadata?}.
+type taskParams struct {
+	ID            string
+	HistoryLength int
+	Metadata      map[string]json.RawMessage
+}
+
+func parseTaskParams(params json.RawMessage) (taskParams, *RPCError) {
+	p := taskParams{HistoryLength: -1}
+	var raw struct {
+		ID            *string         `json:"id"`
+		HistoryLength *int            `json:"historyLength"`
+		Metadata      json.RawMessage `json:"metadata"`
+	}
+	if json.Unmarshal(params, &raw) != nil || raw.ID == nil || *raw.ID == "" {
+		return p, rpcErr(CodeInvalidParams, "params.id must be the task id (a non-empty string)")
+	}
+	p.ID = *raw.ID
+	if raw.HistoryLength != nil {
+		if *raw.HistoryLength < 0 {
+			return p, rpcErr(CodeInvalidParams, "params.historyLength must not be negative")
+		}
+		p.HistoryLength = *raw.HistoryLength
+	}
+	if len(raw.Metadata) > 0 && firstByte(raw.Metadata) != 'n' {
+		if firstByte(raw.Metadata) != '{' || json.Unmarshal(raw.Metadata, &p.Metadata) != nil {
+			return p, rpcErr(CodeInvalidParams, "params.metadata must be an object")
+		}
+	}
+	return p, nil
+}
+
+// task reads a task of this agent; another agent's task is as absent as an
+// unknown one.
+func (c *call) task(ctx context.Context, id string) (store.Run, error) {
+	rn, err := c.h.o.Store.GetRun(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || err == nil && (rn.ProviderKey != c.agent.ProviderKey || rn.AgentName != c.agent.Name) {
+		return store.Run{}, notFoundTask(id)
+	}
+	return rn, err
+}
+
+func (c *call) get() {
+	p, perr := parseTaskParams(c.req.Params)
+	if perr != nil {
+		c.h.writeRPC(c.w, c.req.ID, nil, perr)
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.r.Context(), 2*door.StorageTimeout)
+	defer cancel()
+	rn, err := c.task(ctx, p.ID)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	view, err := c.h.project(ctx, rn, -1)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	view.History = applyHistoryLength(view.History, p.HistoryLength)
+	c.result(encodeTask(c.v, view))
+}
+
+// cancel is the one external cancel path (seed 004): on a bound thread the
+// proof is checked before anything about the run's state is said; a paused
+// or ended task is not cancelable; otherwise the request is recorded (the
+// broker asks the provider) and the task is answered with the marker.
+func (c *call) cancel() {
+	p, perr := parseTaskParams(c.req.Params)
+	if perr != nil {
+		c.h.writeRPC(c.w, c.req.ID, nil, perr)
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.r.Context(), 2*door.StorageTimeout)
+	defer cancel()
+	st := c.h.o.Store
+	rn, err := c.task(ctx, p.ID)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	th, err := st.GetThread(ctx, rn.ThreadID)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	by := ""
+	if th.HeadKey != "" {
+		by, err = door.CheckCancelProof(p.Metadata["cancel"], rn.RunID, []string{th.HeadKey, c.agent.ProviderKey}, c.h.o.Now())
+		if err != nil {
+			c.fail(err)
+			return
+		}
+	}
+	updated, err := st.RequestCancel(ctx, rn.RunID, by)
+	switch {
+	case errors.Is(err, store.ErrNotCancellable):
+		c.fail(&RPCError{Code: CodeTaskNotCancelable, Message: "task " + rn.RunID + " is waiting for input: nobody is working on it, so there is nobody to ask to stop",
+			Data: map[string]any{"state": StateInputRequired.Name(c.v)}})
+		return
+	case errors.Is(err, store.ErrRunEnded):
+		c.fail(&RPCError{Code: CodeTaskNotCancelable, Message: "task " + rn.RunID + " has already ended"})
+		return
+	case err != nil:
+		c.fail(err)
+		return
+	}
+	view, err := c.h.project(ctx, updated, -1)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	view.Meta[CancelRequestedKey] = true
+	view.History = applyHistoryLength(view.History, p.HistoryLength)
+	c.result(encodeTask(c.v, view))
+}
+
+func (c *call) subscribe() {
+	p, perr := parseTaskParams(c.req.Params)
+	if perr != nil {
+		c.h.writeRPC(c.w, c.req.ID, nil, perr)
+		return
+	}
+	after := -1
+	if raw := strings.TrimSpace(c.r.Header.Get(LastEventIDHeader)); raw != "" {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 0 {
+			c.h.writeRPC(c.w, c.req.ID, nil, rpcErr(CodeInvalidParams, "%s must be the non-negative id of an item received", LastEventIDHeader))
+			return
+		}
+		after = n
+	}
+	ctx, cancel := context.WithTimeout(c.r.Context(), door.StorageTimeout)
+	rn, err := c.task(ctx, p.ID)
+	cancel()
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	if StateOf(rn.Status).Terminal() {
+		c.fail(&RPCError{Code: CodeUnsupportedOperation, Message: "task " + rn.RunID + " has ended; read it with " + methodName(c.v, OpGet),
+			Data: map[string]any{"state": StateOf(rn.Status).Name(c.v)}})
+		return
+	}
+	if after < 0 || after > rn.LastSeq {
+		after = rn.LastSeq
+	}
+	c.stream(rn, after, p.HistoryLength)
+}
+
+// list serves ListTasks (v1.0): the tasks of one context for this agent,
+// newest status first, paged by an offset token.
+func (c *call) list() {
+	var p struct {
+		ContextID            string `json:"contextId"`
+		Status               string `json:"status"`
+		PageSize             *int   `json:"pageSize"`
+		PageToken            string `json:"pageToken"`
+		HistoryLength        *int   `json:"historyLength"`
+		StatusTimestampAfter string `json:"statusTimestampAfter"`
+		IncludeArtifacts     bool   `json:"includeArtifacts"`
+	}
+	if err := json.Unmarshal(c.req.Params, &p); err != nil {
+		c.h.writeRPC(c.w, c.req.ID, nil, rpcErr(CodeInvalidParams, "params: %v", err))
+		return
+	}
+	type page struct {
+		Tasks         []wireTask `json:"tasks"`
+		NextPageToken string     `json:"nextPageToken"`
+		PageSize      int        `json:"pageSize"`
+		TotalSize     int        `json:"totalSize"`
+	}
+	empty := page{Tasks: []wireTask{}}
+	size := 50
+	if p.PageSize != nil && *p.PageSize > 0 {
+		size = min(*p.PageSize, 1000)
+	}
+	offset := 0
+	if p.PageToken != "" {
+		n, err := strconv.Atoi(p.PageToken)
+		if err != nil || n < 0 {
+			c.h.writeRPC(c.w, c.req.ID, nil, rpcErr(CodeInvalidParams, "pageToken %q is not a token this door issued", p.PageToken))
+			return
+		}
+		offset = n
+	}
+	var want TaskState
+	// No filter: absent, the unspecified state, or "UNRECOGNIZED" (what
+	// @a2a-js/sdk 1.3 serializes for an unset status).
+	if p.Status != "" && p.Status != "TASK_STATE_UNSPECIFIED" && p.Status != "UNRECOGNIZED" {
+		s, ok := ParseTaskState(p.Status)
+		if !ok {
+			c.h.writeRPC(c.w, c.req.ID, nil, rpcErr(CodeInvalidParams, "status %q is not a task state", p.Status))
+			return
+		}
+		want = s
+	}
+	var afterTS time.Time
+	if p.StatusTimestampAfter != "" {
+		t, err := time.Parse(time.RFC3339Nano, p.StatusTimestampAfter)
+		if err != nil {
+			c.h.writeRPC(c.w, c.req.ID, nil, rpcErr(CodeInvalidParams, "statusTimestampAfter must be an RFC 3339 timestamp"))
+			return
+		}
+		afterTS = t
+	}
+	hl := -1
+	if p.HistoryLength != nil && *p.HistoryLength >= 0 {
+		hl = *p.HistoryLength
+	}
+	if p.ContextID == "" {
+		c.result(empty)
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.r.Context(), 3*door.StorageTimeout)
+	defer cancel()
+	runs, err := c.h.o.Store.ThreadRuns(ctx, p.ContextID, c.agent.ProviderKey, c.agent.Name)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	var match []store.Run
+	for _, r := range runs {
+		if want != StateUnspecified && StateOf(r.Status) != want {
+			continue
+		}
+		if !afterTS.IsZero() && !r.LastActivityAt.After(afterTS) {
+			continue
+		}
+		match = append(match, r)
+	}
+	sort.SliceStable(match, func(i, j int) bool { return match[i].LastActivityAt.After(match[j].LastActivityAt) })
+	out := page{Tasks: []wireTask{}, TotalSize: len(match)}
+	for i := offset; i < len(match) && i < offset+size; i++ {
+		view, err := c.h.project(ctx, match[i], -1)
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		if !p.IncludeArtifacts {
+			view.Artifacts = nil
+		}
+		view.History = applyHistoryLength(view.History, hl)
+		out.Tasks = append(out.Tasks, encodeTask(c.v, view))
+	}
+	out.PageSize = len(out.Tasks)
+	if offset+size < len(match) {
+		out.NextPageToken = strconv.Itoa(offset + size)
+	}
+	c.result(out)
+}
