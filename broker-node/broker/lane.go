@@ -27,6 +27,7 @@ type lane struct {
 	// addressed is the live run an interjection addresses
 	// (forwardedProps.funduq.addressedRunId); "" for an ordinary turn.
 	addressed string
+	readBack  bool      // taken at takeover from an earlier leader's rows
 	queuedAt  time.Time // broker clock: when this round entered dispatch
 	q         *queue
 	log       *slog.Logger
@@ -702,10 +703,21 @@ func (l *lane) onExpire(ctx context.Context) {
 }
 
 func (l *lane) onOrphanTimeout(ctx context.Context) {
-	l.b.mu.Lock()
+	b := l.b
+	b.mu.Lock()
 	orphan := l.orphan
-	l.b.mu.Unlock()
-	if orphan {
-		l.fail(ctx, run.ReasonOrphanedByRestart, false)
+	b.mu.Unlock()
+	if !orphan {
+		return
 	}
+	l.fail(ctx, run.ReasonOrphanedByRestart, false)
+	// Interjections read back at takeover that address it lost their
+	// target: it did not survive the takeover (D7).
+	b.mu.Lock()
+	for _, other := range b.lanes {
+		if other.addressed == l.id && other.readBack && !other.ended {
+			other.q.push(failCmd{run.ReasonInterjectionTargetLost})
+		}
+	}
+	b.mu.Unlock()
 }

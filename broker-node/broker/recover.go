@@ -123,6 +123,7 @@ func (b *Broker) take(r store.Run, readBack bool) {
 	}
 	l := b.newLane(r)
 	l.cancelRequested = r.CancelRequestedBy != nil
+	l.readBack = readBack
 	b.lanes[l.id] = l
 	b.lanesWG.Add(1)
 	served := b.served[l.agent] != nil

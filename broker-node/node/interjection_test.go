@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
@@ -67,5 +68,33 @@ func TestInterjectionBypassesTheThreadQueue(t *testing.T) {
 				t.Fatalf("the provider was not told what it addresses: %s", f.RunInput)
 			}
 		})
+	}
+}
+
+// After a takeover, a queued interjection whose target did not survive (its
+// provider never re-adopted it within the grace) fails
+// interjection_target_lost, with a terminal RUN_ERROR.
+func TestInterjectionTargetLostAtTakeover(t *testing.T) {
+	a := nodetest.Start(t, func(c *configBroker) { c.ProviderGrace = 30 * time.Second })
+	b := a.Peer("node-b")
+	p := a.Connect(0xe1, nodetest.Limit(1))
+	p.Register("echo")
+	target, thread := a.Door(p.Key, "echo", "", "one")
+	p.Offer()
+	p.Accept(target)
+	a.WaitStatus(target, run.Running)
+	inter := doorInterjection(t, a, p.Key, "echo", thread, target)
+	a.Taken(inter) // waits: the provider's one place is taken
+	a.Shutdown()
+	b.Eventually("b leads", b.Ready)
+	b.Advance(31 * time.Second)
+	b.WaitStatus(target, run.Failed)
+	r := b.WaitStatus(inter, run.Failed)
+	if r.FailureReason != string(run.ReasonInterjectionTargetLost) {
+		t.Fatalf("reason %q", r.FailureReason)
+	}
+	evs := b.Events(inter)
+	if len(evs) != 1 || evs[0]["type"] != "RUN_ERROR" || evs[0]["message"] != string(run.ReasonInterjectionTargetLost) {
+		t.Fatalf("events %v", evs)
 	}
 }
