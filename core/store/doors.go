@@ -74,6 +74,9 @@ type Reopen struct {
 	RunID    string
 	RunInput []byte    // the resumed RunAgentInput, built for the same run id
 	Messages []Message // the answer's caller messages, recorded on the run's thread
+	// CallerRequestID is the answer's own request id (A2A messageId); a
+	// retry with it finds this run (FindRetriedRun).
+	CallerRequestID string
 }
 
 // ReopenRun moves an input-required run back to queued with its new input,
@@ -121,6 +124,12 @@ func (s *Store) ReopenRun(ctx context.Context, ro Reopen) (Run, error) {
 		}
 		if _, err := tx.Exec(ctx, `UPDATE threads SET last_activity_at = now() WHERE thread_id = $1`, r.ThreadID); err != nil {
 			return err
+		}
+		if ro.CallerRequestID != "" {
+			if _, err := tx.Exec(ctx, `INSERT INTO answer_requests (thread_id, caller_request_id, run_id) VALUES ($1, $2, $3)
+				ON CONFLICT DO NOTHING`, r.ThreadID, ro.CallerRequestID, r.RunID); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelRunResumed, r.RunID); err != nil {
 			return err

@@ -199,7 +199,10 @@ func (s *Store) findRetried(ctx context.Context, nr NewRun) (Run, bool, error) {
 		q = `SELECT ` + runColumns + ` FROM runs WHERE provider_key = $1 AND agent_name = $2 AND idempotency_key = $3`
 		args = []any{nr.ProviderKey, nr.AgentName, nr.IdempotencyKey}
 	case nr.CallerRequestID != "" && nr.CreateThread == nil:
-		q = `SELECT ` + runColumns + ` FROM runs WHERE thread_id = $1 AND caller_request_id = $2`
+		// The request may have opened a run, or answered a paused one.
+		q = `SELECT ` + runColumns + ` FROM runs WHERE run_id = coalesce(
+			(SELECT run_id FROM runs WHERE thread_id = $1 AND caller_request_id = $2),
+			(SELECT run_id FROM answer_requests WHERE thread_id = $1 AND caller_request_id = $2))`
 		args = []any{nr.ThreadID, nr.CallerRequestID}
 	default:
 		return Run{}, false, nil

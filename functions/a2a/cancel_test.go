@@ -126,6 +126,11 @@ func TestAnswerResumesSameTask(t *testing.T) {
 	if hist, _ := answered["history"].([]any); len(hist) != 3 {
 		t.Errorf("history %v", answered["history"])
 	}
+	// A retry of the answer (same messageId) is the same task; nothing new.
+	retried := c.send(c.message("a-2", "yes", map[string]any{"taskId": id}), nil)
+	if retried["id"] != id {
+		t.Fatalf("a retried answer made task %v, want %s", retried["id"], id)
+	}
 	// Naming the (now completed) task again is an ordinary new task.
 	go func() {
 		f := p.Offer()

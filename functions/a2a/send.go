@@ -399,7 +399,8 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 		if err != nil {
 			return accepted{}, err
 		}
-		reopened, err := st.ReopenRun(ctx, store.Reopen{RunID: task.RunID, RunInput: built.Bytes, Messages: messagesOf(built)})
+		reopened, err := st.ReopenRun(ctx, store.Reopen{RunID: task.RunID, RunInput: built.Bytes, Messages: messagesOf(built),
+			CallerRequestID: msg.MessageID})
 		switch {
 		case err == nil:
 			return accepted{run: reopened, after: reopened.LastSeq}, nil

@@ -290,7 +290,8 @@ func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Th
 	if err != nil {
 		return outcome{}, true, err
 	}
-	reopened, err := h.o.Store.ReopenRun(ctx, store.Reopen{RunID: paused.RunID, RunInput: built.Bytes, Messages: messagesOf(built)})
+	reopened, err := h.o.Store.ReopenRun(ctx, store.Reopen{RunID: paused.RunID, RunInput: built.Bytes, Messages: messagesOf(built),
+		CallerRequestID: in.RunID})
 	if errors.Is(err, store.ErrIllegalTransition) {
 		// Another answer landed first: there is no second resume to watch.
 		snap, err := h.snapshot(ctx, thread.ThreadID)
