@@ -27,4 +27,7 @@ type (
 	failCmd   struct{ reason run.Reason } // a verdict that fails the run
 	expireCmd struct{}                    // the sweep: nobody served the agent past the window
 	orphanCmd struct{}                    // provider_grace passed with nobody re-adopting a held run
+	// storedEndCmd: a held run read back at takeover had already stored
+	// its terminal event; its finish was lost with the old leader.
+	storedEndCmd struct{}
 )

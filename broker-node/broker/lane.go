@@ -123,6 +123,14 @@ func (l *lane) handle(ctx context.Context, c any) {
 		l.onExpire(ctx)
 	case orphanCmd:
 		l.onOrphanTimeout(ctx)
+	case storedEndCmd:
+		l.b.mu.Lock()
+		orphan := l.orphan
+		l.b.mu.Unlock()
+		if orphan {
+			l.log.InfoContext(ctx, "held run read back with its terminal event stored: settling it")
+			l.settle(ctx)
+		}
 	}
 	// A verdict settles the offer: what waited behind it is read now, in
 	// order, unless a new offer went out meanwhile.
@@ -457,7 +465,19 @@ func (l *lane) relay(ctx context.Context, c eventCmd) {
 	}
 	b.metrics.events.Inc()
 	l.publish(ctx, seq, c.ev)
-	l.events = append(l.events, c.ev)
+	l.note(c.ev, info)
+}
+
+// observe notes a stored event of this round (read back at takeover).
+func (l *lane) observe(ev json.RawMessage) {
+	if info, err := agui.Validate(ev); err == nil {
+		l.note(ev, info)
+	}
+}
+
+// note keeps what the settle funnel needs from one stored event.
+func (l *lane) note(ev json.RawMessage, info agui.Info) {
+	l.events = append(l.events, ev)
 	switch {
 	case info.RunFinished:
 		l.sawFinish = true

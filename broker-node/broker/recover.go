@@ -66,13 +66,25 @@ func (b *Broker) recover(ctx context.Context) error {
 // otherwise it fails orphaned_by_funduq_restart.
 func (b *Broker) adoptLater(ctx context.Context, r store.Run) {
 	l := b.newLane(r)
+	// What this round already stored: a provider that streamed its
+	// terminal event before the old leader died has said how the run ends,
+	// even if its finish frame was lost with the old leader.
+	evs, err := b.st.EventsAfter(ctx, r.RunID, r.RoundSeq, 1<<20)
+	if err != nil {
+		b.log.WarnContext(ctx, "could not read a held run's events back", "run_id", r.RunID, "err", err)
+	}
+	for _, e := range evs {
+		l.observe(e.Event)
+	}
 	b.mu.Lock()
 	l.orphan, l.adoptKey = true, r.ProviderKey
 	l.cancelRequested = r.CancelRequestedBy != nil
 	b.lanes[l.id] = l
 	b.lanesWG.Add(1)
 	b.mu.Unlock()
-	if b.set.ProviderGrace <= 0 {
+	if l.sawFinish || l.sawError {
+		l.q.push(storedEndCmd{})
+	} else if b.set.ProviderGrace <= 0 {
 		l.q.push(orphanCmd{})
 	} else {
 		l.orphanT = b.clock.AfterFunc(b.set.ProviderGrace, func() { l.q.push(orphanCmd{}) })

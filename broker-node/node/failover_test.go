@@ -151,3 +151,25 @@ func TestOfferOutAtHandoverIsOfferedAgain(t *testing.T) {
 		t.Fatalf("offer %s", f.RunID)
 	}
 }
+
+// A held run whose provider streamed its terminal event before the leader
+// died, but whose finish was lost with it, is settled by the next leader from
+// what is stored — completed, with no RUN_ERROR added after its RUN_FINISHED.
+func TestStoredTerminalEventSettlesAtTakeover(t *testing.T) {
+	a := nodetest.Start(t, func(c *configBroker) { c.ProviderGrace = 30 * time.Second })
+	b := a.Peer("node-b")
+	p := a.Connect(0xe1, nil)
+	p.Register("echo")
+	id, thread := a.Door(p.Key, "echo", "", "hi")
+	p.Offer()
+	p.Accept(id)
+	p.Event(id, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, id))
+	p.Event(id, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, thread, id))
+	a.Eventually("both events stored", func() bool { return len(a.Events(id)) == 2 })
+	a.Shutdown() // the finish never comes
+	b.Eventually("b leads", b.Ready)
+	b.WaitStatus(id, run.Completed)
+	if evs := b.Events(id); len(evs) != 2 || evs[1]["type"] != "RUN_FINISHED" {
+		t.Fatalf("events %v", evs)
+	}
+}

@@ -29,6 +29,7 @@ type Run struct {
 	CancelRequestedBy *string // nil: nobody asked; "" an unbound run's anonymous cancel
 	OwnerEpoch        int64   // the broker epoch that last wrote it (0: none)
 	LastSeq           int
+	RoundSeq          int // LastSeq when the provider claimed it this round
 	CreatedAt         time.Time
 	QueuedAt          time.Time
 	StartedAt         *time.Time
@@ -38,7 +39,7 @@ type Run struct {
 
 const runColumns = `run_id, thread_id, provider_key, agent_name, status, coalesce(failure_reason, ''),
 	run_input, coalesce(parent_run_id, ''), actor_chain, interrupt, coalesce(caller_request_id, ''),
-	coalesce(idempotency_key, ''), cancel_requested_by, coalesce(owner_epoch, 0), last_seq,
+	coalesce(idempotency_key, ''), cancel_requested_by, coalesce(owner_epoch, 0), last_seq, round_seq,
 	created_at, queued_at, started_at, completed_at, last_activity_at`
 
 func scanRun(row pgx.Row) (Run, error) {
@@ -47,7 +48,7 @@ func scanRun(row pgx.Row) (Run, error) {
 	var input, chain, interrupt []byte
 	err := row.Scan(&r.RunID, &r.ThreadID, &r.ProviderKey, &r.AgentName, &status, &r.FailureReason,
 		&input, &r.ParentRunID, &chain, &interrupt, &r.CallerRequestID,
-		&r.IdempotencyKey, &r.CancelRequestedBy, &r.OwnerEpoch, &r.LastSeq,
+		&r.IdempotencyKey, &r.CancelRequestedBy, &r.OwnerEpoch, &r.LastSeq, &r.RoundSeq,
 		&r.CreatedAt, &r.QueuedAt, &r.StartedAt, &r.CompletedAt, &r.LastActivityAt)
 	if err != nil {
 		return Run{}, err
