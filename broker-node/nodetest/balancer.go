@@ -1,6 +1,8 @@
 package nodetest
 
 import (
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -23,7 +25,9 @@ func Balancer(t *testing.T, nodes ...*Harness) string {
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		target, _ := url.Parse(pick().URL)
-		httputil.NewSingleHostReverseProxy(target).ServeHTTP(w, r)
+		rp := httputil.NewSingleHostReverseProxy(target)
+		rp.ErrorLog = log.New(io.Discard, "", 0) // a node going away mid-test is expected
+		rp.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
