@@ -75,6 +75,7 @@ type Relay struct {
 	busy     map[kyok.Ref]int // completions in flight per offering
 	linksWG  sync.WaitGroup   // attached links
 	httpWG   sync.WaitGroup   // every ServeHTTP
+	keepWG   sync.WaitGroup   // every completion's keep-alive
 	upgrader websocket.Upgrader
 }
 
@@ -166,6 +167,7 @@ func (r *Relay) Run(ctx context.Context, epoch int64) error {
 		c.close(reason)
 	}
 	r.linksWG.Wait()
+	r.keepWG.Wait()
 	log.InfoContext(context.Background(), "kyok relay stopped leading", "cause", fmt.Sprint(cause))
 	if cause == nil || errors.Is(cause, context.Canceled) {
 		return nil
@@ -297,11 +299,38 @@ func (r *Relay) dispatch(ctx context.Context, req kyok.Request) {
 		return
 	}
 	r.reply(ctx, req.ReplyKey, kyok.Reply{Kind: kyok.ReplyAccepted})
+	r.keepAlive(ctx, comp)
 	comp.timer = time.AfterFunc(r.gap(), func() {
 		r.finish(comp, kyok.Reply{Kind: kyok.ReplyError,
 			Message: fmt.Sprintf("the LLM provider sent nothing for %s", r.gap())}, store.FailedLLM)
 	})
 	c.log.DebugContext(ctx, "completion delivered", "request_id", req.RequestID, "run_id", req.RunID, "llm", req.LLM.Name)
+}
+
+// keepAlive says, every kyok.KeepAliveEvery until the completion ends or
+// this node stops leading, that the relay still holds it — so a door can
+// tell a quiet LLM provider from a dead leader.
+func (r *Relay) keepAlive(ctx context.Context, comp *completion) {
+	r.keepWG.Add(1)
+	go func() {
+		defer r.keepWG.Done()
+		t := time.NewTicker(kyok.KeepAliveEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			comp.mu.Lock()
+			ended := comp.ended
+			comp.mu.Unlock()
+			if ended {
+				return
+			}
+			r.reply(ctx, comp.replyKey, kyok.Reply{Kind: kyok.ReplyKeepAlive})
+		}
+	}()
 }
 
 // reply appends one entry to a reply stream and renews its TTL.

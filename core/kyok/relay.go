@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 )
@@ -29,6 +30,14 @@ func RequestStream(prefix string) string { return prefix + "kyok:requests" }
 func ReplyStream(prefix, requestID string) string { return prefix + "kyok:reply:" + requestID }
 
 // Redis field names.
+// KeepAliveEvery is how often the relay says it still holds an in-flight
+// completion; KeepAliveSilence is how long a door waits without hearing
+// anything before it fails the call as lost (a leader died mid-completion).
+const (
+	KeepAliveEvery   = time.Second
+	KeepAliveSilence = 3 * time.Second
+)
+
 const (
 	FieldRequestID = "requestId"
 	FieldRequest   = "request"
@@ -68,9 +77,13 @@ type Request struct {
 const (
 	ReplyAccepted    = "accepted"    // written to the LLM provider's link
 	ReplyUnavailable = "unavailable" // no link serves the offering now
-	ReplyChunk       = "chunk"
-	ReplyDone        = "done"
-	ReplyError       = "error"
+	// ReplyKeepAlive says the relay still holds the completion, while the
+	// LLM provider is quiet: a door that hears nothing at all for longer
+	// than KeepAliveSilence knows the leader serving it is gone.
+	ReplyKeepAlive = "keepalive"
+	ReplyChunk     = "chunk"
+	ReplyDone      = "done"
+	ReplyError     = "error"
 )
 
 // Reply is one entry on a reply stream.

@@ -52,6 +52,10 @@ type Options struct {
 	// GapTimeout is the door's own silence detector between replies, a
 	// safety net behind the relay's 120 s gap (125 s).
 	GapTimeout time.Duration
+	// RelaySilence is how long the door hears nothing at all from the
+	// relay — not even its keep-alives — before it fails the call as lost
+	// (default kyok.KeepAliveSilence).
+	RelaySilence time.Duration
 	// MaxBody bounds the request body (8 MiB).
 	MaxBody int64
 	// StreamMaxLen caps the shared request stream (approximately, 10000).
@@ -74,6 +78,9 @@ func New(o Options) (*Handler, error) {
 	}
 	if o.AckTimeout <= 0 {
 		o.AckTimeout = 5 * time.Second
+	}
+	if o.RelaySilence <= 0 {
+		o.RelaySilence = kyok.KeepAliveSilence
 	}
 	if o.GapTimeout <= 0 {
 		o.GapTimeout = 125 * time.Second

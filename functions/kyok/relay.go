@@ -19,11 +19,22 @@ type tail struct {
 	key     string
 	last    string
 	pending []kyok.Reply
+	alive   bool          // the relay took the request up: silence now means it is gone
+	silence time.Duration // how long nothing at all may be heard once alive
+	heard   time.Time     // when the relay was last heard
 }
 
-var errSilent = errors.New("no reply in time")
+var (
+	errSilent = errors.New("no reply in time")
+	// errRelayLost: nothing at all — not even a keep-alive — came from the
+	// relay for kyok.KeepAliveSilence: the leader serving the completion is
+	// gone (the caller may retry; a new leader serves new calls).
+	errRelayLost = errors.New("the funduq broker node relaying this completion went away")
+)
 
-// next returns the next reply, waiting at most wait.
+// next returns the next reply, waiting at most wait. Keep-alives are not
+// replies: they only prove the relay still holds the completion; once it
+// has taken the request up (alive), silence past t.silence means it is gone.
 func (t *tail) next(ctx context.Context, wait time.Duration) (kyok.Reply, error) {
 	deadline := time.Now().Add(wait)
 	for len(t.pending) == 0 {
@@ -31,7 +42,13 @@ func (t *tail) next(ctx context.Context, wait time.Duration) (kyok.Reply, error)
 		if left <= 0 {
 			return kyok.Reply{}, errSilent
 		}
+		if t.alive && t.silence > 0 && time.Since(t.heard) > t.silence {
+			return kyok.Reply{}, errRelayLost
+		}
 		block := min(left, 5*time.Second) // short blocks so a gone caller is noticed
+		if t.alive && t.silence > 0 {
+			block = min(block, t.silence/4)
+		}
 		if block < time.Millisecond {
 			block = time.Millisecond
 		}
@@ -45,9 +62,10 @@ func (t *tail) next(ctx context.Context, wait time.Duration) (kyok.Reply, error)
 		for _, s := range res {
 			for _, m := range s.Messages {
 				t.last = m.ID
+				t.heard = time.Now()
 				raw, _ := m.Values[kyok.FieldReply].(string)
 				var rep kyok.Reply
-				if json.Unmarshal([]byte(raw), &rep) == nil {
+				if json.Unmarshal([]byte(raw), &rep) == nil && rep.Kind != kyok.ReplyKeepAlive {
 					t.pending = append(t.pending, rep)
 				}
 			}
@@ -99,6 +117,7 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 	case first.Kind != kyok.ReplyAccepted:
 		t.pending = append([]kyok.Reply{first}, t.pending...)
 	}
+	t.alive, t.silence = true, h.o.RelaySilence
 
 	// Wait for the first answer before committing to a status.
 	rep, err := t.next(ctx, h.o.GapTimeout)
@@ -199,7 +218,11 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, t *tail, rep ky
 		rep, err = t.next(ctx, h.o.GapTimeout)
 		if err != nil {
 			if ctx.Err() == nil {
-				fail(relayFailed("the LLM provider went silent mid-completion"))
+				msg := "the LLM provider went silent mid-completion"
+				if errors.Is(err, errRelayLost) {
+					msg = errRelayLost.Error() + " mid-completion; retry the call"
+				}
+				fail(relayFailed(msg))
 			}
 			return
 		}
