@@ -30,6 +30,12 @@ const (
 	// be written; Emit waits for room beyond it. A run's closing RUN_ERROR and
 	// its finish are always accepted.
 	MaxBufferedFrames = 10000
+	// DefaultRetention is how long a finished run's frames are kept for
+	// resending when Config.Retention is zero.
+	DefaultRetention = 5 * time.Minute
+	// MaxRetainedRuns bounds how many finished runs are kept for resending;
+	// beyond it the oldest is forgotten first.
+	MaxRetainedRuns = 10000
 
 	handshakeTimeout = 10 * time.Second
 	writeTimeout     = 10 * time.Second
@@ -112,6 +118,18 @@ type Config struct {
 	// no sign of life for two and a half intervals is dropped. Zero means
 	// DefaultPingInterval, negative disables pings and the read deadline.
 	PingInterval time.Duration
+	// Retention is how long a run's frames (its events and its finish) are
+	// kept after its finish was written. A frame written to a link that then
+	// dies may never have reached funduq, so after every reconnect the
+	// client announces each run it holds or finished within Retention again
+	// and resends its frames (funduq drops what it already stored), and a
+	// run offered again after it finished is answered from them instead of
+	// being handled twice (a run that finished paused, with an interrupt
+	// outcome, is not announced: funduq may have reopened it since). At
+	// most MaxBufferedFrames frames are kept per run
+	// and MaxRetainedRuns finished runs, oldest first forgotten. Zero means
+	// DefaultRetention; negative forgets a run once its finish is written.
+	Retention time.Duration
 }
 
 // Client serves Config.Agents on one funduq link at a time. Build it with New
@@ -128,6 +146,9 @@ type Client struct {
 	dialer       *websocket.Dialer
 	pingInterval time.Duration // 0 = disabled
 	maxBuffered  int           // MaxBufferedFrames; lowered by tests
+	retention    time.Duration // 0 = finished runs are not retained
+	maxRetained  int           // MaxRetainedRuns; lowered by tests
+	now          func() time.Time
 
 	running   atomic.Bool
 	connected atomic.Bool
@@ -145,7 +166,12 @@ type Client struct {
 	inFlight int // accepted runs whose finish is not yet queued
 	active   int // live handler/lane goroutines
 	outbox   []*outFrame
+	writing  *outFrame // the outbox head the link's writer is writing
 	lanes    map[string]*lane
+	// retained holds finished runs (finish written) for Retention, in
+	// retainedOrder by the time their finish was written.
+	retained      map[string]*runState
+	retainedOrder []*runState
 }
 
 // New validates cfg and builds a Client. It does not connect.
@@ -200,6 +226,15 @@ func New(cfg Config) (*Client, error) {
 		changed:     make(chan struct{}),
 		runs:        make(map[string]*runState),
 		lanes:       make(map[string]*lane),
+		retained:    make(map[string]*runState),
+		maxRetained: MaxRetainedRuns,
+		now:         time.Now,
+	}
+	switch {
+	case cfg.Retention == 0:
+		c.retention = DefaultRetention
+	case cfg.Retention > 0:
+		c.retention = cfg.Retention
 	}
 	if c.log == nil {
 		c.log = slog.Default()
@@ -294,6 +329,8 @@ func (c *Client) Run(ctx context.Context) error {
 	c.outbox = nil
 	c.runs = make(map[string]*runState)
 	c.lanes = make(map[string]*lane)
+	c.retained = make(map[string]*runState)
+	c.retainedOrder = nil
 	c.inFlight = 0
 	c.notifyLocked()
 	c.mu.Unlock()

@@ -10,6 +10,10 @@
 // finish. A cancel from funduq is a request: it cancels the handler's context,
 // and the run still ends with finish. The client reconnects with exponential
 // backoff and jitter after any failure, re-registers, and keeps its handlers
-// running through a lost link, resending the frames it could not deliver once
-// the next link is registered.
+// running through a lost link. Once the next link is registered it announces
+// every run it holds, or finished within Config.Retention, and resends each
+// run's frames — those it wrote to the lost link, which may never have been
+// stored, then those it could not deliver — with their original seq; funduq
+// stores each seq once. A run offered again after it finished is accepted and
+// answered from those frames, not handled twice.
 package provider

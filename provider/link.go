@@ -60,20 +60,36 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 	}
 	c.mu.Lock()
 	c.link = l
-	// Say again which runs this client still holds: a broker that took
-	// over while they ran re-adopts them (D7), even a quiet one with no
-	// frame to resend. A broker that no longer holds a run drops the ack.
-	for id, rs := range c.runs {
-		if !rs.done && rs.started {
-			c.ackLocked(l, id, true, "")
+	// Say again which runs this client still holds, or finished within
+	// Retention, and resend what they reported on earlier links: frames
+	// written to a broker that then died may never have been stored. A
+	// broker that took over re-adopts a held run (D7), even a quiet one
+	// with no frame to resend, and takes a run it put back to queued
+	// (its claim never committed) from the report; it stores each event
+	// seq once and drops reports for runs it does not hold. A run that
+	// finished paused (interrupt outcome) is not announced: funduq may
+	// have reopened it since, and it would take the stale report as the
+	// answer to the new round; an offer of the same round is still
+	// answered from its frames (handleRun).
+	c.pruneRetainedLocked()
+	announced := 0
+	for _, rs := range c.retainedOrder {
+		if c.retained[rs.run.ID] == rs && !rs.paused {
+			c.resendLocked(l, rs)
+			announced++
 		}
 	}
+	for _, rs := range c.runs {
+		c.resendLocked(l, rs)
+		announced++
+	}
+	resent := len(l.ctrl) - announced
 	buffered := len(c.outbox)
 	c.notifyLocked()
 	c.mu.Unlock()
 	c.connected.Store(true)
 	c.readyOnce.Do(func() { close(c.ready) })
-	c.log.Info("provider registered", "url", base.String(), "agents", len(c.agents), "resending", buffered)
+	c.log.Info("provider registered", "url", base.String(), "agents", len(c.agents), "runs", announced, "resending", resent, "buffered", buffered)
 
 	if c.pingInterval > 0 {
 		conn.SetPongHandler(func(string) error {
@@ -192,7 +208,9 @@ func (c *Client) handleFrame(l *link, raw []byte) {
 
 // handleError logs funduq's complaint. "event refused" / "finish refused"
 // for a run this client is still running means funduq does not hold the run
-// (any more), so the handler's context is cancelled with ErrRunNotHeld.
+// (any more), so the handler's context is cancelled with ErrRunNotHeld. For
+// a run already finished it is the expected answer to a resend of a report
+// funduq no longer needs, and is ignored.
 func (c *Client) handleError(raw []byte) {
 	var e wire.Error
 	_ = json.Unmarshal(raw, &e)
@@ -203,16 +221,21 @@ func (c *Client) handleError(raw []byte) {
 	if e.Name != "" {
 		attrs = append(attrs, "name", e.Name)
 	}
-	c.log.Warn("funduq sent error", attrs...)
-	if e.RunID == "" || (e.Message != "event refused" && e.Message != "finish refused") {
+	refused := e.RunID != "" && (e.Message == "event refused" || e.Message == "finish refused")
+	if !refused {
+		c.log.Warn("funduq sent error", attrs...)
 		return
 	}
 	c.mu.Lock()
 	rs := c.runs[e.RunID]
+	running := rs != nil && !rs.done
 	c.mu.Unlock()
-	if rs != nil {
-		rs.cancel(ErrRunNotHeld)
+	if !running {
+		c.log.Debug("funduq refused a report of a finished run; ignored", attrs...)
+		return
 	}
+	c.log.Warn("funduq sent error", attrs...)
+	rs.cancel(ErrRunNotHeld)
 }
 
 // writeLoop is the link's only writer of data frames: link-scoped frames
@@ -250,6 +273,7 @@ func (c *Client) writeLoop(l *link) {
 		case c.link == l && len(c.outbox) > 0:
 			of = c.outbox[0]
 			data = of.data
+			c.writing = of
 		}
 		wait := c.changed
 		c.mu.Unlock()
@@ -268,11 +292,16 @@ func (c *Client) writeLoop(l *link) {
 			}
 			continue
 		}
-		if err := writeRaw(l.conn, data); err != nil {
+		err := writeRaw(l.conn, data)
+		c.mu.Lock()
+		if of != nil && c.writing == of {
+			c.writing = nil
+		}
+		if err != nil {
+			c.mu.Unlock()
 			l.fail(fmt.Errorf("writing: %w", err))
 			return
 		}
-		c.mu.Lock()
 		if of != nil {
 			c.popLocked(of)
 		} else if len(l.ctrl) > 0 {

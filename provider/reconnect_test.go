@@ -91,10 +91,12 @@ func TestReconnectResendsBufferedFramesInOrder(t *testing.T) {
 	if string(p2.regRaw) != string(p1.regRaw) {
 		t.Fatalf("re-register %s, first register %s", p2.regRaw, p1.regRaw)
 	}
-	// It says again which run it holds (D7 re-adoption), then what could
-	// not be delivered, in order, with its seq.
+	// It says again which run it holds (D7 re-adoption), then resends
+	// what it wrote to the dead link (which may never have been stored)
+	// and what could not be delivered, in order, with its seq.
 	expectFrames(t, p2,
 		"ack r-1 true",
+		"event r-1 #1 RUN_STARTED",
 		"event r-1 #2 TEXT_MESSAGE_START",
 		"event r-1 #3 TEXT_MESSAGE_CONTENT",
 		"event r-1 #4 TEXT_MESSAGE_END")
@@ -136,7 +138,7 @@ func TestFinishWrittenWhileDownIsSentAfterReconnect(t *testing.T) {
 	release()
 
 	p2 := f.registeredPeer(t)
-	expectFrames(t, p2, "finish r-1")
+	expectFrames(t, p2, "ack r-1 true", "finish r-1")
 	// finish freed the place on the new link.
 	p2.send(t, runFrame("r-2", "echo", "t-2", "hi"))
 	wantVerdict(t, p2.expectAck(t, "r-2"), wire.Accepted, "")
@@ -206,6 +208,8 @@ func TestBufferIsBoundedWhileDown(t *testing.T) {
 	release()
 	p2 := f.registeredPeer(t)
 	p2.expectAck(t, "r-1") // still holds r-1
+	// #1 was written and then dropped from the run's log: with #2–#4
+	// waiting, the log holds maxBuffered frames.
 	for seq := int64(2); seq <= 5; seq++ {
 		ev := p2.expectEvent(t, "r-1", seq)
 		if want := float64(seq); ev["value"] != want {

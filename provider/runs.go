@@ -1,11 +1,13 @@
 package provider
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/funduq/funduq-go/core/wire"
 )
@@ -40,6 +42,18 @@ type runState struct {
 	pending  int   // frames of this run in the outbox
 	seq      int64 // last event seq assigned
 	terminal bool  // RUN_FINISHED or RUN_ERROR was emitted
+	paused   bool  // the last RUN_FINISHED has an interrupt outcome
+
+	// input is the offered run input, compacted: an offer of a finished
+	// run with the same input is the same delivery offered again, one with
+	// another input is a new round of the run (a paused run reopened).
+	input []byte
+	// log is every frame of the run produced so far (events, then finish),
+	// in order; its last pending frames are still in the outbox. Frames
+	// already written are dropped oldest first beyond maxBuffered.
+	log [][]byte
+	// finishedAt is when the finish was written (the run is retained).
+	finishedAt time.Time
 }
 
 // outFrame is a frame of a run waiting in the outbox.
@@ -79,12 +93,28 @@ func (c *Client) handleRun(l *link, raw []byte) {
 		c.ackLocked(l, runID, false, reason)
 		return
 	}
+	input := compactJSON(d.RunInput)
 	if rs := c.runs[d.RunID]; rs != nil {
 		// Offered again (e.g. by a broker that took over while the answer
-		// was in flight): it is already ours, so the answer is the same.
+		// was in flight): it is already ours, so the answer is the same,
+		// with what it reported so far in case that was lost.
 		c.log.Info("run offered again; already accepted", "runId", d.RunID)
-		c.ackLocked(l, d.RunID, true, "")
+		c.resendLocked(l, rs)
 		return
+	}
+	c.pruneRetainedLocked()
+	if rs := c.retained[d.RunID]; rs != nil {
+		if bytes.Equal(rs.input, input) {
+			// Finished here, but the broker never recorded the claim (it
+			// died first): the run is ours and its report is complete, so
+			// it is accepted and reported again, not handled twice.
+			c.log.Info("finished run offered again; resending its report", "runId", d.RunID, "frames", len(rs.log))
+			c.resendLocked(l, rs)
+			return
+		}
+		// Another input for the same run: a new round (a paused run
+		// reopened), handled afresh.
+		c.forgetRetainedLocked(rs)
 	}
 	agent := c.agents[d.AgentName]
 	if agent == nil {
@@ -113,7 +143,7 @@ func (c *Client) handleRun(l *link, raw []byte) {
 		threadID = in.ThreadID
 	}
 	ctx, cancel := context.WithCancelCause(c.runCtx)
-	rs := &runState{c: c, qid: quote(d.RunID), ctx: ctx, cancel: cancel}
+	rs := &runState{c: c, qid: quote(d.RunID), ctx: ctx, cancel: cancel, input: input}
 	rs.run = &Run{ID: d.RunID, ThreadID: threadID, AgentName: d.AgentName, Input: d.RunInput, rs: rs}
 	c.runs[d.RunID] = rs
 	c.inFlight++
@@ -141,6 +171,97 @@ func checkDelivered(d wire.DeliveredRun) error {
 		return errors.New("metadata is not an object")
 	}
 	return nil
+}
+
+// resendLocked announces on l that the client holds (or finished) rs and
+// queues every frame of rs already written on an earlier link, or to this
+// one, again, in order, with their original seq: the ack and the frames go
+// ahead of the outbox, where the run's unwritten frames follow them. funduq
+// stores an event seq once per round and drops a report for a run it does
+// not hold, so resending what arrived costs nothing. c.mu must be held.
+func (c *Client) resendLocked(l *link, rs *runState) {
+	c.ackLocked(l, rs.run.ID, true, "")
+	written := len(rs.log) - rs.pending
+	if c.writing != nil && c.writing.rs == rs {
+		// Being written now, ahead of the ack: resent too, so the resend
+		// is whole whichever way that write goes.
+		written++
+	}
+	l.ctrl = append(l.ctrl, rs.log[:max(written, 0)]...)
+}
+
+// isInterrupt reports whether a RUN_FINISHED event has an interrupt outcome
+// (funduq then pauses the run, input-required, and may reopen it).
+func isInterrupt(event []byte) bool {
+	var ev struct {
+		Outcome struct {
+			Type string `json:"type"`
+		} `json:"outcome"`
+	}
+	return json.Unmarshal(event, &ev) == nil && ev.Outcome.Type == "interrupt"
+}
+
+// compactJSON is raw without insignificant whitespace (raw itself if it
+// does not parse).
+func compactJSON(raw []byte) []byte {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return bytes.Clone(raw)
+	}
+	return b.Bytes()
+}
+
+// logFrameLocked appends a frame to rs's log, dropping the oldest written
+// frames beyond maxBuffered (frames still waiting are never dropped). c.mu
+// must be held.
+func (c *Client) logFrameLocked(rs *runState, data []byte) {
+	rs.log = append(rs.log, data)
+	if over := min(len(rs.log)-c.maxBuffered, len(rs.log)-rs.pending); over > 0 {
+		clear(rs.log[:over])
+		rs.log = rs.log[over:]
+	}
+}
+
+// retainLocked keeps rs, whose finish was just written, for resending.
+// c.mu must be held.
+func (c *Client) retainLocked(rs *runState) {
+	if c.retention <= 0 {
+		return
+	}
+	rs.finishedAt = c.now()
+	c.retained[rs.run.ID] = rs
+	c.retainedOrder = append(c.retainedOrder, rs)
+	c.pruneRetainedLocked()
+}
+
+// pruneRetainedLocked forgets finished runs retained longer than Retention,
+// and the oldest beyond maxRetained. c.mu must be held.
+func (c *Client) pruneRetainedLocked() {
+	now := c.now()
+	n := 0
+	for _, rs := range c.retainedOrder {
+		if c.retained[rs.run.ID] != rs {
+			n++ // already forgotten
+			continue
+		}
+		if len(c.retained) <= c.maxRetained && now.Sub(rs.finishedAt) < c.retention {
+			break
+		}
+		delete(c.retained, rs.run.ID)
+		n++
+	}
+	if n > 0 {
+		clear(c.retainedOrder[:n])
+		c.retainedOrder = c.retainedOrder[n:]
+	}
+}
+
+// forgetRetainedLocked drops a retained run. c.mu must be held.
+func (c *Client) forgetRetainedLocked(rs *runState) {
+	if c.retained[rs.run.ID] == rs {
+		delete(c.retained, rs.run.ID)
+	}
+	// Its entry in retainedOrder is skipped when pruning reaches it.
 }
 
 func (c *Client) ackLocked(l *link, runID string, accepted bool, reason string) {
@@ -212,6 +333,7 @@ func (c *Client) finishLocked(rs *runState) {
 	data := []byte(`{"type":"finish","runId":` + rs.qid + `}`)
 	c.outbox = append(c.outbox, &outFrame{rs: rs, data: data, finish: true})
 	rs.pending++
+	c.logFrameLocked(rs, data)
 	c.notifyLocked()
 }
 
@@ -229,8 +351,12 @@ func (c *Client) enqueueEventLocked(rs *runState, event []byte, typ string) {
 	if typ == "RUN_ERROR" || typ == "RUN_FINISHED" {
 		rs.terminal = true
 	}
+	if typ == "RUN_FINISHED" {
+		rs.paused = isInterrupt(event)
+	}
 	c.outbox = append(c.outbox, &outFrame{rs: rs, data: data})
 	rs.pending++
+	c.logFrameLocked(rs, data)
 	c.notifyLocked()
 }
 
@@ -244,6 +370,7 @@ func (c *Client) popLocked(of *outFrame) {
 	of.rs.pending--
 	if of.finish && c.runs[of.rs.run.ID] == of.rs {
 		delete(c.runs, of.rs.run.ID)
+		c.retainLocked(of.rs)
 	}
 }
 

@@ -65,10 +65,12 @@ func TestReregisterReplacesRoster(t *testing.T) {
 	p := h.Connect(0xe1, nil)
 	p.Register("a", "b")
 	p.Register("b")
-	served := h.Node.Broker.Snapshot().Served
-	if len(served) != 1 || served[0].Name != "b" {
-		t.Fatalf("served %v", served)
-	}
+	// "registered" is written before the roster changes (so it precedes
+	// any run for the names): wait for the change itself.
+	h.Eventually("only b served", func() bool {
+		served := h.Node.Broker.Snapshot().Served
+		return len(served) == 1 && served[0].Name == "b"
+	})
 	agents, _ := h.Store.ListAgents(context.Background())
 	if len(agents) != 2 {
 		t.Fatalf("records %v: a's record must stay", agents)
