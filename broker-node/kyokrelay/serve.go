@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/funduq/funduq-go/broker-node/wsconn"
 	"net/http"
 	"sort"
 	"time"
@@ -44,7 +45,7 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	r.httpWG.Add(1)
 	defer r.httpWG.Done()
-	ws.SetReadLimit(maxFrame)
+	ws.SetReadLimit(wsconn.MaxFrame)
 	res, err := handshake.Accept(req.Context(), ws, handshake.Config{Funduq: r.Funduq, Tickets: r.Tickets, HelloTimeout: r.HelloTimeout})
 	if err != nil {
 		r.log().Info("LLM provider handshake refused", "remote", req.RemoteAddr, "err", err)
@@ -55,8 +56,8 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	if !r.leading {
 		r.mu.Unlock()
-		c.closeWith(websocket.CloseTryAgainLater, "this funduq node is not the leader; reconnect")
-		c.writer(writerDone)
+		c.CloseWith(websocket.CloseTryAgainLater, "this funduq node is not the leader; reconnect")
+		c.Writer(writerDone)
 		return
 	}
 	r.links[c] = struct{}{}
@@ -64,10 +65,10 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.mu.Unlock()
 	defer r.linksWG.Done()
 	c.log.Info("LLM provider attached")
-	go c.writer(writerDone)
+	go c.Writer(writerDone)
 	r.readLoop(c)
 	r.detach(c)
-	c.closeWith(websocket.CloseNormalClosure, "")
+	c.CloseWith(websocket.CloseNormalClosure, "")
 	<-writerDone
 }
 
@@ -85,12 +86,12 @@ func (r *Relay) sendError(c *conn, requestID, name, msg string) {
 // a provider sends closes it: bad frames are answered with an error frame.
 func (r *Relay) readLoop(c *conn) {
 	ctx := context.Background()
-	ws := c.ws
-	_ = ws.SetReadDeadline(time.Now().Add(readIdle))
-	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(readIdle)) })
+	ws := c.WS
+	_ = ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle))
+	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle)) })
 	for {
 		select {
-		case <-c.closed:
+		case <-c.Closed():
 			return
 		default:
 		}
@@ -99,7 +100,7 @@ func (r *Relay) readLoop(c *conn) {
 			c.log.Info("LLM provider link ended", "err", err)
 			return
 		}
-		_ = ws.SetReadDeadline(time.Now().Add(readIdle))
+		_ = ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle))
 		typ, ok := wire.PeekType(data)
 		if kind != websocket.TextMessage || !ok {
 			r.sendError(c, "", "", "unparseable frame")
@@ -113,7 +114,7 @@ func (r *Relay) readLoop(c *conn) {
 		case wire.TypeChunk, wire.TypeDone, wire.TypeError:
 			r.answer(ctx, c, typ, data)
 		default:
-			r.sendError(c, "", "", fmt.Sprintf("unknown frame type '%s'", clip(typ, 64)))
+			r.sendError(c, "", "", fmt.Sprintf("unknown frame type '%s'", wsconn.Clip(typ, 64)))
 		}
 	}
 }
@@ -171,7 +172,7 @@ func (r *Relay) register(ctx context.Context, c *conn, data []byte) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		r.sendError(c, "", "", "register does not validate: "+clip(err.Error(), 200))
+		r.sendError(c, "", "", "register does not validate: "+wsconn.Clip(err.Error(), 200))
 		return
 	}
 	if len(f.Models) == 0 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/funduq/funduq-go/broker-node/broker"
 	"github.com/funduq/funduq-go/broker-node/handshake"
+	"github.com/funduq/funduq-go/broker-node/wsconn"
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/wire"
 )
@@ -53,7 +54,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.wg.Add(1)
 	defer s.wg.Done()
-	ws.SetReadLimit(maxFrame)
+	ws.SetReadLimit(wsconn.MaxFrame)
 	res, err := handshake.Accept(r.Context(), ws, handshake.Config{Funduq: s.Funduq, Tickets: s.Tickets, HelloTimeout: s.HelloTimeout})
 	if err != nil {
 		s.Log.Info("provider handshake refused", "remote", r.RemoteAddr, "err", err)
@@ -63,18 +64,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	log := s.Log.With("provider_key", res.PublicKey)
 	c := newConn(ws, res.PublicKey, log)
 	if err := s.Broker.Attach(c, res.MaxConcurrentRuns); err != nil {
-		c.closeWith(websocket.CloseTryAgainLater, "this funduq node is not the leader; reconnect")
+		c.CloseWith(websocket.CloseTryAgainLater, "this funduq node is not the leader; reconnect")
 		done := make(chan struct{})
-		c.writer(done)
+		c.Writer(done)
 		return
 	}
 	writerDone := make(chan struct{})
-	go c.writer(writerDone)
+	go c.Writer(writerDone)
 	ctx, cancel := context.WithCancel(context.Background())
 	var queries sync.WaitGroup
 	s.readLoop(ctx, c, &queries)
 	s.Broker.Detach(c)
-	c.closeWith(websocket.CloseNormalClosure, "")
+	c.CloseWith(websocket.CloseNormalClosure, "")
 	cancel()
 	queries.Wait()
 	<-writerDone
@@ -96,13 +97,13 @@ func (s *Server) sendError(c *Conn, msg, runID, name string) {
 
 // readLoop processes frames in arrival order until the link closes.
 func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup) {
-	ws := c.ws
-	_ = ws.SetReadDeadline(time.Now().Add(readIdle))
-	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(readIdle)) })
+	ws := c.WS
+	_ = ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle))
+	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle)) })
 	querySlots := make(chan struct{}, 8)
 	for {
 		select {
-		case <-c.closed:
+		case <-c.Closed():
 			return
 		default:
 		}
@@ -111,7 +112,7 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 			c.log.Info("provider link ended", "err", err)
 			return
 		}
-		_ = ws.SetReadDeadline(time.Now().Add(readIdle))
+		_ = ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle))
 		if kind != websocket.TextMessage {
 			s.sendError(c, "unparseable frame", "", "")
 			continue
@@ -169,7 +170,7 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 			}
 			select {
 			case querySlots <- struct{}{}:
-			case <-c.closed:
+			case <-c.Closed():
 				return
 			}
 			queries.Add(1)
@@ -179,7 +180,7 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 				s.answerQuery(ctx, c, f)
 			}()
 		default:
-			s.sendError(c, fmt.Sprintf("unexpected frame '%s'", clip(typ, 64)), "", "")
+			s.sendError(c, fmt.Sprintf("unexpected frame '%s'", wsconn.Clip(typ, 64)), "", "")
 		}
 	}
 }
@@ -189,7 +190,7 @@ func (s *Server) register(ctx context.Context, c *Conn, data []byte) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		s.sendError(c, "register does not validate: "+clip(err.Error(), 200), "", "")
+		s.sendError(c, "register does not validate: "+wsconn.Clip(err.Error(), 200), "", "")
 		return
 	}
 	err := s.Broker.Register(ctx, c, f.Agents, f.ProviderName, func(names []string) {
@@ -208,7 +209,7 @@ func (s *Server) answerQuery(ctx context.Context, c *Conn, q wire.Query) {
 	res := wire.QueryResult{Type: wire.TypeQueryResult, QueryID: q.QueryID}
 	defer func() { s.send(c, res) }()
 	if q.Method != "thread_messages" {
-		res.Error = fmt.Sprintf("unknown query method %q", clip(q.Method, 64))
+		res.Error = fmt.Sprintf("unknown query method %q", wsconn.Clip(q.Method, 64))
 		return
 	}
 	var p wire.ThreadMessagesParams
