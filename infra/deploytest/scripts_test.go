@@ -1,0 +1,75 @@
+package deploytest
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// runScript runs scripts/<name> with a clean environment (no AWS tools or
+// credentials needed) and returns exit code, stdout and stderr.
+func runScript(t *testing.T, name string, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(repoRoot(t), "scripts", name), args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Fatalf("%s: %v", name, err)
+		}
+		code = ee.ExitCode()
+	}
+	return code, stdout.String(), stderr.String()
+}
+
+// Every deployment script answers --help on stdout with exit status 0.
+func TestScriptsHelp(t *testing.T) {
+	for _, name := range []string{"build-lambdas", "build-broker", "deploy", "migrate"} {
+		code, out, errOut := runScript(t, name, nil, "--help")
+		if code != 0 || !strings.Contains(out, "scripts/"+name) || errOut != "" {
+			t.Errorf("%s --help: exit %d, stdout %q, stderr %q", name, code, out, errOut)
+		}
+	}
+}
+
+// Every script refuses missing parameters with a message naming them, and
+// before it needs any tool (sam, aws) or network.
+func TestScriptsRefuseMissingParameters(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"deploy", nil, []string{"doors or broker"}},
+		{"deploy", []string{"doors"}, []string{"--stack-name", "--secret-arn", "--subnet-ids", "--security-group-id"}},
+		{"deploy", []string{"doors", "--stack-name", "s", "--subnet-ids", "subnet-1"}, []string{"--secret-arn", "--security-group-id"}},
+		{"deploy", []string{"broker"}, []string{"--stack-name", "--secret-arn", "--vpc-id", "--public-subnet-ids",
+			"--private-subnet-ids", "--store-sg", "--bucket"}},
+		{"deploy", []string{"doors", "--stack-name", "s", "--secret-arn", "plain", "--subnet-ids", "a", "--security-group-id", "sg"}, []string{"--secret-arn"}},
+		{"deploy", []string{"doors", "--stack-name"}, []string{"--stack-name"}},
+		{"migrate", nil, []string{"FUNDUQ_DATABASE_URL"}},
+		{"build-lambdas", []string{"--out"}, []string{"--out"}},
+		{"build-lambdas", []string{"nosuchdoor"}, []string{"nosuchdoor"}},
+		{"build-broker", []string{"--out"}, []string{"--out"}},
+		{"build-broker", []string{"--arch"}, []string{"--arch"}},
+		{"build-broker", []string{"--arch", "mips"}, []string{"--arch", "mips"}},
+	} {
+		code, _, errOut := runScript(t, tc.name, nil, tc.args...)
+		if code != 2 {
+			t.Errorf("%s %v: exit %d, want 2; stderr %q", tc.name, tc.args, code, errOut)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("%s %v: stderr does not name %s: %q", tc.name, tc.args, w, errOut)
+			}
+		}
+	}
+}

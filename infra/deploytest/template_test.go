@@ -1,0 +1,274 @@
+package deploytest
+
+import (
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/funduq/funduq-go/core/config"
+)
+
+// secretVars must never come from a plain parameter: each is a Secrets
+// Manager dynamic reference in template.yaml and read from the secret at
+// boot on the broker hosts.
+var secretVars = []string{"FUNDUQ_DATABASE_URL", "FUNDUQ_REDIS_URL", "FUNDUQ_IDENTITY_KEY", "FUNDUQ_TOKEN_SECRET"}
+
+// A parameter whose name says it carries a secret, or that is NoEcho, is a
+// secret passed as a plain parameter.
+var secretishParam = regexp.MustCompile(`(?i)(password|token|identity|key$|databaseurl|redisurl|dsn)`)
+
+func checkNoSecretParameters(t *testing.T, c *cfn) {
+	t.Helper()
+	params := get(c.root, "Parameters")
+	for _, p := range keys(params) {
+		if get(params, p, "NoEcho") != nil {
+			t.Errorf("%s: parameter %s is NoEcho: secrets come from Secrets Manager, not parameters", c.path, p)
+		}
+		if secretishParam.MatchString(p) {
+			t.Errorf("%s: parameter %s looks like a secret passed as a parameter", c.path, p)
+		}
+	}
+}
+
+// function is a SAM function with Globals.Function applied.
+type function struct {
+	name  string
+	props map[string]*yaml.Node
+	env   map[string]*yaml.Node
+}
+
+func functions(t *testing.T, c *cfn) []function {
+	t.Helper()
+	globals := get(c.root, "Globals", "Function")
+	res := get(c.root, "Resources")
+	var out []function
+	for _, name := range keys(res) {
+		if get(res, name, "Type").Value != "AWS::Serverless::Function" {
+			continue
+		}
+		f := function{name: name, props: map[string]*yaml.Node{}, env: map[string]*yaml.Node{}}
+		for _, src := range []*yaml.Node{globals, get(res, name, "Properties")} {
+			for _, k := range keys(src) {
+				f.props[k] = get(src, k)
+			}
+			vars := get(src, "Environment", "Variables")
+			for _, k := range keys(vars) {
+				f.env[k] = get(vars, k)
+			}
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+func TestTemplateFunctions(t *testing.T) {
+	c := loadTemplate(t, "template.yaml")
+	if n := c.checkReferences(t); n == 0 {
+		t.Error("no intrinsic references found: are the short-form tags parsed?")
+	}
+	checkNoSecretParameters(t, c)
+	if get(c.root, "Transform").Value != "AWS::Serverless-2016-10-31" {
+		t.Error("template.yaml: not a SAM template")
+	}
+
+	doorVars, doorRequired := envTags(reflect.TypeFor[config.Door]())
+	fns := functions(t, c)
+	var doors []string
+	for _, f := range fns {
+		scalar := func(k string) string {
+			if n := f.props[k]; n != nil {
+				return n.Value
+			}
+			return ""
+		}
+		if got := scalar("Runtime"); got != "provided.al2023" {
+			t.Errorf("%s: Runtime %q, want provided.al2023", f.name, got)
+		}
+		if got := scalar("Handler"); got != "bootstrap" {
+			t.Errorf("%s: Handler %q, want bootstrap", f.name, got)
+		}
+		if a := f.props["Architectures"]; a == nil || len(a.Content) != 1 || a.Content[0].Value != "arm64" {
+			t.Errorf("%s: Architectures must be [arm64]", f.name)
+		}
+		if got := get(f.props["FunctionUrlConfig"], "InvokeMode"); got == nil || got.Value != "RESPONSE_STREAM" {
+			t.Errorf("%s: FunctionUrlConfig.InvokeMode must be RESPONSE_STREAM (the doors stream)", f.name)
+		}
+		if got := get(f.props["LoggingConfig"], "LogFormat"); got == nil || got.Value != "JSON" {
+			t.Errorf("%s: LoggingConfig.LogFormat must be JSON", f.name)
+		}
+		if f.props["VpcConfig"] == nil {
+			t.Errorf("%s: no VpcConfig: the doors reach PostgreSQL and Redis in the VPC", f.name)
+		}
+		if to, err := strconv.Atoi(scalar("Timeout")); err != nil || to < 1 || to > 900 {
+			t.Errorf("%s: Timeout %q, want 1 to 900 seconds", f.name, scalar("Timeout"))
+		}
+		// CodeUri is the prebuilt folder scripts/build-lambdas writes: .aws-build/<door>/.
+		code := strings.TrimSuffix(scalar("CodeUri"), "/")
+		door := path.Base(code)
+		if path.Dir(code) != ".aws-build" {
+			t.Errorf("%s: CodeUri %q, want .aws-build/<door>/", f.name, scalar("CodeUri"))
+		} else if _, err := os.Stat(filepath.Join(repoRoot(t), "functions", door, "lambda", "main.go")); err != nil {
+			t.Errorf("%s: CodeUri %q names no door with a Lambda entry: %v", f.name, code, err)
+		}
+		doors = append(doors, door)
+
+		for _, v := range doorRequired {
+			if f.env[v] == nil {
+				t.Errorf("%s: required variable %s is not provided", f.name, v)
+			}
+		}
+		for v := range f.env {
+			if !slices.Contains(doorVars, v) {
+				t.Errorf("%s: variable %s is not read by config.Door", f.name, v)
+			}
+		}
+		for _, v := range secretVars {
+			n := f.env[v]
+			if n == nil {
+				continue
+			}
+			if n.Tag != "!Sub" || !strings.HasPrefix(n.Value, "{{resolve:secretsmanager:") {
+				t.Errorf("%s: %s must be a Secrets Manager dynamic reference, got %s %q", f.name, v, n.Tag, n.Value)
+			}
+		}
+	}
+	slices.Sort(doors)
+	if want := []string{"a2a", "agui", "kyok"}; !slices.Equal(doors, want) {
+		t.Errorf("doors in template.yaml: %v, want %v", doors, want)
+	}
+}
+
+func TestBrokerTemplate(t *testing.T) {
+	c := loadTemplate(t, "infra/broker.yaml")
+	if n := c.checkReferences(t); n == 0 {
+		t.Error("no intrinsic references found: are the short-form tags parsed?")
+	}
+	checkNoSecretParameters(t, c)
+	res := get(c.root, "Resources")
+
+	var tgs, asgs int
+	for _, name := range keys(res) {
+		switch get(res, name, "Type").Value {
+		case "AWS::ElasticLoadBalancingV2::TargetGroup":
+			tgs++
+			if p := get(res, name, "Properties", "HealthCheckPath"); p == nil || p.Value != "/readyz" {
+				t.Errorf("%s: health check path must be /readyz (only the leader is ready)", name)
+			}
+			if p := get(res, name, "Properties", "Port"); p == nil || p.Value != "8700" {
+				t.Errorf("%s: port must be 8700 (FUNDUQ_HTTP_ADDR)", name)
+			}
+		case "AWS::AutoScaling::AutoScalingGroup":
+			asgs++
+			if h := get(res, name, "Properties", "HealthCheckType"); h == nil || h.Value != "EC2" {
+				t.Errorf("%s: HealthCheckType must be EC2: standbys fail /readyz by design", name)
+			}
+		}
+	}
+	if tgs != 1 || asgs != 1 {
+		t.Errorf("want one target group and one Auto Scaling group, got %d and %d", tgs, asgs)
+	}
+	if min := get(c.root, "Parameters", "NodeCount", "MinValue"); min == nil || min.Value != "2" {
+		t.Error("NodeCount must allow no fewer than 2 nodes")
+	}
+
+	// The environment file the user data writes provides what the broker requires.
+	ud := get(res, "LaunchTemplate", "Properties", "LaunchTemplateData", "UserData", "Fn::Base64")
+	if ud == nil || ud.Tag != "!Sub" || ud.Kind != yaml.SequenceNode {
+		t.Fatal("LaunchTemplate user data: want Fn::Base64: !Sub [script, vars]")
+	}
+	script := ud.Content[0].Value
+	all, required := envTags(reflect.TypeFor[config.Broker]())
+	provided := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(FUNDUQ_[A-Z_]+)(=|")`).FindAllStringSubmatch(script, -1) {
+		provided[m[1]] = true
+	}
+	for _, v := range required {
+		if !provided[v] {
+			t.Errorf("broker user data: required variable %s is not provided", v)
+		}
+	}
+	for v := range provided {
+		if !slices.Contains(all, v) {
+			t.Errorf("broker user data: %s is not read by config.Broker", v)
+		}
+	}
+	if !strings.Contains(script, "FUNDUQ_HTTP_ADDR=0.0.0.0:8700") {
+		t.Error("broker user data: FUNDUQ_HTTP_ADDR must listen on 0.0.0.0:8700 (the target group's port)")
+	}
+	// Secrets come from the secret, in the same shape as the doors' keys.
+	if !strings.Contains(script, "secretsmanager get-secret-value") || !strings.Contains(script, "${SecretArn}") {
+		t.Error("broker user data: secrets must be read from Secrets Manager (SecretArn)")
+	}
+	for _, v := range secretVars {
+		if regexp.MustCompile(regexp.QuoteMeta(v) + `=\$\{`).MatchString(script) {
+			t.Errorf("broker user data: %s is substituted from a parameter", v)
+		}
+	}
+}
+
+func TestSystemdUnit(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "infra", "funduq-broker.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	for _, want := range []string{"[Unit]", "[Service]", "[Install]", "ExecStart=/usr/local/bin/broker-node\n",
+		"EnvironmentFile=/etc/funduq/broker.env", "Restart=always", "WantedBy=multi-user.target"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("funduq-broker.service: missing %q", want)
+		}
+	}
+}
+
+// The build: every door's bootstrap for linux/arm64 (through
+// scripts/build-lambdas, into each function's CodeUri folder under a
+// temporary root) and the broker node for linux/amd64 and arm64.
+func TestBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cross-compiles four binaries")
+	}
+	root := repoRoot(t)
+	out := t.TempDir()
+	run := func(name string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(root, "scripts", name), args...)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, b)
+		}
+	}
+	run("build-lambdas", "--out", out)
+	run("build-broker", "--out", filepath.Join(out, "broker"))
+
+	check := func(p string, machine elf.Machine) {
+		t.Helper()
+		f, err := elf.Open(p)
+		if err != nil {
+			t.Errorf("%s: %v", p, err)
+			return
+		}
+		defer f.Close()
+		if f.Machine != machine {
+			t.Errorf("%s: machine %v, want %v", p, f.Machine, machine)
+		}
+		if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
+			t.Errorf("%s: not executable", p)
+		}
+	}
+	c := loadTemplate(t, "template.yaml")
+	for _, f := range functions(t, c) {
+		code := strings.TrimPrefix(strings.TrimSuffix(f.props["CodeUri"].Value, "/"), ".aws-build/")
+		check(filepath.Join(out, code, f.props["Handler"].Value), elf.EM_AARCH64)
+	}
+	check(filepath.Join(out, "broker", "broker-node-linux-arm64"), elf.EM_AARCH64)
+	check(filepath.Join(out, "broker", "broker-node-linux-amd64"), elf.EM_X86_64)
+}
