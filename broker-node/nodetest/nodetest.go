@@ -7,6 +7,7 @@ package nodetest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -182,11 +183,26 @@ func (h *Harness) Advance(d time.Duration) {
 
 func (h *Harness) Run(id string) store.Run {
 	h.t.Helper()
-	r, err := h.Store.GetRun(context.Background(), id)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	var r store.Run
+	h.read("run "+id, func() (err error) { r, err = h.Store.GetRun(context.Background(), id); return err })
 	return r
+}
+
+// read runs a test's read, retrying while the database is briefly away (a
+// test that kills connections kills the harness's idle ones too).
+func (h *Harness) read(what string, fn func() error) {
+	h.t.Helper()
+	deadline := time.Now().Add(guard)
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if errors.Is(err, store.ErrNotFound) || time.Now().After(deadline) {
+			h.t.Fatalf("read %s: %v", what, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func (h *Harness) WaitStatus(id string, want run.Status) store.Run {
@@ -201,10 +217,8 @@ func (h *Harness) WaitStatus(id string, want run.Status) store.Run {
 
 func (h *Harness) Events(id string) []map[string]any {
 	h.t.Helper()
-	evs, err := h.Store.EventsAfter(context.Background(), id, 0, 1000)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	var evs []store.Event
+	h.read("events of "+id, func() (err error) { evs, err = h.Store.EventsAfter(context.Background(), id, 0, 1000); return err })
 	out := make([]map[string]any, len(evs))
 	for i, e := range evs {
 		_ = json.Unmarshal(e.Event, &out[i])
