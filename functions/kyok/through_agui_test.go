@@ -25,8 +25,9 @@ import (
 
 // The whole road: a caller opts a run in over the AG-UI door naming an LLM
 // offering with a private context; our SDK agent serving the run calls the
-// KYOK door with the official OpenAI client and the run's token; the LLM
-// provider's chunks come back in order, and the caller's stream shows the
+// KYOK door with the official OpenAI client and the run's token, streaming
+// and then not; the LLM provider's chunks come back in order (and collapsed
+// into one completion), and the caller's stream shows the
 // agent's answer. The caller's context reaches the LLM provider and is
 // stored nowhere readable.
 func TestKyokThroughTheAGUIDoor(t *testing.T) {
@@ -47,6 +48,7 @@ func TestKyokThroughTheAGUIDoor(t *testing.T) {
 	defer aguiSrv.Close()
 
 	agentSigner := mustSigner(t, nodetest.SeedHex(0xa7))
+	collapsed := make(chan string, 1)
 	sdk, err := provider.New(provider.Config{BaseURL: e.H.URL, Signer: agentSigner, FunduqKey: e.H.Node.FunduqKey(),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Agents: []provider.Agent{{Name: "translator", Handler: func(ctx context.Context, r *provider.Run) error {
@@ -72,6 +74,13 @@ func TestKyokThroughTheAGUIDoor(t *testing.T) {
 			if err := stream.Err(); err != nil {
 				return err
 			}
+			// And once more without streaming: one collapsed completion.
+			whole, err := c.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "gpt-4",
+				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(r.LastUserText())}})
+			if err != nil {
+				return err
+			}
+			collapsed <- whole.Choices[0].Message.Content
 			if err := r.Emit(ctx, map[string]any{"type": "RUN_STARTED", "threadId": r.ThreadID, "runId": r.ID}); err != nil {
 				return err
 			}
@@ -130,6 +139,14 @@ func TestKyokThroughTheAGUIDoor(t *testing.T) {
 	}
 	if answer.String() != "Bonjour" {
 		t.Fatalf("the caller saw %q", answer.String())
+	}
+	select {
+	case got := <-collapsed:
+		if got != "Bonjour" {
+			t.Fatalf("the non-streaming completion was %q", got)
+		}
+	case <-time.After(guard):
+		t.Fatal("the agent's non-streaming completion never came back")
 	}
 	req := llm.request()
 	if string(req.Context) != `{"voucher":"v-secret-1"}` || req.AgentName != "translator" || req.ProviderKey != agentSigner.PublicKeyHex() {
