@@ -3,7 +3,6 @@ package agui
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"net/http"
 
 	"github.com/funduq/funduq-go/functions/door"
@@ -182,79 +181,4 @@ func firstByte(raw []byte) byte {
 		return 0
 	}
 	return raw[0]
-}
-
-// callerBag is what the door reads from forwardedProps when it is an object.
-type callerBag struct {
-	isObject   bool
-	obj        map[string]json.RawMessage
-	actorChain json.RawMessage // nil when absent or null
-	kyok       *kyokOptIn
-}
-
-type kyokOptIn struct {
-	ProviderKey string
-	Name        string
-}
-
-// readBag extracts the actor chain and the KYOK opt-in from the caller's
-// forwardedProps. A bag that is not an object has neither.
-func readBag(fp json.RawMessage) (callerBag, error) {
-	var b callerBag
-	if firstByte(fp) != '{' {
-		return b, nil
-	}
-	if err := json.Unmarshal(fp, &b.obj); err != nil {
-		return b, invalid("forwardedProps: %v", err)
-	}
-	b.isObject = true
-	if raw, ok := present(b.obj, "actorChain"); ok {
-		b.actorChain = raw
-	}
-	if raw, ok := present(b.obj, "kyok"); ok {
-		var k map[string]json.RawMessage
-		if firstByte(raw) != '{' || json.Unmarshal(raw, &k) != nil {
-			return b, invalid("forwardedProps.kyok must be an object")
-		}
-		if lp, ok := present(k, "llmProvider"); ok {
-			var opt struct {
-				ProviderKey *string `json:"providerKey"`
-				Name        *string `json:"name"`
-			}
-			if firstByte(lp) != '{' || json.Unmarshal(lp, &opt) != nil || opt.ProviderKey == nil || opt.Name == nil ||
-				*opt.ProviderKey == "" || *opt.Name == "" {
-				return b, invalid("forwardedProps.kyok.llmProvider must be {providerKey, name} with non-empty strings")
-			}
-			b.kyok = &kyokOptIn{ProviderKey: *opt.ProviderKey, Name: *opt.Name}
-		}
-	}
-	return b, nil
-}
-
-// metadata is the caller's bag without funduq's reserved key, stored on a
-// new thread; nil when the bag is not an object.
-func (b callerBag) metadata() json.RawMessage {
-	if !b.isObject {
-		return nil
-	}
-	m := make(map[string]json.RawMessage, len(b.obj))
-	for k, v := range b.obj {
-		if k != "funduq" {
-			m[k] = v
-		}
-	}
-	out, err := json.Marshal(m)
-	if err != nil {
-		return nil
-	}
-	return out
-}
-
-// chainTokens reads the actorChain value as a list of strings.
-func chainTokens(raw json.RawMessage) ([]string, error) {
-	var toks []string
-	if firstByte(raw) != '[' || json.Unmarshal(raw, &toks) != nil {
-		return nil, fmt.Errorf("actorChain must be an array of compact JWS strings")
-	}
-	return toks, nil
 }

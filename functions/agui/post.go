@@ -86,30 +86,16 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 	if kyokOK {
 		in.ForwardedProps = kyok.StripContext(in.ForwardedProps)
 	}
-	bag, err := readBag(in.ForwardedProps)
+	bag, err := door.ReadCallerBag(in.ForwardedProps, "forwardedProps")
 	if err != nil {
 		return outcome{}, err
 	}
 	var chain *identity.Chain
-	if bag.actorChain != nil {
-		presenter := h.presenter(r, body)
-		if presenter == "" {
-			return outcome{}, door.Refuse(http.StatusUnauthorized, door.CodePresenterRequired,
-				"an actor chain needs an authenticated presenter key (an authorizer, or the %s header)", identity.PresenterHeader)
-		}
-		toks, err := chainTokens(bag.actorChain)
+	if bag.ActorChain != nil {
+		chain, err = door.VerifyCaller(bag, door.PresenterKey(r, body, h.o.AuthorizedKey, h.o.Now()))
 		if err != nil {
-			return outcome{}, door.Refuse(http.StatusUnauthorized, door.CodeInvalidChain, "%v", err)
+			return outcome{}, err
 		}
-		c, err := identity.VerifyChain(toks)
-		if err != nil {
-			return outcome{}, door.Refuse(http.StatusUnauthorized, door.CodeInvalidChain, "the actor chain does not verify: %v", err)
-		}
-		if c.Presenter() != presenter {
-			return outcome{}, door.Refuse(http.StatusUnauthorized, door.CodeInvalidChain,
-				"the presenter is not the signer of the chain's last hop")
-		}
-		chain = &c
 	}
 	head := ""
 	if chain != nil {
@@ -117,15 +103,8 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 	}
 
 	// 3. KYOK opt-in.
-	if bag.kyok != nil {
-		ok, err := h.o.Store.LLMOfferingExists(ctx, bag.kyok.ProviderKey, bag.kyok.Name)
-		if err != nil {
-			return outcome{}, err
-		}
-		if !ok {
-			return outcome{}, door.Refuse(http.StatusNotFound, door.CodeLLMNotFound,
-				"no LLM offering %s is registered by %s", bag.kyok.Name, bag.kyok.ProviderKey)
-		}
+	if err := door.CheckKyokOptIn(ctx, h.o.Store, bag.Kyok); err != nil {
+		return outcome{}, err
 	}
 
 	// 4. The thread: funduq's authority over the id. An id funduq does not
@@ -207,15 +186,15 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 		nr.ActorChain, _ = json.Marshal(built.RelayedChain)
 	}
 	if thread == nil {
-		nr.CreateThread = &store.NewThread{HeadKey: head, Metadata: bag.metadata()}
+		nr.CreateThread = &store.NewThread{HeadKey: head, Metadata: bag.Metadata()}
 	}
 	nr.Messages = messagesOf(built)
-	if bag.kyok != nil && kyokOK {
+	if bag.Kyok != nil && kyokOK {
 		sealed, err := kyok.Seal(h.o.TokenSecret, kyokOpt.Binding())
 		if err != nil {
 			return outcome{}, err
 		}
-		nr.Kyok = &store.KyokBindingRow{LLMProviderKey: bag.kyok.ProviderKey, LLMName: bag.kyok.Name, Sealed: sealed}
+		nr.Kyok = &store.KyokBindingRow{LLMProviderKey: bag.Kyok.ProviderKey, LLMName: bag.Kyok.Name, Sealed: sealed}
 	}
 	created, _, err := h.o.Store.CreateRun(ctx, nr)
 	if errors.Is(err, store.ErrThreadMismatch) {
@@ -236,13 +215,13 @@ func messagesOf(b runinput.Built) []store.Message {
 }
 
 // build makes the run's input with the one builder (D4).
-func (h *Handler) build(agent store.Agent, threadID, runID, parentRunID string, in RunAgentInput, bag callerBag,
+func (h *Handler) build(agent store.Agent, threadID, runID, parentRunID string, in RunAgentInput, bag door.CallerBag,
 	chain *identity.Chain) (runinput.Built, error) {
 	req := runinput.Request{ThreadID: threadID, RunID: runID, ParentRunID: parentRunID, State: in.State,
 		Messages: in.Messages, Tools: in.Tools, Context: in.Context, ForwardedProps: in.ForwardedProps,
 		Resume: in.Resume, Chain: chain,
 		Dispatch: runinput.Dispatch{Funduq: h.o.Funduq, ProviderKey: agent.ProviderKey, AgentName: agent.Name}}
-	if bag.kyok != nil {
+	if bag.Kyok != nil {
 		req.KyokToken = identity.MintKyokToken(h.o.TokenSecret,
 			identity.NewKyokClaims(runID, agent.ProviderKey, agent.Name, h.o.Now()))
 	}
@@ -253,27 +232,10 @@ func (h *Handler) build(agent store.Agent, threadID, runID, parentRunID string, 
 	return built, err
 }
 
-// presenter is the authenticated key presenting the request: the
-// authorizer's seat first, then a valid Funduq-Presenter proof over the
-// exact body. "" when neither proves a key (never an error by itself).
-func (h *Handler) presenter(r *http.Request, body []byte) string {
-	if h.o.AuthorizedKey != nil {
-		if k := h.o.AuthorizedKey(r); identity.IsPublicKeyHex(k) {
-			return k
-		}
-	}
-	if v := r.Header.Get(identity.PresenterHeader); v != "" {
-		if k, err := identity.ParsePresenterHeader(v, body, h.o.Now()); err == nil {
-			return k
-		}
-	}
-	return ""
-}
-
 // answer handles a body that may answer the thread's paused run. answered
 // is true when the body completed the run's asks: out is then the reopened
 // run to stream, or — when another answer won the race — the snapshot.
-func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Thread, in RunAgentInput, bag callerBag,
+func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Thread, in RunAgentInput, bag door.CallerBag,
 	chain *identity.Chain) (out outcome, answered bool, err error) {
 	paused, ok, err := h.o.Store.NewestRunInStatus(ctx, thread.ThreadID, run.InputRequired)
 	if err != nil || !ok || paused.CancelRequestedBy != nil {
