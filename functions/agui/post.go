@@ -66,15 +66,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 // step wins) and writes the run, or reopens the paused one.
 func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in RunAgentInput) (outcome, error) {
 	// 1. The agent.
-	provider, name := r.PathValue("provider"), r.PathValue("name")
-	if !identity.IsPublicKeyHex(provider) && !identity.IsFingerprint(provider) {
-		return outcome{}, door.Refuse(http.StatusNotFound, door.CodeAgentNotFound,
-			"no agent %s/%s: the provider is its 64-hex public key or 16-hex fingerprint", provider, name)
-	}
-	agent, err := h.o.Store.FindAgent(ctx, provider, name)
-	if errors.Is(err, store.ErrNotFound) {
-		return outcome{}, door.Refuse(http.StatusNotFound, door.CodeAgentNotFound, "no agent %s is registered by %s", name, provider)
-	}
+	agent, err := door.FindAgent(ctx, h.o.Store, r.PathValue("provider"), r.PathValue("name"))
 	if err != nil {
 		return outcome{}, err
 	}
