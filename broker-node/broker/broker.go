@@ -59,6 +59,10 @@ type Broker struct {
 	set     Settings
 	metrics *Metrics
 
+	// rosterMu orders roster changes with their writes to the agents
+	// table, so the table ends as the in-memory roster does when two links
+	// of one key register and detach at once. Taken before mu, never under it.
+	rosterMu   sync.Mutex
 	mu         sync.Mutex
 	leading    bool
 	ready      bool // recovery done: providers and readiness probes may come
@@ -343,6 +347,8 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 	names := sortedNames(seen)
 	announce(names)
 
+	b.rosterMu.Lock()
+	defer b.rosterMu.Unlock()
 	b.mu.Lock()
 	if b.links[l] != ls { // detached meanwhile
 		b.mu.Unlock()
@@ -375,6 +381,9 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 	b.nudgeHeadsLocked()
 	b.wakeSweep()
 	b.mu.Unlock()
+	// Served again now that this link owns the names: a replaced link of
+	// the same key may have marked them unserved since RegisterAgents.
+	_ = b.write(lctx, "mark agents served", func() error { return b.st.MarkServed(ctx, epoch, ls.key, names) })
 	if len(dropped) > 0 {
 		_ = b.write(lctx, "mark dropped agents unserved", func() error { return b.st.MarkUnserved(ctx, epoch, ls.key, dropped) })
 	}
@@ -385,6 +394,8 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 // DeleteAgent takes name offline (if this link serves it) and deletes its
 // record, refusing an agent with any history.
 func (b *Broker) DeleteAgent(ctx context.Context, l Link, name string) error {
+	b.rosterMu.Lock()
+	defer b.rosterMu.Unlock()
 	b.mu.Lock()
 	ls, ok := b.links[l]
 	epoch, lctx := b.epoch, b.ctx
@@ -414,6 +425,8 @@ func (b *Broker) DeleteAgent(ctx context.Context, l Link, name string) error {
 // offline, so tearing down a replaced link never takes down its replacement.
 // Runs the link held are told, in their own lanes.
 func (b *Broker) Detach(l Link) {
+	b.rosterMu.Lock()
+	defer b.rosterMu.Unlock()
 	b.mu.Lock()
 	ls, ok := b.links[l]
 	if !ok {
@@ -530,6 +543,8 @@ func (b *Broker) count(ctx context.Context, key string, c store.Counter) {
 // runs it already holds finish and report over the open link. A register on
 // its current links is refused; a new link is the way back.
 func (b *Broker) withdraw(ctx context.Context, key string, q store.Quality) {
+	b.rosterMu.Lock()
+	defer b.rosterMu.Unlock()
 	b.mu.Lock()
 	var names []string
 	for _, ls := range b.links {

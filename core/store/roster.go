@@ -52,6 +52,21 @@ func (s *Store) RegisterAgents(ctx context.Context, epoch int64, p Provider, age
 	return err
 }
 
+// MarkServed records that these agents of key are served under epoch.
+func (s *Store) MarkServed(ctx context.Context, epoch int64, key string, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	return s.inTx(ctx, "mark agents of "+key+" served", func(tx pgx.Tx) error {
+		if err := fence(ctx, tx, epoch); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE agents SET served_epoch = $3, unserved_since = NULL
+			WHERE provider_key = $1 AND name = ANY($2)`, key, names, epoch)
+		return err
+	})
+}
+
 // MarkUnserved records that nobody serves these agents of key any more.
 func (s *Store) MarkUnserved(ctx context.Context, epoch int64, key string, names []string) error {
 	if len(names) == 0 {
