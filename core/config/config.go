@@ -55,7 +55,14 @@ type Broker struct {
 	HTTPAddr     string `env:"FUNDUQ_HTTP_ADDR" envDefault:"127.0.0.1:8700"`
 	AdvertiseURL string `env:"FUNDUQ_ADVERTISE_URL"` // default: http://<HTTPAddr>
 	NodeID       string `env:"FUNDUQ_NODE_ID"`       // default: the Host value given to ParseBroker
+	// ConsoleToken is the bearer token of the operator console at
+	// /console; "" leaves the console off (every /console path is a 404
+	// saying so).
+	ConsoleToken string `env:"FUNDUQ_CONSOLE_TOKEN"`
 }
+
+// MinConsoleToken is the shortest FUNDUQ_CONSOLE_TOKEN accepted.
+const MinConsoleToken = 16
 
 // Door is a Lambda door's configuration.
 type Door struct {
@@ -112,6 +119,11 @@ func ParseBroker(environ map[string]string, host Host) (Broker, error) {
 	errs := []error{c.Storage.validate(), c.Identity.validate(), c.Waits.validate()}
 	if u, err := url.Parse(c.AdvertiseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, fmt.Errorf("FUNDUQ_ADVERTISE_URL: want an http(s) URL, got %q", c.AdvertiseURL))
+	}
+	if c.ConsoleToken != "" && (len(c.ConsoleToken) < MinConsoleToken || strings.ContainsFunc(c.ConsoleToken, func(r rune) bool { return r <= ' ' || r == 0x7f })) {
+		// Never echo the value: it is a secret.
+		errs = append(errs, fmt.Errorf("FUNDUQ_CONSOLE_TOKEN: want at least %d printable characters without spaces, got %d characters",
+			MinConsoleToken, len(c.ConsoleToken)))
 	}
 	return c, wrap(errors.Join(errs...))
 }

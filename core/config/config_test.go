@@ -28,6 +28,9 @@ func TestBrokerDefaults(t *testing.T) {
 	if c.Waits != want {
 		t.Fatalf("waits = %+v, want the seeds' defaults %+v", c.Waits, want)
 	}
+	if c.ConsoleToken != "" {
+		t.Fatalf("console token %q: the console must be off by default", c.ConsoleToken)
+	}
 	if c.NodeID != "box-42" || c.AdvertiseURL != "http://127.0.0.1:8700" || c.HTTPAddr != "127.0.0.1:8700" {
 		t.Fatalf("node %q advertise %q addr %q", c.NodeID, c.AdvertiseURL, c.HTTPAddr)
 	}
@@ -73,6 +76,8 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{key: "FUNDUQ_PROVIDER_QUALITY_TOLERANCE", value: "-1", want: "FUNDUQ_PROVIDER_QUALITY_TOLERANCE: must be 0"},
 		{key: "FUNDUQ_ADVERTISE_URL", value: "ws:/nohost", want: "FUNDUQ_ADVERTISE_URL"},
 		{key: "FUNDUQ_LOG_LEVEL", value: "loud", want: "FUNDUQ_LOG_LEVEL: cannot read"},
+		{key: "FUNDUQ_CONSOLE_TOKEN", value: "s3cret", want: "FUNDUQ_CONSOLE_TOKEN: want at least 16"},
+		{key: "FUNDUQ_CONSOLE_TOKEN", value: "s3cret s3cret s3cret", want: "FUNDUQ_CONSOLE_TOKEN: want at least 16"},
 	} {
 		t.Run(tc.key+"="+tc.value, func(t *testing.T) {
 			e := good()

@@ -1,0 +1,124 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// RunAge is one run picked out by the overview, with how long it has
+// waited (queued) or run (running), measured by the database's clock.
+type RunAge struct {
+	RunID       string
+	ProviderKey string
+	AgentName   string
+	Status      string
+	Since       time.Time
+	Age         time.Duration
+}
+
+// FailureCount is how many runs failed for one reason in the window.
+type FailureCount struct {
+	Reason string
+	Count  int64
+	Last   time.Time
+}
+
+// Overview is what the operator console shows of the runs table.
+type Overview struct {
+	// ByStatus counts every run by status (statuses with no run are absent).
+	ByStatus map[string]int64
+	// OldestQueued is the queued run that has waited longest (nil: none).
+	OldestQueued *RunAge
+	// LongestRunning is the running (or cancelling) run that started
+	// earliest (nil: none).
+	LongestRunning *RunAge
+	// Failures counts the runs that failed within the window, by reason,
+	// most frequent first.
+	Failures []FailureCount
+	// Window is the failures' window.
+	Window time.Duration
+}
+
+// RunsOverview reads the runs table for the operator console: counts by
+// status, the oldest queued and longest running run, and the failures of
+// the last window by reason. It writes nothing.
+func (s *Store) RunsOverview(ctx context.Context, window time.Duration) (Overview, error) {
+	ov := Overview{ByStatus: map[string]int64{}, Window: window}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT status, count(*) FROM runs GROUP BY status`)
+		if err != nil {
+			return err
+		}
+		var status string
+		var n int64
+		if _, err := pgx.ForEachRow(rows, []any{&status, &n}, func() error { ov.ByStatus[status] = n; return nil }); err != nil {
+			return err
+		}
+		if ov.OldestQueued, err = oneRunAge(ctx, tx, `
+			SELECT run_id, provider_key, agent_name, status, queued_at, now() - queued_at
+			FROM runs WHERE status = 'queued' ORDER BY queued_at, run_id LIMIT 1`); err != nil {
+			return err
+		}
+		if ov.LongestRunning, err = oneRunAge(ctx, tx, `
+			SELECT run_id, provider_key, agent_name, status, coalesce(started_at, queued_at), now() - coalesce(started_at, queued_at)
+			FROM runs WHERE status IN ('running', 'cancelling') ORDER BY coalesce(started_at, queued_at), run_id LIMIT 1`); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `
+			SELECT failure_reason, count(*), max(coalesce(completed_at, last_activity_at))
+			FROM runs WHERE status = 'failed' AND coalesce(completed_at, last_activity_at) > now() - $1::interval
+			GROUP BY failure_reason ORDER BY count(*) DESC, failure_reason`, window)
+		if err != nil {
+			return err
+		}
+		var f FailureCount
+		_, err = pgx.ForEachRow(rows, []any{&f.Reason, &f.Count, &f.Last}, func() error { ov.Failures = append(ov.Failures, f); return nil })
+		return err
+	})
+	if err != nil {
+		return Overview{}, fmt.Errorf("runs overview: %w", err)
+	}
+	return ov, nil
+}
+
+func oneRunAge(ctx context.Context, tx pgx.Tx, sql string) (*RunAge, error) {
+	var r RunAge
+	err := tx.QueryRow(ctx, sql).Scan(&r.RunID, &r.ProviderKey, &r.AgentName, &r.Status, &r.Since, &r.Age)
+	if err == pgx.ErrNoRows {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// ProviderRow is a provider as the store knows it: its display name and the
+// agents the current leader's roster serves.
+type ProviderRow struct {
+	PublicKey   string
+	Fingerprint string
+	DisplayName string
+	Online      []string // names served under the current epoch, sorted
+}
+
+// ListProviders lists every provider with the names it is served under
+// now (for a console on a standby, which has no roster of its own).
+func (s *Store) ListProviders(ctx context.Context) ([]ProviderRow, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT p.public_key, p.fingerprint, coalesce(p.display_name, ''),
+		       coalesce(array_agg(a.name ORDER BY a.name) FILTER (WHERE a.served_epoch = l.epoch), '{}')
+		FROM providers p CROSS JOIN broker_leader l LEFT JOIN agents a ON a.provider_key = p.public_key
+		GROUP BY p.public_key, p.fingerprint, p.display_name ORDER BY p.public_key`)
+	if err != nil {
+		return nil, fmt.Errorf("list providers: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ProviderRow, error) {
+		var p ProviderRow
+		err := row.Scan(&p.PublicKey, &p.Fingerprint, &p.DisplayName, &p.Online)
+		return p, err
+	})
+}

@@ -1,0 +1,63 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store/storetest"
+)
+
+// The overview counts runs by status, picks the oldest queued and the
+// longest running run, and counts recent failures by reason.
+func TestRunsOverview(t *testing.T) {
+	st := storetest.Store(t)
+	ctx := context.Background()
+	seedAgent(t, st)
+	ov, err := st.RunsOverview(ctx, time.Hour)
+	if err != nil || len(ov.ByStatus) != 0 || ov.OldestQueued != nil || ov.LongestRunning != nil || len(ov.Failures) != 0 {
+		t.Fatalf("empty: %+v %v", ov, err)
+	}
+	q1, q2, r1, r2, f1, f2, f3 := newRun(t, st), newRun(t, st), newRun(t, st), newRun(t, st), newRun(t, st), newRun(t, st), newRun(t, st)
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := st.Pool().Exec(ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`UPDATE runs SET queued_at = now() - interval '1 minute' WHERE run_id = $1`, q2.RunID)
+	forceStatus(t, st, r1.RunID, run.Running)
+	forceStatus(t, st, r2.RunID, run.Running)
+	exec(`UPDATE runs SET started_at = now() - interval '10 minutes' WHERE run_id = $1`, r1.RunID)
+	exec(`UPDATE runs SET started_at = now() WHERE run_id = $1`, r2.RunID)
+	for _, r := range []string{f1.RunID, f2.RunID, f3.RunID} {
+		forceStatus(t, st, r, run.Failed)
+	}
+	exec(`UPDATE runs SET failure_reason = 'no_provider', completed_at = now() WHERE run_id = $1`, f3.RunID)
+	exec(`UPDATE runs SET completed_at = now() - interval '2 hours', last_activity_at = now() - interval '2 hours' WHERE run_id = $1`, f2.RunID)
+
+	ov, err = st.RunsOverview(ctx, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ov.ByStatus["queued"] != 2 || ov.ByStatus["running"] != 2 || ov.ByStatus["failed"] != 3 {
+		t.Fatalf("by status %v", ov.ByStatus)
+	}
+	if ov.OldestQueued == nil || ov.OldestQueued.RunID != q2.RunID || ov.OldestQueued.Age < time.Minute {
+		t.Fatalf("oldest queued %+v (want %s, not %s)", ov.OldestQueued, q2.RunID, q1.RunID)
+	}
+	if ov.LongestRunning == nil || ov.LongestRunning.RunID != r1.RunID || ov.LongestRunning.Age < 10*time.Minute {
+		t.Fatalf("longest running %+v", ov.LongestRunning)
+	}
+	// f2 failed two hours ago: outside the window.
+	if len(ov.Failures) != 2 || ov.Failures[0].Reason != "no_provider" || ov.Failures[0].Count != 1 ||
+		ov.Failures[1].Reason != "seeded" || ov.Failures[1].Count != 1 {
+		t.Fatalf("failures %+v", ov.Failures)
+	}
+
+	ps, err := st.ListProviders(ctx)
+	if err != nil || len(ps) != 1 || ps[0].PublicKey != testProviderKey || len(ps[0].Online) != 0 {
+		t.Fatalf("providers %+v %v", ps, err)
+	}
+}
