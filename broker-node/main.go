@@ -34,7 +34,8 @@ func main() {
 const usage = `usage: broker-node [command]
 
 commands:
-  (none)    serve: POST /tickets, /ws/provider, /livez, /readyz, /metrics on FUNDUQ_HTTP_ADDR,
+  (none)    serve: POST /tickets, /ws/provider, /livez, /readyz, /metrics (and /console when
+            FUNDUQ_CONSOLE_TOKEN is set) on FUNDUQ_HTTP_ADDR,
             and lead the runs while this node holds the lease
   migrate   apply the embedded database migrations to FUNDUQ_DATABASE_URL and exit
   lease     lease status | lease handover: who leads; ask the leader to hand over

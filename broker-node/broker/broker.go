@@ -619,6 +619,26 @@ type Snapshot struct {
 	InFlight map[string]int
 	Served   []AgentRef
 	Links    int
+	// Providers is every provider key with an open link, sorted by key.
+	Providers []ProviderView
+}
+
+// ProviderView is one provider key as the roster holds it.
+type ProviderView struct {
+	Key string
+	// Links is how many open links the key has (more than one only while
+	// a replaced link is being torn down).
+	Links int
+	// Agents are the names its links serve now, sorted.
+	Agents []string
+	// Declared is its maxConcurrentRuns (nil: unlimited); InFlight the
+	// places taken (offers out and claimed runs).
+	Declared *int
+	InFlight int
+	// Withdrawn: a link of the key was withdrawn at tolerance.
+	Withdrawn bool
+	// Since is when its oldest open link attached (the broker's clock).
+	Since time.Time
 }
 
 // Snapshot copies the broker's live state.
@@ -636,5 +656,35 @@ func (b *Broker) Snapshot() Snapshot {
 		s.Served = append(s.Served, ref)
 	}
 	sort.Slice(s.Served, func(i, j int) bool { return s.Served[i].String() < s.Served[j].String() })
+	byKey := map[string]*ProviderView{}
+	for _, ls := range b.links {
+		pv := byKey[ls.key]
+		if pv == nil {
+			pv = &ProviderView{Key: ls.key, Since: ls.opened}
+			if bk := b.buckets[ls.key]; bk != nil {
+				pv.InFlight = bk.inFlight
+				if bk.declared != nil {
+					d := *bk.declared
+					pv.Declared = &d
+				}
+			}
+			byKey[ls.key] = pv
+		}
+		pv.Links++
+		pv.Withdrawn = pv.Withdrawn || ls.withdrawn
+		if ls.opened.Before(pv.Since) {
+			pv.Since = ls.opened
+		}
+		for n := range ls.names {
+			if b.served[AgentRef{ls.key, n}] == ls {
+				pv.Agents = append(pv.Agents, n)
+			}
+		}
+	}
+	for _, pv := range byKey {
+		sort.Strings(pv.Agents)
+		s.Providers = append(s.Providers, *pv)
+	}
+	sort.Slice(s.Providers, func(i, j int) bool { return s.Providers[i].Key < s.Providers[j].Key })
 	return s
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/broker-node/broker"
+	"github.com/funduq/funduq-go/broker-node/console"
 	"github.com/funduq/funduq-go/broker-node/intake"
 	"github.com/funduq/funduq-go/broker-node/kyokrelay"
 	"github.com/funduq/funduq-go/broker-node/lease"
@@ -56,6 +57,10 @@ type Node struct {
 // under a key prefix.
 func LeaseKey(prefix string) string     { return prefix + "broker:lease" }
 func LeaseChannel(prefix string) string { return prefix + "broker:lease:events" }
+
+// NodesPrefix prefixes the key each node announces itself under (the
+// console's "nodes seen").
+func NodesPrefix(prefix string) string { return prefix + "broker:nodes:" }
 
 // Options are what New needs beyond the configuration.
 type Options struct {
@@ -126,6 +131,12 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 	n.mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "alive"}) })
 	n.mux.HandleFunc("GET /readyz", n.readyz)
 	n.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	con := console.New(console.Options{Token: cfg.ConsoleToken, Store: st, Redis: rdb, Broker: b,
+		LeaseKey: LeaseKey(prefix), NodesPrefix: NodesPrefix(prefix), LeaseTTL: cfg.LeaseTTL,
+		NodeID: cfg.NodeID, AdvertiseURL: cfg.AdvertiseURL, Tolerance: cfg.ProviderQualityTolerance, Log: log})
+	for _, p := range console.Patterns() {
+		n.mux.Handle(p, con)
+	}
 	return n, nil
 }
 
@@ -205,6 +216,12 @@ func (n *Node) Run(ctx context.Context, ln net.Listener) error {
 	go func() {
 		defer wg.Done()
 		n.lead(ctx)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		console.Announce(ctx, n.rdb, NodesPrefix(n.prefix), n.cfg.NodeID, n.cfg.AdvertiseURL, n.cfg.LeaseTTL,
+			func() bool { leading, _ := n.Broker.Leading(); return leading })
 	}()
 	n.log.Info("broker node serving", "addr", ln.Addr().String(), "advertise", n.cfg.AdvertiseURL, "funduq_key", n.signer.PublicKeyHex())
 	var err error

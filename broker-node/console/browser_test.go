@@ -1,0 +1,99 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/browsertest"
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// hostileName is a provider name that would run script if it were markup.
+const hostileName = `<img src=x onerror="window.__pwned=1"><b>bold</b>`
+
+// countJS reads the runs table's count for a status.
+func countJS(status string) string {
+	return fmt.Sprintf(`(document.querySelector('#runs tr[data-status=%q] td:nth-child(2)') || {}).textContent`, status)
+}
+
+// In a real browser: the console asks for its token, then shows a provider
+// that connects (its name shown as text, its agents, capacity and in-flight
+// count) and its run counts changing as a run is queued, offered, taken and
+// completed, and marks a withdrawn provider.
+func TestConsoleInBrowser(t *testing.T) {
+	h := nodetest.Start(t, withToken)
+	b := browsertest.New(t)
+
+	b.Run("open the console", chromedp.Navigate(h.URL+"/console"))
+	b.Eventually("the token form", `document.querySelector('#login input[name=token]')`)
+	b.Run("log in with a wrong token",
+		chromedp.SendKeys(chromedp.CSS("#token"), "not-the-token"),
+		chromedp.Submit(chromedp.CSS("#login")))
+	b.Eventually("the refusal", `document.getElementById('login-error')`)
+	b.Run("log in",
+		chromedp.SendKeys(chromedp.CSS("#token"), token),
+		chromedp.Submit(chromedp.CSS("#login")))
+	b.Eventually("the console, live", `document.getElementById('status').textContent.startsWith('live')`)
+	b.Eventually("no provider yet", `document.querySelector('#providers tbody').textContent.includes('no provider is connected')`)
+	b.Eventually("this node leads", `document.getElementById('this-node').textContent.includes('leader')`)
+
+	p := h.Connect(0xc2, nodetest.Limit(3))
+	p.Send(wire.Register{Type: wire.TypeRegister, ProviderName: hostileName,
+		Agents: []wire.Registration{{Name: "echo"}, {Name: "summarize"}}})
+	p.Expect(wire.TypeRegistered, nil)
+
+	row := `document.querySelector('#providers tbody tr')`
+	b.Eventually("the provider connects", row+`.textContent.includes('echo') && `+row+`.textContent.includes('summarize')`)
+	if got := browsertest.Eval[string](b, row+`.children[1].textContent`); got != hostileName {
+		t.Fatalf("provider name shown as %q", got)
+	}
+	if browsertest.Eval[bool](b, `!!document.querySelector('main img, main b') || window.__pwned === 1`) {
+		t.Fatal("the provider's name was rendered as markup")
+	}
+	if got := browsertest.Eval[string](b, row+`.children[3].textContent + '/' + `+row+`.children[4].textContent`); got != "3/0" {
+		t.Fatalf("capacity/in flight %q", got)
+	}
+	if got := browsertest.Eval[string](b, countJS("completed")); got != "0" {
+		t.Fatalf("completed before any run: %q", got)
+	}
+
+	// A run: queued, offered (in flight 1), completed.
+	id, thread := h.Door(p.Key, "echo", "", "hello")
+	f := p.Offer()
+	if f.RunID != id {
+		t.Fatalf("offered %s, want %s", f.RunID, id)
+	}
+	b.Eventually("the run is offered and takes a place", countJS("offering")+` === '1' && `+row+`.children[4].textContent === '1'`)
+	p.Accept(id)
+	b.Eventually("the run is running", countJS("running")+` === '1' && document.getElementById('longest-running').textContent.includes('`+id+`')`)
+	p.Complete(id, thread)
+	b.Eventually("the run completed", countJS("completed")+` === '1' && `+countJS("running")+` === '0' && `+row+`.children[4].textContent === '0'`)
+
+	// A refused run fails with the provider's reason, listed as text.
+	const reason = `<script>window.__pwned=1</script> overloaded`
+	sid, _ := h.Door(p.Key, "summarize", "", "x")
+	if f := p.Offer(); f.RunID != sid {
+		t.Fatalf("offered %s, want %s", f.RunID, sid)
+	}
+	p.Refuse(sid, reason)
+	b.Eventually("the failure is listed by reason", countJS("failed")+` === '1' && document.querySelector('#failures tbody tr td') && document.querySelector('#failures tbody tr td').textContent === `+strconv.Quote(reason))
+
+	// Withdrawn at tolerance: marked in the quality table.
+	leading, epoch := h.Node.Broker.Leading()
+	if !leading {
+		t.Fatal("not leading")
+	}
+	if err := h.Store.SetWithdrawn(context.Background(), epoch, p.Key, true); err != nil {
+		t.Fatal(err)
+	}
+	b.Eventually("the provider is marked withdrawn", `document.querySelector('#quality tbody tr.withdrawn') && document.querySelector('#quality tbody tr.withdrawn').textContent.includes('withdrawn')`)
+	if browsertest.Eval[bool](b, `!!document.querySelector('main img, main b, main script') || window.__pwned === 1`) {
+		t.Fatal("untrusted text was rendered as markup")
+	}
+	b.Screenshot("console.png")
+}

@@ -1,0 +1,223 @@
+// Package console is the broker node's read-only operator console at
+// /console: who leads (epoch, lease time left, the nodes seen), the
+// connected providers with their agents, capacity and in-flight counts,
+// quality counters with withdrawn providers marked, runs by status with the
+// oldest queued and the longest running, and recent failures by reason.
+//
+// It is one static page (HTML, CSS and a small script, embedded) that polls
+// GET /console/api/state. Every value is rendered with textContent, and the
+// page is served under a Content-Security-Policy that allows only its own
+// script and style. Access is a bearer token (FUNDUQ_CONSOLE_TOKEN):
+// scripts send "Authorization: Bearer <token>"; a browser posts the token
+// once to the login form, which sets an HttpOnly, SameSite=Strict cookie.
+// Without a token configured the console is off and answers 404 saying so.
+//
+// A standby serves the console too: it shows who leads, and the providers
+// the leader's roster serves as the database records them (capacity and
+// in-flight counts live only in the leader's memory).
+package console
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/funduq/funduq-go/broker-node/broker"
+	"github.com/funduq/funduq-go/core/store"
+)
+
+//go:embed static
+var static embed.FS
+
+// CookieName is the console's session cookie.
+const CookieName = "funduq_console"
+
+// DefaultFailureWindow is how far back "recent failures" reach.
+const DefaultFailureWindow = time.Hour
+
+// CSP is the Content-Security-Policy of every console response: nothing but
+// the console's own script, style and API.
+const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; " +
+	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+// Options are what the console reads. Token "" turns it off.
+type Options struct {
+	Token string
+	Store *store.Store
+	Redis redis.UniversalClient
+	// Broker is this node's broker: its roster is the truth while it leads.
+	Broker *broker.Broker
+	// LeaseKey is the lease's Redis key; NodesPrefix the prefix of the
+	// keys nodes announce themselves under (see Announce).
+	LeaseKey    string
+	NodesPrefix string
+	LeaseTTL    time.Duration
+	// NodeID and AdvertiseURL name this node.
+	NodeID       string
+	AdvertiseURL string
+	// Tolerance is the quality counter level that withdraws a provider.
+	Tolerance     int
+	FailureWindow time.Duration
+	Log           *slog.Logger
+}
+
+// Handler serves /console and everything under it.
+type Handler struct {
+	o       Options
+	mux     *http.ServeMux
+	session string // the cookie value: an HMAC of the token, never the token
+	login   *template.Template
+}
+
+// New builds the console.
+func New(o Options) *Handler {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.FailureWindow <= 0 {
+		o.FailureWindow = DefaultFailureWindow
+	}
+	h := &Handler{o: o, mux: http.NewServeMux()}
+	if o.Token == "" {
+		h.mux.HandleFunc("/", disabled)
+		return h
+	}
+	mac := hmac.New(sha256.New, []byte(o.Token))
+	mac.Write([]byte("funduq console session v1"))
+	h.session = hex.EncodeToString(mac.Sum(nil))
+	h.login = template.Must(template.ParseFS(static, "static/login.html"))
+
+	cop := http.NewCrossOriginProtection()
+	h.mux.HandleFunc("GET /console", h.page)
+	h.mux.HandleFunc("GET /console/{$}", h.page)
+	h.mux.Handle("POST /console/login", cop.Handler(http.HandlerFunc(h.postLogin)))
+	h.mux.Handle("POST /console/logout", cop.Handler(http.HandlerFunc(h.logout)))
+	h.mux.HandleFunc("GET /console/api/state", h.state)
+	h.mux.HandleFunc("GET /console/static/{file}", h.asset)
+	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no such console page", http.StatusNotFound)
+	})
+	return h
+}
+
+// Patterns are the paths the node mounts the console on.
+func Patterns() []string { return []string{"/console", "/console/"} }
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("Content-Security-Policy", CSP)
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("Referrer-Policy", "no-referrer")
+	hd.Set("X-Frame-Options", "DENY")
+	hd.Set("Cache-Control", "no-store")
+	h.mux.ServeHTTP(w, r)
+}
+
+func disabled(w http.ResponseWriter, _ *http.Request) {
+	http.Error(w, "the operator console is off on this broker node: set FUNDUQ_CONSOLE_TOKEN (at least 16 characters) to turn it on",
+		http.StatusNotFound)
+}
+
+// authorized: a matching bearer token, or the session cookie.
+func (h *Handler) authorized(r *http.Request) bool {
+	if auth := r.Header.Get("Authorization"); auth != "" {
+		scheme, tok, ok := strings.Cut(auth, " ")
+		return ok && strings.EqualFold(scheme, "Bearer") && h.tokenMatches(strings.TrimSpace(tok))
+	}
+	c, err := r.Cookie(CookieName)
+	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(h.session)) == 1
+}
+
+// tokenMatches compares in constant time (hashes first, so the length of
+// the configured token does not show either).
+func (h *Handler) tokenMatches(given string) bool {
+	a, b := sha256.Sum256([]byte(given)), sha256.Sum256([]byte(h.o.Token))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+func (h *Handler) page(w http.ResponseWriter, r *http.Request) {
+	if !h.authorized(r) {
+		h.showLogin(w, http.StatusOK, false)
+		return
+	}
+	b, _ := static.ReadFile("static/console.html")
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(b)
+}
+
+func (h *Handler) showLogin(w http.ResponseWriter, status int, failed bool) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_ = h.login.Execute(w, struct{ Failed bool }{failed})
+}
+
+func (h *Handler) postLogin(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 4096)
+	if err := r.ParseForm(); err != nil || !h.tokenMatches(r.PostForm.Get("token")) {
+		h.o.Log.Warn("console: login refused", "remote", r.RemoteAddr)
+		h.showLogin(w, http.StatusUnauthorized, true)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: h.session, Path: "/console", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: secure(r), MaxAge: 12 * 3600})
+	http.Redirect(w, r, "/console", http.StatusSeeOther)
+}
+
+func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/console", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: secure(r), MaxAge: -1})
+	http.Redirect(w, r, "/console", http.StatusSeeOther)
+}
+
+// secure: the browser reached us over TLS (directly or through a proxy).
+func secure(r *http.Request) bool {
+	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+}
+
+var assets = map[string]string{
+	"console.js":  "text/javascript; charset=utf-8",
+	"console.css": "text/css; charset=utf-8",
+}
+
+// asset serves the page's script and style (no secret in them: served
+// without a session, so the login page can use the style).
+func (h *Handler) asset(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("file")
+	ct, ok := assets[name]
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	b, _ := static.ReadFile("static/" + name)
+	w.Header().Set("Content-Type", ct)
+	w.Header().Set("Cache-Control", "no-cache")
+	_, _ = w.Write(b)
+}
+
+func (h *Handler) state(w http.ResponseWriter, r *http.Request) {
+	if !h.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="funduq console"`)
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "the console needs its token: Authorization: Bearer <FUNDUQ_CONSOLE_TOKEN>, or log in at /console"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	writeJSON(w, http.StatusOK, h.collect(ctx))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

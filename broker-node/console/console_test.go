@@ -1,0 +1,165 @@
+package console_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/funduq/funduq-go/broker-node/console"
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/config"
+)
+
+const token = "console-token-for-tests-0123456789"
+
+func withToken(c *config.Broker) { c.ConsoleToken = token }
+
+// noRedirect is a client that shows redirects instead of following them.
+var noRedirect = &http.Client{Timeout: 20 * time.Second,
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+func do(t *testing.T, req *http.Request) (*http.Response, string) {
+	t.Helper()
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func get(t *testing.T, u string, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", u, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	return do(t, req)
+}
+
+// state reads the console's JSON with the bearer token.
+func state(t *testing.T, base string) console.State {
+	t.Helper()
+	resp, body := get(t, base+"/console/api/state", "Authorization", "Bearer "+token)
+	var s console.State
+	if resp.StatusCode != 200 || json.Unmarshal([]byte(body), &s) != nil {
+		t.Fatalf("state: %d %s", resp.StatusCode, body)
+	}
+	return s
+}
+
+// Without FUNDUQ_CONSOLE_TOKEN the console is off, and says how to turn it on.
+func TestConsoleOff(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	for _, p := range []string{"/console", "/console/", "/console/api/state", "/console/static/console.js"} {
+		resp, body := get(t, h.URL+p, "Authorization", "Bearer "+token)
+		if resp.StatusCode != 404 || !strings.Contains(body, "FUNDUQ_CONSOLE_TOKEN") {
+			t.Fatalf("%s: %d %s", p, resp.StatusCode, body)
+		}
+	}
+}
+
+// The JSON wants the bearer token (compared whole); the login form sets an
+// HttpOnly, SameSite=Strict cookie that is not the token; the page carries
+// a strict CSP; a cross-origin login post is refused.
+func TestConsoleAccess(t *testing.T) {
+	h := nodetest.Start(t, withToken)
+	for _, auth := range []string{"", "Bearer wrong", "Bearer " + token + "x", "Bearer " + token[:len(token)-1], "Basic " + token} {
+		resp, body := get(t, h.URL+"/console/api/state", "Authorization", auth)
+		if resp.StatusCode != 401 || !strings.Contains(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+			t.Fatalf("%q: %d %s", auth, resp.StatusCode, body)
+		}
+	}
+	s := state(t, h.URL)
+	if s.Node.Role != "leader" || s.Leader.NodeID != "test-node" || s.Leader.Epoch < 1 || s.Leader.LeaseHolder != "test-node" ||
+		s.Leader.LeaseLeftMS <= 0 || s.Providers.Source != "roster" {
+		t.Fatalf("state %+v", s)
+	}
+
+	resp, body := get(t, h.URL+"/console")
+	if resp.StatusCode != 200 || !strings.Contains(body, `name="token"`) || strings.Contains(body, "console.js") {
+		t.Fatalf("unauthenticated page: %d %s", resp.StatusCode, body)
+	}
+	if csp := resp.Header.Get("Content-Security-Policy"); csp != console.CSP || !strings.Contains(csp, "script-src 'self'") {
+		t.Fatalf("CSP %q", csp)
+	}
+	login := func(tok string, hdr ...string) *http.Response {
+		req, _ := http.NewRequest("POST", h.URL+"/console/login", strings.NewReader(url.Values{"token": {tok}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, _ := do(t, req)
+		return resp
+	}
+	if r := login("wrong"); r.StatusCode != 401 || len(r.Cookies()) != 0 {
+		t.Fatalf("wrong token: %d %v", r.StatusCode, r.Cookies())
+	}
+	if r := login(token, "Sec-Fetch-Site", "cross-site", "Origin", "https://evil.example"); r.StatusCode != 403 || len(r.Cookies()) != 0 {
+		t.Fatalf("cross-origin login: %d %v", r.StatusCode, r.Cookies())
+	}
+	r := login(token)
+	if r.StatusCode != 303 || r.Header.Get("Location") != "/console" || len(r.Cookies()) != 1 {
+		t.Fatalf("login: %d %v", r.StatusCode, r.Cookies())
+	}
+	c := r.Cookies()[0]
+	if c.Name != console.CookieName || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/console" ||
+		strings.Contains(c.Value, token) {
+		t.Fatalf("cookie %+v", c)
+	}
+	req, _ := http.NewRequest("GET", h.URL+"/console/api/state", nil)
+	req.AddCookie(c)
+	if resp, body := do(t, req); resp.StatusCode != 200 {
+		t.Fatalf("state with the cookie: %d %s", resp.StatusCode, body)
+	}
+	req, _ = http.NewRequest("GET", h.URL+"/console", nil)
+	req.AddCookie(c)
+	if resp, body := do(t, req); resp.StatusCode != 200 || !strings.Contains(body, "/console/static/console.js") {
+		t.Fatalf("page with the cookie: %d %s", resp.StatusCode, body)
+	}
+	req, _ = http.NewRequest("GET", h.URL+"/console/api/state", nil)
+	req.AddCookie(&http.Cookie{Name: console.CookieName, Value: token})
+	if resp, _ := do(t, req); resp.StatusCode != 401 {
+		t.Fatalf("the raw token as a cookie: %d", resp.StatusCode)
+	}
+}
+
+// A standby's console shows who leads, both nodes are seen, and the
+// providers come from the database (no capacity known there).
+func TestConsoleOnStandby(t *testing.T) {
+	h := nodetest.Start(t, withToken)
+	sb := h.Peer("standby-node")
+	p := h.Connect(0xc1, nodetest.Limit(2))
+	p.Register("echo")
+	var s console.State
+	h.Eventually("both nodes seen, each in its role", func() bool {
+		s = state(t, sb.URL)
+		return len(s.Nodes) == 2 && s.Nodes[1].Role == "leader"
+	})
+	if s.Node.Role != "standby" || s.Node.ID != "standby-node" || s.Leader.LeaseHolder != "test-node" || s.Leader.AdvertiseURL != h.URL {
+		t.Fatalf("standby's view of the leader %+v %+v", s.Node, s.Leader)
+	}
+	if len(s.Nodes) != 2 || s.Nodes[0].NodeID != "standby-node" || s.Nodes[0].Role != "standby" ||
+		s.Nodes[1].NodeID != "test-node" || s.Nodes[1].Role != "leader" {
+		t.Fatalf("nodes seen %+v", s.Nodes)
+	}
+	if s.Providers.Source != "database" || len(s.Providers.List) != 1 || s.Providers.List[0].Key != p.Key ||
+		strings.Join(s.Providers.List[0].Agents, ",") != "echo" || s.Providers.List[0].InFlight != nil {
+		t.Fatalf("standby's providers %+v", s.Providers)
+	}
+	l := state(t, h.URL)
+	if len(l.Providers.List) != 1 || l.Providers.List[0].Capacity == nil || *l.Providers.List[0].Capacity != 2 ||
+		*l.Providers.List[0].InFlight != 0 {
+		t.Fatalf("leader's providers %+v", l.Providers)
+	}
+	// A node that stops is forgotten at once.
+	sb.Shutdown()
+	if n := state(t, h.URL).Nodes; len(n) != 1 || n[0].NodeID != "test-node" {
+		t.Fatalf("after the standby stopped: %+v", n)
+	}
+}

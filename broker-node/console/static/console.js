@@ -1,0 +1,122 @@
+// funduq operator console: polls /console/api/state and renders it.
+// Everything shown is set with textContent: provider names, agent names,
+// node ids and reasons are data, never markup.
+"use strict";
+(function () {
+  const POLL_MS = 1500;
+  const $ = (id) => document.getElementById(id);
+
+  function el(tag, text, cls) {
+    const e = document.createElement(tag);
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    if (cls) e.className = cls;
+    return e;
+  }
+  function row(cells, cls) {
+    const tr = el("tr", null, cls);
+    for (const c of cells) {
+      if (c instanceof Node) { const td = el("td"); td.appendChild(c); tr.appendChild(td); }
+      else if (typeof c === "number") tr.appendChild(el("td", c, "num"));
+      else tr.appendChild(el("td", c));
+    }
+    return tr;
+  }
+  function fill(tableId, rows, empty, span) {
+    const body = $(tableId).tBodies[0];
+    body.replaceChildren();
+    if (rows.length === 0) {
+      const td = el("td", empty, "muted");
+      td.colSpan = span;
+      const tr = el("tr"); tr.appendChild(td); body.appendChild(tr);
+      return;
+    }
+    for (const r of rows) body.appendChild(r);
+  }
+  function dur(ms) {
+    if (ms === null || ms === undefined) return "–";
+    const s = Math.max(0, Math.round(ms / 1000));
+    if (s < 60) return s + " s";
+    if (s < 3600) return Math.floor(s / 60) + " min " + (s % 60) + " s";
+    return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min";
+  }
+  function shortKey(k) { return k.length > 16 ? k.slice(0, 16) + "…" : k; }
+  function keyCell(key, fp) {
+    const span = el("span", fp || shortKey(key), "key");
+    span.title = key;
+    return span;
+  }
+  function tag(text, cls) { return el("span", text, "tag " + cls); }
+  function agents(list) {
+    const frag = el("span");
+    if (!list || list.length === 0) { frag.textContent = "–"; return frag; }
+    for (const a of list) frag.appendChild(el("span", a, "agent"));
+    return frag;
+  }
+  function runAge(r) {
+    if (!r) return "none";
+    return r.runId + " · " + r.agentName + " on " + shortKey(r.providerKey) + " · " + dur(r.ageMs);
+  }
+
+  function render(s) {
+    const me = s.node;
+    $("this-node").replaceChildren(el("span", me.id + " "), tag(me.role, me.role));
+    const L = s.leader;
+    $("leader").textContent = (L.leaseHolder || "nobody holds the lease") +
+      (L.advertiseUrl && L.leaseHolder === L.nodeId ? " (" + L.advertiseUrl + ")" : "") +
+      (L.nodeId && L.leaseHolder && L.nodeId !== L.leaseHolder ? " — epoch still held by " + L.nodeId : "");
+    $("epoch").textContent = L.epoch;
+    $("lease-left").textContent = L.leaseHolder ? dur(L.leaseLeftMs) + " of " + dur(L.leaseTtlMs) : "–";
+    fill("nodes", s.nodes.map((n) => row([n.nodeId, tag(n.role, n.role), n.advertiseUrl, dur(n.seenAgoMs) + " ago"])),
+      "no node has announced itself", 4);
+
+    const roster = s.providers.source === "roster";
+    $("providers-source").textContent = roster ? "(this node's roster)"
+      : "(from the database: this node is a standby; capacity and in-flight counts are known only on the leader)";
+    fill("providers", s.providers.list.map((p) => row([
+      keyCell(p.key, p.fingerprint), p.name || "–", agents(p.agents),
+      roster ? (p.unlimited ? "unlimited" : p.capacity) : "–",
+      roster ? p.inFlight : "–", roster ? p.links : "–",
+      p.withdrawn ? tag("withdrawn", "withdrawn") : tag("serving", "leader"),
+    ], p.withdrawn ? "withdrawn" : "")), "no provider is connected", 7);
+
+    const order = ["queued", "offering", "running", "cancelling", "input-required", "completed", "failed", "cancelled"];
+    fill("runs", order.map((st) => { const r = row([st, s.runs.byStatus[st] || 0]); r.dataset.status = st; return r; }), "", 2);
+    $("oldest-queued").textContent = runAge(s.runs.oldestQueued);
+    $("longest-running").textContent = runAge(s.runs.longestRunning);
+
+    $("failures-window").textContent = "(last " + dur(s.failures.windowMs) + ")";
+    fill("failures", s.failures.list.map((f) => row([f.reason, f.count, new Date(f.last).toLocaleString()])),
+      "no run failed in the window", 3);
+
+    $("quality-tolerance").textContent = s.quality.tolerance > 0
+      ? "(a counter at " + s.quality.tolerance + " withdraws a provider)" : "(withdrawal disabled)";
+    const cs = ["misdeclared", "unanswered", "answered_late", "abandoned", "undelivered", "completions", "refused", "failed"];
+    fill("quality", s.quality.list.map((q) => {
+      const cells = [keyCell(q.key, q.fingerprint)];
+      for (const c of cs) cells.push(q.counters[c] || 0);
+      cells.push(q.withdrawn ? tag("withdrawn", "withdrawn") : "");
+      return row(cells, q.withdrawn ? "withdrawn" : "");
+    }), "no counter recorded", 10);
+
+    $("errors").textContent = s.errors.length ? "partly unavailable: " + s.errors.join("; ") : "";
+  }
+
+  let lastOK = 0;
+  async function poll() {
+    try {
+      const res = await fetch("/console/api/state", { credentials: "same-origin", cache: "no-store" });
+      if (res.status === 401) { window.location.reload(); return; }
+      if (!res.ok) throw new Error("HTTP " + res.status);
+      render(await res.json());
+      lastOK = Date.now();
+      $("status").textContent = "live · updated " + new Date(lastOK).toLocaleTimeString();
+      $("status").className = "muted";
+    } catch (e) {
+      $("status").textContent = "cannot reach the node (" + e.message + ")" +
+        (lastOK ? "; last update " + new Date(lastOK).toLocaleTimeString() : "");
+      $("status").className = "bad";
+    }
+    setTimeout(poll, POLL_MS);
+  }
+  poll();
+})();
