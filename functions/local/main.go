@@ -6,6 +6,7 @@
 //	GET /runs/{runId}/events          the AG-UI door
 //	GET /agents                       the agent listing (any door)
 //	GET /health                       200 when PostgreSQL and Redis answer
+//	GET /chat                         the caller chat page (functions/chat)
 //
 // The A2A and KYOK doors mount beside them (see doors in Mux).
 //
@@ -29,6 +30,7 @@ import (
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/functions/a2a"
 	"github.com/funduq/funduq-go/functions/agui"
+	"github.com/funduq/funduq-go/functions/chat"
 	"github.com/funduq/funduq-go/functions/door"
 	"github.com/funduq/funduq-go/functions/kyok"
 )
@@ -68,6 +70,7 @@ func Mux(d *door.Deps, log *slog.Logger) (http.Handler, error) {
 		{name: "kyok", patterns: kyok.Patterns(), handler: kd},
 		{name: "agents", patterns: []string{"GET /agents"}, handler: door.Agents(d.Store, log)},
 		{name: "health", patterns: []string{"GET /health"}, handler: health(d)},
+		{name: "chat", patterns: chat.Patterns(), handler: chat.Handler()},
 	}
 	mux := http.NewServeMux()
 	for _, m := range doors {

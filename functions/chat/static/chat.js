@@ -1,0 +1,368 @@
+// funduq chat: a small AG-UI caller. It lists GET /agents, posts a turn to
+// POST /agui/{provider}/{name} and reads the SSE answer from the fetch
+// stream, answers interrupts with an AG-UI resume, and after a reload
+// resumes a run still going with GET /runs/{runId}/events and
+// Last-Event-ID. Everything shown is set with textContent: agent names,
+// messages and event payloads are untrusted.
+"use strict";
+(function () {
+  const STORE = "funduq.chat.v1";
+  const $ = (id) => document.getElementById(id);
+  const el = (tag, text, cls) => {
+    const e = document.createElement(tag);
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    if (cls) e.className = cls;
+    return e;
+  };
+  const rid = (p) => p + "-" + (crypto.randomUUID ? crypto.randomUUID() : String(Date.now()) + Math.random().toString(16).slice(2));
+
+  // ---- saved state: the selected agent and one conversation per agent ----
+  let saved;
+  try { saved = JSON.parse(localStorage.getItem(STORE)) || {}; } catch (e) { saved = {}; }
+  if (!saved.convs) saved.convs = {};
+  const persist = () => { try { localStorage.setItem(STORE, JSON.stringify(saved)); } catch (e) { /* full or disabled */ } };
+
+  // conv: {threadId, runId, lastSeq, active, transcript:[{id, role, text}], interrupts:[...]}
+  function conv() {
+    const k = saved.agent || "";
+    if (!saved.convs[k]) saved.convs[k] = { threadId: "", runId: "", lastSeq: 0, active: false, transcript: [], interrupts: null };
+    return saved.convs[k];
+  }
+  let agents = [];
+  let busy = false; // a stream is being read
+
+  function status(text, bad) {
+    const s = $("chat-status");
+    s.textContent = text;
+    s.className = bad ? "bad" : "muted";
+  }
+
+  // ---- rendering ----
+  const msgNodes = new Map(); // transcript entry id -> its text node holder
+
+  function renderEntry(m) {
+    let box = msgNodes.get(m.id);
+    if (!box) {
+      box = el("div", null, "msg " + m.role);
+      box.dataset.id = m.id;
+      const who = { user: "you", assistant: "agent", error: "error", note: "" }[m.role];
+      if (who) box.appendChild(el("span", who, "who"));
+      const body = el("span", null, "text");
+      box.appendChild(body);
+      $("transcript").appendChild(box);
+      msgNodes.set(m.id, box);
+    }
+    box.querySelector(".text").textContent = m.text;
+    $("transcript").scrollTop = $("transcript").scrollHeight;
+  }
+
+  function renderAll() {
+    const c = conv();
+    $("transcript").replaceChildren();
+    msgNodes.clear();
+    for (const m of c.transcript) renderEntry(m);
+    $("events").replaceChildren();
+    $("thread-info").textContent = c.threadId ? "thread " + c.threadId + (c.runId ? " · run " + c.runId + " · seq " + c.lastSeq : "") : "a new conversation";
+    renderInterrupt();
+    updateButtons();
+  }
+
+  function renderInterrupt() {
+    const c = conv();
+    const box = $("interrupt");
+    const list = $("interrupt-list");
+    list.replaceChildren();
+    if (!c.interrupts || c.interrupts.length === 0) { box.hidden = true; return; }
+    for (const it of c.interrupts) {
+      const d = el("div", null, "ask");
+      d.appendChild(el("strong", it.reason || it.message || "input needed"));
+      d.appendChild(el("pre", JSON.stringify(it, null, 2)));
+      list.appendChild(d);
+    }
+    box.hidden = false;
+  }
+
+  function updateButtons() {
+    const a = selectedAgent();
+    $("send").disabled = busy || !a || !!(conv().interrupts && conv().interrupts.length);
+    $("interrupt-resolve").disabled = busy;
+    $("interrupt-cancel").disabled = busy;
+  }
+
+  function logEvent(seq, ev, raw) {
+    const li = el("li");
+    if (seq !== null) li.value = seq;
+    li.appendChild(el("span", (ev && typeof ev.type === "string" ? ev.type : "?") + " ", "type"));
+    li.appendChild(el("span", raw));
+    $("events").appendChild(li);
+    $("events").scrollTop = $("events").scrollHeight;
+  }
+
+  function entry(id, role, text) {
+    const c = conv();
+    let m = c.transcript.find((x) => x.id === id);
+    if (!m) { m = { id, role, text: "" }; c.transcript.push(m); }
+    if (text !== undefined) m.text = text;
+    return m;
+  }
+
+  // ---- agents ----
+  function selectedAgent() { return agents.find((a) => a.providerKey + "/" + a.name === saved.agent); }
+
+  async function loadAgents() {
+    const sel = $("agent");
+    try {
+      const res = await fetch("/agents", { cache: "no-store" });
+      if (!res.ok) throw new Error("HTTP " + res.status);
+      agents = (await res.json()).agents || [];
+    } catch (e) {
+      status("could not list the agents: " + e.message, true);
+      agents = [];
+    }
+    sel.replaceChildren();
+    if (agents.length === 0) sel.appendChild(el("option", "no agent registered"));
+    for (const a of agents) {
+      const o = el("option", a.name + " · " + (a.fingerprint || a.providerKey.slice(0, 16)) + (a.online ? "" : " (offline)"));
+      o.value = a.providerKey + "/" + a.name;
+      sel.appendChild(o);
+    }
+    if (!selectedAgent() && agents.length) { saved.agent = agents[0].providerKey + "/" + agents[0].name; persist(); }
+    if (selectedAgent()) sel.value = saved.agent;
+    updateButtons();
+  }
+
+  // ---- the stream ----
+  function handleEvent(c, seq, ev) {
+    if (seq !== null && seq > c.lastSeq) c.lastSeq = seq;
+    switch (ev.type) {
+      case "RUN_STARTED":
+        if (typeof ev.threadId === "string") c.threadId = ev.threadId;
+        if (typeof ev.runId === "string") c.runId = ev.runId;
+        break;
+      case "TEXT_MESSAGE_START":
+        renderEntry(entry("a:" + ev.messageId, "assistant"));
+        break;
+      case "TEXT_MESSAGE_CONTENT":
+      case "TEXT_MESSAGE_CHUNK": {
+        const m = entry("a:" + ev.messageId, "assistant");
+        if (typeof ev.delta === "string") m.text += ev.delta;
+        renderEntry(m);
+        break;
+      }
+      case "TOOL_CALL_START":
+        renderEntry(entry("t:" + ev.toolCallId, "note", "the agent calls " + (ev.toolCallName || "a tool")));
+        break;
+      case "RUN_ERROR":
+        c.active = false;
+        renderEntry(entry("e:" + c.runId + ":" + seq, "error", ev.message || "the run failed"));
+        break;
+      case "RUN_FINISHED":
+        c.active = false;
+        if (ev.outcome && ev.outcome.type === "interrupt" && Array.isArray(ev.outcome.interrupts)) {
+          c.interrupts = ev.outcome.interrupts;
+        } else {
+          c.interrupts = null;
+        }
+        renderInterrupt();
+        break;
+    }
+    $("thread-info").textContent = "thread " + c.threadId + " · run " + c.runId + " · seq " + c.lastSeq;
+    persist();
+  }
+
+  // consume reads an SSE response to its end; it reports whether the run
+  // reached RUN_FINISHED or RUN_ERROR.
+  async function consume(c, res) {
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    let buf = "";
+    const block = (text) => {
+      let seq = null;
+      const data = [];
+      for (const line of text.split("\n")) {
+        if (line.startsWith(":")) continue;
+        const i = line.indexOf(":");
+        const field = i < 0 ? line : line.slice(0, i);
+        let value = i < 0 ? "" : line.slice(i + 1);
+        if (value.startsWith(" ")) value = value.slice(1);
+        if (field === "id" && /^\d+$/.test(value)) seq = parseInt(value, 10);
+        else if (field === "data") data.push(value);
+      }
+      if (data.length === 0) return;
+      const raw = data.join("\n");
+      let ev = null;
+      try { ev = JSON.parse(raw); } catch (e) { /* shown as is */ }
+      logEvent(seq, ev, raw);
+      if (ev && typeof ev === "object") handleEvent(c, seq, ev);
+    };
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += dec.decode(value, { stream: true }).replace(/\r\n?/g, "\n");
+      let i;
+      while ((i = buf.indexOf("\n\n")) >= 0) {
+        block(buf.slice(0, i));
+        buf = buf.slice(i + 2);
+      }
+    }
+    return !c.active;
+  }
+
+  async function errorText(res) {
+    try {
+      const body = await res.json();
+      if (body && body.error) return (body.error.code ? body.error.code + ": " : "") + (body.error.message || JSON.stringify(body.error));
+      return JSON.stringify(body);
+    } catch (e) {
+      return "HTTP " + res.status;
+    }
+  }
+
+  // answer handles a door response: an SSE stream, a thread snapshot (an
+  // answer that did not complete the asks), or an error envelope.
+  async function answer(c, res) {
+    const ct = res.headers.get("Content-Type") || "";
+    if (!res.ok) {
+      c.active = false;
+      renderEntry(entry(rid("e"), "error", await errorText(res)));
+      persist();
+      return;
+    }
+    if (!ct.startsWith("text/event-stream")) {
+      c.active = false;
+      let snap = null;
+      try { snap = await res.json(); } catch (e) { /* not JSON */ }
+      const w = snap && snap.waiting_run;
+      renderEntry(entry(rid("n"), "note", w ? "the run still waits for: " + (w.outstanding_asks || []).join(", ") : "the door answered with the thread's snapshot"));
+      persist();
+      return;
+    }
+    await follow(c, res);
+  }
+
+  // follow reads a stream and, while the run goes on (the stream ended early:
+  // a dropped connection or the stream's time budget), reconnects with
+  // Last-Event-ID.
+  async function follow(c, res) {
+    let tries = 0;
+    for (;;) {
+      let finished = false;
+      try {
+        finished = await consume(c, res);
+        tries = 0;
+      } catch (e) {
+        status("the stream broke (" + e.message + "); reconnecting", true);
+      }
+      if (finished || !c.active || !c.runId) return;
+      if (++tries > 8) { status("gave up reconnecting to run " + c.runId, true); return; }
+      await new Promise((r) => setTimeout(r, Math.min(250 * tries, 2000)));
+      try {
+        res = await fetch("/runs/" + encodeURIComponent(c.runId) + "/events", { headers: { "Last-Event-ID": String(c.lastSeq) }, cache: "no-store" });
+      } catch (e) {
+        continue;
+      }
+      if (!res.ok) { status("reconnecting failed: " + (await errorText(res)), true); c.active = false; persist(); return; }
+      status("reconnected to run " + c.runId + " after seq " + c.lastSeq);
+    }
+  }
+
+  async function post(c, a, body) {
+    busy = true;
+    updateButtons();
+    status("talking to " + a.name + "…");
+    try {
+      const res = await fetch("/agui/" + encodeURIComponent(a.providerKey) + "/" + encodeURIComponent(a.name), {
+        method: "POST",
+        headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+        body: JSON.stringify(body),
+      });
+      await answer(c, res);
+      if (!c.active) status("");
+    } catch (e) {
+      status("the request failed: " + e.message, true);
+      if (c.runId && c.active) await follow(c, null).catch(() => {});
+    } finally {
+      busy = false;
+      persist();
+      updateButtons();
+    }
+  }
+
+  function baseBody(c) {
+    return { threadId: c.threadId || "", runId: rid("chat"), state: null, tools: [], context: [], forwardedProps: {} };
+  }
+
+  async function send() {
+    const a = selectedAgent();
+    const text = $("message").value;
+    if (!a || busy || text.trim() === "") return;
+    const c = conv();
+    const id = rid("m");
+    renderEntry(entry("u:" + id, "user", text));
+    $("message").value = "";
+    c.active = true;
+    c.lastSeq = 0;
+    c.runId = "";
+    persist();
+    const body = baseBody(c);
+    body.messages = [{ id, role: "user", content: text }];
+    await post(c, a, body);
+  }
+
+  async function resolve(status) {
+    const a = selectedAgent();
+    const c = conv();
+    if (!a || busy || !c.interrupts) return;
+    const raw = $("interrupt-payload").value;
+    let payload;
+    try { payload = JSON.parse(raw); } catch (e) { payload = raw; }
+    const body = baseBody(c);
+    body.messages = [];
+    body.resume = c.interrupts.map((it) => (status === "resolved" ? { interruptId: it.id, status, payload } : { interruptId: it.id, status }));
+    renderEntry(entry(rid("u"), "user", status === "resolved" ? "answered: " + raw : "declined"));
+    c.interrupts = null;
+    c.active = true;
+    renderInterrupt();
+    persist();
+    await post(c, a, body);
+  }
+
+  // ---- wiring ----
+  $("agent").addEventListener("change", () => { saved.agent = $("agent").value; persist(); renderAll(); });
+  $("refresh-agents").addEventListener("click", loadAgents);
+  $("new-thread").addEventListener("click", () => {
+    if (busy) return;
+    delete saved.convs[saved.agent || ""];
+    persist();
+    renderAll();
+  });
+  $("send").addEventListener("click", send);
+  $("message").addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); send(); } });
+  $("interrupt-resolve").addEventListener("click", () => resolve("resolved"));
+  $("interrupt-cancel").addEventListener("click", () => resolve("cancelled"));
+
+  (async function start() {
+    await loadAgents();
+    renderAll();
+    const c = conv();
+    if (c.active && c.runId) {
+      // A run was going when the page went away: pick it up where we were.
+      busy = true;
+      updateButtons();
+      status("reconnecting to run " + c.runId + " after seq " + c.lastSeq + "…");
+      try {
+        const res = await fetch("/runs/" + encodeURIComponent(c.runId) + "/events", { headers: { "Last-Event-ID": String(c.lastSeq) }, cache: "no-store" });
+        if (res.ok) await follow(c, res);
+        else { c.active = false; status("could not reconnect: " + (await errorText(res)), true); }
+        if (!c.active) status("");
+      } catch (e) {
+        status("could not reconnect: " + e.message, true);
+      } finally {
+        busy = false;
+        persist();
+        updateButtons();
+      }
+    }
+    document.body.dataset.ready = "1";
+  })();
+})();

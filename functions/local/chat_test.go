@@ -1,0 +1,270 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/browsertest"
+	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/functions/chat"
+	"github.com/funduq/funduq-go/provider"
+)
+
+// startDoors runs the local doors server against h until the test ends and
+// returns its base URL.
+func startDoors(t *testing.T, h *nodetest.Harness) string {
+	t.Helper()
+	environ := []string{
+		"FUNDUQ_DATABASE_URL=" + h.Cfg.DatabaseURL, "FUNDUQ_REDIS_URL=" + h.Cfg.RedisURL,
+		"FUNDUQ_IDENTITY_KEY=" + h.Cfg.IdentityKey, "FUNDUQ_TOKEN_SECRET=" + h.Cfg.TokenSecret,
+		"FUNDUQ_DOORS_ADDR=127.0.0.1:0", "FUNDUQ_LOG_LEVEL=error",
+	}
+	redisPrefix = h.Prefix
+	ctx, cancel := context.WithCancel(context.Background())
+	addr := make(chan string, 1)
+	var wg sync.WaitGroup
+	code := -1
+	wg.Go(func() { code = run(ctx, environ, io.Discard, func(a string) { addr <- a }) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		redisPrefix = ""
+		if code != 0 {
+			t.Errorf("doors exit code %d", code)
+		}
+	})
+	select {
+	case a := <-addr:
+		return "http://" + a
+	case <-time.After(20 * time.Second):
+		t.Fatal("the doors did not start")
+		return ""
+	}
+}
+
+// echo answers as examples/echo-agent does: "echo: " and the last user text.
+func echo(ctx context.Context, r *provider.Run) error {
+	if err := r.Emit(ctx, map[string]any{"type": "RUN_STARTED", "threadId": r.ThreadID, "runId": r.ID}); err != nil {
+		return err
+	}
+	if err := r.EmitText(ctx, r.ID+"-reply", "echo: "+r.LastUserText()); err != nil {
+		return err
+	}
+	return r.Emit(ctx, map[string]any{"type": "RUN_FINISHED", "threadId": r.ThreadID, "runId": r.ID})
+}
+
+const askReason = `May I send <b>the email</b>?`
+
+// approver asks first (an interrupt), then answers with what it was told.
+func approver(ctx context.Context, r *provider.Run) error {
+	var in struct {
+		Resume []struct {
+			InterruptID string          `json:"interruptId"`
+			Status      string          `json:"status"`
+			Payload     json.RawMessage `json:"payload"`
+		} `json:"resume"`
+	}
+	_ = json.Unmarshal(r.Input, &in)
+	if err := r.Emit(ctx, map[string]any{"type": "RUN_STARTED", "threadId": r.ThreadID, "runId": r.ID}); err != nil {
+		return err
+	}
+	if len(in.Resume) == 0 {
+		return r.Emit(ctx, map[string]any{"type": "RUN_FINISHED", "threadId": r.ThreadID, "runId": r.ID,
+			"outcome": map[string]any{"type": "interrupt", "interrupts": []any{map[string]any{"id": "ask-1", "reason": askReason}}}})
+	}
+	text := fmt.Sprintf("%s %s: %s", in.Resume[0].InterruptID, in.Resume[0].Status, in.Resume[0].Payload)
+	if err := r.EmitText(ctx, r.ID+"-answer", text); err != nil {
+		return err
+	}
+	return r.Emit(ctx, map[string]any{"type": "RUN_FINISHED", "threadId": r.ThreadID, "runId": r.ID})
+}
+
+// slow streams half its answer, then waits for the test's gate.
+func slow(gate <-chan struct{}) provider.Handler {
+	return func(ctx context.Context, r *provider.Run) error {
+		for _, ev := range []map[string]any{
+			{"type": "RUN_STARTED", "threadId": r.ThreadID, "runId": r.ID},
+			{"type": "TEXT_MESSAGE_START", "messageId": "s1", "role": "assistant"},
+			{"type": "TEXT_MESSAGE_CONTENT", "messageId": "s1", "delta": "part one, "},
+		} {
+			if err := r.Emit(ctx, ev); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		for _, ev := range []map[string]any{
+			{"type": "TEXT_MESSAGE_CONTENT", "messageId": "s1", "delta": "part two"},
+			{"type": "TEXT_MESSAGE_END", "messageId": "s1"},
+			{"type": "RUN_FINISHED", "threadId": r.ThreadID, "runId": r.ID},
+		} {
+			if err := r.Emit(ctx, ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// startAgents connects a provider (our SDK) serving echo, approver and slow.
+func startAgents(t *testing.T, h *nodetest.Harness, gate <-chan struct{}) string {
+	t.Helper()
+	signer, err := identity.NewSignerFromSeedHex(nodetest.SeedHex(0xd7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := provider.New(provider.Config{BaseURL: h.URL, Signer: signer, FunduqKey: h.Node.FunduqKey(), ProviderName: "chat-test",
+		Logger: slog.New(slog.DiscardHandler),
+		Agents: []provider.Agent{{Name: "echo", Handler: echo}, {Name: "approver", Handler: approver}, {Name: "slow", Handler: slow(gate)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("provider: %v", err)
+		}
+	})
+	h.Eventually("the agents register", func() bool { return len(h.Node.Broker.Snapshot().Served) == 3 })
+	return signer.PublicKeyHex()
+}
+
+// The page and its assets carry a strict CSP; unknown files are 404.
+func TestChatPageHeaders(t *testing.T) {
+	srv := chat.Handler()
+	mux := http.NewServeMux()
+	for _, p := range chat.Patterns() {
+		mux.Handle(p, srv)
+	}
+	for _, p := range []string{"/chat", "/chat/chat.js", "/chat/chat.css"} {
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, httptest.NewRequest("GET", p, nil))
+		if rec.Code != 200 || rec.Header().Get("Content-Security-Policy") != chat.CSP || rec.Header().Get("X-Content-Type-Options") != "nosniff" {
+			t.Fatalf("%s: %d %v", p, rec.Code, rec.Header())
+		}
+		if body := rec.Body.String(); strings.Contains(body, "innerHTML") || strings.Contains(body, "http://") || strings.Contains(body, "https://") {
+			t.Fatalf("%s uses innerHTML or loads from elsewhere", p)
+		}
+	}
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest("GET", "/chat/chat.html.bak", nil))
+	if rec.Code != 404 {
+		t.Fatalf("unknown asset: %d", rec.Code)
+	}
+}
+
+// selectAgent picks an agent in the page's list.
+func selectAgent(b *browsertest.Browser, key, name string) {
+	v := strconv.Quote(key + "/" + name)
+	b.Eventually("agent "+name+" listed", `[...document.querySelectorAll('#agent option')].some(o => o.value === `+v+`)`)
+	browsertest.Eval[bool](b, `(() => { const s = document.getElementById('agent'); s.value = `+v+`; s.dispatchEvent(new Event('change')); return true })()`)
+}
+
+func say(b *browsertest.Browser, text string) {
+	b.Eventually("the send button is enabled", `!document.getElementById('send').disabled`)
+	b.Run("type and send",
+		chromedp.SendKeys(chromedp.CSS("#message"), text),
+		chromedp.Click(chromedp.CSS("#send")))
+}
+
+const lastAgentText = `(() => { const m = [...document.querySelectorAll('#transcript .msg.assistant .text')]; return m.length ? m[m.length - 1].textContent : null })()`
+
+const noMarkup = `document.querySelector('#transcript img, #transcript b, #transcript i, #events img, #events b, #interrupt-list b') === null && window.__pwned === undefined`
+
+// In a real browser, the chat page: completes a turn with the echo agent
+// and shows the reply; shows a message with HTML in it as text; continues
+// the thread on the next turn; answers an interrupt; and, reloaded in the
+// middle of a run, reconnects with Last-Event-ID and shows the rest of the
+// answer once.
+func TestChatInBrowser(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	defer release()
+	key := startAgents(t, h, gate)
+	base := startDoors(t, h)
+	b := browsertest.New(t)
+
+	b.Run("open the chat page", chromedp.Navigate(base+"/chat"))
+	b.Eventually("the page is ready", `document.body.dataset.ready === '1'`)
+	selectAgent(b, key, "echo")
+
+	// Steps, not subtests: the browser fails the test that made it.
+	step := func(name string, fn func()) { t.Log("step: " + name); fn() }
+	step("a turn with the echo agent", func() {
+		say(b, "hello there")
+		b.Eventually("the reply", lastAgentText+` === 'echo: hello there'`)
+		b.Eventually("the events streamed in", `document.querySelectorAll('#events li').length >= 5 && document.getElementById('events').textContent.includes('RUN_FINISHED')`)
+	})
+
+	hostile := `<img src=x onerror="window.__pwned=1"> and <b>bold</b>`
+	step("a message with HTML is shown as text", func() {
+		say(b, hostile)
+		b.Eventually("the reply", lastAgentText+` === `+strconv.Quote("echo: "+hostile))
+		mine := browsertest.Eval[string](b, `[...document.querySelectorAll('#transcript .msg.user .text')].pop().textContent`)
+		if mine != hostile {
+			t.Fatalf("my message shown as %q", mine)
+		}
+		if !browsertest.Eval[bool](b, noMarkup) {
+			t.Fatal("a message was rendered as markup")
+		}
+		// Both turns went to one thread, the one RUN_STARTED named.
+		thread := browsertest.Eval[string](b, `JSON.parse(localStorage.getItem('funduq.chat.v1')).convs[`+strconv.Quote(key+"/echo")+`].threadId`)
+		h.Eventually("both turns on the thread "+thread, func() bool {
+			msgs, err := h.Store.ThreadMessages(context.Background(), thread, 10)
+			return err == nil && len(msgs) == 4
+		})
+		b.Screenshot("chat.png")
+	})
+
+	step("an interrupt is answered", func() {
+		selectAgent(b, key, "approver")
+		say(b, "send the report")
+		b.Eventually("the question", `!document.getElementById('interrupt').hidden && document.getElementById('interrupt-list').textContent.includes(`+strconv.Quote(askReason)+`)`)
+		if !browsertest.Eval[bool](b, noMarkup) {
+			t.Fatal("the interrupt was rendered as markup")
+		}
+		b.Screenshot("chat-interrupt.png")
+		b.Eventually("the answer can be sent", `!document.getElementById('interrupt-resolve').disabled`)
+		b.Run("answer", chromedp.SetValue(chromedp.CSS("#interrupt-payload"), `{"approved":true}`),
+			chromedp.Click(chromedp.CSS("#interrupt-resolve")))
+		b.Eventually("the agent got the answer", lastAgentText+` === 'ask-1 resolved: {"approved":true}'`)
+		b.Eventually("the question is gone", `document.getElementById('interrupt').hidden`)
+	})
+
+	step("a reload reconnects with Last-Event-ID", func() {
+		selectAgent(b, key, "slow")
+		say(b, "go")
+		b.Eventually("the first half", lastAgentText+` === 'part one, '`)
+		b.Eventually("the seq is kept", `JSON.parse(localStorage.getItem('funduq.chat.v1')).convs[`+strconv.Quote(key+"/slow")+`].lastSeq >= 3`)
+		b.Run("reload", chromedp.Reload())
+		b.Eventually("the page reconnects", `document.getElementById('chat-status').textContent.includes('reconnecting to run')`)
+		release()
+		b.Eventually("the rest of the answer, once", lastAgentText+` === 'part one, part two'`)
+		b.Eventually("the run is over", `document.body.dataset.ready === '1' && !document.getElementById('send').disabled`)
+		// Only what followed the last seq seen was streamed again.
+		if got := browsertest.Eval[string](b, `[...document.querySelectorAll('#events li .type')].map(e => e.textContent.trim()).join(',')`); got != "RUN_STARTED,TEXT_MESSAGE_CONTENT,TEXT_MESSAGE_END,RUN_FINISHED" {
+			t.Fatalf("events after the reload: %s", got)
+		}
+	})
+}
