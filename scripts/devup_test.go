@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -110,7 +111,26 @@ func TestDevUpReusesRunningServers(t *testing.T) {
 				t.Errorf("dev-up made %s in its state folder: it started a server of its own", dir)
 			}
 		}
+		// The chat page and the operator console (its login form) answer.
+		for _, u := range []string{fmt.Sprintf("http://127.0.0.1:%d/chat", s.doorsPort),
+			fmt.Sprintf("http://127.0.0.1:%d/console", s.httpPort)} {
+			resp, err := http.Get(u)
+			if err != nil {
+				t.Errorf("GET %s: %v", u, err)
+				continue
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Errorf("GET %s: %d", u, resp.StatusCode)
+			}
+		}
 	})
+	for _, want := range []string{fmt.Sprintf("http://127.0.0.1:%d/chat", s.doorsPort),
+		fmt.Sprintf("http://127.0.0.1:%d/console", s.httpPort), "secrets/console-token"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dev-up's summary does not name %q", want)
+		}
+	}
 	for _, want := range []string{"using the PostgreSQL at", "using the Redis at"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dev-up never said %q", want)

@@ -13,6 +13,9 @@
 #       stop the servers that THIS shell started, by pidfile, never by name
 #   funduq_stop_state_dir
 #       stop whatever local servers run from $FUNDUQ_STATE_DIR (dev-up --stop)
+#   funduq_chromium_ensure
+#       find (or install Debian's) chromium for the browser tests and export
+#       its path as FUNDUQ_TEST_CHROMIUM
 #
 # Environment it reads:
 #   FUNDUQ_STATE_DIR       local state (default <repo>/.funduq)
@@ -102,6 +105,33 @@ funduq_need_cmd() {
 	command -v "$1" >/dev/null 2>&1 && return 0
 	funduq_apt_install "$2"
 	command -v "$1" >/dev/null 2>&1 || funduq_die "$1 is still missing after installing $2"
+}
+
+# funduq_chromium_ensure: export FUNDUQ_TEST_CHROMIUM, the headless Chromium
+# the browser tests drive (core/browsertest): the one already named there,
+# else chromium on PATH, else Debian's chromium, installed now (with
+# fonts-liberation, so pages render text). An install that fails is only a
+# warning: the browser tests then skip, or fail under CI=true.
+funduq_chromium_ensure() {
+	local name
+	if [ -n "${FUNDUQ_TEST_CHROMIUM:-}" ] && [ -x "$FUNDUQ_TEST_CHROMIUM" ]; then
+		export FUNDUQ_TEST_CHROMIUM
+		return 0
+	fi
+	for _ in 1 2; do
+		for name in chromium chromium-browser; do
+			if command -v "$name" >/dev/null 2>&1; then
+				FUNDUQ_TEST_CHROMIUM=$(command -v "$name")
+				export FUNDUQ_TEST_CHROMIUM
+				return 0
+			fi
+		done
+		# A subshell, so that a failed install (funduq_die) ends only it.
+		(funduq_apt_install chromium fonts-liberation) || break
+	done
+	funduq_log "warning: no chromium, and installing Debian's chromium failed: the browser tests will skip (and fail under CI=true)"
+	unset FUNDUQ_TEST_CHROMIUM
+	return 0
 }
 
 # ---------------------------------------------------------------------------
