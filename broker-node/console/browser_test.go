@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"testing"
@@ -43,9 +42,12 @@ func TestConsoleInBrowser(t *testing.T) {
 	b.Eventually("this node leads", `document.getElementById('this-node').textContent.includes('leader')`)
 
 	p := h.Connect(0xc2, nodetest.Limit(3))
-	p.Send(wire.Register{Type: wire.TypeRegister, ProviderName: hostileName,
-		Agents: []wire.Registration{{Name: "echo"}, {Name: "summarize"}}})
-	p.Expect(wire.TypeRegistered, nil)
+	register := func() {
+		p.Send(wire.Register{Type: wire.TypeRegister, ProviderName: hostileName,
+			Agents: []wire.Registration{{Name: "echo"}, {Name: "summarize"}}})
+		p.Expect(wire.TypeRegistered, nil)
+	}
+	register()
 
 	row := `document.querySelector('#providers tbody tr')`
 	b.Eventually("the provider connects", row+`.textContent.includes('echo') && `+row+`.textContent.includes('summarize')`)
@@ -83,17 +85,28 @@ func TestConsoleInBrowser(t *testing.T) {
 	p.Refuse(sid, reason)
 	b.Eventually("the failure is listed by reason", countJS("failed")+` === '1' && document.querySelector('#failures tbody tr td') && document.querySelector('#failures tbody tr td').textContent === `+strconv.Quote(reason))
 
-	// Withdrawn at tolerance: marked in the quality table.
-	leading, epoch := h.Node.Broker.Leading()
-	if !leading {
-		t.Fatal("not leading")
+	// Declining with room, three times, withdraws the provider at tolerance
+	// (3): marked in the roster and in the quality table; its run waits queued.
+	qid, _ := h.Door(p.Key, "echo", "", "anyone?")
+	for i := range 3 {
+		if f := p.Offer(); f.RunID != qid {
+			t.Fatalf("offered %s, want %s", f.RunID, qid)
+		}
+		p.Decline(qid)
+		if i < 2 {
+			h.WaitStatus(qid, "queued")
+			register() // offers the queued run again
+		}
 	}
-	if err := h.Store.SetWithdrawn(context.Background(), epoch, p.Key, true); err != nil {
-		t.Fatal(err)
+	b.Eventually("the provider is marked withdrawn", `document.querySelector('#quality tbody tr.withdrawn') && document.querySelector('#quality tbody tr.withdrawn').textContent.includes('withdrawn') && `+
+		row+`.textContent.includes('withdrawn')`)
+	b.Eventually("the run waits queued", countJS("queued")+` === '1' && document.getElementById('oldest-queued').textContent.includes('`+qid+`')`)
+	if got := browsertest.Eval[string](b, `document.querySelector('#quality tbody tr.withdrawn').children[1].textContent`); got != "3" {
+		t.Fatalf("misdeclared counter shown as %q", got)
 	}
-	b.Eventually("the provider is marked withdrawn", `document.querySelector('#quality tbody tr.withdrawn') && document.querySelector('#quality tbody tr.withdrawn').textContent.includes('withdrawn')`)
 	if browsertest.Eval[bool](b, `!!document.querySelector('main img, main b, main script') || window.__pwned === 1`) {
 		t.Fatal("untrusted text was rendered as markup")
 	}
 	b.Screenshot("console.png")
+	b.CheckClean()
 }

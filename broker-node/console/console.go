@@ -188,6 +188,7 @@ func secure(r *http.Request) bool {
 var assets = map[string]string{
 	"console.js":  "text/javascript; charset=utf-8",
 	"console.css": "text/css; charset=utf-8",
+	"favicon.svg": "image/svg+xml",
 }
 
 // asset serves the page's script and style (no secret in them: served

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -196,5 +197,16 @@ func (b *Browser) Screenshot(name string) {
 	}
 	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
 		b.t.Fatal(err)
+	}
+}
+
+// CheckClean fails the test when the page threw an uncaught exception or
+// the browser refused something under the Content-Security-Policy.
+func (b *Browser) CheckClean() {
+	b.t.Helper()
+	for _, l := range b.Logs() {
+		if strings.HasPrefix(l, "console exception:") || strings.Contains(l, "Content Security Policy") {
+			b.t.Errorf("browser: %s", l)
+		}
 	}
 }

@@ -29,9 +29,10 @@ const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-sr
 func Patterns() []string { return []string{"GET /chat", "GET /chat/{file}"} }
 
 var files = map[string]string{
-	"":         "text/html; charset=utf-8",
-	"chat.js":  "text/javascript; charset=utf-8",
-	"chat.css": "text/css; charset=utf-8",
+	"":            "text/html; charset=utf-8",
+	"chat.js":     "text/javascript; charset=utf-8",
+	"chat.css":    "text/css; charset=utf-8",
+	"favicon.svg": "image/svg+xml",
 }
 
 // Handler serves the page and its two assets.

@@ -267,4 +267,5 @@ func TestChatInBrowser(t *testing.T) {
 			t.Fatalf("events after the reload: %s", got)
 		}
 	})
+	b.CheckClean()
 }

@@ -52,12 +52,16 @@
     for (const a of list) frag.appendChild(el("span", a, "agent"));
     return frag;
   }
+  let fingerprints = new Map(); // provider key -> fingerprint, from the last state
   function runAge(r) {
     if (!r) return "none";
-    return r.runId + " · " + r.agentName + " on " + shortKey(r.providerKey) + " · " + dur(r.ageMs);
+    return r.runId + " · " + r.agentName + " on " + (fingerprints.get(r.providerKey) || shortKey(r.providerKey)) +
+      " · " + (r.status === "queued" ? "waiting " : "running ") + dur(r.ageMs);
   }
 
   function render(s) {
+    fingerprints = new Map();
+    for (const p of s.providers.list.concat(s.quality.list)) if (p.fingerprint) fingerprints.set(p.key, p.fingerprint);
     const me = s.node;
     $("this-node").replaceChildren(el("span", me.id + " "), tag(me.role, me.role));
     const L = s.leader;
