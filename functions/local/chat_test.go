@@ -8,14 +8,20 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/funduq/funduq-go/broker-node/broker"
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/browsertest"
 	"github.com/funduq/funduq-go/core/identity"
@@ -55,15 +61,56 @@ func startDoors(t *testing.T, h *nodetest.Harness) string {
 	}
 }
 
-// echo answers as examples/echo-agent does: "echo: " and the last user text.
-func echo(ctx context.Context, r *provider.Run) error {
-	if err := r.Emit(ctx, map[string]any{"type": "RUN_STARTED", "threadId": r.ThreadID, "runId": r.ID}); err != nil {
-		return err
+// startEchoAgent builds and runs examples/echo-agent (the example agent,
+// as a process) against h until the test ends, and returns its key.
+func startEchoAgent(t *testing.T, h *nodetest.Harness) string {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "echo-agent")
+	gobin := filepath.Join(os.Getenv("GOROOT"), "bin", "go") // go test sets GOROOT
+	if _, err := os.Stat(gobin); err != nil {
+		gobin = "go"
 	}
-	if err := r.EmitText(ctx, r.ID+"-reply", "echo: "+r.LastUserText()); err != nil {
-		return err
+	// Not with -race: the agent is the system under test, not the test.
+	if out, err := exec.Command(gobin, "build", "-o", bin, "github.com/funduq/funduq-go/examples/echo-agent").CombinedOutput(); err != nil {
+		t.Fatalf("go build examples/echo-agent: %v\n%s", err, out)
 	}
-	return r.Emit(ctx, map[string]any{"type": "RUN_FINISHED", "threadId": r.ThreadID, "runId": r.ID})
+	seed := nodetest.SeedHex(0xe7)
+	keyFile := filepath.Join(dir, "echo.key")
+	if err := os.WriteFile(keyFile, []byte(seed+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	signer, err := identity.NewSignerFromSeedHex(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	cmd := exec.Command(bin)
+	cmd.Env = []string{"FUNDUQ_BROKER_URL=" + h.URL, "FUNDUQ_AGENT_KEY_FILE=" + keyFile, "FUNDUQ_PUBLIC_KEY=" + h.Node.FunduqKey()}
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("echo-agent: %v\n%s", err, logs.String())
+			}
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Errorf("echo-agent did not stop on SIGTERM\n%s", logs.String())
+		}
+	})
+	key := signer.PublicKeyHex()
+	h.Eventually("the echo agent registers", func() bool {
+		return slices.Contains(h.Node.Broker.Snapshot().Served, broker.AgentRef{Key: key, Name: "echo"})
+	})
+	return key
 }
 
 const askReason = `May I send <b>the email</b>?`
@@ -122,7 +169,7 @@ func slow(gate <-chan struct{}) provider.Handler {
 	}
 }
 
-// startAgents connects a provider (our SDK) serving echo, approver and slow.
+// startAgents connects a provider (our SDK) serving approver and slow.
 func startAgents(t *testing.T, h *nodetest.Harness, gate <-chan struct{}) string {
 	t.Helper()
 	signer, err := identity.NewSignerFromSeedHex(nodetest.SeedHex(0xd7))
@@ -131,7 +178,7 @@ func startAgents(t *testing.T, h *nodetest.Harness, gate <-chan struct{}) string
 	}
 	c, err := provider.New(provider.Config{BaseURL: h.URL, Signer: signer, FunduqKey: h.Node.FunduqKey(), ProviderName: "chat-test",
 		Logger: slog.New(slog.DiscardHandler),
-		Agents: []provider.Agent{{Name: "echo", Handler: echo}, {Name: "approver", Handler: approver}, {Name: "slow", Handler: slow(gate)}}})
+		Agents: []provider.Agent{{Name: "approver", Handler: approver}, {Name: "slow", Handler: slow(gate)}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,8 +191,11 @@ func startAgents(t *testing.T, h *nodetest.Harness, gate <-chan struct{}) string
 			t.Errorf("provider: %v", err)
 		}
 	})
-	h.Eventually("the agents register", func() bool { return len(h.Node.Broker.Snapshot().Served) == 3 })
-	return signer.PublicKeyHex()
+	key := signer.PublicKeyHex()
+	h.Eventually("the agents register", func() bool {
+		return slices.Contains(h.Node.Broker.Snapshot().Served, broker.AgentRef{Key: key, Name: "slow"})
+	})
+	return key
 }
 
 // The page and its assets carry a strict CSP; unknown files are 404.
@@ -190,8 +240,8 @@ const lastAgentText = `(() => { const m = [...document.querySelectorAll('#transc
 
 const noMarkup = `document.querySelector('#transcript img, #transcript b, #transcript i, #events img, #events b, #interrupt-list b') === null && window.__pwned === undefined`
 
-// In a real browser, the chat page: completes a turn with the echo agent
-// and shows the reply; shows a message with HTML in it as text; continues
+// In a real browser, the chat page: completes a turn with the example echo
+// agent (examples/echo-agent, run as a process) and shows the reply; shows a message with HTML in it as text; continues
 // the thread on the next turn; answers an interrupt; and, reloaded in the
 // middle of a run, reconnects with Last-Event-ID and shows the rest of the
 // answer once.
@@ -201,13 +251,14 @@ func TestChatInBrowser(t *testing.T) {
 	var once sync.Once
 	release := func() { once.Do(func() { close(gate) }) }
 	defer release()
+	echoKey := startEchoAgent(t, h)
 	key := startAgents(t, h, gate)
 	base := startDoors(t, h)
 	b := browsertest.New(t)
 
 	b.Run("open the chat page", chromedp.Navigate(base+"/chat"))
 	b.Eventually("the page is ready", `document.body.dataset.ready === '1'`)
-	selectAgent(b, key, "echo")
+	selectAgent(b, echoKey, "echo")
 
 	// Steps, not subtests: the browser fails the test that made it.
 	step := func(name string, fn func()) { t.Log("step: " + name); fn() }
@@ -229,7 +280,7 @@ func TestChatInBrowser(t *testing.T) {
 			t.Fatal("a message was rendered as markup")
 		}
 		// Both turns went to one thread, the one RUN_STARTED named.
-		thread := browsertest.Eval[string](b, `JSON.parse(localStorage.getItem('funduq.chat.v1')).convs[`+strconv.Quote(key+"/echo")+`].threadId`)
+		thread := browsertest.Eval[string](b, `JSON.parse(localStorage.getItem('funduq.chat.v1')).convs[`+strconv.Quote(echoKey+"/echo")+`].threadId`)
 		h.Eventually("both turns on the thread "+thread, func() bool {
 			msgs, err := h.Store.ThreadMessages(context.Background(), thread, 10)
 			return err == nil && len(msgs) == 4
