@@ -58,11 +58,11 @@ type Options struct {
 	Redis redis.UniversalClient
 	// Broker is this node's broker: its roster is the truth while it leads.
 	Broker *broker.Broker
-	// LeaseKey is the lease's Redis key; NodesPrefix the prefix of the
-	// keys nodes announce themselves under (see Announce).
-	LeaseKey    string
-	NodesPrefix string
-	LeaseTTL    time.Duration
+	// LeaseKey is the lease's Redis key; NodesKey the hash nodes announce
+	// themselves in (see Announce).
+	LeaseKey string
+	NodesKey string
+	LeaseTTL time.Duration
 	// NodeID and AdvertiseURL name this node.
 	NodeID       string
 	AdvertiseURL string

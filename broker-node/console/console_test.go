@@ -1,7 +1,9 @@
 package console_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -12,6 +14,7 @@ import (
 	"github.com/funduq/funduq-go/broker-node/console"
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/redistest"
 )
 
 const token = "console-token-for-tests-0123456789"
@@ -161,5 +164,43 @@ func TestConsoleOnStandby(t *testing.T) {
 	sb.Shutdown()
 	if n := state(t, h.URL).Nodes; len(n) != 1 || n[0].NodeID != "test-node" {
 		t.Fatalf("after the standby stopped: %+v", n)
+	}
+}
+
+// A node that died without removing itself goes stale after its TTL and is
+// dropped by the next reader; one that stops removes itself at once.
+func TestSeenNodes(t *testing.T) {
+	rdb, prefix := redistest.Client(t)
+	key := prefix + "broker:nodes"
+	ctx := context.Background()
+	stale := fmt.Sprintf(`{"nodeId":"gone","role":"leader","at":%d,"ttlMs":1000}`, time.Now().Add(-time.Minute).UnixMilli())
+	if err := rdb.HSet(ctx, key, "gone", stale, "junk", "{").Err(); err != nil {
+		t.Fatal(err)
+	}
+	actx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		console.Announce(actx, rdb, key, "alive", "http://alive", time.Minute, func() bool { return false })
+	}()
+	var seen []console.SeenJSON
+	deadline := time.Now().Add(20 * time.Second)
+	for len(seen) != 1 && time.Now().Before(deadline) {
+		var err error
+		if seen, err = console.Seen(ctx, rdb, key); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(seen) != 1 || seen[0].NodeID != "alive" || seen[0].Role != "standby" || seen[0].AdvertiseURL != "http://alive" {
+		t.Fatalf("seen %+v", seen)
+	}
+	if n, _ := rdb.HLen(ctx, key).Result(); n != 1 {
+		t.Fatalf("the stale and the malformed entries were not dropped: %d fields", n)
+	}
+	stop()
+	<-done
+	if n, _ := rdb.HLen(ctx, key).Result(); n != 0 {
+		t.Fatalf("a stopped node left its entry: %d fields", n)
 	}
 }

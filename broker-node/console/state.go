@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -154,7 +153,7 @@ func (h *Handler) collect(ctx context.Context) State {
 	} else if !errors.Is(err, lease.ErrNoHolder) {
 		fail("lease", err)
 	}
-	if seen, err := Seen(ctx, o.Redis, o.NodesPrefix); err != nil {
+	if seen, err := Seen(ctx, o.Redis, o.NodesKey); err != nil {
 		fail("nodes", err)
 	} else {
 		s.Nodes = seen
@@ -234,21 +233,23 @@ func ageJSON(r *store.RunAge) *RunAgeJSON {
 		Since: r.Since.UTC(), AgeMS: r.Age.Milliseconds()}
 }
 
-// announcement is what a node writes under NodesPrefix+<node id>.
+// announcement is what a node writes in the nodes hash, under its id.
 type announcement struct {
 	NodeID       string `json:"nodeId"`
 	AdvertiseURL string `json:"advertiseUrl"`
 	Role         string `json:"role"`
-	At           int64  `json:"at"` // unix milliseconds
+	At           int64  `json:"at"`    // unix milliseconds
+	TTLMS        int64  `json:"ttlMs"` // stale after At+TTLMS
 }
 
 // Announce records, every ttl/3 until ctx ends, that this node is alive
-// and whether it leads, under a key that expires after ttl; a change of
-// role is written within a quarter second. It deletes the key when ctx
-// ends. The console lists these as the nodes seen.
-func Announce(ctx context.Context, rdb redis.UniversalClient, prefix, nodeID, advertiseURL string, ttl time.Duration,
+// and whether it leads, as a field of the hash at key (one small hash, so
+// reading it never scans the keyspace); a change of role is written within
+// a quarter second. It removes its field when ctx ends; a node that dies
+// goes stale after ttl and the next reader drops it. The console lists
+// these as the nodes seen.
+func Announce(ctx context.Context, rdb redis.UniversalClient, key, nodeID, advertiseURL string, ttl time.Duration,
 	leading func() bool) {
-	key := prefix + nodeID
 	role := func() string {
 		if leading() {
 			return "leader"
@@ -256,9 +257,10 @@ func Announce(ctx context.Context, rdb redis.UniversalClient, prefix, nodeID, ad
 		return "standby"
 	}
 	write := func(r string) {
-		b, _ := json.Marshal(announcement{NodeID: nodeID, AdvertiseURL: advertiseURL, Role: r, At: time.Now().UnixMilli()})
+		b, _ := json.Marshal(announcement{NodeID: nodeID, AdvertiseURL: advertiseURL, Role: r, At: time.Now().UnixMilli(),
+			TTLMS: ttl.Milliseconds()})
 		wctx, cancel := context.WithTimeout(ctx, max(ttl/3, time.Second))
-		_ = rdb.Set(wctx, key, b, ttl).Err()
+		_ = rdb.HSet(wctx, key, nodeID, b).Err()
 		cancel()
 	}
 	every := max(ttl/3, 10*time.Millisecond)
@@ -271,7 +273,7 @@ func Announce(ctx context.Context, rdb redis.UniversalClient, prefix, nodeID, ad
 		select {
 		case <-ctx.Done():
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			rdb.Del(dctx, key)
+			rdb.HDel(dctx, key, nodeID)
 			cancel()
 			return
 		case <-check.C:
@@ -283,49 +285,27 @@ func Announce(ctx context.Context, rdb redis.UniversalClient, prefix, nodeID, ad
 	}
 }
 
-// Seen lists the nodes announced under prefix, sorted by id.
-func Seen(ctx context.Context, rdb redis.UniversalClient, prefix string) ([]SeenJSON, error) {
-	var keys []string
-	iter := rdb.Scan(ctx, 0, escapeGlob(prefix)+"*", 100).Iterator()
-	for iter.Next(ctx) {
-		keys = append(keys, iter.Val())
-	}
-	if err := iter.Err(); err != nil {
-		return nil, err
-	}
-	out := []SeenJSON{}
-	if len(keys) == 0 {
-		return out, nil
-	}
-	vals, err := rdb.MGet(ctx, keys...).Result()
+// Seen lists the nodes announced in the hash at key and not stale, sorted
+// by id; it drops the stale ones from the hash.
+func Seen(ctx context.Context, rdb redis.UniversalClient, key string) ([]SeenJSON, error) {
+	all, err := rdb.HGetAll(ctx, key).Result()
 	if err != nil {
 		return nil, err
 	}
+	out := []SeenJSON{}
 	now := time.Now().UnixMilli()
-	for _, v := range vals {
-		str, ok := v.(string)
-		if !ok {
-			continue
-		}
+	var stale []string
+	for field, v := range all {
 		var a announcement
-		if json.Unmarshal([]byte(str), &a) != nil {
+		if json.Unmarshal([]byte(v), &a) != nil || now > a.At+a.TTLMS {
+			stale = append(stale, field)
 			continue
 		}
 		out = append(out, SeenJSON{NodeID: a.NodeID, AdvertiseURL: a.AdvertiseURL, Role: a.Role, SeenAgoMS: max(now-a.At, 0)})
 	}
+	if len(stale) > 0 {
+		rdb.HDel(ctx, key, stale...)
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].NodeID < out[j].NodeID })
 	return out, nil
-}
-
-// escapeGlob escapes Redis SCAN pattern characters in a literal prefix.
-func escapeGlob(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		switch r {
-		case '*', '?', '[', ']', '\\':
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }

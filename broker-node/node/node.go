@@ -58,9 +58,9 @@ type Node struct {
 func LeaseKey(prefix string) string     { return prefix + "broker:lease" }
 func LeaseChannel(prefix string) string { return prefix + "broker:lease:events" }
 
-// NodesPrefix prefixes the key each node announces itself under (the
-// console's "nodes seen").
-func NodesPrefix(prefix string) string { return prefix + "broker:nodes:" }
+// NodesKey is the Redis hash each node announces itself in (the console's
+// "nodes seen").
+func NodesKey(prefix string) string { return prefix + "broker:nodes" }
 
 // Options are what New needs beyond the configuration.
 type Options struct {
@@ -132,7 +132,7 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 	n.mux.HandleFunc("GET /readyz", n.readyz)
 	n.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	con := console.New(console.Options{Token: cfg.ConsoleToken, Store: st, Redis: rdb, Broker: b,
-		LeaseKey: LeaseKey(prefix), NodesPrefix: NodesPrefix(prefix), LeaseTTL: cfg.LeaseTTL,
+		LeaseKey: LeaseKey(prefix), NodesKey: NodesKey(prefix), LeaseTTL: cfg.LeaseTTL,
 		NodeID: cfg.NodeID, AdvertiseURL: cfg.AdvertiseURL, Tolerance: cfg.ProviderQualityTolerance, Log: log})
 	for _, p := range console.Patterns() {
 		n.mux.Handle(p, con)
@@ -220,7 +220,7 @@ func (n *Node) Run(ctx context.Context, ln net.Listener) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		console.Announce(ctx, n.rdb, NodesPrefix(n.prefix), n.cfg.NodeID, n.cfg.AdvertiseURL, n.cfg.LeaseTTL,
+		console.Announce(ctx, n.rdb, NodesKey(n.prefix), n.cfg.NodeID, n.cfg.AdvertiseURL, n.cfg.LeaseTTL,
 			func() bool { leading, _ := n.Broker.Leading(); return leading })
 	}()
 	n.log.Info("broker node serving", "addr", ln.Addr().String(), "advertise", n.cfg.AdvertiseURL, "funduq_key", n.signer.PublicKeyHex())
