@@ -109,16 +109,24 @@
   // ---- agents ----
   function selectedAgent() { return agents.find((a) => a.providerKey + "/" + a.name === saved.agent); }
 
-  async function loadAgents() {
+  let listed = null; // the last listing, to rebuild the menu only when it changed
+
+  async function loadAgents(quiet) {
     const sel = $("agent");
+    let fresh;
     try {
       const res = await fetch("/agents", { cache: "no-store" });
       if (!res.ok) throw new Error("HTTP " + res.status);
-      agents = (await res.json()).agents || [];
+      fresh = (await res.json()).agents || [];
     } catch (e) {
+      if (quiet === true) return;
       status("could not list the agents: " + e.message, true);
-      agents = [];
+      fresh = [];
     }
+    const text = JSON.stringify(fresh);
+    if (text === listed || (quiet === true && document.activeElement === sel)) return;
+    listed = text;
+    agents = fresh;
     sel.replaceChildren();
     if (agents.length === 0) sel.appendChild(el("option", "no agent registered"));
     for (const a of agents) {
@@ -126,7 +134,11 @@
       o.value = a.providerKey + "/" + a.name;
       sel.appendChild(o);
     }
-    if (!selectedAgent() && agents.length) { saved.agent = agents[0].providerKey + "/" + agents[0].name; persist(); }
+    if (!selectedAgent() && agents.length && !busy) {
+      saved.agent = agents[0].providerKey + "/" + agents[0].name;
+      persist();
+      if (quiet === true) renderAll();
+    }
     if (selectedAgent()) sel.value = saved.agent;
     updateButtons();
   }
@@ -329,7 +341,9 @@
 
   // ---- wiring ----
   $("agent").addEventListener("change", () => { saved.agent = $("agent").value; persist(); renderAll(); });
-  $("refresh-agents").addEventListener("click", loadAgents);
+  $("refresh-agents").addEventListener("click", () => { listed = null; loadAgents(); });
+  // Agents come and go while the page is open: look again now and then.
+  setInterval(() => loadAgents(true), 10000);
   $("new-thread").addEventListener("click", () => {
     if (busy) return;
     delete saved.convs[saved.agent || ""];
