@@ -522,3 +522,45 @@ func charsetOf(t *testing.T, c *cfn, props *yaml.Node, key string) string {
 	}
 	return ""
 }
+
+// The doors (dynamic references in template.yaml) and the broker hosts
+// (their user data) read each variable from the same key of the funduq
+// secret, and those are the keys the foundation composes: a key spelt
+// differently in one place would leave a binary without its setting.
+func TestSecretKeysAgree(t *testing.T) {
+	composed := map[string]bool{}
+	f := loadTemplate(t, foundationPath)
+	for _, s := range resourcesOfType(f, "AWS::SecretsManager::Secret") {
+		if ss := get(f.root, "Resources", s, "Properties", "SecretString"); ss != nil {
+			for _, m := range regexp.MustCompile(`"([a-z_]+)":`).FindAllStringSubmatch(ss.Value, -1) {
+				composed[m[1]] = true
+			}
+		}
+	}
+
+	doors := map[string]string{} // variable -> key
+	tmpl := loadTemplate(t, "template.yaml")
+	for _, fn := range functions(t, tmpl) {
+		for v, n := range fn.env {
+			if m := regexp.MustCompile(`^\{\{resolve:secretsmanager:\$\{SecretArn\}:SecretString:([a-z_]+)\}\}$`).FindStringSubmatch(n.Value); m != nil {
+				doors[v] = m[1]
+			}
+		}
+	}
+	broker := map[string]string{}
+	ud := get(loadTemplate(t, "infra/broker.yaml").root, "Resources", "LaunchTemplate", "Properties", "LaunchTemplateData", "UserData", "Fn::Base64")
+	if ud == nil || ud.Kind != yaml.SequenceNode {
+		t.Fatal("infra/broker.yaml: no user data script")
+	}
+	for _, m := range regexp.MustCompile(`\("(FUNDUQ_[A-Z_]+)", "([a-z_]+)"\)`).FindAllStringSubmatch(ud.Content[0].Value, -1) {
+		broker[m[1]] = m[2]
+	}
+	for _, v := range secretVars {
+		if doors[v] == "" || doors[v] != broker[v] || !composed[doors[v]] {
+			t.Errorf("%s: doors read key %q, broker hosts %q; the foundation composes %v", v, doors[v], broker[v], slices.Sorted(maps.Keys(composed)))
+		}
+	}
+	if len(doors) != len(secretVars) || len(broker) != len(secretVars) {
+		t.Errorf("secret variables: doors %v, broker %v, want exactly %v", doors, broker, secretVars)
+	}
+}

@@ -205,6 +205,12 @@ func TestBrokerTemplate(t *testing.T) {
 	if !strings.Contains(script, "FUNDUQ_HTTP_ADDR=0.0.0.0:8700") {
 		t.Error("broker user data: FUNDUQ_HTTP_ADDR must listen on 0.0.0.0:8700 (the target group's port)")
 	}
+	// The schema is applied before the node starts (migrate takes an advisory lock, so hosts
+	// booting together take turns): a fresh deployment needs no separate migration step.
+	mi, st := strings.Index(script, "/usr/local/bin/funduq migrate"), strings.Index(script, "systemctl enable --now funduq-broker")
+	if mi < 0 || st < 0 || mi > st {
+		t.Error("broker user data: `funduq migrate` must run before the service starts")
+	}
 	// Secrets come from the secret, in the same shape as the doors' keys.
 	if !strings.Contains(script, "secretsmanager get-secret-value") || !strings.Contains(script, "${SecretArn}") {
 		t.Error("broker user data: secrets must be read from Secrets Manager (SecretArn)")
