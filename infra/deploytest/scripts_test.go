@@ -73,6 +73,7 @@ func TestScriptsRefuseMissingParameters(t *testing.T) {
 			"--private-subnet-ids", "--store-sg", "--bucket"}},
 		{"deploy", []string{"doors", "--stack-name", "s", "--secret-arn", "plain", "--subnet-ids", "a", "--security-group-id", "sg"}, []string{"--secret-arn"}},
 		{"deploy", []string{"doors", "--stack-name"}, []string{"--stack-name"}},
+		{"deploy", []string{"broker", "--stack-name", "s", "--foundation-stack", "f", "--certificate-arn", "arn:aws:acm:x"}, []string{"--hostname"}},
 		{"migrate", nil, []string{"FUNDUQ_DATABASE_URL"}},
 		{"lease", nil, []string{"status", "handover"}},
 		{"lease", []string{"takeover"}, []string{"takeover"}},

@@ -181,6 +181,21 @@ func TestBrokerTemplate(t *testing.T) {
 		t.Error("NodeCount must allow no fewer than 2 nodes")
 	}
 
+	// Providers are told (FUNDUQ_ADVERTISE_URL, e.g. in a standby's redirect) the URL the stack
+	// gives them to connect to.
+	adv := get(res, "LaunchTemplate", "Properties", "LaunchTemplateData", "UserData", "Fn::Base64")
+	if adv == nil || adv.Kind != yaml.SequenceNode || len(adv.Content) != 2 || get(adv.Content[1], "AdvertiseUrl") == nil {
+		t.Fatal("LaunchTemplate user data: want !Sub [script, {AdvertiseUrl: ...}]")
+	}
+	a, _ := yaml.Marshal(get(adv.Content[1], "AdvertiseUrl"))
+	b, _ := yaml.Marshal(get(c.root, "Outputs", "BrokerUrl", "Value"))
+	if string(a) != string(b) {
+		t.Errorf("FUNDUQ_ADVERTISE_URL is\n%s\nbut the BrokerUrl output is\n%s", a, b)
+	}
+	if strings.Contains(string(a), "https://${LoadBalancer.DNSName}") {
+		t.Error("HTTPS on the load balancer's own DNS name: no certificate can match it (use PublicHostname)")
+	}
+
 	// The environment file the user data writes provides what the broker requires.
 	ud := get(res, "LaunchTemplate", "Properties", "LaunchTemplateData", "UserData", "Fn::Base64")
 	if ud == nil || ud.Tag != "!Sub" || ud.Kind != yaml.SequenceNode {
