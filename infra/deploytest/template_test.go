@@ -253,7 +253,9 @@ func TestSystemdUnit(t *testing.T) {
 
 // The build: every door's bootstrap for linux/arm64 (through
 // scripts/build-lambdas, into each function's CodeUri folder under a
-// temporary root) and the broker node for linux/amd64 and arm64.
+// temporary root) and the broker node for linux/arm64, the architecture
+// infra/broker.yaml runs (amd64 is the same code; not built here to keep
+// the cross-compiles to four).
 func TestBuild(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cross-compiles four binaries")
@@ -268,7 +270,7 @@ func TestBuild(t *testing.T) {
 		}
 	}
 	run("build-lambdas", "--out", out)
-	run("build-broker", "--out", filepath.Join(out, "broker"))
+	run("build-broker", "--out", filepath.Join(out, "broker"), "--arch", "arm64")
 
 	check := func(p string, machine elf.Machine) {
 		t.Helper()
@@ -291,5 +293,4 @@ func TestBuild(t *testing.T) {
 		check(filepath.Join(out, code, f.props["Handler"].Value), elf.EM_AARCH64)
 	}
 	check(filepath.Join(out, "broker", "broker-node-linux-arm64"), elf.EM_AARCH64)
-	check(filepath.Join(out, "broker", "broker-node-linux-amd64"), elf.EM_X86_64)
 }
