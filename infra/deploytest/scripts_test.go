@@ -32,11 +32,21 @@ func runScript(t *testing.T, name string, env []string, args ...string) (int, st
 
 // Every deployment script answers --help on stdout with exit status 0.
 func TestScriptsHelp(t *testing.T) {
-	for _, name := range []string{"build-lambdas", "build-broker", "deploy", "migrate"} {
+	for _, name := range []string{"build-lambdas", "build-broker", "deploy", "migrate", "lease"} {
 		code, out, errOut := runScript(t, name, nil, "--help")
 		if code != 0 || !strings.Contains(out, "scripts/"+name) || errOut != "" {
 			t.Errorf("%s --help: exit %d, stdout %q, stderr %q", name, code, out, errOut)
 		}
+	}
+	// A subcommand's --help is the same help, not an error.
+	for _, args := range [][]string{{"foundation", "--help"}, {"all", "--help"}, {"doors", "--stack-name", "s", "--help"}} {
+		code, out, errOut := runScript(t, "deploy", nil, args...)
+		if code != 0 || !strings.Contains(out, "scripts/deploy foundation") || errOut != "" {
+			t.Errorf("deploy %v: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+	}
+	if code, out, _ := runScript(t, "lease", nil, "status", "--help"); code != 0 || !strings.Contains(out, "scripts/lease handover") {
+		t.Errorf("lease status --help: exit %d, stdout %q", code, out)
 	}
 }
 
@@ -48,14 +58,26 @@ func TestScriptsRefuseMissingParameters(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"deploy", nil, []string{"doors or broker"}},
+		{"deploy", nil, []string{"all", "foundation", "broker", "doors"}},
+		{"deploy", []string{"nosuch"}, []string{"nosuch"}},
+		{"deploy", []string{"foundation"}, []string{"--stack-name"}},
+		{"deploy", []string{"all"}, []string{"--stack-prefix"}},
+		{"deploy", []string{"all", "--stack-prefix", "p", "--stack-name", "x"}, []string{"--stack-prefix", "--stack-name"}},
+		{"deploy", []string{"broker", "--foundation-stack", "f"}, []string{"--stack-name"}},
+		{"deploy", []string{"doors", "--stack-name", "s", "--foundation-stack"}, []string{"--foundation-stack"}},
+		{"deploy", []string{"foundation", "--stack-name", "s", "--bucket", "b"}, []string{"--bucket", "foundation"}},
+		{"deploy", []string{"broker", "--stack-name", "s", "--subnet-ids", "a"}, []string{"--subnet-ids", "broker"}},
 		{"deploy", []string{"doors"}, []string{"--stack-name", "--secret-arn", "--subnet-ids", "--security-group-id"}},
 		{"deploy", []string{"doors", "--stack-name", "s", "--subnet-ids", "subnet-1"}, []string{"--secret-arn", "--security-group-id"}},
 		{"deploy", []string{"broker"}, []string{"--stack-name", "--secret-arn", "--vpc-id", "--public-subnet-ids",
 			"--private-subnet-ids", "--store-sg", "--bucket"}},
 		{"deploy", []string{"doors", "--stack-name", "s", "--secret-arn", "plain", "--subnet-ids", "a", "--security-group-id", "sg"}, []string{"--secret-arn"}},
 		{"deploy", []string{"doors", "--stack-name"}, []string{"--stack-name"}},
+		{"deploy", []string{"broker", "--stack-name", "s", "--foundation-stack", "f", "--certificate-arn", "arn:aws:acm:x"}, []string{"--hostname"}},
 		{"migrate", nil, []string{"FUNDUQ_DATABASE_URL"}},
+		{"lease", nil, []string{"status", "handover"}},
+		{"lease", []string{"takeover"}, []string{"takeover"}},
+		{"lease", []string{"status"}, []string{"FUNDUQ_DATABASE_URL", "FUNDUQ_REDIS_URL"}},
 		{"build-lambdas", []string{"--out"}, []string{"--out"}},
 		{"build-lambdas", []string{"nosuchdoor"}, []string{"nosuchdoor"}},
 		{"build-broker", []string{"--out"}, []string{"--out"}},

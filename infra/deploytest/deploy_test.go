@@ -1,0 +1,226 @@
+package deploytest
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// fakeTools writes `aws` and `sam` stand-ins into a folder: both log
+// their arguments (one call per line) to calls.log; `aws cloudformation
+// describe-stacks --stack-name <stack>` prints outputs (OutputKey TAB
+// OutputValue lines), any other stack fails as a missing stack would.
+func fakeTools(t *testing.T, stack string, outputs map[string]string) (bin, log string) {
+	t.Helper()
+	bin = t.TempDir()
+	log = filepath.Join(bin, "calls.log")
+	var table strings.Builder
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range outputs {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		table.WriteString(k + "\t" + outputs[k] + "\n")
+	}
+	if err := os.WriteFile(filepath.Join(bin, "outputs.txt"), []byte(table.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	aws := `#!/usr/bin/env bash
+echo "aws $*" >> '` + log + `'
+if [ "$1 $2" = "cloudformation describe-stacks" ]; then
+	case " $* " in
+	*" --stack-name ` + stack + ` "*) cat '` + filepath.Join(bin, "outputs.txt") + `'; exit 0 ;;
+	esac
+	echo "An error occurred (ValidationError): Stack does not exist" >&2
+	exit 255
+fi
+exit 0
+`
+	sam := "#!/usr/bin/env bash\necho \"sam $*\" >> '" + log + "'\n"
+	for name, body := range map[string]string{"aws": aws, "sam": sam} {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bin, log
+}
+
+// dryRunCall is one command `scripts/deploy --dry-run` printed.
+type dryRunCall []string
+
+// overrides parses the KEY=VALUE words after --parameter-overrides.
+func (c dryRunCall) overrides() map[string]string {
+	out := map[string]string{}
+	i := slices.Index(c, "--parameter-overrides")
+	if i < 0 {
+		return out
+	}
+	for _, w := range c[i+1:] {
+		if strings.HasPrefix(w, "--") {
+			break
+		}
+		k, v, _ := strings.Cut(w, "=")
+		out[k] = v
+	}
+	return out
+}
+
+func (c dryRunCall) flag(name string) string {
+	if i := slices.Index(c, name); i >= 0 && i+1 < len(c) {
+		return c[i+1]
+	}
+	return ""
+}
+
+// The whole deployment from one command: `scripts/deploy all` deploys the
+// foundation, then the broker and the doors with the foundation's outputs
+// as their parameters. Every parameter without a default is given, no
+// parameter the template does not declare is, each one the foundation
+// provides carries the right output's value, and the dry run changes
+// nothing (the only AWS call reads the foundation's outputs).
+func TestDeployAllWiring(t *testing.T) {
+	foundation := loadTemplate(t, foundationPath)
+	outputs := map[string]string{}
+	for _, k := range keys(get(foundation.root, "Outputs")) {
+		outputs[k] = "out-" + k
+	}
+	outputs["SecretArn"] = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:p-foundation/funduq-AbCdEf"
+	bin, log := fakeTools(t, "p-foundation", outputs)
+
+	code, stdout, stderr := runScript(t, "deploy", []string{"PATH=" + bin + ":" + os.Getenv("PATH")},
+		"all", "--stack-prefix", "p", "--region", "eu-west-1", "--dry-run", "--auth-type", "AWS_IAM", "--node-count", "3")
+	if code != 0 {
+		t.Fatalf("deploy all --dry-run: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	var calls []dryRunCall
+	for _, l := range strings.Split(stdout, "\n") {
+		if rest, ok := strings.CutPrefix(l, "dry-run: "); ok {
+			calls = append(calls, strings.Fields(rest))
+		}
+	}
+	find := func(prefix ...string) dryRunCall {
+		t.Helper()
+		for _, c := range calls {
+			if len(c) >= len(prefix) && slices.Equal(c[:len(prefix)], prefix) {
+				return c
+			}
+		}
+		t.Fatalf("deploy all did not run %q; it ran %q", prefix, calls)
+		return nil
+	}
+	cfnDeploy := func(template string) dryRunCall {
+		t.Helper()
+		for _, c := range calls {
+			if len(c) > 2 && (c[0] == "aws" && c[1] == "cloudformation" && c[2] == "deploy" || c[0] == "sam" && c[1] == "deploy") &&
+				c.flag("--template-file") == template {
+				if c.flag("--region") != "eu-west-1" {
+					t.Errorf("%s deployed without --region eu-west-1: %q", template, c)
+				}
+				return c
+			}
+		}
+		t.Fatalf("deploy all did not deploy %s; it ran %q", template, calls)
+		return nil
+	}
+
+	// The order: foundation, then broker, then doors.
+	var order []string
+	for _, c := range calls {
+		if tf := c.flag("--template-file"); tf != "" {
+			order = append(order, tf)
+		}
+	}
+	if want := []string{foundationPath, "infra/broker.yaml", "template.yaml"}; !slices.Equal(order, want) {
+		t.Errorf("deploy order %v, want %v", order, want)
+	}
+	if f := cfnDeploy(foundationPath); f.flag("--stack-name") != "p-foundation" {
+		t.Errorf("foundation stack name %q, want p-foundation", f.flag("--stack-name"))
+	}
+
+	// checkParams: every parameter without a default is given, and only
+	// declared parameters are.
+	checkParams := func(rel string, got map[string]string) {
+		t.Helper()
+		c := loadTemplate(t, rel)
+		params := get(c.root, "Parameters")
+		for _, p := range keys(params) {
+			if get(params, p, "Default") == nil && got[p] == "" {
+				t.Errorf("%s: parameter %s (no default) is not given", rel, p)
+			}
+		}
+		for p := range got {
+			if get(params, p) == nil {
+				t.Errorf("%s: deploy passes %s, which the template does not declare", rel, p)
+			}
+		}
+	}
+	// fromFoundation: the parameters a foundation output feeds.
+	fromFoundation := func(rel string, got map[string]string, want map[string]string) {
+		t.Helper()
+		for param, output := range want {
+			if get(foundation.root, "Outputs", output) == nil {
+				t.Errorf("%s needs foundation output %s, which infra/foundation.yaml lacks", rel, output)
+			}
+			if got[param] != outputs[output] {
+				t.Errorf("%s: %s=%q, want the foundation's %s (%q)", rel, param, got[param], output, outputs[output])
+			}
+		}
+	}
+
+	broker := cfnDeploy("infra/broker.yaml")
+	bp := broker.overrides()
+	checkParams("infra/broker.yaml", bp)
+	fromFoundation("infra/broker.yaml", bp, map[string]string{"SecretArn": "SecretArn", "VpcId": "VpcId",
+		"PublicSubnetIds": "PublicSubnetIds", "PrivateSubnetIds": "PrivateSubnetIds", "StoreClientSecurityGroupId": "BrokerStoreSecurityGroupId"})
+	if broker.flag("--stack-name") != "p-broker" || bp["NodeCount"] != "3" {
+		t.Errorf("broker: stack %q NodeCount %q, want p-broker and 3", broker.flag("--stack-name"), bp["NodeCount"])
+	}
+	// The binary goes to the foundation's bucket, where the hosts fetch it.
+	upload := find("aws", "s3", "cp")
+	if uri := bp["BinaryS3Uri"]; !strings.HasPrefix(uri, "s3://"+outputs["ArtifactBucket"]+"/") || upload[len(upload)-1] != uri ||
+		!strings.HasSuffix(upload[len(upload)-2], "broker-node-linux-arm64") {
+		t.Errorf("broker binary: uploaded %q, BinaryS3Uri %q, want the arm64 binary in the foundation's bucket", upload, uri)
+	}
+	find("scripts/build-broker", "--arch", "arm64")
+
+	doors := cfnDeploy("template.yaml")
+	dp := doors.overrides()
+	checkParams("template.yaml", dp)
+	fromFoundation("template.yaml", dp, map[string]string{"SecretArn": "SecretArn", "SubnetIds": "PrivateSubnetIds",
+		"SecurityGroupId": "DoorSecurityGroupId"})
+	if doors[0] != "sam" || doors.flag("--stack-name") != "p-doors" || dp["DoorAuthType"] != "AWS_IAM" ||
+		doors.flag("--s3-bucket") != outputs["ArtifactBucket"] {
+		t.Errorf("doors: %q, want sam deploy of p-doors with DoorAuthType=AWS_IAM into the foundation's bucket", doors)
+	}
+	find("scripts/build-lambdas")
+
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if !strings.HasPrefix(l, "aws cloudformation describe-stacks ") || !strings.Contains(l, "--stack-name p-foundation") {
+			t.Errorf("the dry run called %q: want only reads of the foundation's outputs", l)
+		}
+	}
+}
+
+// A foundation stack without the outputs a stack needs is refused, naming
+// the missing output, before anything is built or deployed.
+func TestDeployRefusesForeignFoundation(t *testing.T) {
+	bin, _ := fakeTools(t, "other", map[string]string{"VpcId": "vpc-1"})
+	code, stdout, stderr := runScript(t, "deploy", []string{"PATH=" + bin + ":" + os.Getenv("PATH")},
+		"broker", "--stack-name", "b", "--foundation-stack", "other", "--dry-run")
+	if code != 2 || !strings.Contains(stderr, "no output SecretArn") || strings.Contains(stdout, "dry-run:") {
+		t.Errorf("exit %d, stdout %q, stderr %q: want exit 2 naming output SecretArn, nothing run", code, stdout, stderr)
+	}
+	code, _, stderr = runScript(t, "deploy", []string{"PATH=" + bin + ":" + os.Getenv("PATH")},
+		"doors", "--stack-name", "d", "--foundation-stack", "missing", "--dry-run")
+	if code != 2 || !strings.Contains(stderr, "'missing'") {
+		t.Errorf("missing foundation: exit %d, stderr %q", code, stderr)
+	}
+}
