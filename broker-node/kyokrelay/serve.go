@@ -45,7 +45,7 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	r.httpWG.Add(1)
 	defer r.httpWG.Done()
-	ws.SetReadLimit(wsconn.MaxFrame)
+	ws.SetReadLimit(wsconn.Limit(r.MaxFrame))
 	res, err := handshake.Accept(req.Context(), ws, handshake.Config{Funduq: r.Funduq, Tickets: r.Tickets, HelloTimeout: r.HelloTimeout})
 	if err != nil {
 		r.log().Info("LLM provider handshake refused", "remote", req.RemoteAddr, "err", err)

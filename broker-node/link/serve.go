@@ -31,6 +31,9 @@ type Server struct {
 	NotLeading http.Handler
 	// HelloTimeout overrides the handshake's 5 s wait for the hello.
 	HelloTimeout time.Duration
+	// MaxFrame caps one inbound frame (config BrokerLimits.MaxFrame; 0:
+	// wsconn.MaxFrame).
+	MaxFrame int64
 
 	wg       sync.WaitGroup
 	upgrader websocket.Upgrader
@@ -54,7 +57,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.wg.Add(1)
 	defer s.wg.Done()
-	ws.SetReadLimit(wsconn.MaxFrame)
+	ws.SetReadLimit(wsconn.Limit(s.MaxFrame))
 	res, err := handshake.Accept(r.Context(), ws, handshake.Config{Funduq: s.Funduq, Tickets: s.Tickets, HelloTimeout: s.HelloTimeout})
 	if err != nil {
 		s.Log.Info("provider handshake refused", "remote", r.RemoteAddr, "err", err)

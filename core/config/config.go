@@ -101,7 +101,7 @@ type BrokerLimits struct {
 	MaxEventBytes int `env:"FUNDUQ_MAX_EVENT_BYTES" envDefault:"1048576"`
 	// TicketsPerMinute caps POST /tickets per public key per minute
 	// (a Redis counter shared by every node); one more is 429.
-	TicketsPerMinute int `env:"FUNDUQ_TICKETS_PER_MINUTE" envDefault:"30"`
+	TicketsPerMinute int `env:"FUNDUQ_TICKETS_PER_MINUTE" envDefault:"60"`
 	// KyokMaxConcurrent caps the completions in flight on one LLM link;
 	// one more is refused to its caller at once (429 from the KYOK door).
 	KyokMaxConcurrent int `env:"FUNDUQ_KYOK_MAX_CONCURRENT" envDefault:"16"`

@@ -15,7 +15,7 @@ func TestLimitDefaults(t *testing.T) {
 	if b.BrokerLimits != config.DefaultBrokerLimits() {
 		t.Fatalf("broker limits %+v, defaults %+v", b.BrokerLimits, config.DefaultBrokerLimits())
 	}
-	want := config.BrokerLimits{MaxFrame: 8 << 20, MaxEventsPerRun: 100000, MaxEventBytes: 1 << 20, TicketsPerMinute: 30, KyokMaxConcurrent: 16}
+	want := config.BrokerLimits{MaxFrame: 8 << 20, MaxEventsPerRun: 100000, MaxEventBytes: 1 << 20, TicketsPerMinute: 60, KyokMaxConcurrent: 16}
 	if b.BrokerLimits != want {
 		t.Fatalf("broker limits %+v, want %+v", b.BrokerLimits, want)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/funduq/funduq-go/core/kyok"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/strictjson"
 )
 
 // Header names (they kept the reference's old "souk" name in wire v4).
@@ -58,6 +59,8 @@ type Options struct {
 	RelaySilence time.Duration
 	// MaxBody bounds the request body (8 MiB).
 	MaxBody int64
+	// MaxJSONDepth bounds the body's nesting (config DoorLimits; 64).
+	MaxJSONDepth int
 	// StreamMaxLen caps the shared request stream (approximately, 10000).
 	StreamMaxLen int64
 }
@@ -88,6 +91,9 @@ func New(o Options) (*Handler, error) {
 	if o.MaxBody <= 0 {
 		o.MaxBody = 8 << 20
 	}
+	if o.MaxJSONDepth <= 0 {
+		o.MaxJSONDepth = strictjson.DefaultMaxDepth
+	}
 	if o.StreamMaxLen <= 0 {
 		o.StreamMaxLen = 10000
 	}
@@ -117,7 +123,7 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, e *apiError
 	if len(e.Refusal) > 0 {
 		body["refusal"] = e.Refusal
 	}
-	if e.Status == http.StatusServiceUnavailable {
+	if e.Status == http.StatusServiceUnavailable || e.Status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, e.Status, map[string]any{"error": body})
@@ -152,6 +158,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.writeError(w, r, refuse(http.StatusBadRequest, "bad_request", "the body could not be read"))
+		return
+	}
+	if err := strictjson.Check(body, h.o.MaxJSONDepth); err != nil {
+		// Before the token is even read: a body two parsers could read
+		// differently is never relayed (core/strictjson).
+		h.writeError(w, r, &apiError{Status: http.StatusBadRequest, Code: "malformed_json",
+			Message: "the body must be JSON in valid UTF-8, with no repeated key and limited nesting: " + err.Error(), Err: err})
 		return
 	}
 	call, e := h.check(r, body)

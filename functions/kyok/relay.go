@@ -114,6 +114,9 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 	case first.Kind == kyok.ReplyUnavailable:
 		h.writeError(w, r, notAttached())
 		return
+	case first.Kind == kyok.ReplyBusy:
+		h.writeError(w, r, &apiError{Status: http.StatusTooManyRequests, Code: "llm_busy", Message: first.Message})
+		return
 	case first.Kind != kyok.ReplyAccepted:
 		t.pending = append([]kyok.Reply{first}, t.pending...)
 	}
