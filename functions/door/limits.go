@@ -3,6 +3,8 @@ package door
 import (
 	"errors"
 	"net/http"
+	"strconv"
+	"strings"
 
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/strictjson"
@@ -56,3 +58,20 @@ func CheckBody(body []byte, maxDepth int) *Error {
 // included, on a server that mounts the doors (larger is 431). API Gateway
 // and Function URLs enforce their own, smaller bounds.
 const MaxHeaderBytes = 64 << 10
+
+// ParseLastEventID reads a resume position (an SSE id: a stored event's
+// seq): a non-negative decimal integer of at most 18 digits, surrounding
+// space allowed. ok is false for anything else, which the doors refuse.
+func ParseLastEventID(raw string) (n int, ok bool) {
+	raw = strings.TrimSpace(raw)
+	if raw == "" || len(raw) > 18 {
+		return 0, false
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] < '0' || raw[i] > '9' {
+			return 0, false
+		}
+	}
+	v, err := strconv.Atoi(raw)
+	return v, err == nil
+}
