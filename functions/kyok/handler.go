@@ -160,13 +160,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, refuse(http.StatusBadRequest, "bad_request", "the body could not be read"))
 		return
 	}
-	if err := strictjson.Check(body, h.o.MaxJSONDepth); err != nil {
-		// Before the token is even read: a body two parsers could read
-		// differently is never relayed (core/strictjson).
-		h.writeError(w, r, &apiError{Status: http.StatusBadRequest, Code: "malformed_json",
-			Message: "the body must be JSON in valid UTF-8, with no repeated key and limited nesting: " + err.Error(), Err: err})
-		return
-	}
 	call, e := h.check(r, body)
 	if e != nil {
 		h.writeError(w, r, e)
@@ -230,8 +223,11 @@ func (h *Handler) check(r *http.Request, body []byte) (call, *apiError) {
 		return call{}, &apiError{Status: http.StatusUnauthorized, Code: "invalid_signature",
 			Message: "the call's signature does not verify under the agent provider's key", Err: err}
 	}
-	if !json.Valid(body) {
-		return call{}, refuse(http.StatusBadRequest, "malformed_json", "the body is not JSON")
+	if err := strictjson.Check(body, h.o.MaxJSONDepth); err != nil {
+		// A body two JSON readers could read differently is never relayed
+		// (core/strictjson): not JSON, invalid UTF-8, a repeated key, too deep.
+		return call{}, &apiError{Status: http.StatusBadRequest, Code: "malformed_json",
+			Message: "the body must be JSON in valid UTF-8, with no repeated key and limited nesting: " + err.Error(), Err: err}
 	}
 	if len(kr.Sealed) == 0 {
 		return call{}, refuse(http.StatusServiceUnavailable, "no_kyok_binding", "run has no KYOK binding any more")
