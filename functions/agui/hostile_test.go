@@ -173,6 +173,8 @@ func TestProviderCannotActAsCaller(t *testing.T) {
 		{"chain without presenter", onThread(chain), nil, 401, door.CodePresenterRequired},
 		// A chain signed by someone else, presented by the stranger.
 		{"last hop signed by another key", onThread(chain), stranger, 401, door.CodeInvalidChain},
+		// A stranger with a valid chain of its own: not the thread's head.
+		{"stranger's own chain on a bound thread", onThread(chainOf(t, stranger)), stranger, 403, door.CodeMembershipRequired},
 		// A chainless stranger on the bound thread.
 		{"stranger without a chain on a bound thread", input(thread, "y", ""), stranger, 403, door.CodeMembershipRequired},
 	} {
