@@ -61,6 +61,9 @@ type Options struct {
 	MaxBody int64
 	// MaxJSONDepth bounds the body's nesting (config DoorLimits; 64).
 	MaxJSONDepth int
+	// MaxCollapsed bounds the chunks a non-streaming call holds before it
+	// answers (64 MiB); past it the call is 502 llm_answer_too_large.
+	MaxCollapsed int
 	// StreamMaxLen caps the shared request stream (approximately, 10000).
 	StreamMaxLen int64
 }
@@ -90,6 +93,9 @@ func New(o Options) (*Handler, error) {
 	}
 	if o.MaxBody <= 0 {
 		o.MaxBody = 8 << 20
+	}
+	if o.MaxCollapsed <= 0 {
+		o.MaxCollapsed = 64 << 20
 	}
 	if o.MaxJSONDepth <= 0 {
 		o.MaxJSONDepth = strictjson.DefaultMaxDepth

@@ -2,10 +2,13 @@ package kyok_test
 
 import (
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/kyok"
+	kyokdoor "github.com/funduq/funduq-go/functions/kyok"
 )
 
 // One LLM link carries at most KyokMaxConcurrent completions; one more is
@@ -36,4 +39,26 @@ func TestConcurrentCompletionsPerLink(t *testing.T) {
 		code, _ := e.call(signedCall{token: token, body: body, signer: a.signer})
 		return code == http.StatusOK
 	})
+}
+
+// A non-streaming call holds its answer whole to collapse it; an answer
+// past MaxCollapsed is refused rather than held.
+func TestCollapsedAnswerIsBounded(t *testing.T) {
+	e := newEnv(t, 0)
+	small, err := kyokdoor.New(kyokdoor.Options{Store: e.H.Store, Redis: e.rdb, Prefix: e.H.Prefix,
+		TokenSecret: []byte(secret), MaxCollapsed: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(small)
+	t.Cleanup(srv.Close)
+	e.DoorURL = srv.URL
+	l := e.attachLLM(0x41, "gpt-4")
+	l.onRequest(streamAnswer(strings.Repeat("a", 60), strings.Repeat("b", 60)))
+	a := e.connectAgent(0x11, "translator")
+	_, _, token := e.startRun(a, kyok.Ref{ProviderKey: l.Key, Name: "gpt-4"}, "")
+	code, b := e.call(signedCall{token: token, body: `{"model":"gpt-4","messages":[{"role":"user","content":"hi"}]}`, signer: a.signer})
+	if got, _ := errorCode(t, b); code != http.StatusBadGateway || got != "llm_answer_too_large" {
+		t.Fatalf("%d %s", code, b)
+	}
 }
