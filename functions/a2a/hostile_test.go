@@ -122,3 +122,58 @@ func TestStrangerCancelLearnsNothing(t *testing.T) {
 		t.Fatalf("the refusal differs with the state: running %q, ended %q", running, ended)
 	}
 }
+
+// A stranger cannot answer a bound task that waits for input, and the
+// refusal is the same as for a bound task that is not waiting: it says
+// nothing of the task's state. Nothing is written.
+func TestStrangerCannotAnswerBoundTask(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("ask")
+	srv := startDoor(t, h, nil)
+	c := newClient(t, srv, p.Key, "ask", "")
+	head, stranger := signer(t, 0xc1), signer(t, 0xc9)
+	signed := func(s *identity.Signer, body string) map[string]string {
+		return map[string]string{identity.PresenterHeader: identity.MakePresenterHeader(s, time.Now().Unix(), []byte(body))}
+	}
+	go func() { pause(p, p.Offer()) }()
+	body := c.body("message/send", map[string]any{"message": c.message("b-1", "may I?", nil),
+		"metadata": map[string]any{"actorChain": chainOf(t, head)}})
+	r := c.rawCall(body, signed(head, body))
+	if r.Error != nil || stateOf(r.Result) != "input-required" {
+		t.Fatalf("bound paused task: %+v %v", r.Error, r.Result)
+	}
+	id, ctxID := r.Result["id"].(string), r.Result["contextId"].(string)
+	runs := count(t, h, "runs")
+	answer := func(s *identity.Signer, msgID string) rpcResp {
+		body := c.body("message/send", map[string]any{"message": c.message(msgID, "yes", map[string]any{"taskId": id, "contextId": ctxID}),
+			"metadata": map[string]any{"actorChain": chainOf(t, s)}})
+		return c.rawCall(body, signed(s, body))
+	}
+	waiting := answer(stranger, "s-1")
+	if waiting.Error == nil || waiting.Error.Code != a2a.CodeMembershipRequired {
+		t.Fatalf("stranger's answer: %d %+v", waiting.Status, waiting.Error)
+	}
+	chainless := c.call("message/send", map[string]any{"message": c.message("s-2", "yes", map[string]any{"taskId": id, "contextId": ctxID})})
+	if chainless.Error == nil || chainless.Error.Code != a2a.CodeMembershipRequired {
+		t.Fatalf("chainless answer: %d %+v", chainless.Status, chainless.Error)
+	}
+	if n := count(t, h, "runs"); n != runs {
+		t.Fatalf("a refused answer was written: %d→%d", runs, n)
+	}
+	// The head answers; the task completes. The stranger's refusal then
+	// reads exactly as before.
+	go func() {
+		f := p.Offer()
+		p.Accept(f.RunID)
+		p.Complete(f.RunID, *f.ThreadID)
+	}()
+	if r := answer(head, "h-1"); r.Error != nil {
+		t.Fatalf("head's answer: %+v", r.Error)
+	}
+	h.WaitStatus(id, run.Completed)
+	after := answer(stranger, "s-3")
+	if after.Error == nil || after.Error.Code != waiting.Error.Code || after.Error.Message != waiting.Error.Message {
+		t.Fatalf("the refusal differs with the state: waiting %+v, completed %+v", waiting.Error, after.Error)
+	}
+}
