@@ -30,9 +30,12 @@ type Settings struct {
 	// waiting heads when nothing wakes it sooner (1s). The reference slept
 	// up to the unserved window; ticking faster only makes retries sooner.
 	SweepInterval time.Duration
+	// Limits bound what one provider may make a run hold (limits.go).
+	Limits Limits
 }
 
 func (s *Settings) defaults() {
+	s.Limits.defaults()
 	if s.DeliverTimeout <= 0 {
 		s.DeliverTimeout = 5 * time.Second
 	}

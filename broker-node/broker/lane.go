@@ -428,6 +428,9 @@ func (l *lane) holder(ctx context.Context, ls *linkState) bool {
 // ---- relaying ----
 
 func (l *lane) relay(ctx context.Context, c eventCmd) {
+	if l.overLimit(ctx, c.ev) { // limits.go
+		return
+	}
 	info, err := agui.Validate(c.ev)
 	if err != nil {
 		l.log.WarnContext(ctx, "provider sent a malformed AG-UI event", "provider_key", c.link.key, "err", err)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/funduq/funduq-go/broker-node/tickets"
 	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/core/strictjson"
 	"github.com/funduq/funduq-go/core/wire"
 )
 
@@ -252,7 +253,9 @@ func readFirst(conn *websocket.Conn) ([]byte, error) {
 // proof, or the reason it is refused.
 func parseHello(data []byte) (res Result, proof, reason string) {
 	var obj map[string]json.RawMessage
-	if json.Unmarshal(data, &obj) != nil || obj == nil {
+	// An identity-bearing frame two JSON readers could read differently (a
+	// repeated publicKey, invalid UTF-8) is not a hello (core/strictjson).
+	if strictjson.Check(data, 8) != nil || json.Unmarshal(data, &obj) != nil || obj == nil {
 		return Result{}, "", reasonNotHello
 	}
 	if t, ok := stringField(obj, "type"); !ok || t != wire.TypeHello {

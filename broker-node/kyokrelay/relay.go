@@ -65,6 +65,13 @@ type Relay struct {
 	// Block is how long one XREAD waits (1 s); it bounds how long Run
 	// takes to notice its context ended.
 	Block time.Duration
+	// MaxConcurrent caps the completions in flight on one LLM link
+	// (config BrokerLimits.KyokMaxConcurrent; 0: the default); one more is
+	// answered kyok.ReplyBusy at once and never reaches the link.
+	MaxConcurrent int
+	// MaxFrame caps one inbound frame (config BrokerLimits.MaxFrame; 0:
+	// wsconn.MaxFrame).
+	MaxFrame int64
 
 	mu       sync.Mutex
 	leading  bool
@@ -105,6 +112,16 @@ func (r *Relay) block() time.Duration {
 		return r.Block
 	}
 	return time.Second
+}
+
+// DefaultMaxConcurrent is MaxConcurrent's default (config's).
+const DefaultMaxConcurrent = 16
+
+func (r *Relay) maxConcurrent() int {
+	if r.MaxConcurrent > 0 {
+		return r.MaxConcurrent
+	}
+	return DefaultMaxConcurrent
 }
 
 // Leading reports whether the relay leads, and under which epoch.
@@ -271,6 +288,14 @@ func (r *Relay) dispatch(ctx context.Context, req kyok.Request) {
 	if c == nil {
 		r.mu.Unlock()
 		r.reply(ctx, req.ReplyKey, kyok.Reply{Kind: kyok.ReplyUnavailable, Message: "the LLM offering is not attached"})
+		return
+	}
+	if limit := r.maxConcurrent(); len(c.inflight) >= limit {
+		r.mu.Unlock()
+		r.log().WarnContext(ctx, "kyok completion refused: the LLM link is at its limit", "request_id", req.RequestID,
+			"llm_provider_key", c.key, "in_flight", limit)
+		r.reply(ctx, req.ReplyKey, kyok.Reply{Kind: kyok.ReplyBusy,
+			Message: fmt.Sprintf("the LLM provider's link has %d completions in flight, its limit", limit)})
 		return
 	}
 	comp := &completion{id: req.RequestID, ref: req.LLM, replyKey: req.ReplyKey, c: c}

@@ -45,7 +45,7 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	r.httpWG.Add(1)
 	defer r.httpWG.Done()
-	ws.SetReadLimit(wsconn.MaxFrame)
+	ws.SetReadLimit(wsconn.Limit(r.MaxFrame))
 	res, err := handshake.Accept(req.Context(), ws, handshake.Config{Funduq: r.Funduq, Tickets: r.Tickets, HelloTimeout: r.HelloTimeout})
 	if err != nil {
 		r.log().Info("LLM provider handshake refused", "remote", req.RemoteAddr, "err", err)
@@ -101,36 +101,29 @@ func (r *Relay) readLoop(c *conn) {
 			return
 		}
 		_ = ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle))
-		typ, ok := wire.PeekType(data)
-		if kind != websocket.TextMessage || !ok {
+		if kind != websocket.TextMessage {
 			r.sendError(c, "", "", "unparseable frame")
 			continue
 		}
-		switch typ {
-		case wire.TypeRegister:
-			r.register(ctx, c, data)
-		case wire.TypeDeleteModel:
-			r.deleteModel(ctx, c, data)
-		case wire.TypeChunk, wire.TypeDone, wire.TypeError:
-			r.answer(ctx, c, typ, data)
-		default:
-			r.sendError(c, "", "", fmt.Sprintf("unknown frame type '%s'", wsconn.Clip(typ, 64)))
+		frame, err := wire.DecodeKyokFrame(data)
+		if err != nil {
+			r.sendError(c, "", "", err.Error())
+			continue
+		}
+		switch f := frame.(type) {
+		case wire.RegisterModels:
+			r.register(ctx, c, f)
+		case wire.DeleteModel:
+			r.deleteModel(ctx, c, f)
+		case wire.Answer:
+			r.answer(ctx, c, f)
 		}
 	}
 }
 
 // answer handles chunk, done and error frames of a completion.
-func (r *Relay) answer(ctx context.Context, c *conn, typ string, data []byte) {
-	var f struct {
-		RequestID string          `json:"requestId"`
-		Data      json.RawMessage `json:"data"`
-		Message   *string         `json:"message"`
-		Refusal   json.RawMessage `json:"refusal"`
-	}
-	if json.Unmarshal(data, &f) != nil || f.RequestID == "" {
-		r.sendError(c, "", "", "frame needs a requestId")
-		return
-	}
+func (r *Relay) answer(ctx context.Context, c *conn, f wire.Answer) {
+	typ := f.Type
 	comp := r.lookup(c, f.RequestID)
 	if comp == nil {
 		r.sendError(c, f.RequestID, "", "no such in-flight completion on this connection")
@@ -167,14 +160,7 @@ func isObject(raw json.RawMessage) bool {
 }
 
 // register replaces this link's roster of offerings.
-func (r *Relay) register(ctx context.Context, c *conn, data []byte) {
-	var f wire.RegisterModels
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
-		r.sendError(c, "", "", "register does not validate: "+wsconn.Clip(err.Error(), 200))
-		return
-	}
+func (r *Relay) register(ctx context.Context, c *conn, f wire.RegisterModels) {
 	if len(f.Models) == 0 {
 		r.sendError(c, "", "", "register does not validate: models must be a non-empty list of model names")
 		return
@@ -239,12 +225,7 @@ func (r *Relay) register(ctx context.Context, c *conn, data []byte) {
 
 // deleteModel removes one of the key's offerings, refused while a
 // completion for it is in flight or a live run is bound to it.
-func (r *Relay) deleteModel(ctx context.Context, c *conn, data []byte) {
-	var f wire.DeleteModel
-	if json.Unmarshal(data, &f) != nil || f.Name == "" {
-		r.sendError(c, "", "", "deleteModel needs a name")
-		return
-	}
+func (r *Relay) deleteModel(ctx context.Context, c *conn, f wire.DeleteModel) {
 	ref := kyok.Ref{ProviderKey: c.key, Name: f.Name}
 	r.mu.Lock()
 	busy, epoch := r.busy[ref], r.epoch

@@ -1,7 +1,6 @@
 package link
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,6 +30,9 @@ type Server struct {
 	NotLeading http.Handler
 	// HelloTimeout overrides the handshake's 5 s wait for the hello.
 	HelloTimeout time.Duration
+	// MaxFrame caps one inbound frame (config BrokerLimits.MaxFrame; 0:
+	// wsconn.MaxFrame).
+	MaxFrame int64
 
 	wg       sync.WaitGroup
 	upgrader websocket.Upgrader
@@ -54,7 +56,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.wg.Add(1)
 	defer s.wg.Done()
-	ws.SetReadLimit(wsconn.MaxFrame)
+	ws.SetReadLimit(wsconn.Limit(s.MaxFrame))
 	res, err := handshake.Accept(r.Context(), ws, handshake.Config{Funduq: s.Funduq, Tickets: s.Tickets, HelloTimeout: s.HelloTimeout})
 	if err != nil {
 		s.Log.Info("provider handshake refused", "remote", r.RemoteAddr, "err", err)
@@ -117,57 +119,32 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 			s.sendError(c, "unparseable frame", "", "")
 			continue
 		}
-		typ, ok := wire.PeekType(data)
-		if !ok {
-			s.sendError(c, "unparseable frame", "", "")
+		frame, err := wire.DecodeProviderFrame(data)
+		if err != nil {
+			s.sendError(c, err.Error(), "", "")
 			continue
 		}
-		switch typ {
-		case wire.TypeRegister:
-			s.register(ctx, c, data)
-		case wire.TypeDeleteAgent:
-			var f wire.DeleteAgent
-			if json.Unmarshal(data, &f) != nil || f.Name == "" {
-				s.sendError(c, "deleteAgent needs a name", "", "")
-				continue
-			}
+		switch f := frame.(type) {
+		case wire.Register:
+			s.register(ctx, c, f)
+		case wire.DeleteAgent:
 			if err := s.Broker.DeleteAgent(ctx, c, f.Name); err != nil {
 				s.sendError(c, publicError(err), "", f.Name)
 				continue
 			}
 			s.send(c, wire.Deleted{Type: wire.TypeDeleted, Name: f.Name})
-		case wire.TypeAck:
-			var f wire.Ack
-			if json.Unmarshal(data, &f) != nil || f.RunID == "" {
-				s.sendError(c, "ack needs a runId", "", "")
-				continue
-			}
+		case wire.Ack:
 			v, reason := f.Verdict()
 			s.Broker.Ack(c, f.RunID, v, reason)
-		case wire.TypeEvent:
-			var f wire.Event
-			if json.Unmarshal(data, &f) != nil || f.RunID == "" {
-				s.sendError(c, "event needs a runId and an event", "", "")
-				continue
-			}
+		case wire.Event:
 			if !s.Broker.Event(c, f.RunID, f.Event, f.Seq) {
 				s.sendError(c, "event refused", f.RunID, "")
 			}
-		case wire.TypeFinish:
-			var f wire.Finish
-			if json.Unmarshal(data, &f) != nil || f.RunID == "" {
-				s.sendError(c, "finish needs a runId", "", "")
-				continue
-			}
+		case wire.Finish:
 			if !s.Broker.Finish(c, f.RunID) {
 				s.sendError(c, "finish refused", f.RunID, "")
 			}
-		case wire.TypeQuery:
-			var f wire.Query
-			if json.Unmarshal(data, &f) != nil || f.QueryID == "" {
-				s.sendError(c, "query needs a queryId", "", "")
-				continue
-			}
+		case wire.Query:
 			select {
 			case querySlots <- struct{}{}:
 			case <-c.Closed():
@@ -179,20 +156,11 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 				defer func() { <-querySlots }()
 				s.answerQuery(ctx, c, f)
 			}()
-		default:
-			s.sendError(c, fmt.Sprintf("unexpected frame '%s'", wsconn.Clip(typ, 64)), "", "")
 		}
 	}
 }
 
-func (s *Server) register(ctx context.Context, c *Conn, data []byte) {
-	var f wire.Register
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
-		s.sendError(c, "register does not validate: "+wsconn.Clip(err.Error(), 200), "", "")
-		return
-	}
+func (s *Server) register(ctx context.Context, c *Conn, f wire.Register) {
 	err := s.Broker.Register(ctx, c, f.Agents, f.ProviderName, func(names []string) {
 		s.send(c, wire.Registered{Type: wire.TypeRegistered, Names: names})
 	})

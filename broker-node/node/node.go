@@ -114,18 +114,21 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 		Metrics: broker.NewMetrics(reg),
 		Settings: broker.Settings{DeliverTimeout: cfg.DeliverTimeout, UnservedTimeout: cfg.UnservedTimeout,
 			UndeliveredWindow: cfg.UndeliveredWindow, ProviderGrace: cfg.ProviderGrace,
-			QualityTolerance: cfg.ProviderQualityTolerance, SweepInterval: o.SweepInterval}})
+			QualityTolerance: cfg.ProviderQualityTolerance, SweepInterval: o.SweepInterval,
+			Limits: broker.Limits{MaxEventsPerRun: cfg.MaxEventsPerRun, MaxEventBytes: cfg.MaxEventBytes}}})
 	n := &Node{cfg: cfg, log: log, st: st, rdb: rdb, signer: signer, tickets: tickets.New(rdb, prefix),
 		Broker: b, registry: reg, prefix: prefix}
 	n.links = &link.Server{Broker: b, Funduq: signer, Tickets: n.tickets, Log: log,
-		NotLeading: http.HandlerFunc(n.notLeading)}
+		NotLeading: http.HandlerFunc(n.notLeading), MaxFrame: cfg.MaxFrame}
 	n.kyok = &kyokrelay.Relay{Store: st, Redis: rdb, Prefix: prefix, Funduq: signer, Tickets: n.tickets, Log: log,
-		NotLeading: http.HandlerFunc(n.notLeading), GapTimeout: o.KyokGap, Block: o.KyokBlock}
+		NotLeading: http.HandlerFunc(n.notLeading), GapTimeout: o.KyokGap, Block: o.KyokBlock,
+		MaxConcurrent: cfg.KyokMaxConcurrent, MaxFrame: cfg.MaxFrame}
 	n.elector = &lease.Elector{Lease: lease.New(rdb, LeaseKey(prefix), cfg.NodeID, cfg.LeaseTTL),
 		Channel: LeaseChannel(prefix), Log: log, Lead: n.leadUnder}
 	n.mux = http.NewServeMux()
-	n.mux.Handle("POST /tickets", tickets.Handler(n.tickets, signer.PublicKeyHex(), log))
-	n.mux.Handle("/tickets", tickets.Handler(n.tickets, signer.PublicKeyHex(), log))
+	issue := tickets.LimitedHandler(n.tickets, signer.PublicKeyHex(), log, tickets.HandlerOptions{PerMinute: cfg.TicketsPerMinute})
+	n.mux.Handle("POST /tickets", issue)
+	n.mux.Handle("/tickets", issue)
 	n.mux.Handle("GET /ws/provider", n.links)
 	n.mux.Handle("GET /ws/kyok", n.kyok)
 	n.mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "alive"}) })
@@ -202,7 +205,7 @@ func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
 // Run serves HTTP on ln and leads until ctx ends; then it closes every link
 // and shuts the listener down.
 func (n *Node) Run(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: n.mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: n.mux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: MaxHeaderBytes}
 	var wg sync.WaitGroup
 	errc := make(chan error, 2)
 	wg.Add(1)
@@ -309,3 +312,7 @@ func (n *Node) startIntake(ctx context.Context) error {
 
 // Store is the node's store (for tests and operator tools).
 func (n *Node) Store() *store.Store { return n.st }
+
+// MaxHeaderBytes bounds a request's header block, request line and query
+// included (larger is 431); providers send a few short headers.
+const MaxHeaderBytes = 64 << 10

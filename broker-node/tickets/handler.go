@@ -7,9 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/core/strictjson"
 	"github.com/funduq/funduq-go/core/wire"
 )
 
@@ -23,24 +26,52 @@ const MaxBodyBytes = 4 << 10
 // it. The handler does not look at the path: mount it where it belongs.
 //
 // Errors are JSON {"error": "..."}: 400 for a bad body, 405 for another
-// method, 413 for a body over MaxBodyBytes, 503 with Retry-After: 1 when the
+// method, 413 for a body over MaxBodyBytes, 429 with Retry-After past the
+// per-key rate limit (LimitedHandler), 503 with Retry-After: 1 when the
 // ticket store fails (the cause is logged, not sent). log may be nil.
 // funduqKeyHex must be a canonical public key; Handler panics otherwise, as
 // that is a wiring mistake.
 func Handler(store *Store, funduqKeyHex string, log *slog.Logger) http.Handler {
+	return LimitedHandler(store, funduqKeyHex, log, HandlerOptions{})
+}
+
+// DefaultPerMinute is HandlerOptions.PerMinute's default (config's
+// FUNDUQ_TICKETS_PER_MINUTE).
+const DefaultPerMinute = 60
+
+// HandlerOptions tune LimitedHandler.
+type HandlerOptions struct {
+	// PerMinute caps the tickets issued to one public key per calendar
+	// minute, counted in Redis so every node shares the count (0:
+	// DefaultPerMinute). One more is 429 with Retry-After (the seconds left
+	// in the minute) and issues nothing.
+	PerMinute int
+	// Now is the clock the minute is read from (time.Now if nil).
+	Now func() time.Time
+}
+
+// LimitedHandler is Handler with its per-key rate limit set.
+func LimitedHandler(store *Store, funduqKeyHex string, log *slog.Logger, o HandlerOptions) http.Handler {
+	if o.PerMinute <= 0 {
+		o.PerMinute = DefaultPerMinute
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	if _, err := identity.ParsePublicKey(funduqKeyHex); err != nil {
 		panic(fmt.Sprintf("tickets.Handler: funduq key: %v", err))
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &handler{store: store, funduqKey: funduqKeyHex, log: log}
+	return &handler{store: store, funduqKey: funduqKeyHex, log: log, o: o}
 }
 
 type handler struct {
 	store     *Store
 	funduqKey string
 	log       *slog.Logger
+	o         HandlerOptions
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -63,7 +94,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
-	ticket, err := h.store.Issue(r.Context(), key)
+	retry, err := h.store.take(r.Context(), key, h.o.PerMinute, h.o.Now())
+	if err == nil && retry > 0 {
+		h.log.WarnContext(r.Context(), "tickets: rate limit", "public_key", key, "per_minute", h.o.PerMinute)
+		w.Header().Set("Retry-After", strconv.Itoa(retry))
+		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("at most %d tickets per key per minute; retry in %d s", h.o.PerMinute, retry))
+		return
+	}
+	var ticket string
+	if err == nil {
+		ticket, err = h.store.Issue(r.Context(), key)
+	}
 	if err != nil {
 		h.log.ErrorContext(r.Context(), "tickets: issue failed", "err", err)
 		w.Header().Set("Retry-After", "1")
@@ -75,6 +116,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // parseBody returns the requested key, or a message saying what is wrong.
 func parseBody(body []byte) (key, msg string) {
+	if err := strictjson.Check(body, 8); err != nil {
+		return "", "body must be one JSON object in valid UTF-8 with no repeated key: " + err.Error()
+	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(body, &obj); err != nil || obj == nil {
 		return "", `body must be a JSON object {"publicKey": "<64 lowercase hex chars>"}`

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -191,4 +192,59 @@ func TestHandlerPanicsOnBadFunduqKey(t *testing.T) {
 		}
 	}()
 	tickets.Handler(nil, "nope", nil)
+}
+
+// POST /tickets issues at most PerMinute tickets to one key per minute
+// (counted in Redis), then 429 with Retry-After, issuing nothing; another
+// key and the next minute are unaffected.
+func TestHandlerRateLimit(t *testing.T) {
+	s, rdb, prefix := newStore(t)
+	now := time.Date(2026, 12, 1, 12, 0, 10, 0, time.UTC)
+	h := tickets.LimitedHandler(s, funduqKey, nil, tickets.HandlerOptions{PerMinute: 2, Now: func() time.Time { return now }})
+	body := `{"publicKey": "` + keyA + `"}`
+	for i := 0; i < 2; i++ {
+		if rec := do(t, h, http.MethodPost, body); rec.Code != http.StatusCreated {
+			t.Fatalf("ticket %d: %d %s", i, rec.Code, rec.Body)
+		}
+	}
+	before := countTickets(t, rdb, prefix)
+	rec := do(t, h, http.MethodPost, body)
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "50" {
+		t.Fatalf("third ticket: %d Retry-After %q %s", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
+	}
+	errorOf(t, rec)
+	if after := countTickets(t, rdb, prefix); after != before {
+		t.Fatalf("a refused request issued a ticket: %d→%d", before, after)
+	}
+	if rec := do(t, h, http.MethodPost, `{"publicKey": "`+keyB+`"}`); rec.Code != http.StatusCreated {
+		t.Fatalf("another key: %d", rec.Code)
+	}
+	now = now.Add(time.Minute)
+	if rec := do(t, h, http.MethodPost, body); rec.Code != http.StatusCreated {
+		t.Fatalf("next minute: %d", rec.Code)
+	}
+}
+
+// A body two JSON readers could read differently is refused: a repeated
+// key, invalid UTF-8.
+func TestHandlerRefusesAmbiguousBodies(t *testing.T) {
+	s, _, _ := newStore(t)
+	h := tickets.Handler(s, funduqKey, nil)
+	for _, body := range []string{
+		`{"publicKey": "` + keyA + `", "publicKey": "` + keyB + `"}`,
+		"{\"publicKey\": \"" + keyA + "\", \"x\": \"\xff\"}",
+	} {
+		if rec := do(t, h, http.MethodPost, body); rec.Code != http.StatusBadRequest {
+			t.Errorf("%q: %d %s", body, rec.Code, rec.Body)
+		}
+	}
+}
+
+func countTickets(t *testing.T, rdb *redis.Client, prefix string) int {
+	t.Helper()
+	keys, err := rdb.Keys(context.Background(), prefix+"ticket:*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(keys)
 }

@@ -116,3 +116,21 @@ func isTicket(t string) bool {
 	}
 	return true
 }
+
+// take counts one ticket request by publicKeyHex in now's minute and
+// returns 0 while the key is within perMinute, else the seconds left in the
+// minute. The counter is a Redis key per key and minute, expiring after two.
+func (s *Store) take(ctx context.Context, publicKeyHex string, perMinute int, now time.Time) (retryAfter int, err error) {
+	minute := now.Unix() / 60
+	key := fmt.Sprintf("%sticketrate:%s:%d", s.prefix, publicKeyHex, minute)
+	pipe := s.rdb.TxPipeline()
+	n := pipe.Incr(ctx, key)
+	pipe.Expire(ctx, key, 2*time.Minute)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return 0, fmt.Errorf("tickets: rate: %w", err)
+	}
+	if n.Val() <= int64(perMinute) {
+		return 0, nil
+	}
+	return int((minute+1)*60 - now.Unix()), nil
+}

@@ -20,9 +20,20 @@ const (
 	// ReadIdle is how long a link may be silent, pongs included, before
 	// it is taken for dead.
 	ReadIdle = 2*pingEvery + 15*time.Second
-	// MaxFrame bounds one inbound frame.
+	// MaxFrame bounds one inbound frame by default (config
+	// BrokerLimits.MaxFrame); a larger frame closes the link with 1009
+	// (message too big).
 	MaxFrame = 8 << 20
 )
+
+// Limit is the read limit for a configured frame size: n, or MaxFrame
+// when n is not positive.
+func Limit(n int64) int64 {
+	if n > 0 {
+		return n
+	}
+	return MaxFrame
+}
 
 // Conn is the writing side of one open link: a bounded send queue, the
 // one goroutine that writes it (frames, pings, the close), and the close

@@ -46,12 +46,101 @@ type Waits struct {
 	ProviderQualityTolerance int           `env:"FUNDUQ_PROVIDER_QUALITY_TOLERANCE" envDefault:"3"`
 }
 
+// DoorLimits bound what one caller request may carry, so nothing a door
+// keeps grows with hostile input (issue #10). Every limit refuses with a
+// named error; README "Security and limits" lists them.
+type DoorLimits struct {
+	// MaxBody caps an AG-UI or A2A request body (413 / JSON-RPC -32600).
+	MaxBody int64 `env:"FUNDUQ_MAX_BODY_BYTES" envDefault:"1048576"`
+	// MaxKyokBody caps a KYOK completion request body (413).
+	MaxKyokBody int64 `env:"FUNDUQ_KYOK_MAX_BODY_BYTES" envDefault:"8388608"`
+	// MaxMessages caps the messages of one request (422 / -32602).
+	MaxMessages int `env:"FUNDUQ_MAX_MESSAGES" envDefault:"1000"`
+	// MaxJSONDepth caps the nesting of a request body (400 / -32700).
+	MaxJSONDepth int `env:"FUNDUQ_MAX_JSON_DEPTH" envDefault:"64"`
+	// MaxQueuedPerThread caps a thread's runs waiting for a provider
+	// (queued or offering); one more is 429 with Retry-After.
+	MaxQueuedPerThread int `env:"FUNDUQ_MAX_QUEUED_PER_THREAD" envDefault:"32"`
+}
+
+func (l DoorLimits) validate() error {
+	var errs []error
+	for _, v := range []struct {
+		name string
+		n    int64
+	}{
+		{"FUNDUQ_MAX_BODY_BYTES", l.MaxBody}, {"FUNDUQ_KYOK_MAX_BODY_BYTES", l.MaxKyokBody},
+		{"FUNDUQ_MAX_MESSAGES", int64(l.MaxMessages)}, {"FUNDUQ_MAX_JSON_DEPTH", int64(l.MaxJSONDepth)},
+		{"FUNDUQ_MAX_QUEUED_PER_THREAD", int64(l.MaxQueuedPerThread)},
+	} {
+		if v.n <= 0 {
+			errs = append(errs, fmt.Errorf("%s: must be positive, got %d", v.name, v.n))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DefaultDoorLimits are DoorLimits' defaults (for doors built without a
+// parsed configuration, e.g. in tests).
+func DefaultDoorLimits() DoorLimits {
+	var l DoorLimits
+	_ = env.ParseWithOptions(&l, env.Options{Environment: map[string]string{}})
+	return l
+}
+
+// BrokerLimits bound what a provider or LLM link may make the broker hold.
+type BrokerLimits struct {
+	// MaxFrame caps one inbound WebSocket frame on /ws/provider and
+	// /ws/kyok; a larger frame closes the link with 1009 (message too big).
+	MaxFrame int64 `env:"FUNDUQ_MAX_FRAME_BYTES" envDefault:"8388608"`
+	// MaxEventsPerRun caps the events one run may store; the event past it
+	// fails the run provider_exceeded_event_limit.
+	MaxEventsPerRun int `env:"FUNDUQ_MAX_EVENTS_PER_RUN" envDefault:"100000"`
+	// MaxEventBytes caps one AG-UI event; a larger one fails the run
+	// provider_sent_an_oversized_event.
+	MaxEventBytes int `env:"FUNDUQ_MAX_EVENT_BYTES" envDefault:"1048576"`
+	// TicketsPerMinute caps POST /tickets per public key per minute
+	// (a Redis counter shared by every node); one more is 429.
+	TicketsPerMinute int `env:"FUNDUQ_TICKETS_PER_MINUTE" envDefault:"60"`
+	// KyokMaxConcurrent caps the completions in flight on one LLM link;
+	// one more is refused to its caller at once (429 from the KYOK door).
+	KyokMaxConcurrent int `env:"FUNDUQ_KYOK_MAX_CONCURRENT" envDefault:"16"`
+}
+
+func (l BrokerLimits) validate() error {
+	var errs []error
+	for _, v := range []struct {
+		name string
+		n    int64
+	}{
+		{"FUNDUQ_MAX_FRAME_BYTES", l.MaxFrame}, {"FUNDUQ_MAX_EVENTS_PER_RUN", int64(l.MaxEventsPerRun)},
+		{"FUNDUQ_MAX_EVENT_BYTES", int64(l.MaxEventBytes)}, {"FUNDUQ_TICKETS_PER_MINUTE", int64(l.TicketsPerMinute)},
+		{"FUNDUQ_KYOK_MAX_CONCURRENT", int64(l.KyokMaxConcurrent)},
+	} {
+		if v.n <= 0 {
+			errs = append(errs, fmt.Errorf("%s: must be positive, got %d", v.name, v.n))
+		}
+	}
+	if l.MaxEventBytes > 0 && l.MaxFrame > 0 && int64(l.MaxEventBytes) > l.MaxFrame {
+		errs = append(errs, fmt.Errorf("FUNDUQ_MAX_EVENT_BYTES (%d) must not exceed FUNDUQ_MAX_FRAME_BYTES (%d)", l.MaxEventBytes, l.MaxFrame))
+	}
+	return errors.Join(errs...)
+}
+
+// DefaultBrokerLimits are BrokerLimits' defaults.
+func DefaultBrokerLimits() BrokerLimits {
+	var l BrokerLimits
+	_ = env.ParseWithOptions(&l, env.Options{Environment: map[string]string{}})
+	return l
+}
+
 // Broker is the broker node's configuration.
 type Broker struct {
 	Storage
 	Identity
 	Logging
 	Waits
+	BrokerLimits
 	HTTPAddr     string `env:"FUNDUQ_HTTP_ADDR" envDefault:"127.0.0.1:8700"`
 	AdvertiseURL string `env:"FUNDUQ_ADVERTISE_URL"` // default: http://<HTTPAddr>
 	NodeID       string `env:"FUNDUQ_NODE_ID"`       // default: the Host value given to ParseBroker
@@ -69,6 +158,7 @@ type Door struct {
 	Storage
 	Identity
 	Logging
+	DoorLimits
 }
 
 // LocalDoors is the local server that mounts every door on one port.
@@ -116,7 +206,7 @@ func ParseBroker(environ map[string]string, host Host) (Broker, error) {
 	if c.NodeID == "" {
 		c.NodeID = fmt.Sprintf("%s-%d", host.Hostname, host.PID)
 	}
-	errs := []error{c.Storage.validate(), c.Identity.validate(), c.Waits.validate()}
+	errs := []error{c.Storage.validate(), c.Identity.validate(), c.Waits.validate(), c.BrokerLimits.validate()}
 	if u, err := url.Parse(c.AdvertiseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, fmt.Errorf("FUNDUQ_ADVERTISE_URL: want an http(s) URL, got %q", c.AdvertiseURL))
 	}
@@ -134,7 +224,7 @@ func ParseDoor(environ map[string]string) (Door, error) {
 	if err := parse(&c, environ); err != nil {
 		return Door{}, err
 	}
-	return c, wrap(errors.Join(c.Storage.validate(), c.Identity.validate()))
+	return c, wrap(errors.Join(c.Storage.validate(), c.Identity.validate(), c.DoorLimits.validate()))
 }
 
 // ParseLocalDoors reads the local doors server's settings from environ.
@@ -143,7 +233,7 @@ func ParseLocalDoors(environ map[string]string) (LocalDoors, error) {
 	if err := parse(&c, environ); err != nil {
 		return LocalDoors{}, err
 	}
-	return c, wrap(errors.Join(c.Storage.validate(), c.Identity.validate()))
+	return c, wrap(errors.Join(c.Storage.validate(), c.Identity.validate(), c.DoorLimits.validate()))
 }
 
 // ParseMigrate reads what the migrate command needs from environ.

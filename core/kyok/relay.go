@@ -77,6 +77,10 @@ type Request struct {
 const (
 	ReplyAccepted    = "accepted"    // written to the LLM provider's link
 	ReplyUnavailable = "unavailable" // no link serves the offering now
+	// ReplyBusy: the link serving the offering already has its limit of
+	// completions in flight (config BrokerLimits.KyokMaxConcurrent); the
+	// request was not sent and nothing is counted.
+	ReplyBusy = "busy"
 	// ReplyKeepAlive says the relay still holds the completion, while the
 	// LLM provider is quiet: a door that hears nothing at all for longer
 	// than KeepAliveSilence knows the leader serving it is gone.

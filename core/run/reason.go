@@ -22,6 +22,12 @@ const (
 	// ReasonMalformedEvent: a known AG-UI event failed validation, or an
 	// event had no type string.
 	ReasonMalformedEvent Reason = "provider sent a malformed AG-UI event"
+	// ReasonEventLimit: the provider sent more events in one run round
+	// than the broker's limit (config BrokerLimits.MaxEventsPerRun).
+	ReasonEventLimit Reason = "provider_exceeded_event_limit"
+	// ReasonEventTooLarge: the provider sent an event larger than the
+	// broker's limit (config BrokerLimits.MaxEventBytes).
+	ReasonEventTooLarge Reason = "provider_sent_an_oversized_event"
 	// ReasonOrphanedByRestart: a held run nobody re-adopted after the broker
 	// restarted or failed over (within provider_grace, D7).
 	ReasonOrphanedByRestart Reason = "orphaned_by_funduq_restart"
@@ -49,6 +55,8 @@ var FunduqReasons = []Reason{
 	ReasonProviderLeftHoldingIt,
 	ReasonStreamEndedWithoutFinishing,
 	ReasonMalformedEvent,
+	ReasonEventLimit,
+	ReasonEventTooLarge,
 	ReasonOrphanedByRestart,
 	ReasonInterjectionTargetLost,
 	ReasonPausedNoResume,

@@ -101,7 +101,15 @@ type NewRun struct {
 	// Kyok is the run's sealed KYOK binding (core/kyok), written with the
 	// run so no agent can call before it exists; nil without an opt-in.
 	Kyok *KyokBindingRow
+	// MaxQueued, when positive, refuses the run with ErrThreadQueueFull
+	// when the existing thread already has that many runs waiting for a
+	// provider (queued or offering). The thread row's lock orders the count
+	// against concurrent inserts.
+	MaxQueued int
 }
+
+// ErrThreadQueueFull: the thread has NewRun.MaxQueued runs waiting already.
+var ErrThreadQueueFull = errors.New("the thread has too many runs waiting")
 
 // KyokBindingRow is a run's KYOK binding as stored: the offering in the
 // clear (no secret) and the sealed binding with the caller's context.
@@ -144,6 +152,16 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (r Run, created bool, 
 			}
 			if pk != nr.ProviderKey || name != nr.AgentName {
 				return fmt.Errorf("thread %s: %w", nr.ThreadID, ErrThreadMismatch)
+			}
+			if nr.MaxQueued > 0 {
+				var waiting int
+				if err := tx.QueryRow(ctx, `SELECT count(*) FROM runs WHERE thread_id = $1 AND status IN ('queued', 'offering')`,
+					nr.ThreadID).Scan(&waiting); err != nil {
+					return err
+				}
+				if waiting >= nr.MaxQueued {
+					return fmt.Errorf("thread %s: %d waiting: %w", nr.ThreadID, waiting, ErrThreadQueueFull)
+				}
 			}
 		}
 		row, err := scanRun(tx.QueryRow(ctx, `

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/livefeed"
 	"github.com/funduq/funduq-go/core/store"
@@ -41,6 +42,9 @@ type Options struct {
 	PublicURL string
 
 	MaxBody int64
+	// Limits bound a request (config.DoorLimits; unset fields take their
+	// defaults). MaxBody, when set, overrides Limits.MaxBody.
+	Limits config.DoorLimits
 	// Tail paces streams and blocking sends (Store, Feed and Log are filled
 	// in from above).
 	Tail door.TailOptions
@@ -70,8 +74,9 @@ func New(o Options) (*Handler, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	o.Limits = door.Limits(o.Limits)
 	if o.MaxBody <= 0 {
-		o.MaxBody = DefaultMaxBody
+		o.MaxBody = o.Limits.MaxBody
 	}
 	if o.DeadlineMargin <= 0 {
 		o.DeadlineMargin = DefaultDeadlineMargin
@@ -100,7 +105,7 @@ func Patterns() []string { return []string{"/a2a/"} }
 // ForDeps builds the door on a door's shared connections, for a server
 // that mounts several doors; a door that cannot be built answers 503.
 func ForDeps(d *door.Deps, log *slog.Logger) http.Handler {
-	h, err := New(Options{Store: d.Store, Feed: d.Feed, Funduq: d.Funduq, TokenSecret: d.TokenSecret, Log: log})
+	h, err := New(Options{Store: d.Store, Feed: d.Feed, Funduq: d.Funduq, TokenSecret: d.TokenSecret, Log: log, Limits: d.Limits})
 	if err != nil {
 		if log != nil {
 			log.Error("a2a door: build", "err", err)
@@ -156,6 +161,11 @@ func (h *Handler) rpc(w http.ResponseWriter, r *http.Request) {
 	cancel()
 	if err != nil {
 		door.WriteError(w, r, h.log, err)
+		return
+	}
+	if e := door.CheckBody(body, h.o.Limits.MaxJSONDepth); e != nil {
+		h.log.InfoContext(r.Context(), "a2a request refused", "path", r.URL.Path, "err", e.Error())
+		h.writeRPC(w, nil, nil, rpcErr(CodeParseError, "%s", e.Message))
 		return
 	}
 	req, perr := ParseRequest(body)
@@ -238,7 +248,10 @@ func (h *Handler) toRPC(r *http.Request, err error) *RPCError {
 		return re
 	}
 	var de *door.Error
-	if errors.As(err, &de) {
+	if errors.Is(err, store.ErrThreadQueueFull) && !errors.As(err, &de) {
+		de = door.QueueFull(err)
+	}
+	if de != nil || errors.As(err, &de) {
 		e := &RPCError{Message: de.Message, Data: map[string]any{"reason": de.Code}}
 		switch de.Code {
 		case door.CodePresenterRequired, door.CodeInvalidChain:
@@ -247,8 +260,11 @@ func (h *Handler) toRPC(r *http.Request, err error) *RPCError {
 			e.Code = CodeMembershipRequired
 		case door.CodeInvalidCancel:
 			e.Code = CodeInvalidCancel
-		case door.CodeLLMNotFound, door.CodeThreadNotFound, door.CodeThreadMismatch, door.CodeInvalidRunInput, door.CodeBadRequest:
+		case door.CodeLLMNotFound, door.CodeThreadNotFound, door.CodeThreadMismatch, door.CodeInvalidRunInput, door.CodeBadRequest,
+			door.CodeTooManyMessages, door.CodeMalformedJSON:
 			e.Code = CodeInvalidParams
+		case door.CodeThreadQueueFull:
+			e.Code, e.status, e.retryAfter = CodeThreadQueueFull, http.StatusTooManyRequests, de.RetryAfter
 		case door.CodeTaskNotFound:
 			e.Code = CodeTaskNotFound
 		case door.CodeNotCancellable:

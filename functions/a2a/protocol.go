@@ -155,6 +155,7 @@ const (
 	CodeMembershipRequired = -32041 // a write to a thread bound to another authority
 	CodeInvalidCancel      = -32042 // a cancel on a bound thread without a valid proof
 	CodeUnavailable        = -32043 // storage unreachable (HTTP 503, Retry-After)
+	CodeThreadQueueFull    = -32044 // the context has too many tasks waiting (HTTP 429, Retry-After)
 )
 
 // RPCError is a JSON-RPC error object.

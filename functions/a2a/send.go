@@ -435,6 +435,7 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 		}
 		nr.Kyok = &store.KyokBindingRow{LLMProviderKey: bag.Kyok.ProviderKey, LLMName: bag.Kyok.Name, Sealed: sealed}
 	}
+	nr.MaxQueued = c.h.o.Limits.MaxQueuedPerThread
 	created, _, err := st.CreateRun(ctx, nr)
 	if errors.Is(err, store.ErrThreadMismatch) {
 		return accepted{}, door.Refuse(http.StatusConflict, door.CodeThreadMismatch, "context %s belongs to another agent", threadID)

@@ -139,8 +139,8 @@ func (c *call) subscribe() {
 	}
 	after := -1
 	if raw := strings.TrimSpace(c.r.Header.Get(LastEventIDHeader)); raw != "" {
-		n, err := strconv.Atoi(raw)
-		if err != nil || n < 0 {
+		n, ok := door.ParseLastEventID(raw)
+		if !ok {
 			c.h.writeRPC(c.w, c.req.ID, nil, rpcErr(CodeInvalidParams, "%s must be the non-negative id of an item received", LastEventIDHeader))
 			return
 		}

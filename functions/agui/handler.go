@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/livefeed"
 	"github.com/funduq/funduq-go/core/store"
@@ -41,8 +42,11 @@ type Options struct {
 	// it answers "", the Funduq-Presenter header is the second seat.
 	AuthorizedKey func(*http.Request) string
 
-	// MaxBody caps a POST body (default 1 MiB; larger is 413).
+	// MaxBody caps a POST body (default Limits.MaxBody; larger is 413).
 	MaxBody int64
+	// Limits bound a request (config.DoorLimits; unset fields take their
+	// defaults): JSON depth, messages per request, runs queued per thread.
+	Limits config.DoorLimits
 	// Heartbeat is the idle interval after which a stream sends an SSE
 	// comment, so proxies and clients keep a silent stream open.
 	Heartbeat time.Duration
@@ -84,8 +88,9 @@ func New(o Options) (*Handler, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	o.Limits = door.Limits(o.Limits)
 	if o.MaxBody <= 0 {
-		o.MaxBody = DefaultMaxBody
+		o.MaxBody = o.Limits.MaxBody
 	}
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = DefaultHeartbeat

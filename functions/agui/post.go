@@ -43,9 +43,18 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		door.WriteError(w, r, h.log, door.Refuse(http.StatusBadRequest, door.CodeBadRequest, "could not read the body"))
 		return
 	}
+	if e := door.CheckBody(body, h.o.Limits.MaxJSONDepth); e != nil {
+		door.WriteError(w, r, h.log, e)
+		return
+	}
 	in, err := ParseRunAgentInput(body)
 	if err != nil {
 		door.WriteError(w, r, h.log, err)
+		return
+	}
+	if n := len(in.Messages); n > h.o.Limits.MaxMessages {
+		door.WriteError(w, r, h.log, door.Refuse(http.StatusUnprocessableEntity, door.CodeTooManyMessages,
+			"the request carries %d messages; at most %d are accepted", n, h.o.Limits.MaxMessages))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*door.StorageTimeout)
@@ -188,6 +197,7 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 		}
 		nr.Kyok = &store.KyokBindingRow{LLMProviderKey: bag.Kyok.ProviderKey, LLMName: bag.Kyok.Name, Sealed: sealed}
 	}
+	nr.MaxQueued = h.o.Limits.MaxQueuedPerThread
 	created, _, err := h.o.Store.CreateRun(ctx, nr)
 	if errors.Is(err, store.ErrThreadMismatch) {
 		return outcome{}, door.Refuse(http.StatusConflict, door.CodeThreadMismatch, "thread %s belongs to another agent", threadID)

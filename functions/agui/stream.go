@@ -36,8 +36,8 @@ func (h *Handler) getEvents(w http.ResponseWriter, r *http.Request) {
 		raw = r.URL.Query().Get("after")
 	}
 	if raw = strings.TrimSpace(raw); raw != "" {
-		n, err := strconv.Atoi(raw)
-		if err != nil || n < 0 {
+		n, ok := door.ParseLastEventID(raw)
+		if !ok {
 			door.WriteError(w, r, h.log, door.Refuse(http.StatusBadRequest, door.CodeBadRequest,
 				"%s must be the non-negative integer id of an event received", LastEventIDHeader))
 			return

@@ -35,6 +35,8 @@ type Deps struct {
 	// Prefix is the Redis key prefix (FUNDUQ_REDIS_PREFIX) the doors and
 	// the broker node share.
 	Prefix string
+	// Limits bound what one request may carry (config.DoorLimits).
+	Limits config.DoorLimits
 }
 
 // ConnectOptions tune Connect.
@@ -95,6 +97,7 @@ func Connect(cfg config.Door, o ConnectOptions) (*Deps, error) {
 		Funduq:      signer,
 		TokenSecret: []byte(cfg.TokenSecret),
 		Log:         log,
+		Limits:      Limits(cfg.DoorLimits),
 	}, nil
 }
 

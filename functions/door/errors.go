@@ -15,6 +15,8 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/funduq/funduq-go/core/store"
 )
 
 // Error is a typed refusal. Every refusal a door makes is one of these,
@@ -62,6 +64,8 @@ const (
 	CodeInternal           = "internal"
 	CodeNotFound           = "not_found"
 	CodeMethodNotAllowed   = "method_not_allowed"
+	CodeThreadQueueFull    = "thread_queue_full"
+	CodeTooManyMessages    = "too_many_messages"
 )
 
 // envelope is the one error body.
@@ -78,7 +82,9 @@ type envelope struct {
 func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	var de *Error
 	if !errors.As(err, &de) {
-		if Unavailable(err) {
+		if errors.Is(err, store.ErrThreadQueueFull) {
+			de = QueueFull(err)
+		} else if Unavailable(err) {
 			de = &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 				Message: "storage is unreachable; retry shortly", RetryAfter: 1, Err: err}
 		} else {
@@ -100,6 +106,13 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		w.Header().Set("Retry-After", strconv.Itoa(de.RetryAfter))
 	}
 	WriteJSON(w, de.Status, body)
+}
+
+// QueueFull is the refusal of a run whose thread has too many runs waiting
+// (config DoorLimits.MaxQueuedPerThread): 429 with Retry-After.
+func QueueFull(err error) *Error {
+	return &Error{Status: http.StatusTooManyRequests, Code: CodeThreadQueueFull,
+		Message: "the thread has too many runs waiting for its agent; retry later", RetryAfter: 5, Err: err}
 }
 
 // WriteJSON writes v as compact JSON with status.

@@ -14,12 +14,14 @@
 //  4. the token's agent is registered                            403 agent_not_registered
 //  5. the Ed25519 signature by the agent's provider key over
 //     funduq-kyok-call:{token}:{ts}:{sha256hex(body)}             401 invalid_signature
-//  6. the body is JSON                                            400 malformed_json
+//  6. the body is JSON in valid UTF-8, with no repeated key and
+//     at most MaxJSONDepth levels (core/strictjson)               400 malformed_json
 //  7. the run has a KYOK binding                                  503 no_kyok_binding
 //  8. the bound offering is attached (durable roster, then the
 //     relay's own answer; never queued)                           503 llm_not_attached
 //  9. the body is a chat-completion request (model, messages)     400 invalid_request
-//  10. the provider fails before the first chunk                   502 llm_refused / llm_failed
+//  10. the LLM link has room (config KyokMaxConcurrent)            429 llm_busy, Retry-After
+//  11. the provider fails before the first chunk                   502 llm_refused / llm_failed
 //
 // Every refusal is one JSON envelope {"error": {"code", "message"}}; a
 // structured refusal of the LLM provider rides intact as error.refusal.

@@ -116,6 +116,7 @@ func TestRefusals(t *testing.T) {
 	runID, threadID, token := e.startRun(a, ref, "")
 	const body = `{"model":"gpt-4","messages":[{"role":"user","content":"hi"}]}`
 	old := time.Now().Unix() - 120
+	future := time.Now().Unix() + 120
 	type tc struct {
 		name string
 		c    signedCall
@@ -133,7 +134,11 @@ func TestRefusals(t *testing.T) {
 		{"no signature", signedCall{token: token, body: body, noSig: true}, 401, "invalid_signature"},
 		{"stale timestamp", signedCall{token: token, body: body, signer: a.signer, ts: &old}, 401, "invalid_signature"},
 		{"wrong signature", signedCall{token: token, body: body, signer: other.signer}, 401, "invalid_signature"},
+		{"future timestamp (replay window)", signedCall{token: token, body: body, signer: a.signer, ts: &future}, 401, "invalid_signature"},
 		{"body not JSON", signedCall{token: token, body: `{"model":`, signer: a.signer}, 400, "malformed_json"},
+		{"duplicate key", signedCall{token: token, body: `{"model":"gpt-4","model":"other","messages":[{"role":"user","content":"hi"}]}`, signer: a.signer}, 400, "malformed_json"},
+		{"invalid UTF-8", signedCall{token: token, body: "{\"model\":\"gpt-4\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}", signer: a.signer}, 400, "malformed_json"},
+		{"deep nesting", signedCall{token: token, body: `{"model":"gpt-4","messages":[{"role":"user","content":"hi"}],"x":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`, signer: a.signer}, 400, "malformed_json"},
 		{"not a chat request", signedCall{token: token, body: `{"model":"gpt-4"}`, signer: a.signer}, 400, "invalid_request"},
 	} {
 		t.Run(x.name, func(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"github.com/funduq/funduq-go/core/kyok"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/strictjson"
 )
 
 // Header names (they kept the reference's old "souk" name in wire v4).
@@ -58,6 +59,11 @@ type Options struct {
 	RelaySilence time.Duration
 	// MaxBody bounds the request body (8 MiB).
 	MaxBody int64
+	// MaxJSONDepth bounds the body's nesting (config DoorLimits; 64).
+	MaxJSONDepth int
+	// MaxCollapsed bounds the chunks a non-streaming call holds before it
+	// answers (64 MiB); past it the call is 502 llm_answer_too_large.
+	MaxCollapsed int
 	// StreamMaxLen caps the shared request stream (approximately, 10000).
 	StreamMaxLen int64
 }
@@ -88,6 +94,12 @@ func New(o Options) (*Handler, error) {
 	if o.MaxBody <= 0 {
 		o.MaxBody = 8 << 20
 	}
+	if o.MaxCollapsed <= 0 {
+		o.MaxCollapsed = 64 << 20
+	}
+	if o.MaxJSONDepth <= 0 {
+		o.MaxJSONDepth = strictjson.DefaultMaxDepth
+	}
 	if o.StreamMaxLen <= 0 {
 		o.StreamMaxLen = 10000
 	}
@@ -117,7 +129,7 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, e *apiError
 	if len(e.Refusal) > 0 {
 		body["refusal"] = e.Refusal
 	}
-	if e.Status == http.StatusServiceUnavailable {
+	if e.Status == http.StatusServiceUnavailable || e.Status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, e.Status, map[string]any{"error": body})
@@ -217,8 +229,11 @@ func (h *Handler) check(r *http.Request, body []byte) (call, *apiError) {
 		return call{}, &apiError{Status: http.StatusUnauthorized, Code: "invalid_signature",
 			Message: "the call's signature does not verify under the agent provider's key", Err: err}
 	}
-	if !json.Valid(body) {
-		return call{}, refuse(http.StatusBadRequest, "malformed_json", "the body is not JSON")
+	if err := strictjson.Check(body, h.o.MaxJSONDepth); err != nil {
+		// A body two JSON readers could read differently is never relayed
+		// (core/strictjson): not JSON, invalid UTF-8, a repeated key, too deep.
+		return call{}, &apiError{Status: http.StatusBadRequest, Code: "malformed_json",
+			Message: "the body must be JSON in valid UTF-8, with no repeated key and limited nesting: " + err.Error(), Err: err}
 	}
 	if len(kr.Sealed) == 0 {
 		return call{}, refuse(http.StatusServiceUnavailable, "no_kyok_binding", "run has no KYOK binding any more")

@@ -20,6 +20,7 @@ import (
 
 	"github.com/funduq/funduq-go/broker-node/node"
 	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/kyok"
 	"github.com/funduq/funduq-go/core/redistest"
@@ -52,7 +53,13 @@ type env struct {
 
 func newEnv(t *testing.T, gap time.Duration) *env {
 	t.Helper()
-	h := nodetest.StartWith(t, nil, func(o *node.Options) { o.KyokGap, o.KyokBlock = gap, 100*time.Millisecond })
+	return newEnvWith(t, gap, nil)
+}
+
+// newEnvWith is newEnv with the node's configuration adjusted by mut.
+func newEnvWith(t *testing.T, gap time.Duration, mut func(*config.Broker)) *env {
+	t.Helper()
+	h := nodetest.StartWith(t, mut, func(o *node.Options) { o.KyokGap, o.KyokBlock = gap, 100*time.Millisecond })
 	opt, err := redis.ParseURL(redistest.URL())
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -114,6 +115,9 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 	case first.Kind == kyok.ReplyUnavailable:
 		h.writeError(w, r, notAttached())
 		return
+	case first.Kind == kyok.ReplyBusy:
+		h.writeError(w, r, &apiError{Status: http.StatusTooManyRequests, Code: "llm_busy", Message: first.Message})
+		return
 	case first.Kind != kyok.ReplyAccepted:
 		t.pending = append([]kyok.Reply{first}, t.pending...)
 	}
@@ -137,8 +141,16 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 	var chunks []json.RawMessage
+	held := 0
 	for rep.Kind != kyok.ReplyDone {
 		if rep.Kind == kyok.ReplyChunk {
+			// A collapsed answer is held whole: bound it (streaming holds
+			// nothing).
+			if held += len(rep.Data); held > h.o.MaxCollapsed {
+				h.writeError(w, r, &apiError{Status: http.StatusBadGateway, Code: "llm_answer_too_large",
+					Message: fmt.Sprintf("the LLM provider's answer exceeds %d bytes; ask for stream: true", h.o.MaxCollapsed)})
+				return
+			}
 			chunks = append(chunks, rep.Data)
 		}
 		rep, err = t.next(ctx, h.o.GapTimeout)

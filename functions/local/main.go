@@ -56,11 +56,12 @@ type mount struct {
 // Mux mounts every door on one mux. A door added later (A2A, KYOK) is one
 // more entry in doors.
 func Mux(d *door.Deps, log *slog.Logger) (http.Handler, error) {
-	ag, err := agui.New(agui.Options{Store: d.Store, Feed: d.Feed, Funduq: d.Funduq, TokenSecret: d.TokenSecret, Log: log})
+	ag, err := agui.New(agui.Options{Store: d.Store, Feed: d.Feed, Funduq: d.Funduq, TokenSecret: d.TokenSecret, Log: log, Limits: d.Limits})
 	if err != nil {
 		return nil, err
 	}
-	kd, err := kyok.New(kyok.Options{Store: d.Store, Redis: d.Redis, Prefix: d.Prefix, TokenSecret: d.TokenSecret, Log: log})
+	kd, err := kyok.New(kyok.Options{Store: d.Store, Redis: d.Redis, Prefix: d.Prefix, TokenSecret: d.TokenSecret, Log: log,
+		MaxBody: d.Limits.MaxKyokBody, MaxJSONDepth: d.Limits.MaxJSONDepth})
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +131,7 @@ func run(ctx context.Context, environ []string, stderr io.Writer, ready func(add
 		log.Error("doors: listen", "addr", cfg.DoorsAddr, "err", err)
 		return 1
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: door.MaxHeaderBytes,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

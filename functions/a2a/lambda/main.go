@@ -17,7 +17,7 @@ import (
 
 func build(deps *door.Deps, log *slog.Logger) (http.Handler, error) {
 	return a2a.New(a2a.Options{Store: deps.Store, Feed: deps.Feed, Funduq: deps.Funduq,
-		TokenSecret: deps.TokenSecret, Log: log, AuthorizedKey: door.LambdaAuthorizedKey})
+		TokenSecret: deps.TokenSecret, Log: log, AuthorizedKey: door.LambdaAuthorizedKey, Limits: deps.Limits})
 }
 
 // newHandler builds the door from its configuration.

@@ -25,7 +25,7 @@ var authorizedKey = door.LambdaAuthorizedKey
 
 func build(deps *door.Deps, log *slog.Logger) (http.Handler, error) {
 	return agui.New(agui.Options{Store: deps.Store, Feed: deps.Feed, Funduq: deps.Funduq,
-		TokenSecret: deps.TokenSecret, Log: log, AuthorizedKey: authorizedKey})
+		TokenSecret: deps.TokenSecret, Log: log, AuthorizedKey: authorizedKey, Limits: deps.Limits})
 }
 
 // newHandler builds the door from its configuration.

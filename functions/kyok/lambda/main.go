@@ -14,7 +14,7 @@ import (
 
 func build(deps *door.Deps, log *slog.Logger) (http.Handler, error) {
 	return kyok.New(kyok.Options{Store: deps.Store, Redis: deps.Redis, Prefix: deps.Prefix,
-		TokenSecret: deps.TokenSecret, Log: log})
+		TokenSecret: deps.TokenSecret, Log: log, MaxBody: deps.Limits.MaxKyokBody, MaxJSONDepth: deps.Limits.MaxJSONDepth})
 }
 
 func main() { door.RunLambda("kyok", build) }

@@ -1,0 +1,108 @@
+package wire_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+func TestDecodeProviderFrame(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"type":"ack","runId":"r"}`, ""},
+		{`{"type":"event","runId":"r","event":{"type":"RUN_STARTED"},"seq":3}`, ""},
+		{`{"type":"finish","runId":"r"}`, ""},
+		{`{"type":"deleteAgent","name":"x"}`, ""},
+		{`{"type":"query","queryId":"q","method":"thread_messages","params":{}}`, ""},
+		{`{"type":"register","agents":[{"name":"a","description":"","takesInterjections":false}]}`, ""},
+		{`not json`, "unparseable frame"},
+		{`{"type":"ack"}`, "ack needs a runId"},
+		{`{"type":"ack","runId":7}`, "ack needs a runId"},
+		{`{"type":"event","runId":"r","seq":1e400}`, "event needs a runId and an event"},
+		{`{"type":"finish"}`, "finish needs a runId"},
+		{`{"type":"deleteAgent"}`, "deleteAgent needs a name"},
+		{`{"type":"query"}`, "query needs a queryId"},
+		{`{"type":"register","agents":[],"extra":1}`, `register does not validate: json: unknown field "extra"`},
+		{`{"type":"run"}`, "unexpected frame 'run'"},
+	} {
+		_, err := wire.DecodeProviderFrame([]byte(tc.in))
+		var fe *wire.FrameError
+		if tc.want == "" && err != nil || tc.want != "" && (!errors.As(err, &fe) || fe.Message != tc.want) {
+			t.Errorf("%s: err %v, want %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+// FuzzDecodeProviderFrame: any bytes a provider sends decode to one of the
+// inbound frames or a *FrameError, never a panic, and a decoded frame
+// carries the id its handler needs.
+func FuzzDecodeProviderFrame(f *testing.F) {
+	for _, s := range []string{`{"type":"ack","runId":"r","accepted":false,"reason":"x"}`,
+		`{"type":"event","runId":"r","event":{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"d"},"seq":1}`,
+		`{"type":"finish","runId":"r"}`, `{"type":"deleteAgent","name":"x"}`,
+		`{"type":"query","queryId":"q","method":"thread_messages","params":{"threadId":"t","limit":2}}`,
+		`{"type":"register","agents":[{"name":"a","description":"d","metadata":{},"takesInterjections":true}],"providerName":"p"}`,
+		`{"type":"x"}`, `[]`, `{"type":"ack","runId":"a","type":"event"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fr, err := wire.DecodeProviderFrame(b)
+		if err != nil {
+			var fe *wire.FrameError
+			if !errors.As(err, &fe) || fe.Message == "" {
+				t.Fatalf("error %T %v is not a FrameError", err, err)
+			}
+			return
+		}
+		switch v := fr.(type) {
+		case wire.Ack:
+			ok(t, v.RunID != "")
+		case wire.Event:
+			ok(t, v.RunID != "")
+		case wire.Finish:
+			ok(t, v.RunID != "")
+		case wire.DeleteAgent:
+			ok(t, v.Name != "")
+		case wire.Query:
+			ok(t, v.QueryID != "")
+		case wire.Register:
+		default:
+			t.Fatalf("decoded to %T", fr)
+		}
+	})
+}
+
+// FuzzDecodeKyokFrame is the same for /ws/kyok.
+func FuzzDecodeKyokFrame(f *testing.F) {
+	for _, s := range []string{`{"type":"register","models":["m"],"metadata":{}}`, `{"type":"deleteModel","name":"m"}`,
+		`{"type":"chunk","requestId":"q","data":{"choices":[]}}`, `{"type":"done","requestId":"q"}`,
+		`{"type":"error","requestId":"q","message":"no","refusal":{"code":"x"}}`, `{"type":"chunk"}`, `{}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fr, err := wire.DecodeKyokFrame(b)
+		if err != nil {
+			var fe *wire.FrameError
+			if !errors.As(err, &fe) || fe.Message == "" {
+				t.Fatalf("error %T %v is not a FrameError", err, err)
+			}
+			return
+		}
+		switch v := fr.(type) {
+		case wire.Answer:
+			ok(t, v.RequestID != "" && (v.Type == wire.TypeChunk || v.Type == wire.TypeDone || v.Type == wire.TypeError))
+		case wire.DeleteModel:
+			ok(t, v.Name != "")
+		case wire.RegisterModels:
+		default:
+			t.Fatalf("decoded to %T", fr)
+		}
+	})
+}
+
+func ok(t *testing.T, cond bool) {
+	t.Helper()
+	if !cond {
+		t.Fatal("a decoded frame lacks the id its handler needs")
+	}
+}

@@ -1,0 +1,77 @@
+package door
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/strictjson"
+)
+
+// Limits returns l with every unset (zero or negative) limit at its
+// default, so a door built without a parsed configuration is bounded too.
+func Limits(l config.DoorLimits) config.DoorLimits {
+	d := config.DefaultDoorLimits()
+	if l.MaxBody <= 0 {
+		l.MaxBody = d.MaxBody
+	}
+	if l.MaxKyokBody <= 0 {
+		l.MaxKyokBody = d.MaxKyokBody
+	}
+	if l.MaxMessages <= 0 {
+		l.MaxMessages = d.MaxMessages
+	}
+	if l.MaxJSONDepth <= 0 {
+		l.MaxJSONDepth = d.MaxJSONDepth
+	}
+	if l.MaxQueuedPerThread <= 0 {
+		l.MaxQueuedPerThread = d.MaxQueuedPerThread
+	}
+	return l
+}
+
+// CheckBody refuses a request body that strictjson refuses — not JSON,
+// invalid UTF-8, a repeated key in any object, nesting deeper than
+// maxDepth — as 400 malformed_json naming which. Nothing is read from a
+// body before it passes, so every door parses exactly what a strict reader
+// would.
+func CheckBody(body []byte, maxDepth int) *Error {
+	err := strictjson.Check(body, maxDepth)
+	if err == nil {
+		return nil
+	}
+	msg := "the body is not valid JSON"
+	switch {
+	case errors.Is(err, strictjson.ErrInvalidUTF8):
+		msg = "the body is not valid UTF-8"
+	case errors.Is(err, strictjson.ErrDuplicateKey):
+		msg = "the body repeats a key in one object: " + err.Error()
+	case errors.Is(err, strictjson.ErrTooDeep):
+		msg = "the body is " + err.Error()
+	}
+	return &Error{Status: http.StatusBadRequest, Code: CodeMalformedJSON, Message: msg, Err: err}
+}
+
+// MaxHeaderBytes bounds a request's headers, request line and query
+// included, on a server that mounts the doors (larger is 431). API Gateway
+// and Function URLs enforce their own, smaller bounds.
+const MaxHeaderBytes = 64 << 10
+
+// ParseLastEventID reads a resume position (an SSE id: a stored event's
+// seq): a non-negative decimal integer of at most 18 digits, surrounding
+// space allowed. ok is false for anything else, which the doors refuse.
+func ParseLastEventID(raw string) (n int, ok bool) {
+	raw = strings.TrimSpace(raw)
+	if raw == "" || len(raw) > 18 {
+		return 0, false
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] < '0' || raw[i] > '9' {
+			return 0, false
+		}
+	}
+	v, err := strconv.Atoi(raw)
+	return v, err == nil
+}
