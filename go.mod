@@ -2,6 +2,8 @@ module github.com/funduq/funduq-go
 
 go 1.26.8
 
+toolchain go1.26.10
+
 require (
 	github.com/aws/aws-lambda-go v1.55.1
 	github.com/caarlos0/env/v11 v11.4.2

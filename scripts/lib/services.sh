@@ -79,6 +79,12 @@ funduq_ensure_go() {
 		export PATH
 	fi
 	command -v go >/dev/null 2>&1 || funduq_die "Go is not installed (expected it in /usr/local/go/bin)"
+	# go.mod's toolchain line names the Go patch release we build with (its standard
+	# library carries the security fixes govulncheck asks for). Let go fetch it
+	# through the module proxy even where the machine defaults to GOTOOLCHAIN=local;
+	# FUNDUQ_GOTOOLCHAIN overrides (e.g. local, to build with the machine's Go).
+	GOTOOLCHAIN=${FUNDUQ_GOTOOLCHAIN:-auto}
+	export GOTOOLCHAIN
 }
 
 # ---------------------------------------------------------------------------
