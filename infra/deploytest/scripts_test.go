@@ -30,9 +30,9 @@ func runScript(t *testing.T, name string, env []string, args ...string) (int, st
 	return code, stdout.String(), stderr.String()
 }
 
-// Every deployment script answers --help on stdout with exit status 0.
+// Every deployment and maintenance script answers --help on stdout with exit status 0.
 func TestScriptsHelp(t *testing.T) {
-	for _, name := range []string{"build-lambdas", "build-broker", "deploy", "migrate", "lease"} {
+	for _, name := range []string{"build-lambdas", "build-broker", "deploy", "migrate", "lease", "fuzz", "vulncheck"} {
 		code, out, errOut := runScript(t, name, nil, "--help")
 		if code != 0 || !strings.Contains(out, "scripts/"+name) || errOut != "" {
 			t.Errorf("%s --help: exit %d, stdout %q, stderr %q", name, code, out, errOut)
