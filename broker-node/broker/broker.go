@@ -30,7 +30,18 @@ type Settings struct {
 	// waiting heads when nothing wakes it sooner (1s). The reference slept
 	// up to the unserved window; ticking faster only makes retries sooner.
 	SweepInterval time.Duration
+	// EventBacklog bounds the events read from one provider link and not
+	// yet stored (256). When a link has that many waiting, the broker
+	// stops reading it until its lanes' writes catch up: a provider can
+	// never outrun PostgreSQL by more than this, and nothing is dropped.
+	EventBacklog int
 }
+
+// DefaultEventBacklog is EventBacklog's default.
+const DefaultEventBacklog = 256
+
+// maxEventBatch bounds the events a lane stores in one transaction.
+const maxEventBatch = 512
 
 func (s *Settings) defaults() {
 	if s.DeliverTimeout <= 0 {
@@ -47,6 +58,9 @@ func (s *Settings) defaults() {
 	}
 	if s.SweepInterval <= 0 {
 		s.SweepInterval = time.Second
+	}
+	if s.EventBacklog <= 0 {
+		s.EventBacklog = DefaultEventBacklog
 	}
 }
 
@@ -195,6 +209,9 @@ func (b *Broker) teardown(cause error) {
 	for _, l := range b.lanes {
 		l.stopTimers()
 	}
+	for _, ls := range links {
+		ls.detached()
+	}
 	b.leading, b.ready = false, false
 	b.reset()
 	b.mu.Unlock()
@@ -266,7 +283,8 @@ func (b *Broker) Attach(l Link, declared *int) error {
 	if !b.leading || !b.ready {
 		return ErrNotLeading
 	}
-	ls := &linkState{id: linkSeq.Add(1), link: l, key: l.Key(), declared: declared, names: map[string]bool{}, opened: b.clock.Now()}
+	ls := &linkState{id: linkSeq.Add(1), link: l, key: l.Key(), declared: declared, names: map[string]bool{}, opened: b.clock.Now(),
+		backlog: make(chan struct{}, b.set.EventBacklog), gone: make(chan struct{})}
 	b.links[l] = ls
 	bk := b.bucketFor(ls.key)
 	bk.declared = declared
@@ -434,6 +452,7 @@ func (b *Broker) Detach(l Link) {
 		return
 	}
 	delete(b.links, l)
+	ls.detached()
 	b.metrics.links.Dec()
 	var offline []string
 	for n := range ls.names {
@@ -477,13 +496,54 @@ func (b *Broker) Ack(l Link, runID string, v wire.Verdict, reason string) {
 
 // Event hands a provider's event to the run's lane. It reports false for a
 // run the broker does not hold (the link answers "event refused").
+//
+// It waits while the link has EventBacklog events not yet stored: the
+// link's read loop calls it, so the provider is not read until its events
+// are written (backpressure). The wait ends when the link is detached or
+// leadership ends.
 func (b *Broker) Event(l Link, runID string, ev json.RawMessage, providerSeq *int64) bool {
-	ln, ls := b.laneFor(l, runID)
+	b.mu.Lock()
+	ln, ls, lctx := b.lanes[runID], b.links[l], b.ctx
+	b.mu.Unlock()
 	if ln == nil || ls == nil {
 		return false
 	}
-	ln.q.push(eventCmd{ls, ev, providerSeq})
+	select {
+	case ls.backlog <- struct{}{}:
+	default:
+		b.metrics.backpressure.Inc()
+		var closed <-chan struct{}
+		if c, ok := l.(interface{ Closed() <-chan struct{} }); ok {
+			closed = c.Closed()
+		}
+		select {
+		case ls.backlog <- struct{}{}:
+		case <-ls.gone:
+			return true
+		case <-closed:
+			return true
+		case <-lctx.Done():
+			return true
+		}
+	}
+	if !ln.q.push(eventCmd{ls, ev, providerSeq}) {
+		ls.release(1) // the lane ended meanwhile
+		return false
+	}
 	return true
+}
+
+// EventsWaiting reports the events read from provider links and not yet
+// handled by their lanes: in all, and on the link with the most.
+func (b *Broker) EventsWaiting() (total, most int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, ls := range b.links {
+		n := len(ls.backlog)
+		total += n
+		most = max(most, n)
+	}
+	return total, most
 }
 
 // Finish hands a provider's finish to the run's lane; false for an unknown run.

@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -12,6 +11,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/funduq/funduq-go/core/agui"
+	"github.com/funduq/funduq-go/core/livefeed"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/core/wire"
@@ -75,6 +75,7 @@ func (l *lane) stopTimers() {
 
 func (l *lane) loop(ctx context.Context) {
 	defer l.b.lanesWG.Done()
+	defer l.drop()
 	for !l.isEnded() {
 		c, ok := l.q.pop(ctx)
 		if !ok {
@@ -83,6 +84,17 @@ func (l *lane) loop(ctx context.Context) {
 		l.handle(ctx, c)
 		l.q.done()
 	}
+}
+
+// drop runs when the lane stops reading: later pushes are refused, and the
+// events still waiting give their links' backlog back.
+func (l *lane) drop() {
+	for _, c := range append(l.q.close(), l.deferred...) {
+		if e, ok := c.(eventCmd); ok {
+			e.link.release(1)
+		}
+	}
+	l.deferred = nil
 }
 
 func (l *lane) isEnded() bool {
@@ -106,9 +118,19 @@ func (l *lane) handle(ctx context.Context, c any) {
 	case lapseCmd:
 		l.onLapse(ctx, c)
 	case eventCmd:
-		if l.holder(ctx, c.link) {
-			l.relay(ctx, c)
+		if !l.holder(ctx, c.link) {
+			c.link.release(1)
+			break
 		}
+		// What else the link sent meanwhile is stored with it, in one
+		// transaction: the batch grows while PostgreSQL is slow. Not while
+		// commands deferred behind an offer wait: they come first.
+		batch := []eventCmd{c}
+		if len(l.deferred) == 0 {
+			batch = append(batch, l.q.takeEvents(c.link, maxEventBatch-1)...)
+		}
+		l.relay(ctx, batch)
+		c.link.release(len(batch))
 	case finishCmd:
 		if l.holder(ctx, c.link) {
 			l.settle(ctx)
@@ -427,45 +449,72 @@ func (l *lane) holder(ctx context.Context, ls *linkState) bool {
 
 // ---- relaying ----
 
-func (l *lane) relay(ctx context.Context, c eventCmd) {
-	info, err := agui.Validate(c.ev)
-	if err != nil {
-		l.log.WarnContext(ctx, "provider sent a malformed AG-UI event", "provider_key", c.link.key, "err", err)
-		l.fail(ctx, run.ReasonMalformedEvent, true)
+// relay stores a batch of events from the run's holder in one fenced
+// transaction, then publishes them and notes them, in order. Every event is
+// stored before it is published (D9). A malformed event fails the run after
+// the events before it are stored; resends (provider seq already stored in
+// this round) are skipped.
+func (l *lane) relay(ctx context.Context, batch []eventCmd) {
+	evs := make([]store.NewEvent, 0, len(batch))
+	infos := make([]agui.Info, 0, len(batch))
+	var malformed error
+	var malformedFrom *linkState
+	pseq := l.lastPSeq
+	for _, c := range batch {
+		info, err := agui.Validate(c.ev)
+		if err != nil {
+			malformed, malformedFrom = err, c.link
+			break
+		}
+		if c.pseq != nil {
+			if *c.pseq <= pseq {
+				continue // a resend of an event already stored
+			}
+			pseq = *c.pseq
+		}
+		evs = append(evs, store.NewEvent{Event: c.ev, ProviderSeq: c.pseq})
+		infos = append(infos, info)
+	}
+	if len(evs) > 0 && !l.store(ctx, evs, infos, pseq) {
 		return
 	}
-	if c.pseq != nil {
-		if *c.pseq <= l.lastPSeq {
-			return // a resend of an event already stored
-		}
+	if malformed != nil {
+		l.log.WarnContext(ctx, "provider sent a malformed AG-UI event", "provider_key", malformedFrom.key, "err", malformed)
+		l.fail(ctx, run.ReasonMalformedEvent, true)
 	}
+}
+
+// store writes evs (validated, infos theirs) and publishes what was stored;
+// pseq is the highest provider seq among them. It reports whether the
+// write landed.
+func (l *lane) store(ctx context.Context, evs []store.NewEvent, infos []agui.Info, pseq int64) bool {
 	b := l.b
 	b.mu.Lock()
 	epoch := b.epoch
 	b.mu.Unlock()
-	var seq int
-	err = b.write(ctx, "append event", func() (err error) {
-		seq, err = b.st.AppendProviderEvent(ctx, epoch, l.id, c.ev, c.pseq)
+	var seqs []int
+	err := b.write(ctx, "append events", func() (err error) {
+		seqs, err = b.st.AppendProviderEvents(ctx, epoch, l.id, evs)
 		return err
 	})
-	if errors.Is(err, store.ErrDuplicateEvent) {
-		if c.pseq != nil {
-			l.lastPSeq = *c.pseq
-		}
-		return
-	}
 	if err != nil {
 		if ctx.Err() == nil {
-			l.log.ErrorContext(ctx, "could not store event", "err", err)
+			l.log.ErrorContext(ctx, "could not store events", "events", len(evs), "err", err)
 		}
-		return
+		return false
 	}
-	if c.pseq != nil {
-		l.lastPSeq = *c.pseq
+	l.lastPSeq = pseq
+	pub := make([]livefeed.Published, 0, len(evs))
+	for i, seq := range seqs {
+		if seq == 0 {
+			continue // already stored: a resend
+		}
+		pub = append(pub, livefeed.Published{Seq: seq, Event: evs[i].Event})
+		l.note(evs[i].Event, infos[i])
 	}
-	b.metrics.events.Inc()
-	l.publish(ctx, seq, c.ev)
-	l.note(c.ev, info)
+	b.metrics.events.Add(float64(len(pub)))
+	l.publishBatch(ctx, pub)
+	return true
 }
 
 // observe notes a stored event of this round (read back at takeover).
@@ -488,6 +537,16 @@ func (l *lane) note(ev json.RawMessage, info agui.Info) {
 		if l.errReason == "" {
 			l.errReason = info.ErrorMessage
 		}
+	}
+}
+
+func (l *lane) publishBatch(ctx context.Context, evs []livefeed.Published) {
+	if l.b.feed == nil || len(evs) == 0 {
+		return
+	}
+	if err := l.b.feed.PublishBatch(ctx, l.id, evs); err != nil {
+		// The stored events are the record; a live reader falls back to them.
+		l.log.WarnContext(ctx, "live feed publish failed", "events", len(evs), "err", err)
 	}
 }
 

@@ -3,6 +3,7 @@ package broker
 import (
 	"fmt"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -49,7 +50,23 @@ type linkState struct {
 	interjections map[string]bool
 	withdrawn     bool // withdrawn at tolerance: register is refused
 	opened        time.Time
+	// backlog holds one token per event read from this link and not yet
+	// handled by its lane (stored, or dropped as a resend or a stray). When
+	// it is full the link's read loop waits in Event: the broker stops
+	// reading the provider until the writes catch up (backpressure).
+	backlog  chan struct{}
+	gone     chan struct{} // closed when the link is detached or leadership ends
+	goneOnce sync.Once
 }
+
+// release returns the backlog tokens of n handled events.
+func (ls *linkState) release(n int) {
+	for range n {
+		<-ls.backlog
+	}
+}
+
+func (ls *linkState) detached() { ls.goneOnce.Do(func() { close(ls.gone) }) }
 
 func (ls *linkState) String() string { return fmt.Sprintf("link#%d(%s)", ls.id, short(ls.key)) }
 

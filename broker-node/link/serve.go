@@ -98,7 +98,6 @@ func (s *Server) sendError(c *Conn, msg, runID, name string) {
 // readLoop processes frames in arrival order until the link closes.
 func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup) {
 	ws := c.WS
-	_ = ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle))
 	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle)) })
 	querySlots := make(chan struct{}, 8)
 	for {
@@ -107,12 +106,15 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 			return
 		default:
 		}
+		// Set before each read, not after: handling a frame may wait (an
+		// event waits while the link's backlog is full), and that wait is
+		// the broker's, not the provider's silence.
+		_ = ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle))
 		kind, data, err := ws.ReadMessage()
 		if err != nil {
 			c.log.Info("provider link ended", "err", err)
 			return
 		}
-		_ = ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle))
 		if kind != websocket.TextMessage {
 			s.sendError(c, "unparseable frame", "", "")
 			continue

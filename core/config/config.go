@@ -55,6 +55,12 @@ type Broker struct {
 	HTTPAddr     string `env:"FUNDUQ_HTTP_ADDR" envDefault:"127.0.0.1:8700"`
 	AdvertiseURL string `env:"FUNDUQ_ADVERTISE_URL"` // default: http://<HTTPAddr>
 	NodeID       string `env:"FUNDUQ_NODE_ID"`       // default: the Host value given to ParseBroker
+	// LinkEventBacklog bounds the events read from one provider link and
+	// not yet stored; a full backlog stops reading the link (backpressure).
+	LinkEventBacklog int `env:"FUNDUQ_LINK_EVENT_BACKLOG" envDefault:"256"`
+	// PprofAddr, when set, serves net/http/pprof on its own listener
+	// (loopback only, say 127.0.0.1:6060). Off by default.
+	PprofAddr string `env:"FUNDUQ_PPROF_ADDR"`
 }
 
 // Door is a Lambda door's configuration.
@@ -110,6 +116,9 @@ func ParseBroker(environ map[string]string, host Host) (Broker, error) {
 		c.NodeID = fmt.Sprintf("%s-%d", host.Hostname, host.PID)
 	}
 	errs := []error{c.Storage.validate(), c.Identity.validate(), c.Waits.validate()}
+	if c.LinkEventBacklog <= 0 {
+		errs = append(errs, fmt.Errorf("FUNDUQ_LINK_EVENT_BACKLOG: want a positive number of events, got %d", c.LinkEventBacklog))
+	}
 	if u, err := url.Parse(c.AdvertiseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, fmt.Errorf("FUNDUQ_ADVERTISE_URL: want an http(s) URL, got %q", c.AdvertiseURL))
 	}
