@@ -126,11 +126,22 @@ func (l *lane) handle(ctx context.Context, c any) {
 		// transaction: the batch grows while PostgreSQL is slow. Not while
 		// commands deferred behind an offer wait: they come first.
 		batch := []eventCmd{c}
+		finish := false
 		if len(l.deferred) == 0 {
 			batch = append(batch, l.q.takeEvents(c.link, maxEventBatch-1)...)
+			// The run's end right behind its last events: both in one
+			// transaction when that is safe.
+			finish = l.q.takeFinish(c.link)
+		}
+		if finish && l.settleWith(ctx, batch) {
+			c.link.release(len(batch))
+			break
 		}
 		l.relay(ctx, batch)
 		c.link.release(len(batch))
+		if finish && !l.isEnded() && l.holder(ctx, c.link) {
+			l.settle(ctx)
+		}
 	case finishCmd:
 		if l.holder(ctx, c.link) {
 			l.settle(ctx)
@@ -517,6 +528,41 @@ func (l *lane) store(ctx context.Context, evs []store.NewEvent, infos []agui.Inf
 	return true
 }
 
+// settleWith stores the run's final batch with its end, in the conclude's
+// transaction, when it can: every event well-formed, and the lane has
+// seen every event this round stored (not read back at takeover, where a
+// resend is only known by the store). It reports false, having done
+// nothing, otherwise.
+func (l *lane) settleWith(ctx context.Context, batch []eventCmd) bool {
+	if l.readBack {
+		return false
+	}
+	evs := make([]store.NewEvent, 0, len(batch))
+	infos := make([]agui.Info, 0, len(batch))
+	pseq := l.lastPSeq
+	for _, c := range batch {
+		info, err := agui.Validate(c.ev)
+		if err != nil {
+			return false
+		}
+		if c.pseq != nil {
+			if *c.pseq <= pseq {
+				continue
+			}
+			pseq = *c.pseq
+		}
+		evs = append(evs, store.NewEvent{Event: c.ev, ProviderSeq: c.pseq})
+		infos = append(infos, info)
+	}
+	l.lastPSeq = pseq
+	for i, e := range evs {
+		l.note(e.Event, infos[i])
+	}
+	l.b.metrics.events.Add(float64(len(evs)))
+	l.settleEvents(ctx, evs)
+	return true
+}
+
 // observe notes a stored event of this round (read back at takeover).
 func (l *lane) observe(ev json.RawMessage) {
 	if info, err := agui.Validate(ev); err == nil {
@@ -550,23 +596,17 @@ func (l *lane) publishBatch(ctx context.Context, evs []livefeed.Published) {
 	}
 }
 
-func (l *lane) publish(ctx context.Context, seq int, ev json.RawMessage) {
-	if l.b.feed == nil {
-		return
-	}
-	if err := l.b.feed.Publish(ctx, l.id, seq, ev); err != nil {
-		// The stored event is the record; a live reader falls back to it.
-		l.log.WarnContext(ctx, "live feed publish failed", "seq", seq, "err", err)
-	}
-}
-
 // ---- ending ----
 
 // settle is the finish funnel, first match wins: an interrupt outcome
 // pauses (input-required); RUN_FINISHED completes; a requested cancel
 // cancels; anything else fails.
-func (l *lane) settle(ctx context.Context) {
-	c := store.Conclusion{}
+func (l *lane) settle(ctx context.Context) { l.settleEvents(ctx, nil) }
+
+// settleEvents is settle with the provider's last events (validated and
+// noted) stored first, in the same transaction.
+func (l *lane) settleEvents(ctx context.Context, evs []store.NewEvent) {
+	c := store.Conclusion{ProviderEvents: evs}
 	switch {
 	case l.interrupts != nil:
 		interrupt, _ := json.Marshal(map[string]json.RawMessage{"interrupts": l.interrupts})
@@ -649,17 +689,17 @@ func (l *lane) conclude(ctx context.Context, c store.Conclusion) bool {
 	if err != nil {
 		l.log.ErrorContext(ctx, "run's end was refused", "to", string(c.Move.To), "err", err)
 	} else {
-		for _, a := range appended {
-			l.publish(ctx, a.Seq, a.Event)
+		pub := make([]livefeed.Published, len(appended))
+		for i, a := range appended {
+			pub[i] = livefeed.Published{Seq: a.Seq, Event: a.Event}
 		}
+		l.publishBatch(ctx, pub)
 		if b.feed != nil {
 			if err := b.feed.End(ctx, l.id, r.LastSeq, string(r.Status)); err != nil {
 				l.log.WarnContext(ctx, "live feed end failed", "err", err)
 			}
 		}
-		if r.Status.Terminal() { // the KYOK binding dies with the run
-			_ = b.write(ctx, "drop kyok binding", func() error { return b.st.DropKyokBinding(ctx, epoch, l.id) })
-		}
+		// A terminal move dropped the KYOK binding in the same transaction.
 		b.mu.Lock()
 		l.status = r.Status
 		b.mu.Unlock()

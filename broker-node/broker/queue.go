@@ -52,6 +52,21 @@ func (q *queue) takeEvents(link *linkState, max int) []eventCmd {
 	return out
 }
 
+// takeFinish pops the head of the queue when it is a finish from link.
+func (q *queue) takeFinish(link *linkState) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) == 0 {
+		return false
+	}
+	if c, ok := q.items[0].(finishCmd); ok && c.link == link {
+		q.items[0] = nil
+		q.items = q.items[1:]
+		return true
+	}
+	return false
+}
+
 // close refuses every later push and returns what was still queued.
 func (q *queue) close() []any {
 	q.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -94,7 +95,13 @@ func TestEventBacklogStopsReadingTheLink(t *testing.T) {
 	}
 	p.Event(id, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, thread, id))
 	p.Finish(id)
-	h.WaitStatus(id, run.Completed)
+	// Nearly 10 MB to store after the outage, under the race detector on a
+	// shared machine: a longer hang guard than the harness's.
+	for deadline := time.Now().Add(90 * time.Second); h.Run(id).Status != run.Completed; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("run still %s after the outage", h.Run(id).Status)
+		}
+	}
 	evs := h.Events(id)
 	if len(evs) != n+2 {
 		t.Fatalf("%d events stored, want %d", len(evs), n+2)

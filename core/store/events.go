@@ -79,73 +79,81 @@ func (s *Store) AppendProviderEvents(ctx context.Context, epoch int64, runID str
 	}
 	var seqs []int
 	err := s.inTx(ctx, "append events to run "+runID, func(tx pgx.Tx) error {
-		seqs = make([]int, len(evs)) // fn may run again: start afresh
 		if err := fence(ctx, tx, epoch); err != nil {
 			return err
 		}
-		var pseqs []int64
-		for _, e := range evs {
-			if e.ProviderSeq != nil {
-				pseqs = append(pseqs, *e.ProviderSeq)
-			}
-		}
-		stored := map[int64]bool{}
-		if len(pseqs) > 0 {
-			// Within this round only: a reopened run is numbered afresh.
-			rows, err := tx.Query(ctx, `SELECT e.provider_seq FROM run_events e JOIN runs r USING (run_id)
-				WHERE e.run_id = $1 AND e.provider_seq = ANY($2) AND e.seq > r.round_seq`, runID, pseqs)
-			if err != nil {
-				return err
-			}
-			got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-			if err != nil {
-				return err
-			}
-			for _, p := range got {
-				stored[p] = true
-			}
-		}
-		keep := make([]int, 0, len(evs)) // indexes of evs to store
-		for i, e := range evs {
-			if e.ProviderSeq != nil {
-				if stored[*e.ProviderSeq] {
-					continue
-				}
-				stored[*e.ProviderSeq] = true // a repeat within the batch is a resend too
-			}
-			keep = append(keep, i)
-		}
-		if len(keep) == 0 {
-			return nil
-		}
-		var last int
-		err := tx.QueryRow(ctx, `UPDATE runs SET last_seq = last_seq + $2, last_activity_at = now()
-			WHERE run_id = $1 RETURNING last_seq`, runID, len(keep)).Scan(&last)
-		if err == pgx.ErrNoRows {
-			return ErrNotFound
-		}
-		if err != nil {
-			return err
-		}
-		first := last - len(keep) + 1
-		nums := make([]int32, len(keep))
-		texts := make([]string, len(keep))
-		ps := make([]*int64, len(keep))
-		for j, i := range keep {
-			seqs[i] = first + j
-			nums[j] = int32(first + j)
-			texts[j] = string(evs[i].Event)
-			ps[j] = evs[i].ProviderSeq
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO run_events (run_id, seq, event, provider_seq)
-			SELECT $1, s, e::json, p FROM unnest($2::int[], $3::text[], $4::bigint[]) AS t(s, e, p)`,
-			runID, nums, texts, ps)
+		var err error
+		seqs, err = appendProviderEvents(ctx, tx, runID, evs)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return seqs, nil
+}
+
+// appendProviderEvents stores evs inside a fenced transaction; see
+// AppendProviderEvents.
+func appendProviderEvents(ctx context.Context, tx pgx.Tx, runID string, evs []NewEvent) ([]int, error) {
+	seqs := make([]int, len(evs))
+	var pseqs []int64
+	for _, e := range evs {
+		if e.ProviderSeq != nil {
+			pseqs = append(pseqs, *e.ProviderSeq)
+		}
+	}
+	stored := map[int64]bool{}
+	if len(pseqs) > 0 {
+		// Within this round only: a reopened run is numbered afresh.
+		rows, err := tx.Query(ctx, `SELECT e.provider_seq FROM run_events e JOIN runs r USING (run_id)
+			WHERE e.run_id = $1 AND e.provider_seq = ANY($2) AND e.seq > r.round_seq`, runID, pseqs)
+		if err != nil {
+			return nil, err
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range got {
+			stored[p] = true
+		}
+	}
+	keep := make([]int, 0, len(evs)) // indexes of evs to store
+	for i, e := range evs {
+		if e.ProviderSeq != nil {
+			if stored[*e.ProviderSeq] {
+				continue
+			}
+			stored[*e.ProviderSeq] = true // a repeat within the batch is a resend too
+		}
+		keep = append(keep, i)
+	}
+	if len(keep) == 0 {
+		return seqs, nil
+	}
+	var last int
+	err := tx.QueryRow(ctx, `UPDATE runs SET last_seq = last_seq + $2, last_activity_at = now()
+		WHERE run_id = $1 RETURNING last_seq`, runID, len(keep)).Scan(&last)
+	if err == pgx.ErrNoRows {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	first := last - len(keep) + 1
+	nums := make([]int32, len(keep))
+	texts := make([]string, len(keep))
+	ps := make([]*int64, len(keep))
+	for j, i := range keep {
+		seqs[i] = first + j
+		nums[j] = int32(first + j)
+		texts[j] = string(evs[i].Event)
+		ps[j] = evs[i].ProviderSeq
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO run_events (run_id, seq, event, provider_seq)
+		SELECT $1, s, e::json, p FROM unnest($2::int[], $3::text[], $4::bigint[]) AS t(s, e, p)`,
+		runID, nums, texts, ps)
+	return seqs, err
 }
 
 // EventsAfter reads a run's events with seq > after, in order.

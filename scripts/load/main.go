@@ -64,6 +64,8 @@ type Config struct {
 	DocPath    string
 	ProfileDir string // CPU profiles of the broker node and this process under load
 	Quiet      bool
+
+	idleWindow time.Duration // how long idle links are watched for CPU (10s)
 }
 
 func defaults() Config {

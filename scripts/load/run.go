@@ -137,7 +137,11 @@ func Run(ctx context.Context, c Config, out io.Writer) (*Report, error) {
 	f.stop()
 	if c.Links > 0 {
 		logf("idle links: %d", c.Links)
-		idle, err := idleLinks(ctx, st, c.Links, c.LinkKeys, 10*time.Second, logf)
+		window := c.idleWindow
+		if window <= 0 {
+			window = 10 * time.Second
+		}
+		idle, err := idleLinks(ctx, st, c.Links, c.LinkKeys, window, logf)
 		if err != nil {
 			return nil, err
 		}
