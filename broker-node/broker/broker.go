@@ -31,17 +31,25 @@ type Settings struct {
 	// up to the unserved window; ticking faster only makes retries sooner.
 	SweepInterval time.Duration
 	// EventBacklog bounds the events read from one provider link and not
-	// yet stored (256). When a link has that many waiting, the broker
+	// yet stored (1024). When a link has that many waiting, the broker
 	// stops reading it until its lanes' writes catch up: a provider can
 	// never outrun PostgreSQL by more than this, and nothing is dropped.
 	EventBacklog int
+	// EventBacklogBytes bounds the same events' bytes (4 MiB); one event
+	// is always let in when none waits.
+	EventBacklogBytes int
 }
 
-// DefaultEventBacklog is EventBacklog's default.
-const DefaultEventBacklog = 256
+// The backlog's defaults: deep enough that a lane's batch amortizes its
+// transaction (the batch is what the link has read meanwhile), small
+// enough to bound a link's memory.
+const (
+	DefaultEventBacklog      = 1024
+	DefaultEventBacklogBytes = 4 << 20
+)
 
 // maxEventBatch bounds the events a lane stores in one transaction.
-const maxEventBatch = 512
+const maxEventBatch = 1024
 
 func (s *Settings) defaults() {
 	if s.DeliverTimeout <= 0 {
@@ -61,6 +69,9 @@ func (s *Settings) defaults() {
 	}
 	if s.EventBacklog <= 0 {
 		s.EventBacklog = DefaultEventBacklog
+	}
+	if s.EventBacklogBytes <= 0 {
+		s.EventBacklogBytes = DefaultEventBacklogBytes
 	}
 }
 
@@ -284,7 +295,7 @@ func (b *Broker) Attach(l Link, declared *int) error {
 		return ErrNotLeading
 	}
 	ls := &linkState{id: linkSeq.Add(1), link: l, key: l.Key(), declared: declared, names: map[string]bool{}, opened: b.clock.Now(),
-		backlog: make(chan struct{}, b.set.EventBacklog), gone: make(chan struct{})}
+		backlog: newBacklog(b.set.EventBacklog, b.set.EventBacklogBytes), gone: make(chan struct{})}
 	b.links[l] = ls
 	bk := b.bucketFor(ls.key)
 	bk.declared = declared
@@ -508,26 +519,28 @@ func (b *Broker) Event(l Link, runID string, ev json.RawMessage, providerSeq *in
 	if ln == nil || ls == nil {
 		return false
 	}
-	select {
-	case ls.backlog <- struct{}{}:
-	default:
+	ok, changed := ls.backlog.take(len(ev))
+	if !ok {
 		b.metrics.backpressure.Inc()
 		var closed <-chan struct{}
-		if c, ok := l.(interface{ Closed() <-chan struct{} }); ok {
+		if c, isConn := l.(interface{ Closed() <-chan struct{} }); isConn {
 			closed = c.Closed()
 		}
-		select {
-		case ls.backlog <- struct{}{}:
-		case <-ls.gone:
-			return true
-		case <-closed:
-			return true
-		case <-lctx.Done():
-			return true
+		for !ok {
+			select {
+			case <-changed:
+			case <-ls.gone:
+				return true
+			case <-closed:
+				return true
+			case <-lctx.Done():
+				return true
+			}
+			ok, changed = ls.backlog.take(len(ev))
 		}
 	}
-	if !ln.q.push(eventCmd{ls, ev, providerSeq}) {
-		ls.release(1) // the lane ended meanwhile
+	if c := (eventCmd{ls, ev, providerSeq}); !ln.q.push(c) {
+		ls.release(c) // the lane ended meanwhile
 		return false
 	}
 	return true
@@ -539,7 +552,7 @@ func (b *Broker) EventsWaiting() (total, most int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, ls := range b.links {
-		n := len(ls.backlog)
+		n, _ := ls.backlog.count()
 		total += n
 		most = max(most, n)
 	}

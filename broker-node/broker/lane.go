@@ -91,7 +91,7 @@ func (l *lane) loop(ctx context.Context) {
 func (l *lane) drop() {
 	for _, c := range append(l.q.close(), l.deferred...) {
 		if e, ok := c.(eventCmd); ok {
-			e.link.release(1)
+			e.link.release(e)
 		}
 	}
 	l.deferred = nil
@@ -119,7 +119,7 @@ func (l *lane) handle(ctx context.Context, c any) {
 		l.onLapse(ctx, c)
 	case eventCmd:
 		if !l.holder(ctx, c.link) {
-			c.link.release(1)
+			c.link.release(c)
 			break
 		}
 		// What else the link sent meanwhile is stored with it, in one
@@ -134,11 +134,11 @@ func (l *lane) handle(ctx context.Context, c any) {
 			finish = l.q.takeFinish(c.link)
 		}
 		if finish && l.settleWith(ctx, batch) {
-			c.link.release(len(batch))
+			c.link.release(batch...)
 			break
 		}
 		l.relay(ctx, batch)
-		c.link.release(len(batch))
+		c.link.release(batch...)
 		if finish && !l.isEnded() && l.holder(ctx, c.link) {
 			l.settle(ctx)
 		}

@@ -50,19 +50,19 @@ type linkState struct {
 	interjections map[string]bool
 	withdrawn     bool // withdrawn at tolerance: register is refused
 	opened        time.Time
-	// backlog holds one token per event read from this link and not yet
-	// handled by its lane (stored, or dropped as a resend or a stray). When
-	// it is full the link's read loop waits in Event: the broker stops
-	// reading the provider until the writes catch up (backpressure).
-	backlog  chan struct{}
+	// backlog counts the events read from this link and not yet handled
+	// by their lanes (stored, or dropped as a resend or a stray). When it
+	// is full the link's read loop waits in Event: the broker stops reading
+	// the provider until the writes catch up (backpressure).
+	backlog  *backlog
 	gone     chan struct{} // closed when the link is detached or leadership ends
 	goneOnce sync.Once
 }
 
-// release returns the backlog tokens of n handled events.
-func (ls *linkState) release(n int) {
-	for range n {
-		<-ls.backlog
+// release counts handled events out of the link's backlog.
+func (ls *linkState) release(cmds ...eventCmd) {
+	for _, c := range cmds {
+		ls.backlog.give(len(c.ev))
 	}
 }
 

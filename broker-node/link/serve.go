@@ -33,8 +33,12 @@ type Server struct {
 	HelloTimeout time.Duration
 
 	wg       sync.WaitGroup
+	once     sync.Once
 	upgrader websocket.Upgrader
 }
+
+// writeBuffers are the links' WebSocket write buffers, shared.
+var writeBuffers sync.Pool
 
 // ServeHTTP upgrades, handshakes and serves one link until it closes.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -47,20 +51,35 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":"this funduq node is not the leader"}`, http.StatusServiceUnavailable)
 		return
 	}
-	s.upgrader.CheckOrigin = func(*http.Request) bool { return true } // providers are not browsers
+	s.once.Do(func() {
+		s.upgrader.CheckOrigin = func(*http.Request) bool { return true } // providers are not browsers
+		// Write buffers only while writing: an idle link holds none.
+		s.upgrader.WriteBufferPool = &writeBuffers
+	})
 	ws, err := s.upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return // the upgrader answered the client
 	}
 	s.wg.Add(1)
-	defer s.wg.Done()
 	ws.SetReadLimit(wsconn.MaxFrame)
 	res, err := handshake.Accept(r.Context(), ws, handshake.Config{Funduq: s.Funduq, Tickets: s.Tickets, HelloTimeout: s.HelloTimeout})
 	if err != nil {
 		s.Log.Info("provider handshake refused", "remote", r.RemoteAddr, "err", err)
 		_ = ws.Close()
+		s.wg.Done()
 		return
 	}
+	// The link lives on its own goroutine so this request (its response
+	// buffers, headers, and the HTTP server's goroutine) is let go: an idle
+	// link holds only what it needs.
+	go func() {
+		defer s.wg.Done()
+		s.serve(ws, res)
+	}()
+}
+
+// serve runs one handshaken link until it closes.
+func (s *Server) serve(ws *websocket.Conn, res handshake.Result) {
 	log := s.Log.With("provider_key", res.PublicKey)
 	c := newConn(ws, res.PublicKey, log)
 	if err := s.Broker.Attach(c, res.MaxConcurrentRuns); err != nil {

@@ -111,7 +111,7 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 		Settings: broker.Settings{DeliverTimeout: cfg.DeliverTimeout, UnservedTimeout: cfg.UnservedTimeout,
 			UndeliveredWindow: cfg.UndeliveredWindow, ProviderGrace: cfg.ProviderGrace,
 			QualityTolerance: cfg.ProviderQualityTolerance, SweepInterval: o.SweepInterval,
-			EventBacklog: cfg.LinkEventBacklog}})
+			EventBacklog: cfg.LinkEventBacklog, EventBacklogBytes: cfg.LinkEventBacklogBytes}})
 	n := &Node{cfg: cfg, log: log, st: st, rdb: rdb, signer: signer, tickets: tickets.New(rdb, prefix),
 		Broker: b, registry: reg, prefix: prefix}
 	n.links = &link.Server{Broker: b, Funduq: signer, Tickets: n.tickets, Log: log,

@@ -57,7 +57,9 @@ type Broker struct {
 	NodeID       string `env:"FUNDUQ_NODE_ID"`       // default: the Host value given to ParseBroker
 	// LinkEventBacklog bounds the events read from one provider link and
 	// not yet stored; a full backlog stops reading the link (backpressure).
-	LinkEventBacklog int `env:"FUNDUQ_LINK_EVENT_BACKLOG" envDefault:"256"`
+	LinkEventBacklog int `env:"FUNDUQ_LINK_EVENT_BACKLOG" envDefault:"1024"`
+	// LinkEventBacklogBytes bounds the same events' bytes.
+	LinkEventBacklogBytes int `env:"FUNDUQ_LINK_EVENT_BACKLOG_BYTES" envDefault:"4194304"`
 	// PprofAddr, when set, serves net/http/pprof on its own listener
 	// (loopback only, say 127.0.0.1:6060). Off by default.
 	PprofAddr string `env:"FUNDUQ_PPROF_ADDR"`
@@ -118,6 +120,9 @@ func ParseBroker(environ map[string]string, host Host) (Broker, error) {
 	errs := []error{c.Storage.validate(), c.Identity.validate(), c.Waits.validate()}
 	if c.LinkEventBacklog <= 0 {
 		errs = append(errs, fmt.Errorf("FUNDUQ_LINK_EVENT_BACKLOG: want a positive number of events, got %d", c.LinkEventBacklog))
+	}
+	if c.LinkEventBacklogBytes <= 0 {
+		errs = append(errs, fmt.Errorf("FUNDUQ_LINK_EVENT_BACKLOG_BYTES: want a positive number of bytes, got %d", c.LinkEventBacklogBytes))
 	}
 	if u, err := url.Parse(c.AdvertiseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, fmt.Errorf("FUNDUQ_ADVERTISE_URL: want an http(s) URL, got %q", c.AdvertiseURL))

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -82,7 +83,7 @@ func cpuOf(pid int) (time.Duration, error) {
 
 // idleLinks opens n SDK provider links (over keys keys) to the broker node,
 // measures its memory per link and its CPU while they idle, and closes them.
-func idleLinks(ctx context.Context, st *stack, n, keys int, window time.Duration, logf func(string, ...any)) (Idle, error) {
+func idleLinks(ctx context.Context, st *stack, n, keys int, window time.Duration, profileDir string, logf func(string, ...any)) (Idle, error) {
 	raiseNoFile()
 	if keys <= 0 || keys > n {
 		keys = n
@@ -160,6 +161,13 @@ func idleLinks(ctx context.Context, st *stack, n, keys int, window time.Duration
 	rss1, go1, err := memOf(st.brokerPID, st.pprofAddr)
 	if err != nil {
 		return out, err
+	}
+	if profileDir != "" && st.pprofAddr != "" { // what the links hold
+		if resp, err := http.Get("http://" + st.pprofAddr + "/debug/pprof/heap"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			_ = os.WriteFile(filepath.Join(profileDir, "broker-node-idle-heap.pprof"), b, 0o644)
+		}
 	}
 	if out.Opened > 0 {
 		out.RSSPerLinkKiB = (rss1 - rss0) / float64(out.Opened) / 1024

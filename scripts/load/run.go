@@ -41,6 +41,10 @@ type Stream struct {
 	StoredUnique int     `json:"stored_unique_seqs"`
 	Seconds      float64 `json:"seconds"`
 	PerSec       float64 `json:"events_per_s"`
+	// StoreSeconds spans the transactions that stored the events (first to
+	// last created_at): the broker's part of the stream.
+	StoreSeconds float64 `json:"store_seconds"`
+	Batches      int     `json:"store_transactions"`
 }
 
 // Report is a whole load run.
@@ -94,7 +98,7 @@ func Run(ctx context.Context, c Config, out io.Writer) (*Report, error) {
 	f.closedLoop(ctx, callers, min(2*time.Second, c.Duration))
 
 	logf("max load: %d callers, closed loop, %s", c.Callers, c.Duration)
-	stopProf := startProfiles(c, st, logf)
+	stopProf := startProfiles(c, st, logf, "max", max(1, int(c.Duration.Seconds())-1))
 	p, d := f.closedLoop(ctx, callers, c.Duration)
 	rep.Profiles = stopProf()
 	rep.Max = phaseOf("max", p, d)
@@ -128,7 +132,9 @@ func Run(ctx context.Context, c Config, out io.Writer) (*Report, error) {
 	}
 	if c.Stream > 0 {
 		logf("stream: one run of %d events", c.Stream)
+		stopProf := startProfiles(c, st, logf, "stream", 1)
 		s, err := streamOne(ctx, f, callers[len(callers)-1], st.dbURL, c.Stream)
+		rep.Profiles = append(rep.Profiles, stopProf()...)
 		if err != nil {
 			return nil, err
 		}
@@ -141,7 +147,7 @@ func Run(ctx context.Context, c Config, out io.Writer) (*Report, error) {
 		if window <= 0 {
 			window = 10 * time.Second
 		}
-		idle, err := idleLinks(ctx, st, c.Links, c.LinkKeys, window, logf)
+		idle, err := idleLinks(ctx, st, c.Links, c.LinkKeys, window, c.ProfileDir, logf)
 		if err != nil {
 			return nil, err
 		}
@@ -185,22 +191,23 @@ func streamOne(ctx context.Context, f *fleet, c *caller, dbURL string, n int) (*
 		return nil, err
 	}
 	defer conn.Close(context.Background())
-	if err := conn.QueryRow(ctx, `SELECT count(*), count(DISTINCT seq) FROM run_events WHERE run_id = $1`, runID).
-		Scan(&s.Stored, &s.StoredUnique); err != nil {
+	if err := conn.QueryRow(ctx, `SELECT count(*), count(DISTINCT seq), count(DISTINCT created_at),
+		coalesce(extract(epoch FROM max(created_at) - min(created_at)), 0)::float8 FROM run_events WHERE run_id = $1`, runID).
+		Scan(&s.Stored, &s.StoredUnique, &s.Batches, &s.StoreSeconds); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// startProfiles takes CPU profiles of the broker node and of this process
-// for the max-load phase, when asked.
-func startProfiles(c Config, st *stack, logf func(string, ...any)) func() []string {
+// startProfiles takes CPU profiles of the broker node (for secs) and of
+// this process (until the returned stop) for one phase, when asked.
+func startProfiles(c Config, st *stack, logf func(string, ...any), tag string, secs int) func() []string {
 	if c.ProfileDir == "" {
 		return func() []string { return nil }
 	}
 	_ = os.MkdirAll(c.ProfileDir, 0o755)
 	var files []string
-	self := filepath.Join(c.ProfileDir, "load-process.pprof")
+	self := filepath.Join(c.ProfileDir, "load-process-"+tag+".pprof")
 	fh, err := os.Create(self)
 	if err == nil && pprof.StartCPUProfile(fh) == nil {
 		files = append(files, self)
@@ -208,7 +215,6 @@ func startProfiles(c Config, st *stack, logf func(string, ...any)) func() []stri
 	done := make(chan string, 1)
 	if st.pprofAddr != "" {
 		go func() {
-			secs := max(1, int(c.Duration.Seconds())-1)
 			resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", st.pprofAddr, secs))
 			if err != nil {
 				logf("broker profile: %v", err)
@@ -216,7 +222,7 @@ func startProfiles(c Config, st *stack, logf func(string, ...any)) func() []stri
 				return
 			}
 			defer resp.Body.Close()
-			p := filepath.Join(c.ProfileDir, "broker-node.pprof")
+			p := filepath.Join(c.ProfileDir, "broker-node-"+tag+".pprof")
 			b, _ := io.ReadAll(resp.Body)
 			if os.WriteFile(p, b, 0o644) != nil {
 				p = ""

@@ -71,6 +71,11 @@ func startStack(ctx context.Context, c Config, logf func(string, ...any)) (*stac
 	}
 	closers = append(closers, func() {
 		bg := context.Background()
+		if os.Getenv("FUNDUQ_LOAD_KEEP_DB") != "" { // for a look at the rows afterwards
+			logf("kept database %s", dbName)
+			admin.Close(bg)
+			return
+		}
 		if _, err := admin.Exec(bg, "DROP DATABASE IF EXISTS "+dbName+" WITH (FORCE)"); err != nil {
 			logf("drop database %s: %v", dbName, err)
 		}
