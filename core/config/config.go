@@ -60,6 +60,10 @@ type Broker struct {
 	LinkEventBacklog int `env:"FUNDUQ_LINK_EVENT_BACKLOG" envDefault:"1024"`
 	// LinkEventBacklogBytes bounds the same events' bytes.
 	LinkEventBacklogBytes int `env:"FUNDUQ_LINK_EVENT_BACKLOG_BYTES" envDefault:"4194304"`
+	// DBMaxConns caps the node's PostgreSQL pool; 0 keeps pgx's default
+	// (max(4, CPUs)). Every lane writes on its own, so a node with many
+	// concurrent runs may want more.
+	DBMaxConns int `env:"FUNDUQ_DB_MAX_CONNS" envDefault:"0"`
 	// PprofAddr, when set, serves net/http/pprof on its own listener
 	// (loopback only, say 127.0.0.1:6060). Off by default.
 	PprofAddr string `env:"FUNDUQ_PPROF_ADDR"`
@@ -120,6 +124,9 @@ func ParseBroker(environ map[string]string, host Host) (Broker, error) {
 	errs := []error{c.Storage.validate(), c.Identity.validate(), c.Waits.validate()}
 	if c.LinkEventBacklog <= 0 {
 		errs = append(errs, fmt.Errorf("FUNDUQ_LINK_EVENT_BACKLOG: want a positive number of events, got %d", c.LinkEventBacklog))
+	}
+	if c.DBMaxConns < 0 {
+		errs = append(errs, fmt.Errorf("FUNDUQ_DB_MAX_CONNS: want 0 (pgx's default) or more, got %d", c.DBMaxConns))
 	}
 	if c.LinkEventBacklogBytes <= 0 {
 		errs = append(errs, fmt.Errorf("FUNDUQ_LINK_EVENT_BACKLOG_BYTES: want a positive number of bytes, got %d", c.LinkEventBacklogBytes))

@@ -105,7 +105,7 @@ func startStack(ctx context.Context, c Config, logf func(string, ...any)) (*stac
 	}
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), roleEnv+"=broker",
-		"FUNDUQ_DATABASE_URL="+st.dbURL, "FUNDUQ_REDIS_URL="+c.RedisURL, "FUNDUQ_REDIS_PREFIX="+prefix,
+		"FUNDUQ_DATABASE_URL="+withParam(st.dbURL, os.Getenv("FUNDUQ_LOAD_BROKER_DSN_PARAMS")), "FUNDUQ_REDIS_URL="+c.RedisURL, "FUNDUQ_REDIS_PREFIX="+prefix,
 		"FUNDUQ_IDENTITY_KEY="+identityKey, "FUNDUQ_TOKEN_SECRET="+secret,
 		"FUNDUQ_HTTP_ADDR=127.0.0.1:0", "FUNDUQ_NODE_ID=load-broker", "FUNDUQ_LOG_LEVEL=error",
 		"FUNDUQ_LEASE_TTL=10s", "FUNDUQ_PPROF_ADDR="+st.pprofAddr)
@@ -181,6 +181,17 @@ func startStack(ctx context.Context, c Config, logf func(string, ...any)) (*stac
 	st.doorsURL = "http://" + ln.Addr().String()
 	logf("stack: broker node %s (pid %d), doors %s, database %s", st.brokerURL, st.brokerPID, st.doorsURL, dbName)
 	return st, nil
+}
+
+// withParam appends extra DSN query parameters (k=v&…) to u.
+func withParam(u, extra string) string {
+	if extra == "" {
+		return u
+	}
+	if strings.Contains(u, "?") {
+		return u + "&" + extra
+	}
+	return u + "?" + extra
 }
 
 func waitHTTP(ctx context.Context, u string, within time.Duration) error {
