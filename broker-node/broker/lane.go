@@ -137,8 +137,14 @@ func (l *lane) handle(ctx context.Context, c any) {
 			c.link.release(batch...)
 			break
 		}
-		l.relay(ctx, batch)
-		c.link.release(batch...)
+		// The backlog counts events not yet stored: it is given back as
+		// soon as the batch is, so the link is read again while the batch
+		// is published.
+		released := false
+		l.relay(ctx, batch, func() { released = true; c.link.release(batch...) })
+		if !released {
+			c.link.release(batch...)
+		}
 		if finish && !l.isEnded() && l.holder(ctx, c.link) {
 			l.settle(ctx)
 		}
@@ -465,7 +471,7 @@ func (l *lane) holder(ctx context.Context, ls *linkState) bool {
 // stored before it is published (D9). A malformed event fails the run after
 // the events before it are stored; resends (provider seq already stored in
 // this round) are skipped.
-func (l *lane) relay(ctx context.Context, batch []eventCmd) {
+func (l *lane) relay(ctx context.Context, batch []eventCmd, stored func()) {
 	evs := make([]store.NewEvent, 0, len(batch))
 	infos := make([]agui.Info, 0, len(batch))
 	var malformed error
@@ -486,7 +492,7 @@ func (l *lane) relay(ctx context.Context, batch []eventCmd) {
 		evs = append(evs, store.NewEvent{Event: c.ev, ProviderSeq: c.pseq})
 		infos = append(infos, info)
 	}
-	if len(evs) > 0 && !l.store(ctx, evs, infos, pseq) {
+	if len(evs) > 0 && !l.store(ctx, evs, infos, pseq, stored) {
 		return
 	}
 	if malformed != nil {
@@ -498,7 +504,7 @@ func (l *lane) relay(ctx context.Context, batch []eventCmd) {
 // store writes evs (validated, infos theirs) and publishes what was stored;
 // pseq is the highest provider seq among them. It reports whether the
 // write landed.
-func (l *lane) store(ctx context.Context, evs []store.NewEvent, infos []agui.Info, pseq int64) bool {
+func (l *lane) store(ctx context.Context, evs []store.NewEvent, infos []agui.Info, pseq int64, stored func()) bool {
 	b := l.b
 	b.mu.Lock()
 	epoch := b.epoch
@@ -515,6 +521,7 @@ func (l *lane) store(ctx context.Context, evs []store.NewEvent, infos []agui.Inf
 		return false
 	}
 	l.lastPSeq = pseq
+	stored()
 	pub := make([]livefeed.Published, 0, len(evs))
 	for i, seq := range seqs {
 		if seq == 0 {

@@ -79,8 +79,8 @@ func table(r *Report) string {
 		r.Max.EventP50, r.Max.EventP99, fl.WSRTTP50, fl.WSRTTP99)
 	fmt.Fprintf(&b, "| event latency p50 / p99 at half load | %.2f / %.2f ms | |\n", r.Half.EventP50, r.Half.EventP99)
 	if s := r.Stream; s != nil {
-		fmt.Fprintf(&b, "| one run's stream | %.0f events/s (%d events in %.2f s; %d stored, %d unique, in %d transactions over %.2f s) | |\n",
-			s.PerSec, s.Events, s.Seconds, s.Stored, s.StoredUnique, s.Batches, s.StoreSeconds)
+		fmt.Fprintf(&b, "| one run's stream | %.0f events/s (%d events in %.2f s; %d stored, %d unique, in %d transactions over %.2f s; the link's read waited on a full backlog %.0f times) | |\n",
+			s.PerSec, s.Events, s.Seconds, s.Stored, s.StoredUnique, s.Batches, s.StoreSeconds, s.BackpressureWaits)
 	}
 	if id := r.Idle; id != nil {
 		fmt.Fprintf(&b, "| idle links | %d of %d open (%d keys) in %.1f s; broker RSS %.1f KiB/link, Go heap+stacks %.1f KiB/link; idle CPU %.1f%% of a core | |\n",

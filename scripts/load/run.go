@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,6 +46,9 @@ type Stream struct {
 	// last created_at): the broker's part of the stream.
 	StoreSeconds float64 `json:"store_seconds"`
 	Batches      int     `json:"store_transactions"`
+	// BackpressureWaits is how often the node's read loops waited on a
+	// full link backlog during the stream (its lane was the bottleneck).
+	BackpressureWaits float64 `json:"backpressure_waits"`
 }
 
 // Report is a whole load run.
@@ -133,11 +137,13 @@ func Run(ctx context.Context, c Config, out io.Writer) (*Report, error) {
 	if c.Stream > 0 {
 		logf("stream: one run of %d events", c.Stream)
 		stopProf := startProfiles(c, st, logf, "stream", 1)
+		bp0 := metricOf(st.brokerURL, "funduq_broker_link_backpressure_total")
 		s, err := streamOne(ctx, f, callers[len(callers)-1], st.dbURL, c.Stream)
 		rep.Profiles = append(rep.Profiles, stopProf()...)
 		if err != nil {
 			return nil, err
 		}
+		s.BackpressureWaits = metricOf(st.brokerURL, "funduq_broker_link_backpressure_total") - bp0
 		rep.Stream = s
 	}
 	f.stop()
@@ -197,6 +203,23 @@ func streamOne(ctx context.Context, f *fleet, c *caller, dbURL string, n int) (*
 		return nil, err
 	}
 	return s, nil
+}
+
+// metricOf reads one unlabelled value from the node's /metrics (0 when absent).
+func metricOf(brokerURL, name string) float64 {
+	resp, err := http.Get(brokerURL + "/metrics")
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return 0
 }
 
 // startProfiles takes CPU profiles of the broker node (for secs) and of
