@@ -32,7 +32,26 @@ type Settings struct {
 	SweepInterval time.Duration
 	// Limits bound what one provider may make a run hold (limits.go).
 	Limits Limits
+	// EventBacklog bounds the events read from one provider link and not
+	// yet stored (1024). When a link has that many waiting, the broker
+	// stops reading it until its lanes' writes catch up: a provider can
+	// never outrun PostgreSQL by more than this, and nothing is dropped.
+	EventBacklog int
+	// EventBacklogBytes bounds the same events' bytes (4 MiB); one event
+	// is always let in when none waits.
+	EventBacklogBytes int
 }
+
+// The backlog's defaults: deep enough that a lane's batch amortizes its
+// transaction (the batch is what the link has read meanwhile), small
+// enough to bound a link's memory.
+const (
+	DefaultEventBacklog      = 1024
+	DefaultEventBacklogBytes = 4 << 20
+)
+
+// maxEventBatch bounds the events a lane stores in one transaction.
+const maxEventBatch = 1024
 
 func (s *Settings) defaults() {
 	s.Limits.defaults()
@@ -50,6 +69,12 @@ func (s *Settings) defaults() {
 	}
 	if s.SweepInterval <= 0 {
 		s.SweepInterval = time.Second
+	}
+	if s.EventBacklog <= 0 {
+		s.EventBacklog = DefaultEventBacklog
+	}
+	if s.EventBacklogBytes <= 0 {
+		s.EventBacklogBytes = DefaultEventBacklogBytes
 	}
 }
 
@@ -198,6 +223,9 @@ func (b *Broker) teardown(cause error) {
 	for _, l := range b.lanes {
 		l.stopTimers()
 	}
+	for _, ls := range links {
+		ls.detached()
+	}
 	b.leading, b.ready = false, false
 	b.reset()
 	b.mu.Unlock()
@@ -269,7 +297,8 @@ func (b *Broker) Attach(l Link, declared *int) error {
 	if !b.leading || !b.ready {
 		return ErrNotLeading
 	}
-	ls := &linkState{id: linkSeq.Add(1), link: l, key: l.Key(), declared: declared, names: map[string]bool{}, opened: b.clock.Now()}
+	ls := &linkState{id: linkSeq.Add(1), link: l, key: l.Key(), declared: declared, names: map[string]bool{}, opened: b.clock.Now(),
+		backlog: newBacklog(b.set.EventBacklog, b.set.EventBacklogBytes), gone: make(chan struct{})}
 	b.links[l] = ls
 	bk := b.bucketFor(ls.key)
 	bk.declared = declared
@@ -437,6 +466,7 @@ func (b *Broker) Detach(l Link) {
 		return
 	}
 	delete(b.links, l)
+	ls.detached()
 	b.metrics.links.Dec()
 	var offline []string
 	for n := range ls.names {
@@ -480,13 +510,56 @@ func (b *Broker) Ack(l Link, runID string, v wire.Verdict, reason string) {
 
 // Event hands a provider's event to the run's lane. It reports false for a
 // run the broker does not hold (the link answers "event refused").
+//
+// It waits while the link has EventBacklog events not yet stored: the
+// link's read loop calls it, so the provider is not read until its events
+// are written (backpressure). The wait ends when the link is detached or
+// leadership ends.
 func (b *Broker) Event(l Link, runID string, ev json.RawMessage, providerSeq *int64) bool {
-	ln, ls := b.laneFor(l, runID)
+	b.mu.Lock()
+	ln, ls, lctx := b.lanes[runID], b.links[l], b.ctx
+	b.mu.Unlock()
 	if ln == nil || ls == nil {
 		return false
 	}
-	ln.q.push(eventCmd{ls, ev, providerSeq})
+	ok, changed := ls.backlog.take(len(ev))
+	if !ok {
+		b.metrics.backpressure.Inc()
+		var closed <-chan struct{}
+		if c, isConn := l.(interface{ Closed() <-chan struct{} }); isConn {
+			closed = c.Closed()
+		}
+		for !ok {
+			select {
+			case <-changed:
+			case <-ls.gone:
+				return true
+			case <-closed:
+				return true
+			case <-lctx.Done():
+				return true
+			}
+			ok, changed = ls.backlog.take(len(ev))
+		}
+	}
+	if c := (eventCmd{ls, ev, providerSeq}); !ln.q.push(c) {
+		ls.release(c) // the lane ended meanwhile
+		return false
+	}
 	return true
+}
+
+// EventsWaiting reports the events read from provider links and not yet
+// handled by their lanes: in all, and on the link with the most.
+func (b *Broker) EventsWaiting() (total, most int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, ls := range b.links {
+		n, _ := ls.backlog.count()
+		total += n
+		most = max(most, n)
+	}
+	return total, most
 }
 
 // Finish hands a provider's finish to the run's lane; false for an unknown run.

@@ -12,6 +12,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/funduq/funduq-go/core/agui"
+	"github.com/funduq/funduq-go/core/livefeed"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/core/wire"
@@ -75,6 +76,7 @@ func (l *lane) stopTimers() {
 
 func (l *lane) loop(ctx context.Context) {
 	defer l.b.lanesWG.Done()
+	defer l.drop()
 	for !l.isEnded() {
 		c, ok := l.q.pop(ctx)
 		if !ok {
@@ -83,6 +85,17 @@ func (l *lane) loop(ctx context.Context) {
 		l.handle(ctx, c)
 		l.q.done()
 	}
+}
+
+// drop runs when the lane stops reading: later pushes are refused, and the
+// events still waiting give their links' backlog back.
+func (l *lane) drop() {
+	for _, c := range append(l.q.close(), l.deferred...) {
+		if e, ok := c.(eventCmd); ok {
+			e.link.release(e)
+		}
+	}
+	l.deferred = nil
 }
 
 func (l *lane) isEnded() bool {
@@ -106,8 +119,35 @@ func (l *lane) handle(ctx context.Context, c any) {
 	case lapseCmd:
 		l.onLapse(ctx, c)
 	case eventCmd:
-		if l.holder(ctx, c.link) {
-			l.relay(ctx, c)
+		if !l.holder(ctx, c.link) {
+			c.link.release(c)
+			break
+		}
+		// What else the link sent meanwhile is stored with it, in one
+		// transaction: the batch grows while PostgreSQL is slow. Not while
+		// commands deferred behind an offer wait: they come first.
+		batch := []eventCmd{c}
+		finish := false
+		if len(l.deferred) == 0 {
+			batch = append(batch, l.q.takeEvents(c.link, maxEventBatch-1)...)
+			// The run's end right behind its last events: both in one
+			// transaction when that is safe.
+			finish = l.q.takeFinish(c.link)
+		}
+		if finish && l.settleWith(ctx, batch) {
+			c.link.release(batch...)
+			break
+		}
+		// The backlog counts events not yet stored: it is given back as
+		// soon as the batch is, so the link is read again while the batch
+		// is published.
+		released := false
+		l.relay(ctx, batch, func() { released = true; c.link.release(batch...) })
+		if !released {
+			c.link.release(batch...)
+		}
+		if finish && !l.isEnded() && l.holder(ctx, c.link) {
+			l.settle(ctx)
 		}
 	case finishCmd:
 		if l.holder(ctx, c.link) {
@@ -427,48 +467,115 @@ func (l *lane) holder(ctx context.Context, ls *linkState) bool {
 
 // ---- relaying ----
 
-func (l *lane) relay(ctx context.Context, c eventCmd) {
-	if l.overLimit(ctx, c.ev) { // limits.go
-		return
-	}
-	info, err := agui.Validate(c.ev)
-	if err != nil {
-		l.log.WarnContext(ctx, "provider sent a malformed AG-UI event", "provider_key", c.link.key, "err", err)
-		l.fail(ctx, run.ReasonMalformedEvent, true)
-		return
-	}
-	if c.pseq != nil {
-		if *c.pseq <= l.lastPSeq {
-			return // a resend of an event already stored
+// admitted is a batch of provider events read in order: what to store
+// (validated, within the run's limits, resends skipped), their infos, the
+// highest provider seq among them, and, when one event stopped the batch,
+// why (the events before it are still stored, then the run fails).
+type admitted struct {
+	evs      []store.NewEvent
+	infos    []agui.Info
+	pseq     int64
+	stop     run.Reason
+	stopErr  error
+	stopFrom *linkState
+}
+
+func (l *lane) admit(batch []eventCmd) admitted {
+	a := admitted{evs: make([]store.NewEvent, 0, len(batch)), infos: make([]agui.Info, 0, len(batch)), pseq: l.lastPSeq}
+	for _, c := range batch {
+		info, err := agui.Validate(c.ev)
+		if err != nil {
+			a.stop, a.stopErr, a.stopFrom = run.ReasonMalformedEvent, err, c.link
+			break
 		}
+		if c.pseq != nil {
+			if *c.pseq <= a.pseq {
+				continue // a resend of an event already stored
+			}
+		}
+		if reason, err := l.b.set.Limits.check(c.ev, len(l.events)+len(a.evs)); reason != "" { // limits.go
+			a.stop, a.stopErr, a.stopFrom = reason, err, c.link
+			break
+		}
+		if c.pseq != nil {
+			a.pseq = *c.pseq
+		}
+		a.evs = append(a.evs, store.NewEvent{Event: c.ev, ProviderSeq: c.pseq})
+		a.infos = append(a.infos, info)
 	}
+	return a
+}
+
+// relay stores a batch of events from the run's holder in one fenced
+// transaction, then publishes them and notes them, in order. Every event is
+// stored before it is published (D9). An event that is malformed or breaks
+// the run's limits fails the run after the events before it are stored.
+func (l *lane) relay(ctx context.Context, batch []eventCmd, stored func()) {
+	a := l.admit(batch)
+	if len(a.evs) > 0 && !l.store(ctx, a.evs, a.infos, a.pseq, stored) {
+		return
+	}
+	if a.stop != "" {
+		l.log.WarnContext(ctx, "provider event refused; failing the run", "provider_key", a.stopFrom.key, "reason", string(a.stop), "err", a.stopErr)
+		l.fail(ctx, a.stop, true)
+	}
+}
+
+// store writes evs (validated, infos theirs) and publishes what was stored;
+// pseq is the highest provider seq among them. It reports whether the
+// write landed.
+func (l *lane) store(ctx context.Context, evs []store.NewEvent, infos []agui.Info, pseq int64, stored func()) bool {
 	b := l.b
 	b.mu.Lock()
 	epoch := b.epoch
 	b.mu.Unlock()
-	var seq int
-	err = b.write(ctx, "append event", func() (err error) {
-		seq, err = b.st.AppendProviderEvent(ctx, epoch, l.id, c.ev, c.pseq)
+	var seqs []int
+	err := b.write(ctx, "append events", func() (err error) {
+		seqs, err = b.st.AppendProviderEvents(ctx, epoch, l.id, evs)
 		return err
 	})
-	if errors.Is(err, store.ErrDuplicateEvent) {
-		if c.pseq != nil {
-			l.lastPSeq = *c.pseq
-		}
-		return
-	}
 	if err != nil {
 		if ctx.Err() == nil {
-			l.log.ErrorContext(ctx, "could not store event", "err", err)
+			l.log.ErrorContext(ctx, "could not store events", "events", len(evs), "err", err)
 		}
-		return
+		return false
 	}
-	if c.pseq != nil {
-		l.lastPSeq = *c.pseq
+	l.lastPSeq = pseq
+	stored()
+	pub := make([]livefeed.Published, 0, len(evs))
+	for i, seq := range seqs {
+		if seq == 0 {
+			continue // already stored: a resend
+		}
+		pub = append(pub, livefeed.Published{Seq: seq, Event: evs[i].Event})
+		l.note(evs[i].Event, infos[i])
 	}
-	b.metrics.events.Inc()
-	l.publish(ctx, seq, c.ev)
-	l.note(c.ev, info)
+	b.metrics.events.Add(float64(len(pub)))
+	l.publishBatch(ctx, pub)
+	return true
+}
+
+// settleWith stores the run's final batch with its end, in the conclude's
+// transaction, when it can: every event well-formed, and the lane has
+// seen every event this round stored (not read back at takeover, where a
+// resend is only known by the store). It reports false, having done
+// nothing, otherwise.
+func (l *lane) settleWith(ctx context.Context, batch []eventCmd) bool {
+	if l.readBack {
+		return false
+	}
+	a := l.admit(batch)
+	if a.stop != "" {
+		return false // relay stores what precedes it, then fails the run
+	}
+	evs, infos, pseq := a.evs, a.infos, a.pseq
+	l.lastPSeq = pseq
+	for i, e := range evs {
+		l.note(e.Event, infos[i])
+	}
+	l.b.metrics.events.Add(float64(len(evs)))
+	l.settleEvents(ctx, evs)
+	return true
 }
 
 // observe notes a stored event of this round (read back at takeover).
@@ -494,13 +601,13 @@ func (l *lane) note(ev json.RawMessage, info agui.Info) {
 	}
 }
 
-func (l *lane) publish(ctx context.Context, seq int, ev json.RawMessage) {
-	if l.b.feed == nil {
+func (l *lane) publishBatch(ctx context.Context, evs []livefeed.Published) {
+	if l.b.feed == nil || len(evs) == 0 {
 		return
 	}
-	if err := l.b.feed.Publish(ctx, l.id, seq, ev); err != nil {
-		// The stored event is the record; a live reader falls back to it.
-		l.log.WarnContext(ctx, "live feed publish failed", "seq", seq, "err", err)
+	if err := l.b.feed.PublishBatch(ctx, l.id, evs); err != nil {
+		// The stored events are the record; a live reader falls back to them.
+		l.log.WarnContext(ctx, "live feed publish failed", "events", len(evs), "err", err)
 	}
 }
 
@@ -509,8 +616,12 @@ func (l *lane) publish(ctx context.Context, seq int, ev json.RawMessage) {
 // settle is the finish funnel, first match wins: an interrupt outcome
 // pauses (input-required); RUN_FINISHED completes; a requested cancel
 // cancels; anything else fails.
-func (l *lane) settle(ctx context.Context) {
-	c := store.Conclusion{}
+func (l *lane) settle(ctx context.Context) { l.settleEvents(ctx, nil) }
+
+// settleEvents is settle with the provider's last events (validated and
+// noted) stored first, in the same transaction.
+func (l *lane) settleEvents(ctx context.Context, evs []store.NewEvent) {
+	c := store.Conclusion{ProviderEvents: evs}
 	switch {
 	case l.interrupts != nil:
 		interrupt, _ := json.Marshal(map[string]json.RawMessage{"interrupts": l.interrupts})
@@ -592,18 +703,23 @@ func (l *lane) conclude(ctx context.Context, c store.Conclusion) bool {
 	}
 	if err != nil {
 		l.log.ErrorContext(ctx, "run's end was refused", "to", string(c.Move.To), "err", err)
-	} else {
-		for _, a := range appended {
-			l.publish(ctx, a.Seq, a.Event)
+		if len(c.ProviderEvents) > 0 && errors.Is(err, store.ErrIllegalTransition) {
+			// The end was refused, not the events carried with it: store
+			// them as relay would have.
+			l.storeAlone(ctx, epoch, c.ProviderEvents)
 		}
+	} else {
+		pub := make([]livefeed.Published, len(appended))
+		for i, a := range appended {
+			pub[i] = livefeed.Published{Seq: a.Seq, Event: a.Event}
+		}
+		l.publishBatch(ctx, pub)
 		if b.feed != nil {
 			if err := b.feed.End(ctx, l.id, r.LastSeq, string(r.Status)); err != nil {
 				l.log.WarnContext(ctx, "live feed end failed", "err", err)
 			}
 		}
-		if r.Status.Terminal() { // the KYOK binding dies with the run
-			_ = b.write(ctx, "drop kyok binding", func() error { return b.st.DropKyokBinding(ctx, epoch, l.id) })
-		}
+		// A terminal move dropped the KYOK binding in the same transaction.
 		b.mu.Lock()
 		l.status = r.Status
 		b.mu.Unlock()
@@ -612,6 +728,29 @@ func (l *lane) conclude(ctx context.Context, c store.Conclusion) bool {
 	}
 	b.forget(l)
 	return err == nil
+}
+
+// storeAlone stores events that were to ride with a refused conclude, and
+// publishes them.
+func (l *lane) storeAlone(ctx context.Context, epoch int64, evs []store.NewEvent) {
+	var seqs []int
+	err := l.b.write(ctx, "append events", func() (err error) {
+		seqs, err = l.b.st.AppendProviderEvents(ctx, epoch, l.id, evs)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			l.log.ErrorContext(ctx, "could not store events", "events", len(evs), "err", err)
+		}
+		return
+	}
+	pub := make([]livefeed.Published, 0, len(evs))
+	for i, seq := range seqs {
+		if seq > 0 {
+			pub = append(pub, livefeed.Published{Seq: seq, Event: evs[i].Event})
+		}
+	}
+	l.publishBatch(ctx, pub)
 }
 
 // forget is the one funnel that releases everything a run held.

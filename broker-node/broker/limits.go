@@ -1,8 +1,8 @@
 package broker
 
 import (
-	"context"
 	"encoding/json"
+	"fmt"
 
 	"github.com/funduq/funduq-go/core/run"
 )
@@ -34,23 +34,16 @@ func (l *Limits) defaults() {
 	}
 }
 
-// overLimit reports whether ev would break the run's limits and, when it
-// would, fails the run with the reason naming the limit (a terminal
-// RUN_ERROR is synthesized, as for a malformed event) instead of storing
-// it. The lane's relay calls it first, before ev is even parsed.
-func (l *lane) overLimit(ctx context.Context, ev json.RawMessage) bool {
-	lim := l.b.set.Limits
-	var reason run.Reason
+// check says which of the run's limits ev would break when it is stored
+// after stored events of this round; "" when none. The lane fails the run
+// with that reason (a terminal RUN_ERROR is synthesized, as for a malformed
+// event) instead of storing ev.
+func (lim Limits) check(ev json.RawMessage, stored int) (run.Reason, error) {
 	switch {
 	case len(ev) > lim.MaxEventBytes:
-		reason = run.ReasonEventTooLarge
-		l.log.WarnContext(ctx, "provider sent an event over the size limit", "bytes", len(ev), "limit", lim.MaxEventBytes)
-	case len(l.events) >= lim.MaxEventsPerRun:
-		reason = run.ReasonEventLimit
-		l.log.WarnContext(ctx, "provider exceeded the events-per-run limit", "limit", lim.MaxEventsPerRun)
-	default:
-		return false
+		return run.ReasonEventTooLarge, fmt.Errorf("an event of %d bytes, over the limit of %d", len(ev), lim.MaxEventBytes)
+	case stored >= lim.MaxEventsPerRun:
+		return run.ReasonEventLimit, fmt.Errorf("more than %d events in one round", lim.MaxEventsPerRun)
 	}
-	l.fail(ctx, reason, true)
-	return true
+	return "", nil
 }

@@ -13,6 +13,8 @@ type Metrics struct {
 	ended        *prometheus.CounterVec
 	withdrawals  prometheus.Counter
 	writeRetries prometheus.Counter
+	backpressure prometheus.Counter
+	waiting      *waitingCollector
 	isLeader     prometheus.Gauge
 	epoch        prometheus.Gauge
 	lanes        *laneCollector
@@ -35,6 +37,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Providers withdrawn from service at tolerance."}),
 		writeRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_store_write_retries_total",
 			Help: "Store writes retried after a transient failure."}),
+		backpressure: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_link_backpressure_total",
+			Help: "Times a provider link's read loop waited because its event backlog was full."}),
+		waiting: &waitingCollector{desc: prometheus.NewDesc("funduq_broker_events_waiting",
+			"Provider events read and not yet stored.", nil, nil)},
 		isLeader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "funduq_broker_is_leader",
 			Help: "1 while this node leads."}),
 		epoch: prometheus.NewGauge(prometheus.GaugeOpts{Name: "funduq_broker_epoch",
@@ -43,13 +49,28 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Active run lanes, by the run's status.", []string{"status"}, nil)},
 	}
 	if reg != nil {
-		reg.MustRegister(m.links, m.offers, m.quality, m.events, m.ended, m.withdrawals, m.writeRetries,
+		reg.MustRegister(m.links, m.offers, m.quality, m.events, m.ended, m.withdrawals, m.writeRetries, m.backpressure, m.waiting,
 			m.isLeader, m.epoch, m.lanes)
 	}
 	return m
 }
 
-func (m *Metrics) bind(b *Broker) { m.lanes.b = b }
+func (m *Metrics) bind(b *Broker) { m.lanes.b, m.waiting.b = b, b }
+
+type waitingCollector struct {
+	desc *prometheus.Desc
+	b    *Broker
+}
+
+func (c *waitingCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *waitingCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.b == nil {
+		return
+	}
+	total, _ := c.b.EventsWaiting()
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(total))
+}
 
 func (m *Metrics) leading(epoch int64, on bool) {
 	m.epoch.Set(float64(epoch))

@@ -11,19 +11,70 @@ type queue struct {
 	mu     sync.Mutex
 	items  []any
 	busy   bool // an item was popped and its handling is not done
+	closed bool // the lane stopped reading: push refuses
 	signal chan struct{}
 }
 
 func newQueue() *queue { return &queue{signal: make(chan struct{}, 1)} }
 
-func (q *queue) push(c any) {
+// push appends c; it reports false when the lane has stopped reading (c was
+// not queued).
+func (q *queue) push(c any) bool {
 	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return false
+	}
 	q.items = append(q.items, c)
 	q.mu.Unlock()
 	select {
 	case q.signal <- struct{}{}:
 	default:
 	}
+	return true
+}
+
+// takeEvents pops, without waiting, up to max events at the head of the
+// queue that came from link: the ones a lane may store in one batch.
+func (q *queue) takeEvents(link *linkState, max int) []eventCmd {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var out []eventCmd
+	for len(out) < max && len(q.items) > 0 {
+		c, ok := q.items[0].(eventCmd)
+		if !ok || c.link != link {
+			break
+		}
+		out = append(out, c)
+		q.items[0] = nil
+		q.items = q.items[1:]
+	}
+	return out
+}
+
+// takeFinish pops the head of the queue when it is a finish from link.
+func (q *queue) takeFinish(link *linkState) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) == 0 {
+		return false
+	}
+	if c, ok := q.items[0].(finishCmd); ok && c.link == link {
+		q.items[0] = nil
+		q.items = q.items[1:]
+		return true
+	}
+	return false
+}
+
+// close refuses every later push and returns what was still queued.
+func (q *queue) close() []any {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	rest := q.items
+	q.items = nil
+	return rest
 }
 
 // pop waits for the next command; ok is false when ctx ends first.

@@ -3,6 +3,7 @@ package broker
 import (
 	"fmt"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -49,7 +50,23 @@ type linkState struct {
 	interjections map[string]bool
 	withdrawn     bool // withdrawn at tolerance: register is refused
 	opened        time.Time
+	// backlog counts the events read from this link and not yet handled
+	// by their lanes (stored, or dropped as a resend or a stray). When it
+	// is full the link's read loop waits in Event: the broker stops reading
+	// the provider until the writes catch up (backpressure).
+	backlog  *backlog
+	gone     chan struct{} // closed when the link is detached or leadership ends
+	goneOnce sync.Once
 }
+
+// release counts handled events out of the link's backlog.
+func (ls *linkState) release(cmds ...eventCmd) {
+	for _, c := range cmds {
+		ls.backlog.give(len(c.ev))
+	}
+}
+
+func (ls *linkState) detached() { ls.goneOnce.Do(func() { close(ls.gone) }) }
 
 func (ls *linkState) String() string { return fmt.Sprintf("link#%d(%s)", ls.id, short(ls.key)) }
 

@@ -35,8 +35,12 @@ type Server struct {
 	MaxFrame int64
 
 	wg       sync.WaitGroup
+	once     sync.Once
 	upgrader websocket.Upgrader
 }
+
+// writeBuffers are the links' WebSocket write buffers, shared.
+var writeBuffers sync.Pool
 
 // ServeHTTP upgrades, handshakes and serves one link until it closes.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -49,20 +53,35 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":"this funduq node is not the leader"}`, http.StatusServiceUnavailable)
 		return
 	}
-	s.upgrader.CheckOrigin = func(*http.Request) bool { return true } // providers are not browsers
+	s.once.Do(func() {
+		s.upgrader.CheckOrigin = func(*http.Request) bool { return true } // providers are not browsers
+		// Write buffers only while writing: an idle link holds none.
+		s.upgrader.WriteBufferPool = &writeBuffers
+	})
 	ws, err := s.upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return // the upgrader answered the client
 	}
 	s.wg.Add(1)
-	defer s.wg.Done()
 	ws.SetReadLimit(wsconn.Limit(s.MaxFrame))
 	res, err := handshake.Accept(r.Context(), ws, handshake.Config{Funduq: s.Funduq, Tickets: s.Tickets, HelloTimeout: s.HelloTimeout})
 	if err != nil {
 		s.Log.Info("provider handshake refused", "remote", r.RemoteAddr, "err", err)
 		_ = ws.Close()
+		s.wg.Done()
 		return
 	}
+	// The link lives on its own goroutine so this request (its response
+	// buffers, headers, and the HTTP server's goroutine) is let go: an idle
+	// link holds only what it needs.
+	go func() {
+		defer s.wg.Done()
+		s.serve(ws, res)
+	}()
+}
+
+// serve runs one handshaken link until it closes.
+func (s *Server) serve(ws *websocket.Conn, res handshake.Result) {
 	log := s.Log.With("provider_key", res.PublicKey)
 	c := newConn(ws, res.PublicKey, log)
 	if err := s.Broker.Attach(c, res.MaxConcurrentRuns); err != nil {
@@ -100,7 +119,6 @@ func (s *Server) sendError(c *Conn, msg, runID, name string) {
 // readLoop processes frames in arrival order until the link closes.
 func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup) {
 	ws := c.WS
-	_ = ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle))
 	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle)) })
 	querySlots := make(chan struct{}, 8)
 	for {
@@ -109,12 +127,15 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 			return
 		default:
 		}
+		// Set before each read, not after: handling a frame may wait (an
+		// event waits while the link's backlog is full), and that wait is
+		// the broker's, not the provider's silence.
+		_ = ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle))
 		kind, data, err := ws.ReadMessage()
 		if err != nil {
 			c.log.Info("provider link ended", "err", err)
 			return
 		}
-		_ = ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle))
 		if kind != websocket.TextMessage {
 			s.sendError(c, "unparseable frame", "", "")
 			continue

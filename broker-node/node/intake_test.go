@@ -16,7 +16,7 @@ func TestLostNotifyLosesNoRun(t *testing.T) {
 	kill := func() int {
 		var n int
 		err := h.Store.Pool().QueryRow(context.Background(),
-			`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'funduq-broker-intake'`).Scan(&n)
+			`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'funduq-broker-intake' AND datname = current_database()`).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -87,7 +88,7 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("FUNDUQ_IDENTITY_KEY: %w", err)
 	}
-	st, err := store.Open(ctx, cfg.DatabaseURL, store.Options{Log: log})
+	st, err := store.Open(ctx, cfg.DatabaseURL, store.Options{Log: log, MaxConns: int32(cfg.DBMaxConns)})
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +116,8 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 		Settings: broker.Settings{DeliverTimeout: cfg.DeliverTimeout, UnservedTimeout: cfg.UnservedTimeout,
 			UndeliveredWindow: cfg.UndeliveredWindow, ProviderGrace: cfg.ProviderGrace,
 			QualityTolerance: cfg.ProviderQualityTolerance, SweepInterval: o.SweepInterval,
-			Limits: broker.Limits{MaxEventsPerRun: cfg.MaxEventsPerRun, MaxEventBytes: cfg.MaxEventBytes}}})
+			Limits: broker.Limits{MaxEventsPerRun: cfg.MaxEventsPerRun, MaxEventBytes: cfg.MaxEventBytes},
+			EventBacklog: cfg.LinkEventBacklog, EventBacklogBytes: cfg.LinkEventBacklogBytes}})
 	n := &Node{cfg: cfg, log: log, st: st, rdb: rdb, signer: signer, tickets: tickets.New(rdb, prefix),
 		Broker: b, registry: reg, prefix: prefix}
 	n.links = &link.Server{Broker: b, Funduq: signer, Tickets: n.tickets, Log: log,
@@ -207,6 +209,23 @@ func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
 func (n *Node) Run(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: n.mux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: MaxHeaderBytes}
 	var wg sync.WaitGroup
+	var prof *http.Server
+	if n.cfg.PprofAddr != "" {
+		pln, err := net.Listen("tcp", n.cfg.PprofAddr)
+		if err != nil {
+			return fmt.Errorf("FUNDUQ_PPROF_ADDR: %w", err)
+		}
+		pm := http.NewServeMux()
+		pm.HandleFunc("/debug/pprof/", pprof.Index)
+		pm.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		pm.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		pm.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		pm.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		prof = &http.Server{Handler: pm, ReadHeaderTimeout: 10 * time.Second}
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = prof.Serve(pln) }()
+		n.log.Info("pprof serving", "addr", pln.Addr().String())
+	}
 	errc := make(chan error, 2)
 	wg.Add(1)
 	go func() {
@@ -235,6 +254,9 @@ func (n *Node) Run(ctx context.Context, ln net.Listener) error {
 	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shut) // hijacked WebSockets are closed by the broker's teardown
+	if prof != nil {
+		_ = prof.Close()
+	}
 	wg.Wait()
 	n.links.Wait()
 	n.kyok.Wait()

@@ -37,7 +37,7 @@ import (
 const guard = 15 * time.Second
 
 type Harness struct {
-	t     *testing.T
+	t     testing.TB
 	Node  *node.Node
 	URL   string
 	Clock *clockwork.FakeClock
@@ -52,7 +52,7 @@ type Harness struct {
 // SeedHex is a test seed: b repeated 32 times, in hex.
 func SeedHex(b byte) string { return strings.Repeat(fmt.Sprintf("%02x", b), 32) }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if os.Getenv("FUNDUQ_TEST_LOG") != "" {
 		return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -60,13 +60,13 @@ func testLogger(t *testing.T) *slog.Logger {
 }
 
 // Start runs a broker node on a fresh database, a fake clock and loopback.
-func Start(t *testing.T, mut func(*config.Broker)) *Harness {
+func Start(t testing.TB, mut func(*config.Broker)) *Harness {
 	t.Helper()
 	return StartWith(t, mut, nil)
 }
 
 // StartWith is Start with the node's options adjusted by opts.
-func StartWith(t *testing.T, mut func(*config.Broker), opts func(*node.Options)) *Harness {
+func StartWith(t testing.TB, mut func(*config.Broker), opts func(*node.Options)) *Harness {
 	t.Helper()
 	dbURL := storetest.URL(t)
 	_, prefix := redistest.Client(t)
@@ -85,7 +85,7 @@ func StartWith(t *testing.T, mut func(*config.Broker), opts func(*node.Options))
 	return h
 }
 
-func startNode(t *testing.T, cfg config.Broker, prefix string, opts func(*node.Options)) *Harness {
+func startNode(t testing.TB, cfg config.Broker, prefix string, opts func(*node.Options)) *Harness {
 	t.Helper()
 	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -264,7 +264,7 @@ func (h *Harness) Door(key, agent, threadID, text string) (runID, thread string)
 
 // prov is a provider speaking the real wire, scripted by the test.
 type Prov struct {
-	t      *testing.T
+	t      testing.TB
 	h      *Harness
 	signer *identity.Signer
 	Key    string

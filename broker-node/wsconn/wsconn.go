@@ -40,7 +40,9 @@ func Limit(n int64) int64 {
 // with its reason.
 type Conn struct {
 	WS      *websocket.Conn
-	out     chan []byte
+	mu      sync.Mutex
+	out     [][]byte      // frames waiting for the writer, in order; allocated as they come
+	wake    chan struct{} // the writer's doorbell (capacity 1)
 	closed  chan struct{}
 	once    sync.Once
 	code    int
@@ -50,7 +52,7 @@ type Conn struct {
 
 // New wraps ws; slowMsg is the close reason for a peer whose queue fills.
 func New(ws *websocket.Conn, slowMsg string) *Conn {
-	return &Conn{WS: ws, out: make(chan []byte, sendQueue), closed: make(chan struct{}), slowMsg: slowMsg}
+	return &Conn{WS: ws, wake: make(chan struct{}, 1), closed: make(chan struct{}), slowMsg: slowMsg}
 }
 
 // Closed is closed once the link is.
@@ -64,13 +66,28 @@ func (c *Conn) Send(frame []byte) error {
 		return ErrClosed
 	default:
 	}
-	select {
-	case c.out <- frame:
-		return nil
-	default:
+	c.mu.Lock()
+	if len(c.out) >= sendQueue {
+		c.mu.Unlock()
 		c.CloseWith(websocket.CloseTryAgainLater, c.slowMsg)
 		return ErrClosed
 	}
+	c.out = append(c.out, frame)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// takeAll empties the queue. An idle link keeps no queue memory.
+func (c *Conn) takeAll() [][]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fs := c.out
+	c.out = nil
+	return fs
 }
 
 // Close ends the link (the broker stopped leading, say) with reason.
@@ -91,12 +108,14 @@ func (c *Conn) Writer(done chan<- struct{}) {
 	defer ping.Stop()
 	for {
 		select {
-		case f := <-c.out:
-			_ = c.WS.SetWriteDeadline(time.Now().Add(writeTimeout))
-			if err := c.WS.WriteMessage(websocket.TextMessage, f); err != nil {
-				c.CloseWith(websocket.CloseAbnormalClosure, "write failed")
-				_ = c.WS.Close()
-				return
+		case <-c.wake:
+			for _, f := range c.takeAll() {
+				_ = c.WS.SetWriteDeadline(time.Now().Add(writeTimeout))
+				if err := c.WS.WriteMessage(websocket.TextMessage, f); err != nil {
+					c.CloseWith(websocket.CloseAbnormalClosure, "write failed")
+					_ = c.WS.Close()
+					return
+				}
 			}
 		case <-ping.C:
 			if err := c.WS.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeTimeout)); err != nil {
@@ -106,17 +125,11 @@ func (c *Conn) Writer(done chan<- struct{}) {
 			}
 		case <-c.closed:
 			// Flush what was queued before the close, then say why.
-		flush:
-			for {
-				select {
-				case f := <-c.out:
-					_ = c.WS.SetWriteDeadline(time.Now().Add(writeTimeout))
-					if c.WS.WriteMessage(websocket.TextMessage, f) != nil {
-						_ = c.WS.Close()
-						return
-					}
-				default:
-					break flush
+			for _, f := range c.takeAll() {
+				_ = c.WS.SetWriteDeadline(time.Now().Add(writeTimeout))
+				if c.WS.WriteMessage(websocket.TextMessage, f) != nil {
+					_ = c.WS.Close()
+					return
 				}
 			}
 			if c.code != websocket.CloseAbnormalClosure {

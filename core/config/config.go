@@ -148,6 +148,18 @@ type Broker struct {
 	// /console; "" leaves the console off (every /console path is a 404
 	// saying so).
 	ConsoleToken string `env:"FUNDUQ_CONSOLE_TOKEN"`
+	// LinkEventBacklog bounds the events read from one provider link and
+	// not yet stored; a full backlog stops reading the link (backpressure).
+	LinkEventBacklog int `env:"FUNDUQ_LINK_EVENT_BACKLOG" envDefault:"1024"`
+	// LinkEventBacklogBytes bounds the same events' bytes.
+	LinkEventBacklogBytes int `env:"FUNDUQ_LINK_EVENT_BACKLOG_BYTES" envDefault:"4194304"`
+	// DBMaxConns caps the node's PostgreSQL pool; 0 keeps pgx's default
+	// (max(4, CPUs)). Every lane writes on its own, so a node with many
+	// concurrent runs may want more.
+	DBMaxConns int `env:"FUNDUQ_DB_MAX_CONNS" envDefault:"0"`
+	// PprofAddr, when set, serves net/http/pprof on its own listener
+	// (loopback only, say 127.0.0.1:6060). Off by default.
+	PprofAddr string `env:"FUNDUQ_PPROF_ADDR"`
 }
 
 // MinConsoleToken is the shortest FUNDUQ_CONSOLE_TOKEN accepted.
@@ -207,6 +219,15 @@ func ParseBroker(environ map[string]string, host Host) (Broker, error) {
 		c.NodeID = fmt.Sprintf("%s-%d", host.Hostname, host.PID)
 	}
 	errs := []error{c.Storage.validate(), c.Identity.validate(), c.Waits.validate(), c.BrokerLimits.validate()}
+	if c.LinkEventBacklog <= 0 {
+		errs = append(errs, fmt.Errorf("FUNDUQ_LINK_EVENT_BACKLOG: want a positive number of events, got %d", c.LinkEventBacklog))
+	}
+	if c.DBMaxConns < 0 {
+		errs = append(errs, fmt.Errorf("FUNDUQ_DB_MAX_CONNS: want 0 (pgx's default) or more, got %d", c.DBMaxConns))
+	}
+	if c.LinkEventBacklogBytes <= 0 {
+		errs = append(errs, fmt.Errorf("FUNDUQ_LINK_EVENT_BACKLOG_BYTES: want a positive number of bytes, got %d", c.LinkEventBacklogBytes))
+	}
 	if u, err := url.Parse(c.AdvertiseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		errs = append(errs, fmt.Errorf("FUNDUQ_ADVERTISE_URL: want an http(s) URL, got %q", c.AdvertiseURL))
 	}

@@ -32,7 +32,7 @@
 // secret is FUNDUQ_TOKEN_SECRET as bytes, the same on every door and node.
 // The binding names an offering, never a connection; it covers one run
 // only (nothing propagates to sub-runs) and the broker drops it when the run
-// ends (store.DropKyokBinding from its forget funnel).
+// ends (store.Conclude drops it with the terminal move).
 //
 // Go decision (broker.md §9.2 "where context lives"): the context is stored,
 // but only sealed (AES-256-GCM under a key derived from the token secret) in

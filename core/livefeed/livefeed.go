@@ -50,6 +50,34 @@ func (f *Feed) Publish(ctx context.Context, runID string, seq int, event json.Ra
 	return nil
 }
 
+// Published is one stored event to publish: its seq and the event.
+type Published struct {
+	Seq   int
+	Event json.RawMessage
+}
+
+// PublishBatch appends evs (in seq order) of runID in one round trip: one
+// XADD per event and one EXPIRE, pipelined.
+func (f *Feed) PublishBatch(ctx context.Context, runID string, evs []Published) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	if len(evs) == 1 {
+		return f.Publish(ctx, runID, evs[0].Seq, evs[0].Event)
+	}
+	key := f.Key(runID)
+	pipe := f.rdb.Pipeline()
+	for _, e := range evs {
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: strconv.Itoa(e.Seq) + "-1", MaxLen: MaxLen, Approx: true,
+			Values: []any{"seq", e.Seq, "event", string(e.Event)}})
+	}
+	pipe.Expire(ctx, key, LiveTTL)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("publish events %d..%d of run %s: %w", evs[0].Seq, evs[len(evs)-1].Seq, runID, err)
+	}
+	return nil
+}
+
 // End marks the run's stream finished with its final status, after its last
 // event, so a live reader knows to stop.
 func (f *Feed) End(ctx context.Context, runID string, lastSeq int, status string) error {

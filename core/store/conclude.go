@@ -14,9 +14,13 @@ import (
 // transaction: events appended first (a synthesized RUN_ERROR, say), then
 // the status move, then the agent's messages folded from the round's events.
 type Conclusion struct {
-	Move          Move              // Writer must be ByBroker
-	Events        []json.RawMessage // appended before the move, in order
-	AgentMessages []Message         // recorded on the run's thread, origin agent
+	Move Move // Writer must be ByBroker
+	// ProviderEvents are the provider's last events, stored first, as
+	// AppendProviderEvents would (resends skipped): a run's final batch
+	// and its end in one transaction.
+	ProviderEvents []NewEvent
+	Events         []json.RawMessage // appended before the move, in order (after ProviderEvents)
+	AgentMessages  []Message         // recorded on the run's thread, origin agent
 }
 
 // Appended is one event Conclude stored.
@@ -25,7 +29,8 @@ type Appended struct {
 	Event json.RawMessage
 }
 
-// Conclude applies c under the broker's epoch, all or nothing. A refused
+// Conclude applies c under the broker's epoch, all or nothing. A terminal
+// move drops the run's KYOK binding in the same write. A refused
 // move (stale epoch, illegal transition) stores none of the events either.
 func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, error) {
 	m := c.Move
@@ -59,6 +64,17 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 		if !run.Legal(m.Writer, run.Status(found), m.To) {
 			return &TransitionError{RunID: m.RunID, From: run.Status(found), To: m.To, Writer: m.Writer}
 		}
+		if len(c.ProviderEvents) > 0 {
+			seqs, err := appendProviderEvents(ctx, tx, m.RunID, c.ProviderEvents)
+			if err != nil {
+				return err
+			}
+			for i, seq := range seqs {
+				if seq > 0 {
+					appended = append(appended, Appended{Seq: seq, Event: c.ProviderEvents[i].Event})
+				}
+			}
+		}
 		for _, ev := range c.Events {
 			seq, err := appendEvent(ctx, tx, m.RunID, ev, nil)
 			if err != nil {
@@ -73,7 +89,11 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 				interrupt = CASE WHEN $2 = 'input-required' THEN $4::jsonb ELSE NULL END,
 				owner_epoch = $5,
 				completed_at = CASE WHEN $2 IN ('completed', 'failed', 'cancelled') THEN now() ELSE completed_at END,
-				last_activity_at = now()
+				last_activity_at = now(),
+				-- The KYOK binding dies with the run, in the same write.
+				kyok_binding = CASE WHEN $2 IN ('completed', 'failed', 'cancelled') THEN NULL ELSE kyok_binding END,
+				kyok_llm_provider_key = CASE WHEN $2 IN ('completed', 'failed', 'cancelled') THEN NULL ELSE kyok_llm_provider_key END,
+				kyok_llm_name = CASE WHEN $2 IN ('completed', 'failed', 'cancelled') THEN NULL ELSE kyok_llm_name END
 			WHERE run_id = $1
 			RETURNING `+runColumns,
 			m.RunID, string(m.To), string(m.Reason), nullJSON(m.Interrupt), m.Epoch))

@@ -59,6 +59,103 @@ func (s *Store) AppendProviderEvent(ctx context.Context, epoch int64, runID stri
 	return seq, nil
 }
 
+// NewEvent is one provider event to append: the event and the provider's
+// own optional seq.
+type NewEvent struct {
+	Event       json.RawMessage
+	ProviderSeq *int64
+}
+
+// AppendProviderEvents stores evs, in order, in one transaction under the
+// broker's epoch: one fence, one dedupe query, one seq reservation and one
+// multi-row insert however many events there are. It returns, per event,
+// the seq it was stored under, or 0 for an event whose provider seq is
+// already stored in this round (a resend; nothing stored for it). Every
+// returned event is durable before the call returns (D9). A stale epoch
+// changes nothing; the run must exist.
+func (s *Store) AppendProviderEvents(ctx context.Context, epoch int64, runID string, evs []NewEvent) ([]int, error) {
+	if len(evs) == 0 {
+		return nil, nil
+	}
+	var seqs []int
+	err := s.inTx(ctx, "append events to run "+runID, func(tx pgx.Tx) error {
+		if err := fence(ctx, tx, epoch); err != nil {
+			return err
+		}
+		var err error
+		seqs, err = appendProviderEvents(ctx, tx, runID, evs)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return seqs, nil
+}
+
+// appendProviderEvents stores evs inside a fenced transaction; see
+// AppendProviderEvents.
+func appendProviderEvents(ctx context.Context, tx pgx.Tx, runID string, evs []NewEvent) ([]int, error) {
+	seqs := make([]int, len(evs))
+	var pseqs []int64
+	for _, e := range evs {
+		if e.ProviderSeq != nil {
+			pseqs = append(pseqs, *e.ProviderSeq)
+		}
+	}
+	stored := map[int64]bool{}
+	if len(pseqs) > 0 {
+		// Within this round only: a reopened run is numbered afresh.
+		rows, err := tx.Query(ctx, `SELECT e.provider_seq FROM run_events e JOIN runs r USING (run_id)
+			WHERE e.run_id = $1 AND e.provider_seq = ANY($2) AND e.seq > r.round_seq`, runID, pseqs)
+		if err != nil {
+			return nil, err
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range got {
+			stored[p] = true
+		}
+	}
+	keep := make([]int, 0, len(evs)) // indexes of evs to store
+	for i, e := range evs {
+		if e.ProviderSeq != nil {
+			if stored[*e.ProviderSeq] {
+				continue
+			}
+			stored[*e.ProviderSeq] = true // a repeat within the batch is a resend too
+		}
+		keep = append(keep, i)
+	}
+	if len(keep) == 0 {
+		return seqs, nil
+	}
+	var last int
+	err := tx.QueryRow(ctx, `UPDATE runs SET last_seq = last_seq + $2, last_activity_at = now()
+		WHERE run_id = $1 RETURNING last_seq`, runID, len(keep)).Scan(&last)
+	if err == pgx.ErrNoRows {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	first := last - len(keep) + 1
+	nums := make([]int32, len(keep))
+	texts := make([]string, len(keep))
+	ps := make([]*int64, len(keep))
+	for j, i := range keep {
+		seqs[i] = first + j
+		nums[j] = int32(first + j)
+		texts[j] = string(evs[i].Event)
+		ps[j] = evs[i].ProviderSeq
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO run_events (run_id, seq, event, provider_seq)
+		SELECT $1, s, e::json, p FROM unnest($2::int[], $3::text[], $4::bigint[]) AS t(s, e, p)`,
+		runID, nums, texts, ps)
+	return seqs, err
+}
+
 // EventsAfter reads a run's events with seq > after, in order.
 func (s *Store) EventsAfter(ctx context.Context, runID string, after, limit int) ([]Event, error) {
 	rows, err := s.pool.Query(ctx, `SELECT run_id, seq, event, created_at FROM run_events

@@ -98,6 +98,7 @@ type tail struct {
 	relayed   int
 	lastWrite time.Time
 	broken    bool // a write failed: the client is gone
+	unflushed bool // written since the last flush
 }
 
 func (t *tail) run(ctx context.Context, end time.Time) {
@@ -105,7 +106,11 @@ func (t *tail) run(ctx context.Context, end time.Time) {
 	checkDB := true
 	staleEndAt := -1
 	var nextDBCheck, feedDownUntil time.Time
+	defer t.flush()
 	for !t.broken && ctx.Err() == nil {
+		// What the last pass wrote goes out before the next wait: one flush
+		// per batch of events read, not one per event.
+		t.flush()
 		now := time.Now()
 		if !end.IsZero() && !now.Before(end) {
 			t.comment(fmt.Sprintf("stream budget reached: reconnect with GET /runs/%s/events and %s: %d",
@@ -280,10 +285,19 @@ func (t *tail) write(s string) {
 		t.broken = true
 		return
 	}
+	t.unflushed = true
+	t.lastWrite = time.Now()
+}
+
+// flush sends what was written since the last flush.
+func (t *tail) flush() {
+	if t.broken || !t.unflushed {
+		return
+	}
+	t.unflushed = false
 	if err := t.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
 		t.broken = true
 	}
-	t.lastWrite = time.Now()
 }
 
 func sleep(ctx context.Context, d time.Duration) {

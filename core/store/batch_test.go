@@ -1,0 +1,97 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/store/storetest"
+)
+
+func pseq(n int64) *int64 { return &n }
+
+// A batch is stored in order under consecutive seqs; provider seqs already
+// stored this round, or repeated within the batch, are skipped (seq 0).
+func TestAppendProviderEventsBatch(t *testing.T) {
+	st := storetest.Store(t)
+	ctx := context.Background()
+	seedAgent(t, st)
+	epoch, _ := st.AdvanceEpoch(ctx, "node-a")
+	r := newRun(t, st)
+	ev := func(n int) json.RawMessage { return json.RawMessage(fmt.Sprintf(`{"type":"CUSTOM","n":%d}`, n)) }
+	// The round starts when the run is offered.
+	for _, to := range []run.Status{run.Offering, run.Running} {
+		if _, err := st.Transition(ctx, store.Move{RunID: r.RunID, To: to, Writer: run.ByBroker, Epoch: epoch}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seqs, err := st.AppendProviderEvents(ctx, epoch, r.RunID, []store.NewEvent{
+		{Event: ev(1), ProviderSeq: pseq(1)}, {Event: ev(2), ProviderSeq: pseq(2)}, {Event: ev(3)}})
+	if err != nil || fmt.Sprint(seqs) != "[1 2 3]" {
+		t.Fatalf("first batch: %v %v", seqs, err)
+	}
+	seqs, err = st.AppendProviderEvents(ctx, epoch, r.RunID, []store.NewEvent{
+		{Event: ev(2), ProviderSeq: pseq(2)}, {Event: ev(4), ProviderSeq: pseq(3)}, {Event: ev(4), ProviderSeq: pseq(3)}, {Event: ev(5), ProviderSeq: pseq(4)}})
+	if err != nil || fmt.Sprint(seqs) != "[0 4 0 5]" {
+		t.Fatalf("second batch: %v %v", seqs, err)
+	}
+	evs, _ := st.EventsAfter(ctx, r.RunID, 0, 100)
+	if len(evs) != 5 || string(evs[3].Event) != string(ev(4)) || string(evs[4].Event) != string(ev(5)) {
+		t.Fatalf("stored: %+v", evs)
+	}
+	if _, err := st.AppendProviderEvents(ctx, epoch-1, r.RunID, []store.NewEvent{{Event: ev(9)}}); err == nil {
+		t.Fatal("a stale epoch appended")
+	}
+	// The conclude stores a final batch with the move.
+	done, appended, err := st.Conclude(ctx, store.Conclusion{Move: store.Move{RunID: r.RunID, To: run.Completed, Writer: run.ByBroker, Epoch: epoch},
+		ProviderEvents: []store.NewEvent{{Event: ev(5), ProviderSeq: pseq(4)}, {Event: ev(6), ProviderSeq: pseq(5)}}})
+	if err != nil || done.Status != run.Completed || len(appended) != 1 || appended[0].Seq != 6 {
+		t.Fatalf("conclude: %v %+v %v", done.Status, appended, err)
+	}
+}
+
+// BenchmarkAppendEvents stores 16 events one transaction each (as the
+// broker did before batching) and in one batch.
+func BenchmarkAppendEvents(b *testing.B) {
+	st := storetest.Store(b)
+	ctx := context.Background()
+	if err := st.SaveProvider(ctx, store.Provider{PublicKey: testProviderKey, Fingerprint: testFingerprint}); err != nil {
+		b.Fatal(err)
+	}
+	if err := st.SaveAgent(ctx, store.Agent{ProviderKey: testProviderKey, Name: testAgent}); err != nil {
+		b.Fatal(err)
+	}
+	epoch, _ := st.AdvanceEpoch(ctx, "node-a")
+	runID, threadID := run.NewRunID(), run.NewThreadID()
+	if _, _, err := st.CreateRun(ctx, store.NewRun{RunID: runID, ThreadID: threadID, ProviderKey: testProviderKey, AgentName: testAgent,
+		CreateThread: &store.NewThread{}, RunInput: json.RawMessage(`{}`)}); err != nil {
+		b.Fatal(err)
+	}
+	ev := json.RawMessage(`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hello there"}`)
+	var n int64
+	b.Run("16_single", func(b *testing.B) {
+		for b.Loop() {
+			for range 16 {
+				n++
+				if _, err := st.AppendProviderEvent(ctx, epoch, runID, ev, pseq(n)); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("16_batched", func(b *testing.B) {
+		batch := make([]store.NewEvent, 16)
+		for b.Loop() {
+			for i := range batch {
+				n++
+				batch[i] = store.NewEvent{Event: ev, ProviderSeq: pseq(n)}
+			}
+			if _, err := st.AppendProviderEvents(ctx, epoch, runID, batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Floors are what the machine itself does, measured in the same run.
+type Floors struct {
+	PGTxPerSec      float64 `json:"pg_insert_notify_tx_per_s"`
+	NotifyRTTP50    float64 `json:"notify_rtt_p50_ms"`
+	NotifyRTTP99    float64 `json:"notify_rtt_p99_ms"`
+	WSRTTP50        float64 `json:"ws_rtt_p50_ms"`
+	WSRTTP99        float64 `json:"ws_rtt_p99_ms"`
+	PGTxConcurrency int     `json:"pg_tx_concurrency"`
+}
+
+const scratchDDL = `CREATE TABLE IF NOT EXISTS load_scratch (id bigserial PRIMARY KEY, payload text NOT NULL, at timestamptz NOT NULL DEFAULT now())`
+
+// pgFloor measures insert+NOTIFY transactions/s with conc writers, each
+// transaction one INSERT into a scratch table and one NOTIFY, as a door's
+// start does.
+func pgFloor(ctx context.Context, dbURL string, conc int, d time.Duration) (float64, error) {
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return 0, err
+	}
+	cfg.MaxConns = int32(conc)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, scratchDDL); err != nil {
+		return 0, err
+	}
+	var n atomic.Int64
+	var firstErr atomic.Value
+	stop := time.Now().Add(d)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) && ctx.Err() == nil {
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, `INSERT INTO load_scratch (payload) VALUES ($1)`, "x"); err != nil {
+						return err
+					}
+					_, err := tx.Exec(ctx, `SELECT pg_notify('load_scratch', 'x')`)
+					return err
+				})
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if e, ok := firstErr.Load().(error); ok {
+		return 0, e
+	}
+	return float64(n.Load()) / time.Since(start).Seconds(), nil
+}
+
+// notifyRTT measures a committed insert+NOTIFY until a listener on another
+// connection has it, one at a time.
+func notifyRTT(ctx context.Context, dbURL string, d time.Duration) (*hist, error) {
+	lc, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	defer lc.Close(context.Background())
+	wc, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	defer wc.Close(context.Background())
+	if _, err := wc.Exec(ctx, scratchDDL); err != nil {
+		return nil, err
+	}
+	if _, err := lc.Exec(ctx, `LISTEN load_rtt`); err != nil {
+		return nil, err
+	}
+	h := &hist{}
+	stop := time.Now().Add(d)
+	for i := 0; time.Now().Before(stop) && i < 5000; i++ {
+		t0 := time.Now()
+		err := pgx.BeginFunc(ctx, wc, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO load_scratch (payload) VALUES ($1)`, "rtt"); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `SELECT pg_notify('load_rtt', $1)`, strconv.Itoa(i))
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		for {
+			nf, err := lc.WaitForNotification(wctx)
+			if err != nil {
+				cancel()
+				return nil, fmt.Errorf("notify round trip: %w", err)
+			}
+			if nf.Payload == strconv.Itoa(i) {
+				break
+			}
+		}
+		cancel()
+		h.add(time.Since(t0))
+	}
+	return h, nil
+}
+
+// wsRTT measures a small frame's round trip over a loopback WebSocket.
+func wsRTT(ctx context.Context, d time.Duration) (*hist, error) {
+	up := websocket.Upgrader{}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for {
+			mt, b, err := c.ReadMessage()
+			if err != nil {
+				return
+			}
+			if c.WriteMessage(mt, b) != nil {
+				return
+			}
+		}
+	}), ReadHeaderTimeout: 5 * time.Second}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	c, _, err := websocket.DefaultDialer.DialContext(ctx, "ws://"+ln.Addr().String()+"/", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	msg := []byte(`{"type":"event","runId":"run_x","event":{"type":"CUSTOM","name":"ping"}}`)
+	h := &hist{}
+	stop := time.Now().Add(d)
+	for i := 0; time.Now().Before(stop) && i < 20000; i++ {
+		t0 := time.Now()
+		if err := c.WriteMessage(websocket.TextMessage, msg); err != nil {
+			return nil, err
+		}
+		if _, _, err := c.ReadMessage(); err != nil {
+			return nil, err
+		}
+		h.add(time.Since(t0))
+	}
+	return h, nil
+}
+
+func measureFloors(ctx context.Context, dbURL string, conc int, d time.Duration) (Floors, error) {
+	var f Floors
+	f.PGTxConcurrency = conc
+	tps, err := pgFloor(ctx, dbURL, conc, d)
+	if err != nil {
+		return f, fmt.Errorf("insert+NOTIFY floor: %w", err)
+	}
+	f.PGTxPerSec = tps
+	nh, err := notifyRTT(ctx, dbURL, d)
+	if err != nil {
+		return f, err
+	}
+	f.NotifyRTTP50, f.NotifyRTTP99 = nh.ms(0.50), nh.ms(0.99)
+	wh, err := wsRTT(ctx, d)
+	if err != nil {
+		return f, fmt.Errorf("websocket floor: %w", err)
+	}
+	f.WSRTTP50, f.WSRTTP99 = wh.ms(0.50), wh.ms(0.99)
+	return f, nil
+}

@@ -1,0 +1,163 @@
+// Command load measures funduq-go on a local stack with real PostgreSQL,
+// Redis and WebSockets, always beside the floors measured in the same run:
+//
+//	go run ./scripts/load --help
+//	go run ./scripts/load -duration 10s -providers 4 -callers 8 -json load.json
+//
+// It starts a stack of its own (a fresh database, a Redis key prefix, a
+// broker node as a child process, the doors in this process) unless
+// -broker and -doors name running ones, then:
+//
+//  1. floors: PostgreSQL insert+NOTIFY transactions/s and the NOTIFY round
+//     trip (on a scratch table), and a WebSocket loopback round trip;
+//  2. load: N SDK providers (accept at once; -events events of -event-size
+//     bytes per run) and M callers through the AG-UI and A2A doors, for
+//     -duration, closed loop: completed runs/s, dispatch latency (caller
+//     sends → the run frame at the provider), event latency (provider emits
+//     → caller's SSE);
+//  3. half load: the same at half the measured rate, open loop (dispatch
+//     latency at half of the maximum load); -sweep adds more fractions and
+//     -svg draws latency against load;
+//  4. stream: one run streaming -stream events, provider → caller, every one
+//     checked in run_events;
+//  5. idle links (-links n): n provider links held open to the broker node,
+//     its memory per link and its CPU at idle.
+//
+// It prints a table and writes it as JSON (-json). -doc rewrites the table
+// between the markers in docs/performance.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Config is one load run's settings.
+type Config struct {
+	PostgresURL string // a superuser that may CREATE DATABASE (own stack) or the stack's database
+	RedisURL    string
+	BrokerURL   string // targets a running broker node instead of starting one
+	DoorsURL    string
+	DatabaseURL string // with -broker: the stack's database (floors and checks)
+
+	Duration   time.Duration
+	Providers  int
+	Callers    int
+	A2AShare   float64 // fraction of callers using the A2A door
+	Events     int     // events per run, RUN_STARTED and RUN_FINISHED included
+	EventSize  int     // bytes of payload per middle event
+	Sweep      []float64
+	Stream     int // events in the one-run stream test (0: skip)
+	Links      int // idle links (0: skip)
+	LinkKeys   int // provider keys the idle links use (0: one per link)
+	FloorTime  time.Duration
+	JSONPath   string
+	SVGPath    string
+	DocPath    string
+	ProfileDir string // CPU profiles of the broker node and this process under load
+	Quiet      bool
+
+	idleWindow time.Duration // how long idle links are watched for CPU (10s)
+}
+
+func defaults() Config {
+	return Config{
+		PostgresURL: envOr("FUNDUQ_LOAD_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
+		RedisURL:    envOr("FUNDUQ_LOAD_REDIS_URL", "redis://127.0.0.1:6379/0"),
+		Duration:    10 * time.Second, Providers: 4, Callers: 8, A2AShare: 0.25, Events: 4, EventSize: 64,
+		Stream: 20000, FloorTime: 3 * time.Second,
+	}
+}
+
+func envOr(k, d string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return d
+}
+
+func main() {
+	if os.Getenv(roleEnv) == "broker" {
+		os.Exit(brokerChild())
+	}
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if err == flag.ErrHelp {
+		os.Exit(0)
+	}
+	if err != nil {
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := Run(ctx, cfg, os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "load:", err)
+		os.Exit(1)
+	}
+	_ = rep
+}
+
+func parseFlags(args []string, out io.Writer) (Config, error) {
+	c := defaults()
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintln(out, "usage: go run ./scripts/load [flags]\n\nDrives a local funduq-go stack and reports figures beside the floors measured in the same run.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&c.PostgresURL, "postgres", c.PostgresURL, "PostgreSQL superuser DSN; the tool creates (and drops) a database of its own (env FUNDUQ_LOAD_POSTGRES_URL)")
+	fs.StringVar(&c.RedisURL, "redis", c.RedisURL, "Redis URL (env FUNDUQ_LOAD_REDIS_URL)")
+	fs.StringVar(&c.BrokerURL, "broker", "", "target this running broker node (http://host:port) instead of starting one; needs -doors and -database")
+	fs.StringVar(&c.DoorsURL, "doors", "", "target these running doors (http://host:port)")
+	fs.StringVar(&c.DatabaseURL, "database", "", "with -broker: the stack's PostgreSQL DSN")
+	fs.DurationVar(&c.Duration, "duration", c.Duration, "length of each load phase")
+	fs.IntVar(&c.Providers, "providers", c.Providers, "SDK providers (one key each, one agent each)")
+	fs.IntVar(&c.Callers, "callers", c.Callers, "concurrent callers")
+	fs.Float64Var(&c.A2AShare, "a2a", c.A2AShare, "share of callers that use the A2A door (the rest use AG-UI)")
+	fs.IntVar(&c.Events, "events", c.Events, "events per run, RUN_STARTED and RUN_FINISHED included (≥ 2)")
+	fs.IntVar(&c.EventSize, "event-size", c.EventSize, "payload bytes of each event between RUN_STARTED and RUN_FINISHED")
+	sweep := fs.String("sweep", "", "comma-separated fractions of the maximum rate to measure dispatch latency at (e.g. 0.1,0.25,0.5,0.75,0.9); 0.5 is always measured")
+	fs.IntVar(&c.Stream, "stream", c.Stream, "events in the one-run stream test (0 skips it)")
+	fs.IntVar(&c.Links, "links", 0, "idle provider links to open for the memory-per-link test (0 skips it; 10000 is the target)")
+	fs.IntVar(&c.LinkKeys, "link-keys", 0, "provider keys the idle links spread over (0: a key per link)")
+	fs.DurationVar(&c.FloorTime, "floor-time", c.FloorTime, "time spent measuring each floor")
+	fs.StringVar(&c.JSONPath, "json", "", "write the report as JSON to this file")
+	fs.StringVar(&c.SVGPath, "svg", "", "write the latency-against-load chart (SVG) to this file")
+	fs.StringVar(&c.DocPath, "doc", "", "rewrite the table between <!-- load:begin --> and <!-- load:end --> in this file")
+	fs.StringVar(&c.ProfileDir, "profile", "", "write CPU profiles of the broker node and of this process (doors, providers, callers) under load to this folder")
+	fs.BoolVar(&c.Quiet, "q", false, "no progress on stderr")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintln(out, "unexpected arguments:", fs.Args())
+		return c, fmt.Errorf("unexpected arguments")
+	}
+	if *sweep != "" {
+		for _, f := range strings.Split(*sweep, ",") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || v <= 0 || v > 1.5 {
+				fmt.Fprintln(out, "-sweep: want fractions in (0, 1.5]:", f)
+				return c, fmt.Errorf("bad -sweep")
+			}
+			c.Sweep = append(c.Sweep, v)
+		}
+	}
+	if c.Events < 2 || c.Providers < 1 || c.Callers < 1 || c.Duration <= 0 {
+		fmt.Fprintln(out, "-events ≥ 2, -providers ≥ 1, -callers ≥ 1 and -duration > 0 are needed")
+		return c, fmt.Errorf("bad flags")
+	}
+	if (c.BrokerURL == "") != (c.DoorsURL == "") || (c.BrokerURL != "" && c.DatabaseURL == "") {
+		fmt.Fprintln(out, "-broker, -doors and -database go together")
+		return c, fmt.Errorf("bad flags")
+	}
+	return c, nil
+}

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+)
+
+// Target is one of issue #9's targets, judged as a ratio in this run.
+type Target struct {
+	Name     string  `json:"name"`
+	Measured float64 `json:"measured"`
+	Limit    float64 `json:"limit"`
+	Unit     string  `json:"unit"`
+	Holds    bool    `json:"holds"`
+	Note     string  `json:"note,omitempty"`
+}
+
+func sortPhases(ps []Phase) {
+	sort.SliceStable(ps, func(i, j int) bool { return ps[i].OfferedPerS < ps[j].OfferedPerS })
+}
+
+func targets(r *Report) []Target {
+	var ts []Target
+	fl := r.Floors
+	if fl.PGTxPerSec > 0 {
+		ratio := r.Max.RunsPerSec / fl.PGTxPerSec
+		ts = append(ts, Target{Name: fmt.Sprintf("completed runs/s (%d events) ÷ insert+NOTIFY tx/s", r.Config.Events),
+			Measured: ratio, Limit: 0.5, Unit: "ratio ≥", Holds: ratio >= 0.5,
+			Note: fmt.Sprintf("%.1f runs/s vs %.0f tx/s", r.Max.RunsPerSec, fl.PGTxPerSec)})
+	}
+	if fl.NotifyRTTP50 > 0 && r.Half.DispatchRuns > 0 {
+		p50 := r.Half.DispatchP50 / fl.NotifyRTTP50
+		p99 := r.Half.DispatchP99 / fl.NotifyRTTP50
+		ts = append(ts, Target{Name: "dispatch p50 at half load ÷ NOTIFY round trip", Measured: p50, Limit: 2, Unit: "ratio ≤", Holds: p50 <= 2,
+			Note: fmt.Sprintf("%.2f ms vs %.2f ms", r.Half.DispatchP50, fl.NotifyRTTP50)})
+		ts = append(ts, Target{Name: "dispatch p99 at half load ÷ NOTIFY round trip", Measured: p99, Limit: 5, Unit: "ratio ≤", Holds: p99 <= 5,
+			Note: fmt.Sprintf("%.2f ms vs %.2f ms", r.Half.DispatchP99, fl.NotifyRTTP50)})
+	}
+	if s := r.Stream; s != nil {
+		all := s.Stored == s.Events+2 && s.StoredUnique == s.Stored && s.Read == s.Events
+		ts = append(ts, Target{Name: "one run's stream, provider → caller, every event persisted", Measured: s.PerSec, Limit: 20000,
+			Unit: "events/s ≥", Holds: s.PerSec >= 20000 && all,
+			Note: fmt.Sprintf("%d read, %d stored (%d unique) of %d+2", s.Read, s.Stored, s.StoredUnique, s.Events)})
+	}
+	if id := r.Idle; id != nil {
+		ts = append(ts, Target{Name: fmt.Sprintf("broker memory per idle link (%d links, RSS)", id.Opened), Measured: id.RSSPerLinkKiB,
+			Limit: 32, Unit: "KiB ≤", Holds: id.RSSPerLinkKiB <= 32 && id.Opened == id.Links,
+			Note: fmt.Sprintf("Go heap+stacks %.1f KiB/link; idle CPU %.1f%% of a core", id.HeapPerLinkKiB, id.IdleCPUPercent)})
+	}
+	return ts
+}
+
+func yes(b bool) string {
+	if b {
+		return "holds"
+	}
+	return "DOES NOT HOLD"
+}
+
+// table renders the report as Markdown tables.
+func table(r *Report) string {
+	var b strings.Builder
+	fl := r.Floors
+	fmt.Fprintf(&b, "Measured %s on %d CPUs (%s); %d providers, %d callers (%.0f%% A2A), %d events/run of %d B, %s per phase.\n\n",
+		r.At.Format("2006-01-02 15:04 UTC"), r.CPUs, r.GoVersion, r.Config.Providers, r.Config.Callers, 100*r.Config.A2AShare,
+		r.Config.Events, r.Config.EventSize, r.Config.Duration)
+	b.WriteString("| figure | value | floor (same run) |\n|---|---|---|\n")
+	fmt.Fprintf(&b, "| completed runs/s (max, closed loop) | %.1f (%d failed) | insert+NOTIFY %.0f tx/s (%d writers) |\n",
+		r.Max.RunsPerSec, r.Max.Failed, fl.PGTxPerSec, fl.PGTxConcurrency)
+	fmt.Fprintf(&b, "| dispatch p50 / p90 / p99 at max | %.2f / %.2f / %.2f ms | NOTIFY round trip p50 %.2f ms, p99 %.2f ms |\n",
+		r.Max.DispatchP50, r.Max.DispatchP90, r.Max.DispatchP99, fl.NotifyRTTP50, fl.NotifyRTTP99)
+	fmt.Fprintf(&b, "| dispatch p50 / p90 / p99 at half load (%.1f runs/s offered) | %.2f / %.2f / %.2f ms | |\n",
+		r.Half.OfferedPerS, r.Half.DispatchP50, r.Half.DispatchP90, r.Half.DispatchP99)
+	fmt.Fprintf(&b, "| event latency p50 / p99 at max (provider → caller SSE) | %.2f / %.2f ms | WebSocket loopback round trip p50 %.3f ms, p99 %.3f ms |\n",
+		r.Max.EventP50, r.Max.EventP99, fl.WSRTTP50, fl.WSRTTP99)
+	fmt.Fprintf(&b, "| event latency p50 / p99 at half load | %.2f / %.2f ms | |\n", r.Half.EventP50, r.Half.EventP99)
+	if s := r.Stream; s != nil {
+		fmt.Fprintf(&b, "| one run's stream | %.0f events/s (%d events in %.2f s; %d stored, %d unique, in %d transactions over %.2f s; the link's read waited on a full backlog %.0f times) | |\n",
+			s.PerSec, s.Events, s.Seconds, s.Stored, s.StoredUnique, s.Batches, s.StoreSeconds, s.BackpressureWaits)
+	}
+	if id := r.Idle; id != nil {
+		fmt.Fprintf(&b, "| idle links | %d of %d open (%d keys) in %.1f s; broker RSS %.1f KiB/link, Go heap+stacks %.1f KiB/link; idle CPU %.1f%% of a core | |\n",
+			id.Opened, id.Links, id.Keys, id.OpenSeconds, id.RSSPerLinkKiB, id.HeapPerLinkKiB, id.IdleCPUPercent)
+	}
+	if len(r.Sweep) > 0 {
+		b.WriteString("\n| offered runs/s | completed runs/s | dispatch p50 | p90 | p99 | event p50 | p99 | failed |\n|---|---|---|---|---|---|---|---|\n")
+		for _, p := range r.Sweep {
+			fmt.Fprintf(&b, "| %.1f (%s) | %.1f | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %d |\n",
+				p.OfferedPerS, p.Name, p.RunsPerSec, p.DispatchP50, p.DispatchP90, p.DispatchP99, p.EventP50, p.EventP99, p.Failed)
+		}
+	}
+	b.WriteString("\n| target | measured | limit | verdict | detail |\n|---|---|---|---|---|\n")
+	for _, t := range r.Targets {
+		fmt.Fprintf(&b, "| %s | %.2f | %s %g | %s | %s |\n", t.Name, t.Measured, t.Unit, t.Limit, yes(t.Holds), t.Note)
+	}
+	return b.String()
+}
+
+func printTable(out io.Writer, r *Report) {
+	// The Markdown table reads as a table in a terminal too; align it.
+	tw := tabwriter.NewWriter(out, 0, 0, 1, ' ', 0)
+	for _, l := range strings.Split(table(r), "\n") {
+		fmt.Fprintln(tw, strings.ReplaceAll(l, "|", "\t|"))
+	}
+	tw.Flush()
+}
+
+const (
+	docBegin = "<!-- load:begin -->"
+	docEnd   = "<!-- load:end -->"
+)
+
+// rewriteDoc replaces the text between the markers in path with the table.
+func rewriteDoc(path string, r *Report) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s := string(b)
+	i, j := strings.Index(s, docBegin), strings.Index(s, docEnd)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s: no %s … %s section", path, docBegin, docEnd)
+	}
+	s = s[:i+len(docBegin)] + "\n" + table(r) + "\n" + s[j:]
+	return os.WriteFile(path, []byte(s), 0o644)
+}
+
+// chart draws dispatch latency (p50, p99) against offered load, with the
+// NOTIFY round trip and the targets' lines, as a standalone SVG.
+func chart(r *Report) string {
+	pts := r.Sweep
+	if len(pts) == 0 {
+		half := r.Half
+		max := r.Max
+		max.OfferedPerS = r.Max.RunsPerSec
+		pts = []Phase{half, max}
+	}
+	const W, H, L, R, T, B = 720, 420, 70, 180, 30, 50
+	xmax, ymax := 0.0, 0.0
+	for _, p := range pts {
+		xmax = maxf(xmax, p.OfferedPerS)
+		ymax = maxf(ymax, p.DispatchP99)
+	}
+	ymax = maxf(ymax, 5*r.Floors.NotifyRTTP50)
+	xmax, ymax = nice(xmax*1.05), nice(ymax*1.1)
+	x := func(v float64) float64 { return L + v/xmax*(W-L-R) }
+	y := func(v float64) float64 { return H - B - v/ymax*(H-T-B) }
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", W, H, W, H)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", W, H)
+	fmt.Fprintf(&b, `<text x="%d" y="18" font-size="14">Dispatch latency against load (%s)</text>`+"\n", L, r.At.Format("2006-01-02 15:04 UTC"))
+	for i := 0; i <= 5; i++ {
+		xv, yv := xmax*float64(i)/5, ymax*float64(i)/5
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eee"/><text x="%.1f" y="%d" text-anchor="middle">%.0f</text>`+"\n",
+			x(xv), T, x(xv), H-B, x(xv), H-B+16, xv)
+		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%.1f</text>`+"\n",
+			L, y(yv), W-R, y(yv), L-6, y(yv)+4, yv)
+	}
+	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">offered load (runs/s)</text>`+"\n", (L+W-R)/2, H-12)
+	fmt.Fprintf(&b, `<text x="16" y="%d" transform="rotate(-90 16 %d)" text-anchor="middle">dispatch latency (ms)</text>`+"\n", (T+H-B)/2, (T+H-B)/2)
+	hline := func(v float64, color, label string) {
+		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s" stroke-dasharray="4 3"/><text x="%d" y="%.1f" fill="%s">%s</text>`+"\n",
+			L, y(v), W-R, y(v), color, W-R+6, y(v)+4, color, label)
+	}
+	nrtt := r.Floors.NotifyRTTP50
+	hline(nrtt, "#888", fmt.Sprintf("NOTIFY RTT %.2f ms", nrtt))
+	hline(2*nrtt, "#2a7", "p50 target (2×)")
+	hline(5*nrtt, "#c70", "p99 target (5×)")
+	series := func(get func(Phase) float64, color, label string, row int) {
+		var path strings.Builder
+		for i, p := range pts {
+			cmd := "L"
+			if i == 0 {
+				cmd = "M"
+			}
+			fmt.Fprintf(&path, "%s%.1f %.1f ", cmd, x(p.OfferedPerS), y(get(p)))
+		}
+		fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", path.String(), color)
+		for _, p := range pts {
+			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", x(p.OfferedPerS), y(get(p)), color)
+		}
+		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/><text x="%d" y="%d">%s</text>`+"\n",
+			W-R+6, T+10+row*18, W-R+26, T+10+row*18, color, W-R+30, T+14+row*18, label)
+	}
+	series(func(p Phase) float64 { return p.DispatchP50 }, "#16c", "dispatch p50", 0)
+	series(func(p Phase) float64 { return p.DispatchP99 }, "#c13", "dispatch p99", 1)
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
+func maxf(a, b float64) float64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// nice rounds v up to 1, 2 or 5 times a power of ten.
+func nice(v float64) float64 {
+	if v <= 0 {
+		return 1
+	}
+	p := 1.0
+	for p*10 <= v {
+		p *= 10
+	}
+	for p > v {
+		p /= 10
+	}
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= v {
+			return m * p
+		}
+	}
+	return 10 * p
+}

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/funduq/funduq-go/broker-node/node"
+	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/functions/a2a"
+	"github.com/funduq/funduq-go/functions/agui"
+	"github.com/funduq/funduq-go/functions/door"
+)
+
+// roleEnv makes this binary (or the test binary) a broker node child.
+const roleEnv = "FUNDUQ_LOAD_ROLE"
+
+// stack is what the load runs against.
+type stack struct {
+	brokerURL, doorsURL, dbURL string
+	brokerPID                  int // 0 when targeting a running node
+	pprofAddr                  string
+	close                      func()
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// startStack creates a database, starts a broker node child on it and
+// serves the doors in this process.
+func startStack(ctx context.Context, c Config, logf func(string, ...any)) (*stack, error) {
+	if c.BrokerURL != "" {
+		return &stack{brokerURL: c.BrokerURL, doorsURL: c.DoorsURL, dbURL: c.DatabaseURL, close: func() {}}, nil
+	}
+	var closers []func()
+	st := &stack{close: func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}}
+	fail := func(err error) (*stack, error) { st.close(); return nil, err }
+
+	dbName := fmt.Sprintf("funduq_load_%d_%s", os.Getpid(), randHex(3))
+	admin, err := pgx.Connect(ctx, c.PostgresURL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+dbName); err != nil {
+		admin.Close(ctx)
+		return nil, fmt.Errorf("create database: %w", err)
+	}
+	closers = append(closers, func() {
+		bg := context.Background()
+		if os.Getenv("FUNDUQ_LOAD_KEEP_DB") != "" { // for a look at the rows afterwards
+			logf("kept database %s", dbName)
+			admin.Close(bg)
+			return
+		}
+		if _, err := admin.Exec(bg, "DROP DATABASE IF EXISTS "+dbName+" WITH (FORCE)"); err != nil {
+			logf("drop database %s: %v", dbName, err)
+		}
+		admin.Close(bg)
+	})
+	u, err := url.Parse(c.PostgresURL)
+	if err != nil {
+		return fail(err)
+	}
+	u.Path = "/" + dbName
+	st.dbURL = u.String()
+	if err := store.Migrate(ctx, st.dbURL, slog.New(slog.DiscardHandler)); err != nil {
+		return fail(fmt.Errorf("migrate: %w", err))
+	}
+
+	prefix := fmt.Sprintf("funduq-load-%d-%s:", os.Getpid(), randHex(3))
+	identityKey, secret := randHex(32), randHex(32)
+	pprofLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fail(err)
+	}
+	st.pprofAddr = pprofLn.Addr().String()
+	_ = pprofLn.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return fail(err)
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), roleEnv+"=broker",
+		"FUNDUQ_DATABASE_URL="+withParam(st.dbURL, os.Getenv("FUNDUQ_LOAD_BROKER_DSN_PARAMS")), "FUNDUQ_REDIS_URL="+c.RedisURL, "FUNDUQ_REDIS_PREFIX="+prefix,
+		"FUNDUQ_IDENTITY_KEY="+identityKey, "FUNDUQ_TOKEN_SECRET="+secret,
+		"FUNDUQ_HTTP_ADDR=127.0.0.1:0", "FUNDUQ_NODE_ID=load-broker", "FUNDUQ_LOG_LEVEL=error",
+		"FUNDUQ_LEASE_TTL=10s", "FUNDUQ_PPROF_ADDR="+st.pprofAddr)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return fail(err)
+	}
+	if err := cmd.Start(); err != nil {
+		return fail(fmt.Errorf("start broker node: %w", err))
+	}
+	st.brokerPID = cmd.Process.Pid
+	closers = append(closers, func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "LISTEN "); ok {
+				addr <- a
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		st.brokerURL = "http://" + a
+	case <-time.After(30 * time.Second):
+		return fail(errors.New("broker node did not start"))
+	case <-ctx.Done():
+		return fail(ctx.Err())
+	}
+	if err := waitHTTP(ctx, st.brokerURL+"/readyz", 30*time.Second); err != nil {
+		return fail(fmt.Errorf("broker node never led: %w", err))
+	}
+
+	deps, err := door.Connect(config.Door{Storage: config.Storage{DatabaseURL: st.dbURL, RedisURL: c.RedisURL, RedisPrefix: prefix},
+		Identity: config.Identity{IdentityKey: identityKey, TokenSecret: secret}}, door.ConnectOptions{RedisPrefix: prefix, MaxConns: 32})
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, deps.Close)
+	ag, err := agui.New(agui.Options{Store: deps.Store, Feed: deps.Feed, Funduq: deps.Funduq, TokenSecret: deps.TokenSecret})
+	if err != nil {
+		return fail(err)
+	}
+	mux := http.NewServeMux()
+	for _, p := range agui.Patterns() {
+		mux.Handle(p, ag)
+	}
+	for _, p := range a2a.Patterns() {
+		mux.Handle(p, a2a.ForDeps(deps, nil))
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fail(err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	closers = append(closers, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	})
+	st.doorsURL = "http://" + ln.Addr().String()
+	logf("stack: broker node %s (pid %d), doors %s, database %s", st.brokerURL, st.brokerPID, st.doorsURL, dbName)
+	return st, nil
+}
+
+// withParam appends extra DSN query parameters (k=v&…) to u.
+func withParam(u, extra string) string {
+	if extra == "" {
+		return u
+	}
+	if strings.Contains(u, "?") {
+		return u + "&" + extra
+	}
+	return u + "?" + extra
+}
+
+func waitHTTP(ctx context.Context, u string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		resp, err := http.Get(u)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+			err = fmt.Errorf("%s: %s", u, resp.Status)
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// brokerChild serves a broker node from the environment until SIGTERM,
+// printing "LISTEN <addr>" once it listens.
+func brokerChild() int {
+	raiseNoFile()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	host, _ := os.Hostname()
+	cfg, err := config.ParseBroker(config.FromList(os.Environ()), config.Host{Hostname: host, PID: os.Getpid()})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	cfg.AdvertiseURL = "http://" + ln.Addr().String()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	n, err := node.New(ctx, cfg, node.Options{Logger: log})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("LISTEN %s\n", ln.Addr())
+	if err := n.Run(ctx, ln); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// raiseNoFile lifts the soft open-files limit to the hard one (idle links
+// need one descriptor each, on both ends).
+func raiseNoFile() {
+	var r syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r) == nil && r.Cur < r.Max {
+		r.Cur = r.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &r)
+	}
+}
