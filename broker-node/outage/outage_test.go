@@ -22,7 +22,8 @@ import (
 // reports meanwhile; when it is back the door serves again without help,
 // every reported event is stored in order, the acknowledged run completes
 // and its caller's stream — open through the outage — gets every event once
-// and its end. A new run then completes on the same link.
+// and its end. A run acknowledged just before the outage is offered and
+// completes afterwards, and a new run completes on the same link.
 //
 // The downtime is condition-driven: PostgreSQL comes back once the door has
 // answered several requests.
@@ -41,6 +42,9 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	p.Event(a, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, a))
 	p.Event(a, `{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`)
 	sa.waitEvents(t, 2)
+	// Run D is acknowledged just before the outage: the broker may or may
+	// not have read it yet.
+	sd, d := e.post(p.Key, "echo", "just before the outage")
 
 	if err := e.pg.Stop(); err != nil {
 		t.Fatal(err)
@@ -94,6 +98,16 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	if last := evs[len(evs)-1]; last.ID != len(stored) || last.Type != "RUN_FINISHED" {
 		t.Fatalf("the caller's last event is %d:%s, want %d:RUN_FINISHED", last.ID, last.Type, len(stored))
 	}
+
+	// Run D is offered once the database is back, and completes.
+	fd := p.Offer()
+	if fd.RunID != d {
+		t.Fatalf("offer %s, want the run acknowledged just before the outage (%s)", fd.RunID, d)
+	}
+	p.Accept(d)
+	p.Complete(d, *fd.ThreadID)
+	checkStream(t, "run D, acknowledged just before the outage", sd.waitClosed(t), 0)
+	e.h.WaitStatus(d, run.Completed)
 
 	// The door serves again by itself.
 	eventually(t, "the door answers GET /agents 200 again", func() bool {

@@ -1,5 +1,6 @@
 // Command soak runs funduq as processes on this machine — two broker nodes,
-// two door servers, SDK providers behind a stand-in load balancer — under
+// two door servers, SDK provider processes (this program in "provider"
+// mode) behind a stand-in load balancer — under
 // mixed AG-UI and A2A load for a while, fails the leader over on a schedule
 // (alternating SIGTERM handover and SIGKILL), drops every provider link at
 // once now and then (a reconnect storm, with extra providers joining), and
@@ -43,6 +44,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/internal/testservers"
@@ -63,10 +67,13 @@ type options struct {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "provider" {
+		os.Exit(providerMain(os.Args[2:]))
+	}
 	var o options
 	fs := flag.NewFlagSet("soak", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: go run ./scripts/soak [flags]\n\n"+
+		fmt.Fprintf(fs.Output(), "usage: go run ./scripts/soak [flags]\n       (soak provider [flags]: one SDK provider process, started by the soak itself)\n\n"+
 			"Soak funduq as local processes (2 broker nodes, 2 door servers, SDK providers,\n"+
 			"AG-UI and A2A callers) with leader failovers and a provider reconnect storm;\n"+
 			"report runs by outcome and each process's goroutines and memory over time.\n\n")
@@ -134,6 +141,7 @@ type stack struct {
 	mu        sync.Mutex
 	brokers   map[string]*proc
 	doors     []*proc
+	provs     []*proc // SDK provider processes (this program, "provider" mode)
 	all       []*proc
 	http      *http.Client
 	lbConns   sync.Map // net.Conn → struct{}: connections through the balancer
@@ -141,13 +149,13 @@ type stack struct {
 	funduqKey string
 }
 
-func (s *stack) spawn(name, kind, bin string, extra []string, u string, inc int) (*proc, error) {
+func (s *stack) spawn(name, kind, bin string, args, extra []string, u string, inc int) (*proc, error) {
 	logPath := filepath.Join(s.logDir, fmt.Sprintf("%s.%d.log", name, inc))
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("log of %s: %w", name, err)
 	}
-	cmd := exec.Command(bin)
+	cmd := exec.Command(bin, args...)
 	cmd.Env = append(append([]string{}, s.env...), extra...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
@@ -187,7 +195,7 @@ func (s *stack) startBroker(name string, inc int) (*proc, error) {
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p, err := s.spawn(name, "broker", s.bins.broker, []string{"FUNDUQ_HTTP_ADDR=" + addr, "FUNDUQ_NODE_ID=" + name}, "http://"+addr, inc)
+	p, err := s.spawn(name, "broker", s.bins.broker, nil, []string{"FUNDUQ_HTTP_ADDR=" + addr, "FUNDUQ_NODE_ID=" + name}, "http://"+addr, inc)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +214,7 @@ func (s *stack) startDoor(name string) (*proc, error) {
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p, err := s.spawn(name, "door", s.bins.doors, []string{"FUNDUQ_DOORS_ADDR=" + addr}, "http://"+addr, 1)
+	p, err := s.spawn(name, "door", s.bins.doors, nil, []string{"FUNDUQ_DOORS_ADDR=" + addr}, "http://"+addr, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -214,6 +222,30 @@ func (s *stack) startDoor(name string) (*proc, error) {
 		return nil, err
 	}
 	s.doors = append(s.doors, p)
+	return p, nil
+}
+
+// startProviderProc runs this program in provider mode: an SDK client
+// serving agents(), with /metrics and /connected on its own port.
+func (s *stack) startProviderProc(name string, seed byte) (*proc, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find this program: %w", err)
+	}
+	port, err := testservers.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	p, err := s.spawn(name, "provider", self, []string{"provider", "-seed", strconv.Itoa(int(seed)),
+		"-broker", s.lbURL, "-funduq-key", s.funduqKey, "-addr", addr}, nil, "http://"+addr, 1)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.waitHTTP(p, "/connected"); err != nil {
+		return nil, err
+	}
+	s.provs = append(s.provs, p)
 	return p, nil
 }
 
@@ -712,6 +744,55 @@ func agents() []provider.Agent {
 	}
 }
 
+// providerMain is "soak provider": one SDK provider process.
+func providerMain(args []string) int {
+	fs := flag.NewFlagSet("soak provider", flag.ContinueOnError)
+	seed := fs.Int("seed", 0x40, "the provider key's seed byte")
+	broker := fs.String("broker", "", "the broker URL (the balancer)")
+	key := fs.String("funduq-key", "", "funduq's public key, pinned")
+	addr := fs.String("addr", "127.0.0.1:0", "where /metrics and /connected listen")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sg, err := identity.NewSignerFromSeedHex(seedHex(byte(*seed)))
+	if err != nil {
+		log.Error("soak provider: key", "err", err)
+		return 2
+	}
+	cl, err := provider.New(provider.Config{BaseURL: *broker, Signer: sg, FunduqKey: *key, Agents: agents(),
+		Backoff:      provider.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second},
+		PingInterval: 2 * time.Second, Logger: log})
+	if err != nil {
+		log.Error("soak provider: config", "err", err)
+		return 2
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /connected", func(w http.ResponseWriter, _ *http.Request) {
+		if !cl.Connected() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	})
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		log.Error("soak provider: listen", "err", err)
+		return 1
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	if err := cl.Run(ctx); err != nil {
+		log.Error("soak provider: run", "err", err)
+		return 1
+	}
+	return 0
+}
+
 // ---------------------------------------------------------------- the run
 
 type incident struct {
@@ -848,27 +929,15 @@ func run(ctx context.Context, o options, log *slog.Logger) (bool, error) {
 	}
 	defer closeLB()
 
-	var provs []*sdk
 	var keys []string
 	for i := range o.providers {
-		p, err := s.startProvider(byte(0x40+i), agents())
-		if err != nil {
+		seed := byte(0x40 + i)
+		if _, err := s.startProviderProc(fmt.Sprintf("p%d", i+1), seed); err != nil {
 			return false, err
 		}
-		select {
-		case <-p.client.Ready():
-		case <-time.After(boot):
-			return false, fmt.Errorf("provider %d did not register within %v", i, boot)
-		}
-		provs = append(provs, p)
-		sg, _ := identity.NewSignerFromSeedHex(seedHex(byte(0x40 + i)))
+		sg, _ := identity.NewSignerFromSeedHex(seedHex(seed))
 		keys = append(keys, sg.PublicKeyHex())
 	}
-	defer func() {
-		for _, p := range provs {
-			p.stop()
-		}
-	}()
 
 	l := &ledger{started: map[string]string{}, outcomes: map[string]int{}, refusals: map[string]int{}}
 	var rep report
@@ -893,6 +962,7 @@ func run(ctx context.Context, o options, log *slog.Logger) (bool, error) {
 			live = append(live, p)
 		}
 		live = append(live, s.doors...)
+		live = append(live, s.provs...)
 		s.mu.Unlock()
 		var got []sample
 		for _, p := range live {
@@ -905,7 +975,7 @@ func run(ctx context.Context, o options, log *slog.Logger) (bool, error) {
 			}
 			got = append(got, sample{At: at, Process: p.name, Incarnation: p.incarnation, Goroutines: g, RSSBytes: r})
 		}
-		got = append(got, sample{At: at, Process: "soak (providers+callers)", Incarnation: 1,
+		got = append(got, sample{At: at, Process: "soak (callers, storm providers)", Incarnation: 1,
 			Goroutines: float64(runtime.NumGoroutine()), RSSBytes: selfRSS()})
 		repMu.Lock()
 		rep.Samples = append(rep.Samples, got...)
@@ -983,10 +1053,10 @@ func run(ctx context.Context, o options, log *slog.Logger) (bool, error) {
 						extra = append(extra, p)
 					}
 				}
-				ok, took := waitAll(provs, extra, boot)
+				ok, took := waitAll(s.provs, extra, boot)
 				res := fmt.Sprintf("%d connections cut; %d providers joined", cut, len(extra))
 				if ok {
-					res += fmt.Sprintf("; all %d providers registered again after %v", len(provs)+len(extra), took.Round(time.Millisecond))
+					res += fmt.Sprintf("; all %d providers registered again after %v", len(s.provs)+len(extra), took.Round(time.Millisecond))
 				} else {
 					res += fmt.Sprintf("; NOT all providers registered within %v", boot)
 				}
@@ -1065,7 +1135,7 @@ func run(ctx context.Context, o options, log *slog.Logger) (bool, error) {
 		rep.Verdict = "FAIL"
 	}
 	for _, f := range rep.Footprint {
-		if f.Process == "d1" || f.Process == "d2" || strings.HasPrefix(f.Process, "soak") {
+		if !strings.HasPrefix(f.Process, "n") { // broker nodes restart at every failover
 			if f.End.Goroutines > 2*f.Start.Goroutines+50 || f.End.RSSBytes > 3*f.Start.RSSBytes+64<<20 {
 				rep.Verdict += fmt.Sprintf("; %s's footprint grew (goroutines %.0f→%.0f, RSS %s→%s)", f.Process,
 					f.Start.Goroutines, f.End.Goroutines, mb(f.Start.RSSBytes), mb(f.End.RSSBytes))
@@ -1078,16 +1148,28 @@ func run(ctx context.Context, o options, log *slog.Logger) (bool, error) {
 	return ok, nil
 }
 
-func waitAll(a, b []*sdk, bound time.Duration) (bool, time.Duration) {
+func waitAll(procs []*proc, sdks []*sdk, bound time.Duration) (bool, time.Duration) {
 	start := time.Now()
 	time.Sleep(100 * time.Millisecond) // let the cut links be noticed
 	for {
 		all := true
-		for _, p := range append(append([]*sdk{}, a...), b...) {
+		for _, p := range sdks {
 			if !p.client.Connected() {
 				all = false
 				break
 			}
+		}
+		for _, p := range procs {
+			if !all {
+				break
+			}
+			resp, err := quick.Get(p.url + "/connected")
+			if err != nil {
+				all = false
+				break
+			}
+			resp.Body.Close()
+			all = resp.StatusCode == http.StatusOK
 		}
 		if all {
 			return true, time.Since(start)
