@@ -1252,12 +1252,12 @@ func writeReport(o options, r *report, took time.Duration) error {
 		fmt.Fprintf(&b, "  +%-8s %s: %s\n", i.At, i.What, i.Result)
 	}
 	b.WriteString("\nfootprint (goroutines / resident memory; broker #n = incarnation):\n")
-	fmt.Fprintf(&b, "  %-26s %-30s %-30s %-30s\n", "process", "start", "middle", "end")
+	fmt.Fprintf(&b, "  %-32s %-30s %-30s %-30s\n", "process", "start", "middle", "end")
 	cell := func(s sample) string {
 		return fmt.Sprintf("+%s #%d %4.0f / %s", s.At, s.Incarnation, s.Goroutines, mb(s.RSSBytes))
 	}
 	for _, f := range r.Footprint {
-		fmt.Fprintf(&b, "  %-26s %-30s %-30s %-30s\n", f.Process, cell(f.Start), cell(f.Middle), cell(f.End))
+		fmt.Fprintf(&b, "  %-32s %-30s %-30s %-30s\n", f.Process, cell(f.Start), cell(f.Middle), cell(f.End))
 	}
 	if len(r.Unsettled) > 0 {
 		fmt.Fprintf(&b, "\nunsettled runs: %v\n", r.Unsettled)
