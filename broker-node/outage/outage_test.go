@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -136,16 +137,19 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 // once the server answers.
 func TestPostgresUnresponsive(t *testing.T) {
 	e := setup(t, false, nil)
-	// Warm the pool so the door holds connections that will go silent.
-	if a := e.ask(http.MethodGet, "/agents", ""); a.status != http.StatusOK {
-		t.Fatalf("GET /agents before the outage: %d", a.status)
+	// Warm the pool so the door holds several connections that will go
+	// silent.
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() { e.ask(http.MethodGet, "/agents", "") })
 	}
+	wg.Wait()
 	if err := e.pg.Freeze(); err != nil {
 		t.Fatal(err)
 	}
 	body := `{"threadId":"x","runId":"hung","messages":[{"id":"u1","role":"user","content":"hi"}]}`
-	e.unavailable("GET /agents", e.ask(http.MethodGet, "/agents", ""))
 	e.unavailable("POST /agui", e.ask(http.MethodPost, "/agui/"+nodetest.SeedHex(0x33)+"/echo", body))
+	e.unavailable("GET /agents", e.ask(http.MethodGet, "/agents", ""))
 	e.unavailable("GET /runs/{id}/events", e.ask(http.MethodGet, "/runs/run_x/events", ""))
 	e.unavailable("GET /threads/{id}", e.ask(http.MethodGet, "/threads/thread_x", ""))
 	e.pg.Thaw()
