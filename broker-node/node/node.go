@@ -95,6 +95,10 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 		st.Close()
 		return nil, fmt.Errorf("FUNDUQ_REDIS_URL: %w", err)
 	}
+	// Contexts bound every Redis call: without this go-redis ignores their
+	// deadlines (it keeps its own 3 s read timeout and retries), so a hung
+	// Redis could hold a lease renewal past the fence (D10).
+	ropt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(ropt)
 	prefix := o.RedisPrefix
 	if prefix == "" {

@@ -405,6 +405,26 @@ func redisPing(port int) bool {
 	return strings.HasPrefix(string(buf[:n]), "+PONG")
 }
 
+// Freeze stops the server process (SIGSTOP): connections are accepted and
+// commands sent, and nothing is answered — a hung server, or a partition
+// that drops packets. Thaw resumes it.
+func (r *Redis) Freeze() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil {
+		_ = r.cmd.Process.Signal(syscall.SIGSTOP)
+	}
+}
+
+// Thaw resumes a frozen server.
+func (r *Redis) Thaw() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cmd != nil {
+		_ = r.cmd.Process.Signal(syscall.SIGCONT)
+	}
+}
+
 // Stop ends the server (SIGTERM, then SIGKILL) and waits until it exited.
 func (r *Redis) Stop() error {
 	r.mu.Lock()
@@ -412,6 +432,7 @@ func (r *Redis) Stop() error {
 	if r.cmd == nil {
 		return nil
 	}
+	_ = r.cmd.Process.Signal(syscall.SIGCONT) // a frozen server cannot act on SIGTERM
 	_ = r.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-r.done:
