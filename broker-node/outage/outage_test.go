@@ -1,6 +1,7 @@
 package outage_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
@@ -253,4 +255,82 @@ func TestRedisOutage(t *testing.T) {
 		t.Fatalf("run A: %s/%s last_seq %d; its stream ended at %d", ra.Status, ra.FailureReason, ra.LastSeq, evs[len(evs)-1].ID)
 	}
 	t.Logf("run A ended %s (%s)", ra.Status, ra.FailureReason)
+}
+
+// Redis hung (the server process stopped: commands are accepted and never
+// answered — a partition that drops packets). The broker node's leader
+// still steps down before its lease could expire (its Redis calls are
+// bounded by their contexts, and a renewal never outlives the fence),
+// closes its link with a reason, and POST /tickets answers 503 with
+// Retry-After by its own bound. Once Redis answers again the node leads
+// again, and a provider reconnects and completes a run.
+func TestRedisHangs(t *testing.T) {
+	const ttl = 3 * time.Second
+	e := setup(t, true, func(c *config.Broker) { c.LeaseTTL = ttl })
+	p := e.h.Connect(0x34, nil)
+	p.Register("echo")
+
+	opt, err := redis.ParseURL(e.rs.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.ContextTimeoutEnabled = true
+	watch := redis.NewClient(opt)
+	t.Cleanup(func() { watch.Close() })
+	// Freeze just after a renewal landed (the key's time to live jumps
+	// back up), so the lease's expiry is known: now + that time to live.
+	key := prefix + "broker:lease"
+	ctx := context.Background()
+	var expiry time.Time
+	prev := watch.PTTL(ctx, key).Val()
+	eventually(t, "a lease renewal lands", func() bool {
+		left := watch.PTTL(ctx, key).Val()
+		if left > prev+100*time.Millisecond {
+			expiry = time.Now().Add(left)
+			e.rs.Freeze()
+			return true
+		}
+		prev = left
+		return false
+	})
+	e.h.Eventually("the leader steps down", func() bool { leading, _ := e.h.Node.Broker.Leading(); return !leading })
+	if ended := time.Now(); !ended.Before(expiry) {
+		t.Fatalf("the leader led until %v after its lease could have expired", ended.Sub(expiry))
+	} else {
+		t.Logf("the leader stepped down %v before its lease could expire", expiry.Sub(ended).Round(time.Millisecond))
+	}
+	var closeErr error
+	e.h.Eventually("the provider's link is closed", func() bool {
+		closed, err := p.Closed()
+		closeErr = err
+		return closed
+	})
+	var ce *websocket.CloseError
+	if !errors.As(closeErr, &ce) || ce.Text == "" {
+		t.Fatalf("the link was not closed with a close frame and a reason: %v", closeErr)
+	}
+	began := time.Now()
+	resp, err := hang.Post(e.h.URL+"/tickets", "application/json", strings.NewReader(`{"publicKey":"`+p.Key+`"}`))
+	if err != nil {
+		t.Fatalf("POST /tickets: no answer within the test's hang guard: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("POST /tickets with Redis hung: %d Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	t.Logf("POST /tickets: 503 in %v", time.Since(began).Round(time.Millisecond))
+
+	e.rs.Thaw()
+	e.h.Eventually("the node leads again", e.h.Ready)
+	p2 := e.h.Connect(0x34, nil)
+	p2.Register("echo")
+	s, id := e.post(p2.Key, "echo", "after the hang")
+	f := p2.Offer()
+	if f.RunID != id {
+		t.Fatalf("offer %s, want %s", f.RunID, id)
+	}
+	p2.Accept(id)
+	p2.Complete(id, *f.ThreadID)
+	checkStream(t, "a run after Redis answers again", s.waitClosed(t), 0)
+	e.h.WaitStatus(id, run.Completed)
 }

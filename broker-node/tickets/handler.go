@@ -1,6 +1,7 @@
 package tickets
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/wire"
@@ -15,6 +17,12 @@ import (
 
 // MaxBodyBytes bounds a POST /tickets body.
 const MaxBodyBytes = 4 << 10
+
+// IssueTimeout bounds the ticket store's answer, so an unreachable or hung
+// Redis is a prompt 503 with Retry-After rather than a hang (D13). The
+// store's client must honour context deadlines (go-redis:
+// ContextTimeoutEnabled, as the broker node sets it).
+const IssueTimeout = 1500 * time.Millisecond
 
 // Handler serves POST /tickets (spec §4.2): body {"publicKey": "<64 lowercase
 // hex>"} ("public_key" is accepted too), answer 201 {"ticket",
@@ -63,7 +71,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
-	ticket, err := h.store.Issue(r.Context(), key)
+	ictx, cancel := context.WithTimeout(r.Context(), IssueTimeout)
+	ticket, err := h.store.Issue(ictx, key)
+	cancel()
 	if err != nil {
 		h.log.ErrorContext(r.Context(), "tickets: issue failed", "err", err)
 		w.Header().Set("Retry-After", "1")
