@@ -1072,7 +1072,10 @@ func run(ctx context.Context, o options, log *slog.Logger) (bool, error) {
 	wg.Wait()
 	sampleAll()
 
-	// Account for every run.
+	// Account for every run — also after an interrupt, which ends only the
+	// load and the drain.
+	interrupted := ctx
+	ctx = context.Background()
 	pool, err := pgxpool.New(ctx, o.dbURL)
 	if err != nil {
 		return false, fmt.Errorf("open the database: %w", err)
@@ -1091,7 +1094,7 @@ func run(ctx context.Context, o options, log *slog.Logger) (bool, error) {
 			}
 			rows.Close()
 		}
-		if err == nil && len(unsettled) == 0 || time.Now().After(settledBy) || ctx.Err() != nil {
+		if err == nil && len(unsettled) == 0 || time.Now().After(settledBy) || interrupted.Err() != nil {
 			break
 		}
 		time.Sleep(time.Second)
