@@ -183,7 +183,7 @@ func (e *env) ask(method, path, body string) answer {
 // unavailable asserts the door's outage answer: 503, Retry-After, the one
 // envelope with storage_unavailable, written by a handler that returned on
 // its own (its request was still live when it did).
-func (e *env) unavailable(what string, a answer) {
+func (e *env) unavailable(what string, a answer) answer {
 	e.t.Helper()
 	if a.status != http.StatusServiceUnavailable || a.retryAfter == "" || a.code != door.CodeUnavailable {
 		e.t.Fatalf("%s: answered %d Retry-After %q code %q; want 503, Retry-After, %s", what, a.status, a.retryAfter, a.code, door.CodeUnavailable)
@@ -191,7 +191,7 @@ func (e *env) unavailable(what string, a answer) {
 	if a.exit.ctxErr != nil {
 		e.t.Fatalf("%s: the handler returned only because its request ended (%v), not by its own bound", what, a.exit.ctxErr)
 	}
-	e.t.Logf("%s: 503 Retry-After %s in %v", what, a.retryAfter, a.took.Round(time.Millisecond))
+	return a
 }
 
 // ---------------------------------------------------------------- SSE

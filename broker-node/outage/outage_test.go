@@ -22,7 +22,7 @@ import (
 // PostgreSQL restarted under load. While it is down the door answers every
 // kind of request 503 with Retry-After by itself, and the broker keeps the
 // provider's link and the run's lane, holding the events the provider
-// reports meanwhile; when it is back the door serves again without help,
+// reports meanwhile (hundreds); when it is back the door serves again without help,
 // every reported event is stored in order, the acknowledged run completes
 // and its caller's stream — open through the outage — gets every event once
 // and its end. A run acknowledged just before the outage is offered and
@@ -52,18 +52,29 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	if err := e.pg.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	// The provider carries on reporting while the database is away.
-	const deltas = 5
-	for i := range deltas {
-		p.Event(a, fmt.Sprintf(`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"part %d "}`, i))
-	}
-	p.Event(a, `{"type":"TEXT_MESSAGE_END","messageId":"m1"}`)
-	p.Event(a, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, thread, a))
-	p.Finish(a)
+	// The provider carries on reporting while the database is away — more
+	// than a broker can hold at once, if it bounds what it holds: its
+	// writes may then wait (the broker stops reading the link), so they go
+	// from a goroutine of their own.
+	const deltas = 400
+	reported := make(chan struct{})
+	go func() {
+		defer close(reported)
+		for i := range deltas {
+			p.Event(a, fmt.Sprintf(`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"part %d "}`, i))
+		}
+		p.Event(a, `{"type":"TEXT_MESSAGE_END","messageId":"m1"}`)
+		p.Event(a, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, thread, a))
+		p.Finish(a)
+	}()
+	t.Cleanup(func() { <-reported })
 
 	newRun := `{"threadId":"x","runId":"during","messages":[{"id":"u1","role":"user","content":"hi"}]}`
+	// The downtime ends once the door has answered a few rounds and the
+	// provider has reported everything — or, should the broker stop reading
+	// the link while it holds all it can, after a bounded number of rounds.
 	answered := 0
-	for round := 0; round < 2; round++ {
+	for round := 0; round < 2 || round < 50 && !isClosed(reported); round++ {
 		e.unavailable("POST /agui (a new run)", e.ask(http.MethodPost, "/agui/"+p.Key+"/echo", newRun))
 		e.unavailable("GET /runs/{id}/events", e.ask(http.MethodGet, "/runs/"+a+"/events", ""))
 		e.unavailable("GET /threads/{id}", e.ask(http.MethodGet, "/threads/"+thread, ""))
@@ -79,13 +90,19 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	if _, ok := snap.Lanes[a]; !ok || snap.Links != 1 {
 		t.Fatalf("during the outage: lanes %v, links %d; want run %s's lane and the link", snap.Lanes, snap.Links, a)
 	}
-	t.Logf("PostgreSQL down: the door answered %d requests 503 with Retry-After", answered)
+	t.Logf("PostgreSQL down: the door answered %d requests 503 with Retry-After; the provider reported all %d events meanwhile: %v",
+		answered, deltas+2, isClosed(reported))
 
 	if err := e.pg.Start(); err != nil {
 		t.Fatal(err)
 	}
 
 	// Everything the provider reported lands, in order, once.
+	select {
+	case <-reported:
+	case <-time.After(guard):
+		t.Fatal("the provider could not write its events after the database came back")
+	}
 	evs := sa.waitClosed(t)
 	checkStream(t, "the stream open through the outage", evs, 0)
 	r := e.h.WaitStatus(a, run.Completed)
@@ -150,10 +167,10 @@ func TestPostgresUnresponsive(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := `{"threadId":"x","runId":"hung","messages":[{"id":"u1","role":"user","content":"hi"}]}`
-	e.unavailable("POST /agui", e.ask(http.MethodPost, "/agui/"+nodetest.SeedHex(0x33)+"/echo", body))
-	e.unavailable("GET /agents", e.ask(http.MethodGet, "/agents", ""))
-	e.unavailable("GET /runs/{id}/events", e.ask(http.MethodGet, "/runs/run_x/events", ""))
-	e.unavailable("GET /threads/{id}", e.ask(http.MethodGet, "/threads/thread_x", ""))
+	took(t, "POST /agui", e.unavailable("POST /agui", e.ask(http.MethodPost, "/agui/"+nodetest.SeedHex(0x33)+"/echo", body)))
+	took(t, "GET /agents", e.unavailable("GET /agents", e.ask(http.MethodGet, "/agents", "")))
+	took(t, "GET /runs/{id}/events", e.unavailable("GET /runs/{id}/events", e.ask(http.MethodGet, "/runs/run_x/events", "")))
+	took(t, "GET /threads/{id}", e.unavailable("GET /threads/{id}", e.ask(http.MethodGet, "/threads/thread_x", "")))
 	e.pg.Thaw()
 	eventually(t, "the door answers GET /agents 200 again", func() bool {
 		return e.ask(http.MethodGet, "/agents", "").status == http.StatusOK
@@ -333,4 +350,19 @@ func TestRedisHangs(t *testing.T) {
 	p2.Complete(id, *f.ThreadID)
 	checkStream(t, "a run after Redis answers again", s.waitClosed(t), 0)
 	e.h.WaitStatus(id, run.Completed)
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// took logs how long the door took to answer (reported, never asserted).
+func took(t *testing.T, what string, a answer) {
+	t.Helper()
+	t.Logf("%s: 503 Retry-After %s in %v", what, a.retryAfter, a.took.Round(time.Millisecond))
 }
