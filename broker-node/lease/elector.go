@@ -172,15 +172,19 @@ func (e *Elector) keep(ctx context.Context, end context.CancelCauseFunc, sureUnt
 	defer renew.Stop()
 	// The fence: step down Margin before the lease could have expired,
 	// counted from the send time of the last renewal that landed.
-	fence := time.NewTimer(time.Until(sureUntilFrom.Add(e.Lease.ttl - e.Margin)))
+	fenceAt := sureUntilFrom.Add(e.Lease.ttl - e.Margin)
+	fence := time.NewTimer(time.Until(fenceAt))
 	defer fence.Stop()
+	stepDown := func() {
+		log.ErrorContext(ctx, "lease not renewed in time; stepping down before it can expire")
+		end(ErrExpiring)
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-fence.C:
-			log.ErrorContext(ctx, "lease not renewed in time; stepping down before it can expire")
-			end(ErrExpiring)
+			stepDown()
 			return
 		case ev := <-wake:
 			if ev == EventHandover {
@@ -190,10 +194,22 @@ func (e *Elector) keep(ctx context.Context, end context.CancelCauseFunc, sureUnt
 			}
 		case <-renew.C:
 			sent := time.Now()
-			rctx, cancel := context.WithTimeout(ctx, e.RenewEvery)
+			// A renewal never outlives the fence: against a Redis that
+			// accepts the command and never answers (a partition, a hung
+			// server), waiting out RenewEvery could carry the leader past
+			// the moment its lease may expire, the fence timer unread.
+			deadline := sent.Add(e.RenewEvery)
+			if fenceAt.Before(deadline) {
+				deadline = fenceAt
+			}
+			rctx, cancel := context.WithDeadline(ctx, deadline)
 			ok, err := e.Lease.Renew(rctx)
 			cancel()
 			switch {
+			case err != nil && !time.Now().Before(fenceAt):
+				log.WarnContext(ctx, "lease renewal failed", "err", err)
+				stepDown()
+				return
 			case err != nil:
 				log.WarnContext(ctx, "lease renewal failed", "err", err)
 			case !ok:
@@ -201,7 +217,8 @@ func (e *Elector) keep(ctx context.Context, end context.CancelCauseFunc, sureUnt
 				end(ErrLost)
 				return
 			default:
-				fence.Reset(time.Until(sent.Add(e.Lease.ttl - e.Margin)))
+				fenceAt = sent.Add(e.Lease.ttl - e.Margin)
+				fence.Reset(time.Until(fenceAt))
 			}
 		}
 	}

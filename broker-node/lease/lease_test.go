@@ -12,6 +12,7 @@ import (
 
 	"github.com/funduq/funduq-go/broker-node/lease"
 	"github.com/funduq/funduq-go/core/redistest"
+	"github.com/funduq/funduq-go/internal/testservers"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -162,4 +163,58 @@ func TestElectorSelfFences(t *testing.T) {
 		t.Fatalf("a stepped down only after its lease could have expired (pttl %v)", left)
 	}
 	t.Logf("stepped down with %v of the 2s lease left", left)
+}
+
+// A leader whose Redis hangs — it accepts the renewal and never answers, as
+// in a partition that drops packets — still steps down before its lease can
+// expire: a renewal call never outlives the fence. The lease's expiry is
+// read from Redis (PTTL) just after a renewal landed, then Redis is frozen;
+// the leader's term must end before that expiry. (The bound compared is the
+// lease rule itself, with a quarter of the TTL to spare.)
+func TestElectorSelfFencesWhenRedisHangs(t *testing.T) {
+	rs := testservers.RedisServer(t)
+	opt, err := redis.ParseURL(rs.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As the broker node builds its client: every call bounded by its
+	// context (go-redis ignores context deadlines otherwise).
+	opt.ContextTimeoutEnabled = true
+	watch := redis.NewClient(opt)
+	t.Cleanup(func() { watch.Close() })
+	own := redis.NewClient(opt)
+	t.Cleanup(func() { own.Close() })
+	const ttl = 3 * time.Second
+	ctx := context.Background()
+	a := startElector(t, own, "hang:", "a", ttl)
+	wait(t, a.led, "a leads")
+
+	// Wait for a renewal to land (the key's PTTL jumps back up), so none
+	// is due for a third of the TTL, and freeze Redis at once.
+	var expiry time.Time
+	prev := watch.PTTL(ctx, "hang:lease").Val()
+	deadline := time.Now().Add(guard)
+	for {
+		left := watch.PTTL(ctx, "hang:lease").Val()
+		if left > prev+100*time.Millisecond {
+			expiry = time.Now().Add(left)
+			rs.Freeze()
+			break
+		}
+		prev = left
+		if time.Now().After(deadline) {
+			t.Fatal("no renewal landed")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	cause := wait(t, a.ended, "a steps down")
+	ended := time.Now()
+	rs.Thaw()
+	if !errors.Is(cause, lease.ErrExpiring) {
+		t.Fatalf("cause %v, want ErrExpiring", cause)
+	}
+	if !ended.Before(expiry) {
+		t.Fatalf("a led until %v after its lease could have expired", ended.Sub(expiry))
+	}
+	t.Logf("stepped down %v before the lease could expire", expiry.Sub(ended).Round(time.Millisecond))
 }

@@ -101,6 +101,10 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 		st.Close()
 		return nil, fmt.Errorf("FUNDUQ_REDIS_URL: %w", err)
 	}
+	// Contexts bound every Redis call: without this go-redis ignores their
+	// deadlines (it keeps its own 3 s read timeout and retries), so a hung
+	// Redis could hold a lease renewal past the fence (D10).
+	ropt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(ropt)
 	prefix := o.RedisPrefix
 	if prefix == "" {
@@ -116,7 +120,7 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 		Settings: broker.Settings{DeliverTimeout: cfg.DeliverTimeout, UnservedTimeout: cfg.UnservedTimeout,
 			UndeliveredWindow: cfg.UndeliveredWindow, ProviderGrace: cfg.ProviderGrace,
 			QualityTolerance: cfg.ProviderQualityTolerance, SweepInterval: o.SweepInterval,
-			Limits: broker.Limits{MaxEventsPerRun: cfg.MaxEventsPerRun, MaxEventBytes: cfg.MaxEventBytes},
+			Limits:       broker.Limits{MaxEventsPerRun: cfg.MaxEventsPerRun, MaxEventBytes: cfg.MaxEventBytes},
 			EventBacklog: cfg.LinkEventBacklog, EventBacklogBytes: cfg.LinkEventBacklogBytes}})
 	n := &Node{cfg: cfg, log: log, st: st, rdb: rdb, signer: signer, tickets: tickets.New(rdb, prefix),
 		Broker: b, registry: reg, prefix: prefix}

@@ -70,8 +70,16 @@ func StartWith(t testing.TB, mut func(*config.Broker), opts func(*node.Options))
 	t.Helper()
 	dbURL := storetest.URL(t)
 	_, prefix := redistest.Client(t)
+	return StartOn(t, dbURL, redistest.URL(), prefix, mut, opts)
+}
+
+// StartOn is StartWith on the given (migrated) database and Redis, with
+// the Redis key prefix prefix — for tests that bring their own servers
+// (internal/testservers) to take them away.
+func StartOn(t testing.TB, dbURL, redisURL, prefix string, mut func(*config.Broker), opts func(*node.Options)) *Harness {
+	t.Helper()
 	cfg := config.Broker{
-		Storage:  config.Storage{DatabaseURL: dbURL, RedisURL: redistest.URL()},
+		Storage:  config.Storage{DatabaseURL: dbURL, RedisURL: redisURL},
 		Identity: config.Identity{IdentityKey: SeedHex(0xb6), TokenSecret: "test-secret"},
 		Waits: config.Waits{LeaseTTL: 10 * time.Second, DeliverTimeout: 5 * time.Second, UnservedTimeout: 45 * time.Second,
 			UndeliveredWindow: 1800 * time.Second, ProviderGrace: 0, ProviderQualityTolerance: 3},
@@ -346,6 +354,17 @@ func (p *Prov) SendRaw(frame string) {
 }
 
 func (p *Prov) Close() { _ = p.ws.Close(); <-p.closed }
+
+// Closed reports whether the link has closed, and with what (a
+// *websocket.CloseError carries funduq's close code and reason).
+func (p *Prov) Closed() (bool, error) {
+	select {
+	case <-p.closed:
+		return true, p.closeE
+	default:
+		return false, nil
+	}
+}
 
 // next returns the next frame.
 func (p *Prov) Next() (string, []byte) {

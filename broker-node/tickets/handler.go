@@ -1,6 +1,7 @@
 package tickets
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,12 @@ import (
 
 // MaxBodyBytes bounds a POST /tickets body.
 const MaxBodyBytes = 4 << 10
+
+// IssueTimeout bounds the ticket store's answer, so an unreachable or hung
+// Redis is a prompt 503 with Retry-After rather than a hang (D13). The
+// store's client must honour context deadlines (go-redis:
+// ContextTimeoutEnabled, as the broker node sets it).
+const IssueTimeout = 1500 * time.Millisecond
 
 // Handler serves POST /tickets (spec §4.2): body {"publicKey": "<64 lowercase
 // hex>"} ("public_key" is accepted too), answer 201 {"ticket",
@@ -94,7 +101,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
-	retry, err := h.store.take(r.Context(), key, h.o.PerMinute, h.o.Now())
+	// Redis is bounded here, not by the caller: a hung Redis answers 503
+	// within IssueTimeout.
+	ictx, cancel := context.WithTimeout(r.Context(), IssueTimeout)
+	defer cancel()
+	retry, err := h.store.take(ictx, key, h.o.PerMinute, h.o.Now())
 	if err == nil && retry > 0 {
 		h.log.WarnContext(r.Context(), "tickets: rate limit", "public_key", key, "per_minute", h.o.PerMinute)
 		w.Header().Set("Retry-After", strconv.Itoa(retry))
@@ -103,7 +114,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var ticket string
 	if err == nil {
-		ticket, err = h.store.Issue(r.Context(), key)
+		ticket, err = h.store.Issue(ictx, key)
 	}
 	if err != nil {
 		h.log.ErrorContext(r.Context(), "tickets: issue failed", "err", err)

@@ -73,7 +73,11 @@ func (h *Handler) getThread(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("threadId")
 	ctx, cancel := context.WithTimeout(r.Context(), 2*door.StorageTimeout)
 	defer cancel()
-	if _, err := h.o.Store.GetThread(ctx, id); err != nil {
+	// The first storage call is bounded alone (a hung database: 503 soon).
+	gctx, gcancel := context.WithTimeout(ctx, door.StorageTimeout)
+	_, err := h.o.Store.GetThread(gctx, id)
+	gcancel()
+	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			err = door.Refuse(http.StatusNotFound, door.CodeThreadNotFound, "no thread %s", id)
 		}

@@ -177,7 +177,11 @@ func FindAgent(ctx context.Context, st *store.Store, provider, name string) (sto
 		return store.Agent{}, Refuse(http.StatusNotFound, CodeAgentNotFound,
 			"no agent %s/%s: the provider is its 64-hex public key or 16-hex fingerprint", provider, name)
 	}
-	a, err := st.FindAgent(ctx, provider, name)
+	// Usually a request's first storage call: bounded alone, so a hung
+	// database is a prompt 503 whatever the request's whole budget.
+	fctx, cancel := context.WithTimeout(ctx, StorageTimeout)
+	defer cancel()
+	a, err := st.FindAgent(fctx, provider, name)
 	if err != nil {
 		if isNotFound(err) {
 			return store.Agent{}, Refuse(http.StatusNotFound, CodeAgentNotFound, "no agent %s is registered by %s", name, provider)

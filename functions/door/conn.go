@@ -81,6 +81,9 @@ func Connect(cfg config.Door, o ConnectOptions) (*Deps, error) {
 	if ropt.DialTimeout == 0 || ropt.DialTimeout > ConnectTimeout {
 		ropt.DialTimeout = ConnectTimeout
 	}
+	// Contexts bound every Redis call (go-redis ignores their deadlines
+	// otherwise), so a hung Redis costs a door its own bound, not go-redis's.
+	ropt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(ropt)
 	prefix := o.RedisPrefix
 	if prefix == "" {

@@ -7,6 +7,7 @@
 //	GET /agents                       the agent listing (any door)
 //	GET /health                       200 when PostgreSQL and Redis answer
 //	GET /chat                         the caller chat page (functions/chat)
+//	GET /metrics                      the process's Go and process metrics (Prometheus)
 //
 // The A2A and KYOK doors mount beside them (see doors in Mux).
 //
@@ -26,6 +27,10 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/functions/a2a"
@@ -72,6 +77,7 @@ func Mux(d *door.Deps, log *slog.Logger) (http.Handler, error) {
 		{name: "agents", patterns: []string{"GET /agents"}, handler: door.Agents(d.Store, log)},
 		{name: "health", patterns: []string{"GET /health"}, handler: health(d)},
 		{name: "chat", patterns: chat.Patterns(), handler: chat.Handler()},
+		{name: "metrics", patterns: []string{"GET /metrics"}, handler: processMetrics()},
 	}
 	mux := http.NewServeMux()
 	for _, m := range doors {
@@ -83,6 +89,14 @@ func Mux(d *door.Deps, log *slog.Logger) (http.Handler, error) {
 		door.WriteError(w, r, nil, door.Refuse(http.StatusNotFound, door.CodeNotFound, "no such route: %s %s", r.Method, r.URL.Path))
 	})
 	return mux, nil
+}
+
+// processMetrics serves the Go runtime and process collectors (goroutines,
+// resident memory), so a soak can watch a door's footprint over time.
+func processMetrics() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }
 
 // health is 200 when both stores answer, else 503 naming the one that

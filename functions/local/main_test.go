@@ -91,6 +91,10 @@ func TestLocalDoors(t *testing.T) {
 	if c != 200 || strings.Count(b, "data: ") != 2 || !strings.Contains(b, `"RUN_ERROR"`) {
 		t.Fatalf("offline run %d %s", c, b)
 	}
+	if c, b := call(t, "GET", base+"/metrics", ""); c != 200 || !strings.Contains(b, "go_goroutines") ||
+		!strings.Contains(b, "process_resident_memory_bytes") {
+		t.Fatalf("metrics %d %.200s", c, b)
+	}
 	if c, b := call(t, "GET", base+"/nowhere", ""); c != 404 || !strings.Contains(b, `"code":"not_found"`) {
 		t.Fatalf("unknown route %d %s", c, b)
 	}
