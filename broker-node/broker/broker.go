@@ -332,8 +332,12 @@ type RegisterError struct{ Msg string }
 func (e *RegisterError) Error() string { return e.Msg }
 
 // Register replaces the roster link serves with agents. announce is called
-// with the sorted names after they are recorded and before any of them can
-// be offered, so the link writes "registered" ahead of any run for them.
+// with the sorted names once they are recorded, in the same step as the
+// roster change (under the roster's locks, so it must only queue a frame):
+// the link writes "registered" ahead of any run for them, and a provider
+// that has read "registered" knows the change is in effect. Two links of
+// one key are therefore replaced in the order they were answered, never in
+// the order their goroutines happened to reach the roster.
 func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registration, providerName string, announce func(names []string)) error {
 	if len(agents) == 0 {
 		return &RegisterError{"register needs at least one agent"}
@@ -377,13 +381,28 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 		return err
 	}
 	names := sortedNames(seen)
-	announce(names)
 
 	b.rosterMu.Lock()
 	defer b.rosterMu.Unlock()
 	b.mu.Lock()
-	if b.links[l] != ls { // detached meanwhile
+	if b.links[l] != ls || ls.withdrawn { // detached or withdrawn meanwhile
+		// RegisterAgents marked the names served: take back those no
+		// other link of the key serves.
+		var orphaned []string
+		for _, n := range names {
+			if b.served[AgentRef{ls.key, n}] == nil {
+				orphaned = append(orphaned, n)
+			}
+		}
+		withdrawn := b.links[l] == ls
+		leading := b.leading
 		b.mu.Unlock()
+		if leading && len(orphaned) > 0 {
+			_ = b.write(lctx, "mark unheld agents unserved", func() error { return b.st.MarkUnserved(lctx, epoch, ls.key, orphaned) })
+		}
+		if withdrawn {
+			return ErrWithdrawn
+		}
 		return ErrNotLeading
 	}
 	var dropped []string
@@ -410,6 +429,10 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 		delete(b.unserved, ref)
 	}
 	b.bucketFor(ls.key).declared = ls.declared
+	// Announced before the lock is let go: an offer for these names is
+	// sent only by a lane that reads the roster after this, so it queues
+	// behind "registered" on the link's serialized writer.
+	announce(names)
 	b.nudgeHeadsLocked()
 	b.wakeSweep()
 	b.mu.Unlock()

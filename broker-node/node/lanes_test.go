@@ -11,6 +11,7 @@ import (
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/wire"
 )
 
 // Two runs of one thread are offered in arrival order, the second only once
@@ -187,6 +188,17 @@ func TestLateAckOnlyFromTheServingKey(t *testing.T) {
 	h.Advance(5 * time.Second)
 	h.WaitStatus(id, run.Queued)
 	stranger.Complete(id, thread)
+	// The link reads frames in order and hands each report to the lane as
+	// it reads it: once this frame is answered, every report above is in
+	// the lane's queue, and Settle waits for the lane to judge them.
+	stranger.SendRaw(`{"type":"frobnicate"}`)
+	for {
+		var e wire.Error
+		stranger.Expect(wire.TypeError, &e)
+		if strings.Contains(e.Message, "frobnicate") {
+			break
+		}
+	}
 	h.Settle()
 	if got := h.Run(id).Status; got != run.Queued {
 		t.Fatalf("a stranger's report moved the run to %s", got)

@@ -48,14 +48,20 @@ func TestReplacedLinkTeardownKeepsReplacement(t *testing.T) {
 	if f := repl.Offer(); f.RunID != id {
 		t.Fatalf("offer %s", f.RunID)
 	}
-	agents, _ := h.Store.ListAgents(context.Background())
-	online := map[string]bool{}
-	for _, a := range agents {
-		online[a.Name] = a.Online
-	}
-	if !online["echo"] || online["other"] {
-		t.Fatalf("listing says %v", online)
-	}
+	// The old link's names go offline in the listing just after it leaves
+	// the roster (Detach writes them once the link is forgotten): wait for
+	// the listing GET /agents shows. echo never goes offline for good.
+	h.Eventually("listing says echo online, other offline", func() bool {
+		agents, err := h.Store.ListAgents(context.Background())
+		if err != nil {
+			return false
+		}
+		online := map[string]bool{}
+		for _, a := range agents {
+			online[a.Name] = a.Online
+		}
+		return online["echo"] && !online["other"]
+	})
 }
 
 // Re-registering replaces the link's roster: omitted names go offline,
