@@ -24,6 +24,9 @@ const (
 	// DefaultPingInterval is how often an idle link sends a WebSocket ping
 	// when Config.PingInterval is zero.
 	DefaultPingInterval = 30 * time.Second
+	// DefaultStallTimeout is how long one write may wait for funduq to read
+	// it when Config.StallTimeout is zero.
+	DefaultStallTimeout = 2 * time.Minute
 	// QueryTimeout bounds how long Query waits for its queryResult.
 	QueryTimeout = 30 * time.Second
 	// MaxBufferedFrames is how many event frames one run may have waiting to
@@ -115,9 +118,23 @@ type Config struct {
 	// Backoff paces reconnects; zero fields take their defaults.
 	Backoff Backoff
 	// PingInterval is how often the client pings funduq; a link that shows
-	// no sign of life for two and a half intervals is dropped. Zero means
-	// DefaultPingInterval, negative disables pings and the read deadline.
+	// no sign of life (a frame, a pong, or a ping of funduq's own) for two
+	// and a half intervals is dropped. Zero means DefaultPingInterval,
+	// negative disables pings and the read deadline. While funduq is not
+	// reading the link (see StallTimeout) pings go unanswered and only
+	// funduq's own pings, sent every 30 s, show it is alive, so only an
+	// interval above 12 s (two and a half of them cover 30 s) keeps such a
+	// link for StallTimeout.
 	PingInterval time.Duration
+	// StallTimeout is how long one write (a frame, a ping or a pong) may
+	// wait for funduq to take it before the link is dropped. funduq stops
+	// reading a link whose events it cannot store yet (its database is slow
+	// or down) until its writes catch up, so this is how long such an
+	// outage may last without losing the link and the runs it holds. A
+	// funduq that is gone is still noticed by PingInterval. Zero means
+	// DefaultStallTimeout; negative lets a write wait as long as the link
+	// lives.
+	StallTimeout time.Duration
 	// Retention is how long a run's frames (its events and its finish) are
 	// kept after its finish was written. A frame written to a link that then
 	// dies may never have reached funduq, so after every reconnect the
@@ -145,6 +162,7 @@ type Client struct {
 	ownTransport *http.Transport
 	dialer       *websocket.Dialer
 	pingInterval time.Duration // 0 = disabled
+	stallTimeout time.Duration // 0 = writes wait as long as the link lives
 	maxBuffered  int           // MaxBufferedFrames; lowered by tests
 	retention    time.Duration // 0 = finished runs are not retained
 	maxRetained  int           // MaxRetainedRuns; lowered by tests
@@ -252,6 +270,12 @@ func New(cfg Config) (*Client, error) {
 		c.pingInterval = DefaultPingInterval
 	case cfg.PingInterval > 0:
 		c.pingInterval = cfg.PingInterval
+	}
+	switch {
+	case cfg.StallTimeout == 0:
+		c.stallTimeout = DefaultStallTimeout
+	case cfg.StallTimeout > 0:
+		c.stallTimeout = cfg.StallTimeout
 	}
 	return c, nil
 }

@@ -322,6 +322,11 @@ func writeFrame(conn *websocket.Conn, v any) error {
 }
 
 func writeRaw(conn *websocket.Conn, b []byte) error {
-	_ = conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+	return writeWithin(conn, b, time.Now().Add(writeTimeout))
+}
+
+// writeWithin writes one text frame by deadline (zero: no deadline).
+func writeWithin(conn *websocket.Conn, b []byte, deadline time.Time) error {
+	_ = conn.SetWriteDeadline(deadline)
 	return conn.WriteMessage(websocket.TextMessage, b)
 }

@@ -31,6 +31,10 @@ type link struct {
 	deadOnce sync.Once
 	err      error
 	stop     chan struct{} // closed by session to stop the writer
+
+	// pong carries the payload of funduq's latest ping to the writer,
+	// which answers it (capacity 1: a newer ping replaces an unanswered one).
+	pong chan []byte
 }
 
 func (l *link) fail(err error) {
@@ -57,6 +61,7 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 		queries: make(map[string]chan wire.QueryResult),
 		dead:    make(chan struct{}),
 		stop:    make(chan struct{}),
+		pong:    make(chan []byte, 1),
 	}
 	c.mu.Lock()
 	c.link = l
@@ -96,6 +101,22 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 			return conn.SetReadDeadline(time.Now().Add(c.pongWait()))
 		})
 	}
+	// funduq's own pings show it is alive even while it is not reading the
+	// link (it stops reading while it cannot store the link's events), when
+	// our pings go unanswered. They extend the read deadline, and the writer
+	// answers them: answering here could block this reader behind a write
+	// funduq is not taking, or time out and break the link.
+	conn.SetPingHandler(func(data string) error {
+		if c.pingInterval > 0 {
+			_ = conn.SetReadDeadline(time.Now().Add(c.pongWait()))
+		}
+		select {
+		case <-l.pong:
+		default:
+		}
+		l.pong <- []byte(data)
+		return nil
+	})
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -134,6 +155,17 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 }
 
 func (c *Client) pongWait() time.Duration { return c.pingInterval * 5 / 2 }
+
+// writeDeadline is the deadline of a write starting now: StallTimeout away,
+// or none. A write waits while funduq applies backpressure (is alive but not
+// reading); a funduq that is gone is noticed by the read deadline, which
+// closes the link and so ends the write.
+func (c *Client) writeDeadline() time.Time {
+	if c.stallTimeout <= 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(c.stallTimeout)
+}
 
 // drain waits, while the link lives, until every handler has returned and
 // every frame has been written, so a shutdown still reports how runs ended.
@@ -250,8 +282,15 @@ func (c *Client) writeLoop(l *link) {
 		tick = t.C
 	}
 	ping := func() bool {
-		if err := l.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeTimeout)); err != nil {
+		if err := l.conn.WriteControl(websocket.PingMessage, nil, c.writeDeadline()); err != nil {
 			l.fail(fmt.Errorf("ping: %w", err))
+			return false
+		}
+		return true
+	}
+	pong := func(data []byte) bool {
+		if err := l.conn.WriteControl(websocket.PongMessage, data, c.writeDeadline()); err != nil {
+			l.fail(fmt.Errorf("pong: %w", err))
 			return false
 		}
 		return true
@@ -260,6 +299,13 @@ func (c *Client) writeLoop(l *link) {
 		select {
 		case <-tick:
 			if !ping() {
+				return
+			}
+		default:
+		}
+		select {
+		case data := <-l.pong:
+			if !pong(data) {
 				return
 			}
 		default:
@@ -285,6 +331,10 @@ func (c *Client) writeLoop(l *link) {
 				if !ping() {
 					return
 				}
+			case data := <-l.pong:
+				if !pong(data) {
+					return
+				}
 			case <-l.stop:
 				return
 			case <-l.dead:
@@ -292,7 +342,7 @@ func (c *Client) writeLoop(l *link) {
 			}
 			continue
 		}
-		err := writeRaw(l.conn, data)
+		err := writeWithin(l.conn, data, c.writeDeadline())
 		c.mu.Lock()
 		if of != nil && c.writing == of {
 			c.writing = nil

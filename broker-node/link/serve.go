@@ -33,6 +33,9 @@ type Server struct {
 	// MaxFrame caps one inbound frame (config BrokerLimits.MaxFrame; 0:
 	// wsconn.MaxFrame).
 	MaxFrame int64
+	// PingInterval overrides how often a link is pinged (0:
+	// wsconn.PingEvery). The pings go on while the link is not read.
+	PingInterval time.Duration
 
 	wg       sync.WaitGroup
 	once     sync.Once
@@ -84,6 +87,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Server) serve(ws *websocket.Conn, res handshake.Result) {
 	log := s.Log.With("provider_key", res.PublicKey)
 	c := newConn(ws, res.PublicKey, log)
+	c.Ping = s.PingInterval
 	if err := s.Broker.Attach(c, res.MaxConcurrentRuns); err != nil {
 		c.CloseWith(websocket.CloseTryAgainLater, "this funduq node is not the leader; reconnect")
 		done := make(chan struct{})

@@ -74,6 +74,9 @@ type Options struct {
 	// KyokGap and KyokBlock override the KYOK relay's 120 s gap between a
 	// completion's frames and its Redis read block (tests).
 	KyokGap, KyokBlock time.Duration
+	// LinkPingInterval overrides how often provider links are pinged
+	// (wsconn.PingEvery; tests).
+	LinkPingInterval time.Duration
 }
 
 // New connects a node to its stores. It refuses a database whose schema is
@@ -125,7 +128,7 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 	n := &Node{cfg: cfg, log: log, st: st, rdb: rdb, signer: signer, tickets: tickets.New(rdb, prefix),
 		Broker: b, registry: reg, prefix: prefix}
 	n.links = &link.Server{Broker: b, Funduq: signer, Tickets: n.tickets, Log: log,
-		NotLeading: http.HandlerFunc(n.notLeading), MaxFrame: cfg.MaxFrame}
+		NotLeading: http.HandlerFunc(n.notLeading), MaxFrame: cfg.MaxFrame, PingInterval: o.LinkPingInterval}
 	n.kyok = &kyokrelay.Relay{Store: st, Redis: rdb, Prefix: prefix, Funduq: signer, Tickets: n.tickets, Log: log,
 		NotLeading: http.HandlerFunc(n.notLeading), GapTimeout: o.KyokGap, Block: o.KyokBlock,
 		MaxConcurrent: cfg.KyokMaxConcurrent, MaxFrame: cfg.MaxFrame}

@@ -16,10 +16,14 @@ const (
 	// reading for that long is cut off rather than buffered forever.
 	sendQueue    = 4096
 	writeTimeout = 10 * time.Second
-	pingEvery    = 30 * time.Second
+	// PingEvery is how often the writer pings the peer. It goes on while
+	// the link's reader is paused (a broker that stops reading a provider
+	// whose events it cannot store yet), so the peer can tell a broker that
+	// is alive but not reading from one that is gone.
+	PingEvery = 30 * time.Second
 	// ReadIdle is how long a link may be silent, pongs included, before
 	// it is taken for dead.
-	ReadIdle = 2*pingEvery + 15*time.Second
+	ReadIdle = 2*PingEvery + 15*time.Second
 	// MaxFrame bounds one inbound frame by default (config
 	// BrokerLimits.MaxFrame); a larger frame closes the link with 1009
 	// (message too big).
@@ -48,6 +52,8 @@ type Conn struct {
 	code    int
 	reason  string
 	slowMsg string // the close reason for a peer that stopped reading
+	// Ping overrides PingEvery (tests); set before Writer starts.
+	Ping time.Duration
 }
 
 // New wraps ws; slowMsg is the close reason for a peer whose queue fills.
@@ -104,7 +110,11 @@ func (c *Conn) CloseWith(code int, reason string) {
 // Writer is the link's only writer; it closes done when it returns.
 func (c *Conn) Writer(done chan<- struct{}) {
 	defer close(done)
-	ping := time.NewTicker(pingEvery)
+	every := c.Ping
+	if every <= 0 {
+		every = PingEvery
+	}
+	ping := time.NewTicker(every)
 	defer ping.Stop()
 	for {
 		select {
