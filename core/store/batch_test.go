@@ -95,3 +95,41 @@ func BenchmarkAppendEvents(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkAppendProviderEvents stores batches of small events with
+// provider seqs into one run, as the broker's lane does during one run's
+// stream (the run grows as the benchmark runs, as a long stream does).
+// Reported: µs per stored event.
+func BenchmarkAppendProviderEvents(b *testing.B) {
+	st := storetest.Store(b)
+	ctx := context.Background()
+	if err := st.SaveProvider(ctx, store.Provider{PublicKey: testProviderKey, Fingerprint: testFingerprint}); err != nil {
+		b.Fatal(err)
+	}
+	if err := st.SaveAgent(ctx, store.Agent{ProviderKey: testProviderKey, Name: testAgent}); err != nil {
+		b.Fatal(err)
+	}
+	epoch, _ := st.AdvanceEpoch(ctx, "node-a")
+	ev := json.RawMessage(`{"type":"CUSTOM","name":"load","value":{"t":1764590000000000000,"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}}`)
+	for _, size := range []int{1, 64, 700} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			runID, threadID := run.NewRunID(), run.NewThreadID()
+			if _, _, err := st.CreateRun(ctx, store.NewRun{RunID: runID, ThreadID: threadID, ProviderKey: testProviderKey, AgentName: testAgent,
+				CreateThread: &store.NewThread{}, RunInput: json.RawMessage(`{}`)}); err != nil {
+				b.Fatal(err)
+			}
+			batch := make([]store.NewEvent, size)
+			var n int64
+			for b.Loop() {
+				for i := range batch {
+					n++
+					batch[i] = store.NewEvent{Event: ev, ProviderSeq: pseq(n)}
+				}
+				if _, err := st.AppendProviderEvents(ctx, epoch, runID, batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(n), "µs/event")
+		})
+	}
+}
