@@ -93,8 +93,8 @@ func table(r *Report) string {
 		if s.StoreFloorPerSec > 0 {
 			floor = fmt.Sprintf("store floor %.0f events/s (store.AppendProviderEvents into a scratch run, batches of %d, one connection)", s.StoreFloorPerSec, s.StoreFloorBatch)
 		}
-		fmt.Fprintf(&b, "| one run's stream | %.0f events/s (%d events in %.2f s; %d stored, %d unique, in %d transactions over %.2f s; the link's read waited on a full backlog %.0f times) | %s |\n",
-			s.PerSec, s.Events, s.Seconds, s.Stored, s.StoredUnique, s.Batches, s.StoreSeconds, s.BackpressureWaits, floor)
+		fmt.Fprintf(&b, "| one run's stream | %.0f events/s (%d events in %.2f s; %d stored, %d unique, in %d transactions over %.2f s; the lane in the store call %.2f s, in the live feed's publish %.2f s; the link's read waited on a full backlog %.0f times) | %s |\n",
+			s.PerSec, s.Events, s.Seconds, s.Stored, s.StoredUnique, s.Batches, s.StoreSeconds, s.LaneStoreSeconds, s.LanePublishSeconds, s.BackpressureWaits, floor)
 	}
 	if id := r.Idle; id != nil {
 		fmt.Fprintf(&b, "| idle links | %d of %d open (%d keys) in %.1f s; broker RSS %.1f KiB/link, Go heap+stacks %.1f KiB/link; idle CPU %.1f%% of a core | |\n",

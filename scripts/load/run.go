@@ -55,6 +55,11 @@ type Stream struct {
 	// from one connection (storeFloor).
 	StoreFloorPerSec float64 `json:"store_floor_events_per_s,omitempty"`
 	StoreFloorBatch  int     `json:"store_floor_batch,omitempty"`
+	// LaneStoreSeconds and LanePublishSeconds are the node's own account
+	// (its /metrics) of the time its lanes spent in the store call and in
+	// the live feed's publish during the stream.
+	LaneStoreSeconds   float64 `json:"lane_store_seconds"`
+	LanePublishSeconds float64 `json:"lane_publish_seconds"`
 }
 
 // Report is a whole load run.
@@ -144,12 +149,16 @@ func Run(ctx context.Context, c Config, out io.Writer) (*Report, error) {
 		logf("stream: one run of %d events", c.Stream)
 		stopProf := startProfiles(c, st, logf, "stream", 1)
 		bp0 := metricOf(st.brokerURL, "funduq_broker_link_backpressure_total")
+		st0 := metricOf(st.brokerURL, "funduq_broker_event_store_seconds_total")
+		pub0 := metricOf(st.brokerURL, "funduq_broker_event_publish_seconds_total")
 		s, err := streamOne(ctx, f, callers[len(callers)-1], st.dbURL, c.Stream)
 		rep.Profiles = append(rep.Profiles, stopProf()...)
 		if err != nil {
 			return nil, err
 		}
 		s.BackpressureWaits = metricOf(st.brokerURL, "funduq_broker_link_backpressure_total") - bp0
+		s.LaneStoreSeconds = metricOf(st.brokerURL, "funduq_broker_event_store_seconds_total") - st0
+		s.LanePublishSeconds = metricOf(st.brokerURL, "funduq_broker_event_publish_seconds_total") - pub0
 		rep.Stream = s
 	}
 	f.stop()
