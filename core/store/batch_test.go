@@ -53,6 +53,48 @@ func TestAppendProviderEventsBatch(t *testing.T) {
 	}
 }
 
+// The batch's dedupe looks at this round only: a run reopened after a
+// question numbers its provider seqs afresh, and a resend within the new
+// round is still recognised.
+func TestAppendProviderEventsDedupePerRound(t *testing.T) {
+	st := storetest.Store(t)
+	ctx := context.Background()
+	seedAgent(t, st)
+	epoch, _ := st.AdvanceEpoch(ctx, "node-a")
+	r := newRun(t, st)
+	ev := json.RawMessage(`{"type":"CUSTOM","name":"x"}`)
+	moves := func(to ...run.Status) {
+		t.Helper()
+		for _, s := range to {
+			w := run.ByBroker
+			if s == run.Queued {
+				w = run.ByDoor // the caller's answer reopens it
+			}
+			if _, err := st.Transition(ctx, moveFor(r, s, w, epoch)); err != nil {
+				t.Fatalf("move to %s: %v", s, err)
+			}
+		}
+	}
+	batch := func(ps ...int64) []store.NewEvent {
+		evs := make([]store.NewEvent, len(ps))
+		for i, p := range ps {
+			evs[i] = store.NewEvent{Event: ev, ProviderSeq: pseq(p)}
+		}
+		return evs
+	}
+	moves(run.Offering, run.Running)
+	if seqs, err := st.AppendProviderEvents(ctx, epoch, r.RunID, batch(1, 2, 3)); err != nil || fmt.Sprint(seqs) != "[1 2 3]" {
+		t.Fatalf("first round: %v %v", seqs, err)
+	}
+	moves(run.InputRequired, run.Queued, run.Offering, run.Running)
+	if seqs, err := st.AppendProviderEvents(ctx, epoch, r.RunID, batch(1, 2)); err != nil || fmt.Sprint(seqs) != "[4 5]" {
+		t.Fatalf("second round, seqs of the first again: %v %v", seqs, err)
+	}
+	if seqs, err := st.AppendProviderEvents(ctx, epoch, r.RunID, batch(2, 3, 1, 4)); err != nil || fmt.Sprint(seqs) != "[0 6 0 7]" {
+		t.Fatalf("second round, resends: %v %v", seqs, err)
+	}
+}
+
 // BenchmarkAppendEvents stores 16 events one transaction each (as the
 // broker did before batching) and in one batch.
 func BenchmarkAppendEvents(b *testing.B) {
