@@ -530,10 +530,12 @@ func (l *lane) store(ctx context.Context, evs []store.NewEvent, infos []agui.Inf
 	epoch := b.epoch
 	b.mu.Unlock()
 	var seqs []int
+	t0 := time.Now() // real time, for the metric: this waits on PostgreSQL
 	err := b.write(ctx, "append events", func() (err error) {
 		seqs, err = b.st.AppendProviderEvents(ctx, epoch, l.id, evs)
 		return err
 	})
+	b.metrics.storeSecs.Add(time.Since(t0).Seconds())
 	if err != nil {
 		if ctx.Err() == nil {
 			l.log.ErrorContext(ctx, "could not store events", "events", len(evs), "err", err)
@@ -605,7 +607,10 @@ func (l *lane) publishBatch(ctx context.Context, evs []livefeed.Published) {
 	if l.b.feed == nil || len(evs) == 0 {
 		return
 	}
-	if err := l.b.feed.PublishBatch(ctx, l.id, evs); err != nil {
+	t0 := time.Now()
+	err := l.b.feed.PublishBatch(ctx, l.id, evs)
+	l.b.metrics.publishSecs.Add(time.Since(t0).Seconds())
+	if err != nil {
 		// The stored events are the record; a live reader falls back to them.
 		l.log.WarnContext(ctx, "live feed publish failed", "events", len(evs), "err", err)
 	}

@@ -14,6 +14,8 @@ type Metrics struct {
 	withdrawals  prometheus.Counter
 	writeRetries prometheus.Counter
 	backpressure prometheus.Counter
+	storeSecs    prometheus.Counter
+	publishSecs  prometheus.Counter
 	waiting      *waitingCollector
 	isLeader     prometheus.Gauge
 	epoch        prometheus.Gauge
@@ -39,6 +41,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Store writes retried after a transient failure."}),
 		backpressure: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_link_backpressure_total",
 			Help: "Times a provider link's read loop waited because its event backlog was full."}),
+		storeSecs: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_event_store_seconds_total",
+			Help: "Time the lanes spent storing provider event batches (retries included)."}),
+		publishSecs: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_event_publish_seconds_total",
+			Help: "Time the lanes spent publishing stored events to the live feed."}),
 		waiting: &waitingCollector{desc: prometheus.NewDesc("funduq_broker_events_waiting",
 			"Provider events read and not yet stored.", nil, nil)},
 		isLeader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "funduq_broker_is_leader",
@@ -49,7 +55,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"Active run lanes, by the run's status.", []string{"status"}, nil)},
 	}
 	if reg != nil {
-		reg.MustRegister(m.links, m.offers, m.quality, m.events, m.ended, m.withdrawals, m.writeRetries, m.backpressure, m.waiting,
+		reg.MustRegister(m.links, m.offers, m.quality, m.events, m.ended, m.withdrawals, m.writeRetries, m.backpressure, m.storeSecs, m.publishSecs, m.waiting,
 			m.isLeader, m.epoch, m.lanes)
 	}
 	return m

@@ -53,6 +53,48 @@ func TestAppendProviderEventsBatch(t *testing.T) {
 	}
 }
 
+// The batch's dedupe looks at this round only: a run reopened after a
+// question numbers its provider seqs afresh, and a resend within the new
+// round is still recognised.
+func TestAppendProviderEventsDedupePerRound(t *testing.T) {
+	st := storetest.Store(t)
+	ctx := context.Background()
+	seedAgent(t, st)
+	epoch, _ := st.AdvanceEpoch(ctx, "node-a")
+	r := newRun(t, st)
+	ev := json.RawMessage(`{"type":"CUSTOM","name":"x"}`)
+	moves := func(to ...run.Status) {
+		t.Helper()
+		for _, s := range to {
+			w := run.ByBroker
+			if s == run.Queued {
+				w = run.ByDoor // the caller's answer reopens it
+			}
+			if _, err := st.Transition(ctx, moveFor(r, s, w, epoch)); err != nil {
+				t.Fatalf("move to %s: %v", s, err)
+			}
+		}
+	}
+	batch := func(ps ...int64) []store.NewEvent {
+		evs := make([]store.NewEvent, len(ps))
+		for i, p := range ps {
+			evs[i] = store.NewEvent{Event: ev, ProviderSeq: pseq(p)}
+		}
+		return evs
+	}
+	moves(run.Offering, run.Running)
+	if seqs, err := st.AppendProviderEvents(ctx, epoch, r.RunID, batch(1, 2, 3)); err != nil || fmt.Sprint(seqs) != "[1 2 3]" {
+		t.Fatalf("first round: %v %v", seqs, err)
+	}
+	moves(run.InputRequired, run.Queued, run.Offering, run.Running)
+	if seqs, err := st.AppendProviderEvents(ctx, epoch, r.RunID, batch(1, 2)); err != nil || fmt.Sprint(seqs) != "[4 5]" {
+		t.Fatalf("second round, seqs of the first again: %v %v", seqs, err)
+	}
+	if seqs, err := st.AppendProviderEvents(ctx, epoch, r.RunID, batch(2, 3, 1, 4)); err != nil || fmt.Sprint(seqs) != "[0 6 0 7]" {
+		t.Fatalf("second round, resends: %v %v", seqs, err)
+	}
+}
+
 // BenchmarkAppendEvents stores 16 events one transaction each (as the
 // broker did before batching) and in one batch.
 func BenchmarkAppendEvents(b *testing.B) {
@@ -94,4 +136,42 @@ func BenchmarkAppendEvents(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkAppendProviderEvents stores batches of small events with
+// provider seqs into one run, as the broker's lane does during one run's
+// stream (the run grows as the benchmark runs, as a long stream does).
+// Reported: µs per stored event.
+func BenchmarkAppendProviderEvents(b *testing.B) {
+	st := storetest.Store(b)
+	ctx := context.Background()
+	if err := st.SaveProvider(ctx, store.Provider{PublicKey: testProviderKey, Fingerprint: testFingerprint}); err != nil {
+		b.Fatal(err)
+	}
+	if err := st.SaveAgent(ctx, store.Agent{ProviderKey: testProviderKey, Name: testAgent}); err != nil {
+		b.Fatal(err)
+	}
+	epoch, _ := st.AdvanceEpoch(ctx, "node-a")
+	ev := json.RawMessage(`{"type":"CUSTOM","name":"load","value":{"t":1764590000000000000,"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}}`)
+	for _, size := range []int{1, 64, 700} {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			runID, threadID := run.NewRunID(), run.NewThreadID()
+			if _, _, err := st.CreateRun(ctx, store.NewRun{RunID: runID, ThreadID: threadID, ProviderKey: testProviderKey, AgentName: testAgent,
+				CreateThread: &store.NewThread{}, RunInput: json.RawMessage(`{}`)}); err != nil {
+				b.Fatal(err)
+			}
+			batch := make([]store.NewEvent, size)
+			var n int64
+			for b.Loop() {
+				for i := range batch {
+					n++
+					batch[i] = store.NewEvent{Event: ev, ProviderSeq: pseq(n)}
+				}
+				if _, err := st.AppendProviderEvents(ctx, epoch, runID, batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(n), "µs/event")
+		})
+	}
 }

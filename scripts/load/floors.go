@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +14,9 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
 )
 
 // Floors are what the machine itself does, measured in the same run.
@@ -191,4 +195,55 @@ func measureFloors(ctx context.Context, dbURL string, conc int, d time.Duration)
 	}
 	f.WSRTTP50, f.WSRTTP99 = wh.ms(0.50), wh.ms(0.99)
 	return f, nil
+}
+
+// storeFloor is the raw rate of storing one run's events the way the broker
+// does: store.AppendProviderEvents (the fence, the provider-seq dedupe, the
+// seq reservation and the multi-row insert, one transaction per batch) from
+// one connection, into a scratch run on the same database, n events in
+// batches of batch, each a copy of sample (the stream's own stored event),
+// with provider seqs when the stream's events carried them. The scratch run
+// is created completed, in the thread and for the agent of run like, so no
+// lane offers it. Events/s.
+func storeFloor(ctx context.Context, dbURL, like string, n, batch int, sample json.RawMessage, withPseq bool) (float64, error) {
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return 0, err
+	}
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+	runID := run.NewRunID()
+	var epoch int64
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO runs (run_id, thread_id, provider_key, agent_name, status, run_input, completed_at)
+			SELECT $1, thread_id, provider_key, agent_name, 'completed', '{}', now() FROM runs WHERE run_id = $2`, runID, like); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT epoch FROM broker_leader WHERE id = 1`).Scan(&epoch)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("store floor: scratch run: %w", err)
+	}
+	st := store.New(pool, nil)
+	evs := make([]store.NewEvent, 0, batch)
+	start := time.Now()
+	for i := 0; i < n; {
+		evs = evs[:0]
+		for ; len(evs) < batch && i < n; i++ {
+			e := store.NewEvent{Event: sample}
+			if withPseq {
+				p := int64(i + 1)
+				e.ProviderSeq = &p
+			}
+			evs = append(evs, e)
+		}
+		if _, err := st.AppendProviderEvents(ctx, epoch, runID, evs); err != nil {
+			return 0, fmt.Errorf("store floor: %w", err)
+		}
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
 }

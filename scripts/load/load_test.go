@@ -85,6 +85,9 @@ func TestTinyLoadRun(t *testing.T) {
 	if s := rep.Stream; s == nil || s.Read != 200 || s.Stored != 202 || s.StoredUnique != 202 {
 		t.Fatalf("stream: %+v", rep.Stream)
 	}
+	if s := rep.Stream; s.StoreFloorPerSec <= 0 || s.StoreFloorBatch < 1 || s.StoreFloorBatch > s.Stored {
+		t.Fatalf("store floor: %+v", s)
+	}
 	if rep.Idle == nil || rep.Idle.Opened != 5 {
 		t.Fatalf("idle links: %+v", rep.Idle)
 	}

@@ -44,7 +44,7 @@ func targets(r *Report) []Target {
 		all := s.Stored == s.Events+2 && s.StoredUnique == s.Stored && s.Read == s.Events
 		ts = append(ts, Target{Name: "one run's stream, provider → caller, every event persisted", Measured: s.PerSec, Limit: 20000,
 			Unit: "events/s ≥", Holds: s.PerSec >= 20000 && all,
-			Note: fmt.Sprintf("%d read, %d stored (%d unique) of %d+2", s.Read, s.Stored, s.StoredUnique, s.Events)})
+			Note: streamNote(s)})
 	}
 	if id := r.Idle; id != nil {
 		ts = append(ts, Target{Name: fmt.Sprintf("broker memory per idle link (%d links, RSS)", id.Opened), Measured: id.RSSPerLinkKiB,
@@ -52,6 +52,16 @@ func targets(r *Report) []Target {
 			Note: fmt.Sprintf("Go heap+stacks %.1f KiB/link; idle CPU %.1f%% of a core", id.HeapPerLinkKiB, id.IdleCPUPercent)})
 	}
 	return ts
+}
+
+// streamNote is the stream target's detail: what was stored, and the
+// stream's rate against the store floor of the same run.
+func streamNote(s *Stream) string {
+	n := fmt.Sprintf("%d read, %d stored (%d unique) of %d+2", s.Read, s.Stored, s.StoredUnique, s.Events)
+	if s.StoreFloorPerSec > 0 {
+		n += fmt.Sprintf("; %.2f of the store floor (%.0f events/s in batches of %d)", s.PerSec/s.StoreFloorPerSec, s.StoreFloorPerSec, s.StoreFloorBatch)
+	}
+	return n
 }
 
 func yes(b bool) string {
@@ -79,8 +89,12 @@ func table(r *Report) string {
 		r.Max.EventP50, r.Max.EventP99, fl.WSRTTP50, fl.WSRTTP99)
 	fmt.Fprintf(&b, "| event latency p50 / p99 at half load | %.2f / %.2f ms | |\n", r.Half.EventP50, r.Half.EventP99)
 	if s := r.Stream; s != nil {
-		fmt.Fprintf(&b, "| one run's stream | %.0f events/s (%d events in %.2f s; %d stored, %d unique, in %d transactions over %.2f s; the link's read waited on a full backlog %.0f times) | |\n",
-			s.PerSec, s.Events, s.Seconds, s.Stored, s.StoredUnique, s.Batches, s.StoreSeconds, s.BackpressureWaits)
+		floor := ""
+		if s.StoreFloorPerSec > 0 {
+			floor = fmt.Sprintf("store floor %.0f events/s (store.AppendProviderEvents into a scratch run, batches of %d, one connection)", s.StoreFloorPerSec, s.StoreFloorBatch)
+		}
+		fmt.Fprintf(&b, "| one run's stream | %.0f events/s (%d events in %.2f s; %d stored, %d unique, in %d transactions over %.2f s; the lane in the store call %.2f s, in the live feed's publish %.2f s; the link's read waited on a full backlog %.0f times) | %s |\n",
+			s.PerSec, s.Events, s.Seconds, s.Stored, s.StoredUnique, s.Batches, s.StoreSeconds, s.LaneStoreSeconds, s.LanePublishSeconds, s.BackpressureWaits, floor)
 	}
 	if id := r.Idle; id != nil {
 		fmt.Fprintf(&b, "| idle links | %d of %d open (%d keys) in %.1f s; broker RSS %.1f KiB/link, Go heap+stacks %.1f KiB/link; idle CPU %.1f%% of a core | |\n",

@@ -49,6 +49,17 @@ type Stream struct {
 	// BackpressureWaits is how often the node's read loops waited on a
 	// full link backlog during the stream (its lane was the bottleneck).
 	BackpressureWaits float64 `json:"backpressure_waits"`
+	// StoreFloorPerSec is the floor measured right after the stream: as
+	// many events stored into a scratch run with the broker's own store
+	// function, in batches of StoreFloorBatch (the stream's mean batch),
+	// from one connection (storeFloor).
+	StoreFloorPerSec float64 `json:"store_floor_events_per_s,omitempty"`
+	StoreFloorBatch  int     `json:"store_floor_batch,omitempty"`
+	// LaneStoreSeconds and LanePublishSeconds are the node's own account
+	// (its /metrics) of the time its lanes spent in the store call and in
+	// the live feed's publish during the stream.
+	LaneStoreSeconds   float64 `json:"lane_store_seconds"`
+	LanePublishSeconds float64 `json:"lane_publish_seconds"`
 }
 
 // Report is a whole load run.
@@ -138,12 +149,16 @@ func Run(ctx context.Context, c Config, out io.Writer) (*Report, error) {
 		logf("stream: one run of %d events", c.Stream)
 		stopProf := startProfiles(c, st, logf, "stream", 1)
 		bp0 := metricOf(st.brokerURL, "funduq_broker_link_backpressure_total")
+		st0 := metricOf(st.brokerURL, "funduq_broker_event_store_seconds_total")
+		pub0 := metricOf(st.brokerURL, "funduq_broker_event_publish_seconds_total")
 		s, err := streamOne(ctx, f, callers[len(callers)-1], st.dbURL, c.Stream)
 		rep.Profiles = append(rep.Profiles, stopProf()...)
 		if err != nil {
 			return nil, err
 		}
 		s.BackpressureWaits = metricOf(st.brokerURL, "funduq_broker_link_backpressure_total") - bp0
+		s.LaneStoreSeconds = metricOf(st.brokerURL, "funduq_broker_event_store_seconds_total") - st0
+		s.LanePublishSeconds = metricOf(st.brokerURL, "funduq_broker_event_publish_seconds_total") - pub0
 		rep.Stream = s
 	}
 	f.stop()
@@ -200,6 +215,18 @@ func streamOne(ctx context.Context, f *fleet, c *caller, dbURL string, n int) (*
 	if err := conn.QueryRow(ctx, `SELECT count(*), count(DISTINCT seq), count(DISTINCT created_at),
 		coalesce(extract(epoch FROM max(created_at) - min(created_at)), 0)::float8 FROM run_events WHERE run_id = $1`, runID).
 		Scan(&s.Stored, &s.StoredUnique, &s.Batches, &s.StoreSeconds); err != nil {
+		return nil, err
+	}
+	// The floor: the same events stored the way the lane stores them, in
+	// batches of the stream's mean size, with nothing else in the way.
+	var sample []byte
+	var withPseq bool
+	if err := conn.QueryRow(ctx, `SELECT event::text, provider_seq IS NOT NULL FROM run_events
+		WHERE run_id = $1 AND event->>'type' = 'CUSTOM' ORDER BY seq LIMIT 1`, runID).Scan(&sample, &withPseq); err != nil {
+		return nil, fmt.Errorf("stream: a stored event: %w", err)
+	}
+	s.StoreFloorBatch = max(1, (s.Stored+s.Batches/2)/max(1, s.Batches))
+	if s.StoreFloorPerSec, err = storeFloor(ctx, dbURL, runID, s.Stored, s.StoreFloorBatch, sample, withPseq); err != nil {
 		return nil, err
 	}
 	return s, nil
