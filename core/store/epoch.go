@@ -2,10 +2,12 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Leader is the broker_leader row: the fencing token and who holds it.
@@ -16,23 +18,57 @@ type Leader struct {
 	AcquiredAt   time.Time
 }
 
+// takeoverLockWait bounds how long a takeover waits for the deposed
+// leader's fenced transactions before ending them.
+const takeoverLockWait = time.Second
+
 // AdvanceEpoch makes holder the leader of record under a new epoch and
 // returns it. Call it after winning the lease; from then on writes under any
 // older epoch are refused. The UPDATE waits for old-leader transactions that
 // hold the row FOR SHARE, so none of them lands after the new epoch commits.
+//
+// That wait is bounded: a deposed leader frozen or cut off mid-transaction
+// keeps its lock for as long as PostgreSQL believes its connection (hours,
+// for a half-open TCP connection), which would stall every takeover. After
+// takeoverLockWait the backends holding fenced transactions (RowShareLock on
+// broker_leader, which only fence takes) are terminated: their work is a
+// deposed leader's, and rolling it back is what fencing asks for.
 func (s *Store) AdvanceEpoch(ctx context.Context, holder string, advertiseURL ...string) (int64, error) {
-	var epoch int64
 	url := ""
 	if len(advertiseURL) > 0 {
 		url = advertiseURL[0]
 	}
-	err := s.pool.QueryRow(ctx,
-		`UPDATE broker_leader SET epoch = epoch + 1, holder = $1, advertise_url = $2, acquired_at = now()
-		WHERE id = 1 RETURNING epoch`, holder, url).Scan(&epoch)
-	if err != nil {
-		return 0, fmt.Errorf("advance epoch for %s: %w", holder, err)
+	for attempt := 1; ; attempt++ {
+		epoch, err := s.advanceEpoch(ctx, holder, url)
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55P03" || attempt == 5 {
+			if err != nil {
+				return 0, fmt.Errorf("advance epoch for %s: %w", holder, err)
+			}
+			return epoch, nil
+		}
+		var ended int
+		if err := s.pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l
+			WHERE l.locktype = 'relation' AND l.relation = 'broker_leader'::regclass AND l.mode = 'RowShareLock'
+			AND l.granted AND l.pid <> pg_backend_pid()`).Scan(&ended); err != nil {
+			return 0, fmt.Errorf("advance epoch for %s: end the deposed leader's transactions: %w", holder, err)
+		}
+		s.log.WarnContext(ctx, "takeover waited on fenced transactions of a deposed leader; ended them",
+			"holder", holder, "backends", ended, "waited", takeoverLockWait.String())
 	}
-	return epoch, nil
+}
+
+func (s *Store) advanceEpoch(ctx context.Context, holder, url string) (int64, error) {
+	var epoch int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", takeoverLockWait.Milliseconds())); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx,
+			`UPDATE broker_leader SET epoch = epoch + 1, holder = $1, advertise_url = $2, acquired_at = now()
+			WHERE id = 1 RETURNING epoch`, holder, url).Scan(&epoch)
+	})
+	return epoch, err
 }
 
 // CurrentLeader reads the leader of record.
