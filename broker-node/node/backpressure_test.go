@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -177,12 +176,7 @@ func TestSDKLinkSurvivesBackpressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = client.Run(ctx) }()
-	defer func() { cancel(); wg.Wait() }()
-	<-client.Ready()
+	defer runSDK(client)()
 
 	id, _ := h.Door(signer.PublicKeyHex(), "stream", "", "a lot, please")
 	<-started

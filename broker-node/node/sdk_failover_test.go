@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,12 +48,7 @@ func TestSDKRunSurvivesFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = client.Run(ctx) }()
-	defer func() { cancel(); wg.Wait() }()
-	<-client.Ready()
+	defer runSDK(client)()
 
 	id, _ := a.Door(signer.PublicKeyHex(), "slow", "", "take your time")
 	<-started
