@@ -178,6 +178,10 @@ var _ intake.Handler = (*Broker)(nil)
 func (b *Broker) Notify(ctx context.Context, n intake.Notice) {
 	switch n.Kind {
 	case intake.Queued, intake.Resumed:
+		if n.Run != nil {
+			b.take(*n.Run, false) // the row as the door queued it
+			return
+		}
 		b.takeByID(ctx, n.RunID)
 	case intake.Cancel:
 		b.mu.Lock()

@@ -225,8 +225,24 @@ func (l *Listener) deliver(ctx context.Context, n *pgconn.Notification) {
 			slog.String("why", why), slog.String("channel", n.Channel), slog.String("payload", payload))
 		return
 	}
+	notice := Notice{Kind: kind, RunID: n.Payload}
+	if kind == Queued {
+		id, r, err := store.ParseQueuedPayload(n.Payload)
+		if id == "" {
+			l.skipped.Add(1)
+			l.log.LogAttrs(ctx, slog.LevelWarn, "intake: notification skipped",
+				slog.String("why", "no run id"), slog.String("channel", n.Channel), slog.Any("err", err))
+			return
+		}
+		if err != nil {
+			// The id stands; the handler reads the row.
+			l.log.LogAttrs(ctx, slog.LevelWarn, "intake: queued notice unreadable past its run id",
+				slog.String("run_id", id), slog.Any("err", err))
+		}
+		notice.RunID, notice.Run = id, r
+	}
 	l.notifications.Add(1)
-	l.h.Notify(ctx, Notice{Kind: kind, RunID: n.Payload})
+	l.h.Notify(ctx, notice)
 }
 
 // close closes conn and waits, bounded, for pgx to finish cleaning it up:

@@ -57,9 +57,13 @@ func KindOf(channel string) (k Kind, ok bool) {
 }
 
 // Notice is one notification: which channel, and the run id it carried.
+// A queued notice may carry the run as the door queued it
+// (store.QueuedPayload), so the handler need not read it back; Run is nil
+// otherwise.
 type Notice struct {
 	Kind  Kind
 	RunID string
+	Run   *store.Run
 }
 
 // Handler receives what the Listener learns. Its methods are called on the

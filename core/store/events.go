@@ -32,31 +32,14 @@ var ErrDuplicateEvent = errors.New("event already stored")
 // AppendProviderEvent is AppendEvent with the provider's own optional seq,
 // stored so a resent event is recognised (ErrDuplicateEvent).
 func (s *Store) AppendProviderEvent(ctx context.Context, epoch int64, runID string, event json.RawMessage, providerSeq *int64) (int, error) {
-	var seq int
-	err := s.inTx(ctx, "append event to run "+runID, func(tx pgx.Tx) error {
-		if err := fence(ctx, tx, epoch); err != nil {
-			return err
-		}
-		if providerSeq != nil {
-			var dup bool
-			// Within this round only: a reopened run is numbered afresh.
-			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM run_events e JOIN runs r USING (run_id)
-				WHERE e.run_id = $1 AND e.provider_seq = $2 AND e.seq > r.round_seq)`,
-				runID, *providerSeq).Scan(&dup); err != nil {
-				return err
-			}
-			if dup {
-				return ErrDuplicateEvent
-			}
-		}
-		var err error
-		seq, err = appendEvent(ctx, tx, runID, event, providerSeq)
-		return err
-	})
+	seqs, err := s.AppendProviderEvents(ctx, epoch, runID, []NewEvent{{Event: event, ProviderSeq: providerSeq}})
 	if err != nil {
 		return 0, err
 	}
-	return seq, nil
+	if seqs[0] == 0 {
+		return 0, fmt.Errorf("append event to run %s: provider seq %d: %w", runID, *providerSeq, ErrDuplicateEvent)
+	}
+	return seqs[0], nil
 }
 
 // NewEvent is one provider event to append: the event and the provider's
@@ -67,99 +50,167 @@ type NewEvent struct {
 }
 
 // AppendProviderEvents stores evs, in order, in one transaction under the
-// broker's epoch: one fence, one dedupe query, one seq reservation and one
-// multi-row insert however many events there are. It returns, per event,
-// the seq it was stored under, or 0 for an event whose provider seq is
-// already stored in this round (a resend; nothing stored for it). Every
+// broker's epoch: one fence, one dedupe query, one multi-row insert however
+// many events there are, pipelined in two round trips. It returns, per
+// event, the seq it was stored under, or 0 for an event whose provider seq
+// is already stored in this round (a resend; nothing stored for it). Every
 // returned event is durable before the call returns (D9). A stale epoch
 // changes nothing; the run must exist.
 func (s *Store) AppendProviderEvents(ctx context.Context, epoch int64, runID string, evs []NewEvent) ([]int, error) {
 	if len(evs) == 0 {
 		return nil, nil
 	}
+	var rd eventsRead
 	var seqs []int
-	err := s.inTx(ctx, "append events to run "+runID, func(tx pgx.Tx) error {
-		if err := fence(ctx, tx, epoch); err != nil {
-			return err
-		}
-		var err error
-		seqs, err = appendProviderEvents(ctx, tx, runID, evs)
-		return err
-	})
+	err := s.pipelined(ctx, "append events to run "+runID,
+		func(b *pgx.Batch) {
+			rd = eventsRead{}
+			rd.queueFence(b, epoch)
+			rd.queueRun(b, runID)
+			rd.queueDedupe(b, runID, evs)
+		},
+		func() error {
+			if err := rd.check(epoch); err != nil {
+				return err
+			}
+			seqs = nil
+			return nil
+		},
+		func(b *pgx.Batch) {
+			ins := eventInsert{last: rd.lastSeq}
+			seqs = ins.add(rd, evs)
+			if ins.queue(b, runID) {
+				b.Queue(`UPDATE runs SET last_seq = $2, last_activity_at = now() WHERE run_id = $1`, runID, ins.last)
+			}
+		})
 	if err != nil {
 		return nil, err
 	}
 	return seqs, nil
 }
 
-// appendProviderEvents stores evs inside a fenced transaction; see
-// AppendProviderEvents.
-func appendProviderEvents(ctx context.Context, tx pgx.Tx, runID string, evs []NewEvent) ([]int, error) {
-	seqs := make([]int, len(evs))
+// eventsRead is what the first round trip of an event write reads: the
+// leader epoch (locked FOR SHARE, the fence), the run's row (locked FOR
+// UPDATE: its last_seq is ours until commit) and the provider seqs of the
+// batch already stored this round.
+type eventsRead struct {
+	current  int64
+	found    bool
+	status   string
+	threadID string
+	lastSeq  int
+	stored   map[int64]bool
+}
+
+func (rd *eventsRead) queueFence(b *pgx.Batch, epoch int64) {
+	b.Queue(`SELECT epoch FROM broker_leader WHERE id = 1 FOR SHARE`).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&rd.current); err != nil {
+			return fmt.Errorf("fence: %w", err)
+		}
+		return nil
+	})
+}
+
+func (rd *eventsRead) queueRun(b *pgx.Batch, runID string) {
+	b.Queue(`SELECT status, thread_id, last_seq FROM runs WHERE run_id = $1 FOR UPDATE`, runID).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&rd.status, &rd.threadID, &rd.lastSeq)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // found stays false
+		}
+		rd.found = err == nil
+		return err
+	})
+}
+
+// queueDedupe reads which provider seqs of evs this round already stored.
+// One index probe of (run_id, provider_seq) per seq: the LATERAL … LIMIT 1
+// keeps the planner from scanning the run's events instead (a filter over
+// every event stored this round, which grew with the run: ~100 ms per
+// 700-event batch at 20,000 events, where the probes take ~1 ms).
+func (rd *eventsRead) queueDedupe(b *pgx.Batch, runID string, evs []NewEvent) {
 	var pseqs []int64
 	for _, e := range evs {
 		if e.ProviderSeq != nil {
 			pseqs = append(pseqs, *e.ProviderSeq)
 		}
 	}
-	stored := map[int64]bool{}
-	if len(pseqs) > 0 {
-		// Within this round only: a reopened run is numbered afresh. One
-		// index probe of (run_id, provider_seq) per provider seq of the
-		// batch: the LATERAL … LIMIT 1 keeps the planner from scanning the
-		// run's events instead (a filter over every event stored this round,
-		// which grew with the run: ~100 ms per 700-event batch at 20,000
-		// events, where the probes take ~1 ms however long the run is).
-		rows, err := tx.Query(ctx, `SELECT p.s FROM runs r, unnest($2::bigint[]) AS p(s),
-			LATERAL (SELECT 1 FROM run_events e WHERE e.run_id = r.run_id AND e.provider_seq = p.s AND e.seq > r.round_seq LIMIT 1) AS hit
-			WHERE r.run_id = $1`, runID, pseqs)
-		if err != nil {
-			return nil, err
-		}
+	if len(pseqs) == 0 {
+		return
+	}
+	b.Queue(`SELECT p.s FROM runs r, unnest($2::bigint[]) AS p(s),
+		LATERAL (SELECT 1 FROM run_events e WHERE e.run_id = r.run_id AND e.provider_seq = p.s AND e.seq > r.round_seq LIMIT 1) AS hit
+		WHERE r.run_id = $1`, runID, pseqs).Query(func(rows pgx.Rows) error {
 		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 		if err != nil {
-			return nil, err
+			return err
 		}
+		rd.stored = make(map[int64]bool, len(got))
 		for _, p := range got {
-			stored[p] = true
+			rd.stored[p] = true
 		}
+		return nil
+	})
+}
+
+// check is the fence's verdict and the run's existence.
+func (rd *eventsRead) check(epoch int64) error {
+	if rd.current != epoch || epoch <= 0 {
+		return &StaleEpochError{Have: epoch, Current: rd.current}
 	}
-	keep := make([]int, 0, len(evs)) // indexes of evs to store
+	if !rd.found {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// eventInsert numbers events after the run's last seq (start it at
+// eventsRead.lastSeq) and stores them in one multi-row insert.
+type eventInsert struct {
+	last  int
+	nums  []int32
+	texts []string
+	ps    []*int64
+	seen  map[int64]bool
+}
+
+// add numbers the provider events of evs that are not resends (stored this
+// round, or repeated within evs) and returns their seqs, 0 for a resend.
+func (ins *eventInsert) add(rd eventsRead, evs []NewEvent) []int {
+	seqs := make([]int, len(evs))
 	for i, e := range evs {
-		if e.ProviderSeq != nil {
-			if stored[*e.ProviderSeq] {
+		if p := e.ProviderSeq; p != nil {
+			if rd.stored[*p] || ins.seen[*p] {
 				continue
 			}
-			stored[*e.ProviderSeq] = true // a repeat within the batch is a resend too
+			if ins.seen == nil {
+				ins.seen = map[int64]bool{}
+			}
+			ins.seen[*p] = true // a repeat within the batch is a resend too
 		}
-		keep = append(keep, i)
+		seqs[i] = ins.push(e.Event, e.ProviderSeq)
 	}
-	if len(keep) == 0 {
-		return seqs, nil
+	return seqs
+}
+
+// push numbers one event and returns its seq.
+func (ins *eventInsert) push(ev json.RawMessage, pseq *int64) int {
+	ins.last++
+	ins.nums = append(ins.nums, int32(ins.last))
+	ins.texts = append(ins.texts, string(ev))
+	ins.ps = append(ins.ps, pseq)
+	return ins.last
+}
+
+// queue adds the insert to b; it reports whether there was anything to
+// insert (ins.last is then the run's new last_seq).
+func (ins *eventInsert) queue(b *pgx.Batch, runID string) bool {
+	if len(ins.nums) == 0 {
+		return false
 	}
-	var last int
-	err := tx.QueryRow(ctx, `UPDATE runs SET last_seq = last_seq + $2, last_activity_at = now()
-		WHERE run_id = $1 RETURNING last_seq`, runID, len(keep)).Scan(&last)
-	if err == pgx.ErrNoRows {
-		return nil, ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	first := last - len(keep) + 1
-	nums := make([]int32, len(keep))
-	texts := make([]string, len(keep))
-	ps := make([]*int64, len(keep))
-	for j, i := range keep {
-		seqs[i] = first + j
-		nums[j] = int32(first + j)
-		texts[j] = string(evs[i].Event)
-		ps[j] = evs[i].ProviderSeq
-	}
-	_, err = tx.Exec(ctx, `INSERT INTO run_events (run_id, seq, event, provider_seq)
+	b.Queue(`INSERT INTO run_events (run_id, seq, event, provider_seq)
 		SELECT $1, s, e::json, p FROM unnest($2::int[], $3::text[], $4::bigint[]) AS t(s, e, p)`,
-		runID, nums, texts, ps)
-	return seqs, err
+		runID, ins.nums, ins.texts, ins.ps)
+	return true
 }
 
 // EventsAfter reads a run's events with seq > after, in order.

@@ -128,71 +128,99 @@ var ErrThreadMismatch = errors.New("thread belongs to another agent")
 // agent) creates nothing and returns the original run with created=false.
 func (s *Store) CreateRun(ctx context.Context, nr NewRun) (r Run, created bool, err error) {
 	what := fmt.Sprintf("create run %s on thread %s", nr.RunID, nr.ThreadID)
-	if existing, ok, err := s.findRetried(ctx, nr); err != nil || ok {
-		return existing, false, err
+	// Pipelined: a new thread's run is one round trip (BEGIN, every row,
+	// the NOTIFY, COMMIT); a run on an existing thread, or one that may be
+	// a retry, two (the thread's check and the retry lookup first).
+	var retried Run
+	var found bool
+	var pk, name string
+	var threadFound bool
+	var waiting int
+	first := func(b *pgx.Batch) {
+		found, threadFound, waiting = false, false, 0
+		if q, args := retriedQuery(nr); q != "" {
+			b.Queue(q, args...).QueryRow(func(row pgx.Row) error {
+				rr, err := scanRun(row)
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil
+				}
+				retried, found = rr, err == nil
+				return err
+			})
+		}
+		if nr.CreateThread != nil {
+			return
+		}
+		b.Queue(`UPDATE threads SET last_activity_at = now() WHERE thread_id = $1
+				RETURNING provider_key, agent_name`, nr.ThreadID).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&pk, &name)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			threadFound = err == nil
+			return err
+		})
+		if nr.MaxQueued > 0 {
+			b.Queue(`SELECT count(*) FROM runs WHERE thread_id = $1 AND status IN ('queued', 'offering')`,
+				nr.ThreadID).QueryRow(func(row pgx.Row) error { return row.Scan(&waiting) })
+		}
 	}
-	err = s.inTx(ctx, what, func(tx pgx.Tx) error {
+	decide := func() error {
+		switch {
+		case found:
+			return errRetried
+		case nr.CreateThread != nil:
+			return nil
+		case !threadFound:
+			return fmt.Errorf("thread %s: %w", nr.ThreadID, ErrNotFound)
+		case pk != nr.ProviderKey || name != nr.AgentName:
+			return fmt.Errorf("thread %s: %w", nr.ThreadID, ErrThreadMismatch)
+		case nr.MaxQueued > 0 && waiting >= nr.MaxQueued:
+			return fmt.Errorf("thread %s: %d waiting: %w", nr.ThreadID, waiting, ErrThreadQueueFull)
+		}
+		return nil
+	}
+	second := func(b *pgx.Batch) {
 		if t := nr.CreateThread; t != nil {
-			_, err := tx.Exec(ctx, `
+			b.Queue(`
 				INSERT INTO threads (thread_id, provider_key, agent_name, parent_thread_id, head_key, metadata)
 				VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), coalesce($6::jsonb, '{}'))`,
 				nr.ThreadID, nr.ProviderKey, nr.AgentName, t.ParentThreadID, t.HeadKey, nullJSON(t.Metadata))
-			if err != nil {
-				return err
-			}
-		} else {
-			var pk, name string
-			err := tx.QueryRow(ctx, `UPDATE threads SET last_activity_at = now() WHERE thread_id = $1
-				RETURNING provider_key, agent_name`, nr.ThreadID).Scan(&pk, &name)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return fmt.Errorf("thread %s: %w", nr.ThreadID, ErrNotFound)
-			}
-			if err != nil {
-				return err
-			}
-			if pk != nr.ProviderKey || name != nr.AgentName {
-				return fmt.Errorf("thread %s: %w", nr.ThreadID, ErrThreadMismatch)
-			}
-			if nr.MaxQueued > 0 {
-				var waiting int
-				if err := tx.QueryRow(ctx, `SELECT count(*) FROM runs WHERE thread_id = $1 AND status IN ('queued', 'offering')`,
-					nr.ThreadID).Scan(&waiting); err != nil {
-					return err
-				}
-				if waiting >= nr.MaxQueued {
-					return fmt.Errorf("thread %s: %d waiting: %w", nr.ThreadID, waiting, ErrThreadQueueFull)
-				}
-			}
 		}
-		row, err := scanRun(tx.QueryRow(ctx, `
+		b.Queue(`
 			INSERT INTO runs (run_id, thread_id, provider_key, agent_name, status, run_input, parent_run_id,
-			                  actor_chain, caller_request_id, idempotency_key)
-			VALUES ($1, $2, $3, $4, 'queued', $5::json, nullif($6, ''), $7::jsonb, nullif($8, ''), nullif($9, ''))
+			                  actor_chain, caller_request_id, idempotency_key,
+			                  kyok_binding, kyok_llm_provider_key, kyok_llm_name)
+			VALUES ($1, $2, $3, $4, 'queued', $5::json, nullif($6, ''), $7::jsonb, nullif($8, ''), nullif($9, ''),
+			        $10, nullif($11, ''), nullif($12, ''))
 			RETURNING `+runColumns,
 			nr.RunID, nr.ThreadID, nr.ProviderKey, nr.AgentName, string(nr.RunInput), nr.ParentRunID,
-			nullJSON(nr.ActorChain), nr.CallerRequestID, nr.IdempotencyKey))
-		if err != nil {
+			nullJSON(nr.ActorChain), nr.CallerRequestID, nr.IdempotencyKey,
+			kyokSealed(nr.Kyok), kyokField(nr.Kyok, true), kyokField(nr.Kyok, false)).QueryRow(func(row pgx.Row) (err error) {
+			r, err = scanRun(row)
 			return err
-		}
-		if k := nr.Kyok; k != nil {
-			if _, err := tx.Exec(ctx, `UPDATE runs SET kyok_binding = $2, kyok_llm_provider_key = $3, kyok_llm_name = $4
-				WHERE run_id = $1`, nr.RunID, k.Sealed, k.LLMProviderKey, k.LLMName); err != nil {
-				return err
+		})
+		if len(nr.Messages) > 0 {
+			ids := make([]string, len(nr.Messages))
+			msgs := make([]string, len(nr.Messages))
+			for i, m := range nr.Messages {
+				ids[i], msgs[i] = m.MessageID, string(m.Message)
 			}
-		}
-		for _, m := range nr.Messages {
-			if _, err := tx.Exec(ctx, `
+			b.Queue(`
 				INSERT INTO thread_messages (thread_id, run_id, message_id, message, origin)
-				VALUES ($1, $2, $3, $4::json, 'caller')`, nr.ThreadID, nr.RunID, m.MessageID, string(m.Message)); err != nil {
-				return err
-			}
+				SELECT $1, $2, id, msg::json, 'caller' FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS t(id, msg, n)
+				ORDER BY n`, nr.ThreadID, nr.RunID, ids, msgs)
 		}
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, $2)`, ChannelRunQueued, nr.RunID); err != nil {
-			return err
-		}
-		r = row
-		return nil
-	})
+		b.Queue(`SELECT pg_notify($1, $2)`, ChannelRunQueued, QueuedPayload(nr))
+	}
+	if q, _ := retriedQuery(nr); q == "" && nr.CreateThread != nil {
+		err = s.pipelined(ctx, what, nil, nil, second)
+	} else {
+		err = s.pipelined(ctx, what, first, decide, second)
+	}
+	if errors.Is(err, errRetried) {
+		return retried, false, nil
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" &&
 		(pgErr.ConstraintName == "runs_caller_request_uq" || pgErr.ConstraintName == "runs_idempotency_uq") {
@@ -209,20 +237,47 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (r Run, created bool, 
 	return r, true, nil
 }
 
-func (s *Store) findRetried(ctx context.Context, nr NewRun) (Run, bool, error) {
-	var q string
-	var args []any
+// errRetried stops CreateRun's transaction: the request is a retry of one
+// that already made its run.
+var errRetried = errors.New("request already made its run")
+
+func kyokSealed(k *KyokBindingRow) any {
+	if k == nil {
+		return nil
+	}
+	return k.Sealed
+}
+
+func kyokField(k *KyokBindingRow, provider bool) string {
+	switch {
+	case k == nil:
+		return ""
+	case provider:
+		return k.LLMProviderKey
+	}
+	return k.LLMName
+}
+
+// retriedQuery is the lookup of the run a retried request made, or "" when
+// the request carries nothing that identifies a retry.
+func retriedQuery(nr NewRun) (string, []any) {
 	switch {
 	case nr.IdempotencyKey != "":
-		q = `SELECT ` + runColumns + ` FROM runs WHERE provider_key = $1 AND agent_name = $2 AND idempotency_key = $3`
-		args = []any{nr.ProviderKey, nr.AgentName, nr.IdempotencyKey}
+		return `SELECT ` + runColumns + ` FROM runs WHERE provider_key = $1 AND agent_name = $2 AND idempotency_key = $3`,
+			[]any{nr.ProviderKey, nr.AgentName, nr.IdempotencyKey}
 	case nr.CallerRequestID != "" && nr.CreateThread == nil:
 		// The request may have opened a run, or answered a paused one.
-		q = `SELECT ` + runColumns + ` FROM runs WHERE run_id = coalesce(
+		return `SELECT ` + runColumns + ` FROM runs WHERE run_id = coalesce(
 			(SELECT run_id FROM runs WHERE thread_id = $1 AND caller_request_id = $2),
-			(SELECT run_id FROM answer_requests WHERE thread_id = $1 AND caller_request_id = $2))`
-		args = []any{nr.ThreadID, nr.CallerRequestID}
-	default:
+			(SELECT run_id FROM answer_requests WHERE thread_id = $1 AND caller_request_id = $2))`,
+			[]any{nr.ThreadID, nr.CallerRequestID}
+	}
+	return "", nil
+}
+
+func (s *Store) findRetried(ctx context.Context, nr NewRun) (Run, bool, error) {
+	q, args := retriedQuery(nr)
+	if q == "" {
 		return Run{}, false, nil
 	}
 	r, err := scanRun(s.pool.QueryRow(ctx, q, args...))

@@ -50,45 +50,22 @@ func (s *Store) Transition(ctx context.Context, m Move) (Run, error) {
 	if m.Writer == run.ByBroker {
 		epoch = &m.Epoch
 	}
+	// One statement, one round trip: the fence is a locking read of the
+	// leader row inside it (held to the statement's end, as fence holds it
+	// to a transaction's), so a takeover's epoch write waits for it.
+	q := transitionSQL
+	args := []any{m.RunID, string(m.To), statusStrings(from), string(m.Reason), nullJSON(m.Interrupt), nullJSON(m.RunInput), epoch}
+	if epoch != nil {
+		q = fencedTransitionSQL
+	}
 	var out Run
-	err := s.inTx(ctx, what, func(tx pgx.Tx) error {
-		if epoch != nil {
-			if err := fence(ctx, tx, *epoch); err != nil {
-				return err
-			}
-		}
-		r, err := scanRun(tx.QueryRow(ctx, `
-			UPDATE runs SET
-				status = $2,
-				failure_reason = nullif($4, ''),
-				interrupt = CASE WHEN $2 = 'input-required' THEN $5::jsonb ELSE NULL END,
-				run_input = coalesce($6::json, run_input),
-				owner_epoch = coalesce($7, owner_epoch),
-				started_at = CASE WHEN $2 = 'running' THEN now() ELSE started_at END,
-				round_seq = CASE WHEN $2 = 'running' THEN last_seq ELSE round_seq END,
-				completed_at = CASE WHEN $2 IN ('completed', 'failed', 'cancelled') THEN now() ELSE completed_at END,
-				queued_at = CASE WHEN $2 = 'queued' AND status = 'input-required' THEN now() ELSE queued_at END,
-				last_activity_at = now()
-			WHERE run_id = $1 AND status = ANY($3)
-			RETURNING `+runColumns,
-			m.RunID, string(m.To), statusStrings(from), string(m.Reason), nullJSON(m.Interrupt), nullJSON(m.RunInput), epoch))
+	err := s.retry(ctx, what, func() error {
+		r, err := scanRun(s.pool.QueryRow(ctx, q, args...))
 		if errors.Is(err, pgx.ErrNoRows) {
-			// Nothing matched: say why, from what is there now.
-			var found string
-			err := tx.QueryRow(ctx, `SELECT status FROM runs WHERE run_id = $1`, m.RunID).Scan(&found)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return ErrNotFound
-			}
-			if err != nil {
-				return err
-			}
-			return &TransitionError{RunID: m.RunID, From: run.Status(found), To: m.To, Writer: m.Writer}
-		}
-		if err != nil {
-			return err
+			return s.whyNoMove(ctx, m)
 		}
 		out = r
-		return nil
+		return err
 	})
 	if err != nil {
 		return Run{}, err
@@ -96,6 +73,50 @@ func (s *Store) Transition(ctx context.Context, m Move) (Run, error) {
 	s.log.DebugContext(ctx, "run status written", "run_id", out.RunID, "thread_id", out.ThreadID,
 		"status", string(out.Status), "writer", m.Writer.String(), "epoch", m.Epoch)
 	return out, nil
+}
+
+const transitionSet = `
+	status = $2,
+	failure_reason = nullif($4, ''),
+	interrupt = CASE WHEN $2 = 'input-required' THEN $5::jsonb ELSE NULL END,
+	run_input = coalesce($6::json, run_input),
+	owner_epoch = coalesce($7, owner_epoch),
+	started_at = CASE WHEN $2 = 'running' THEN now() ELSE started_at END,
+	round_seq = CASE WHEN $2 = 'running' THEN last_seq ELSE round_seq END,
+	completed_at = CASE WHEN $2 IN ('completed', 'failed', 'cancelled') THEN now() ELSE completed_at END,
+	queued_at = CASE WHEN $2 = 'queued' AND status = 'input-required' THEN now() ELSE queued_at END,
+	last_activity_at = now()`
+
+var (
+	transitionSQL = `UPDATE runs SET` + transitionSet + `
+		WHERE run_id = $1 AND status = ANY($3)
+		RETURNING ` + runColumns
+	fencedTransitionSQL = `WITH lead AS (SELECT 1 FROM broker_leader WHERE id = 1 AND epoch = $7::bigint FOR SHARE)
+		UPDATE runs SET` + transitionSet + `
+		WHERE run_id = $1 AND status = ANY($3) AND EXISTS (SELECT 1 FROM lead)
+		RETURNING ` + runColumns
+)
+
+// whyNoMove says why a move matched nothing, from what is there now: a
+// stale epoch, a missing run, or a status the move may not leave.
+func (s *Store) whyNoMove(ctx context.Context, m Move) error {
+	var current *int64
+	var found *string
+	if err := s.pool.QueryRow(ctx, `SELECT (SELECT epoch FROM broker_leader WHERE id = 1),
+		(SELECT status FROM runs WHERE run_id = $1)`, m.RunID).Scan(&current, &found); err != nil {
+		return err
+	}
+	if m.Writer == run.ByBroker && (current == nil || *current != m.Epoch) {
+		cur := int64(0)
+		if current != nil {
+			cur = *current
+		}
+		return &StaleEpochError{Have: m.Epoch, Current: cur}
+	}
+	if found == nil {
+		return ErrNotFound
+	}
+	return &TransitionError{RunID: m.RunID, From: run.Status(*found), To: m.To, Writer: m.Writer}
 }
 
 func statusStrings(ss []run.Status) []string {

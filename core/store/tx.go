@@ -36,19 +36,26 @@ func backoff(n int) time.Duration {
 // inTx runs fn in a transaction, committing when it returns nil. Transient
 // failures are retried with backoff; fn must therefore be safe to repeat.
 func (s *Store) inTx(ctx context.Context, what string, fn func(pgx.Tx) error) error {
+	return s.retry(ctx, what, func() error { return pgx.BeginFunc(ctx, s.pool, fn) })
+}
+
+// retry runs attempt until it succeeds, fails for good, or maxAttempts
+// transient failures have happened; attempt must be safe to repeat (a
+// single statement, or a transaction that rolled back).
+func (s *Store) retry(ctx context.Context, what string, attempt func() error) error {
 	var err error
-	for attempt := 1; attempt <= maxAttempts; attempt++ {
-		if attempt > 1 {
-			t := time.NewTimer(backoff(attempt))
+	for n := 1; n <= maxAttempts; n++ {
+		if n > 1 {
+			t := time.NewTimer(backoff(n))
 			select {
 			case <-ctx.Done():
 				t.Stop()
 				return fmt.Errorf("%s: %w (after %v)", what, ctx.Err(), err)
 			case <-t.C:
 			}
-			s.log.WarnContext(ctx, "retrying transaction", "op", what, "attempt", attempt, "err", err)
+			s.log.WarnContext(ctx, "retrying transaction", "op", what, "attempt", n, "err", err)
 		}
-		err = pgx.BeginFunc(ctx, s.pool, fn)
+		err = attempt()
 		if err == nil || !retryable(err) {
 			break
 		}
@@ -57,4 +64,55 @@ func (s *Store) inTx(ctx context.Context, what string, fn func(pgx.Tx) error) er
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
+}
+
+// pipelined runs a transaction as two pipelined round trips instead of one
+// per statement: first BEGIN and the reads a decision needs (queued by
+// first, their results scanned by its callbacks), then — when decide
+// returns nil — the writes (queued by second) and COMMIT. A refused
+// decision or any failure rolls back. Transient failures are retried like
+// inTx; the callbacks must therefore be safe to repeat. With first nil the
+// whole transaction is one round trip.
+func (s *Store) pipelined(ctx context.Context, what string, first func(*pgx.Batch), decide func() error, second func(*pgx.Batch)) error {
+	return s.retry(ctx, what, func() error {
+		conn, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer conn.Release()
+		rollback := func() {
+			if pc := conn.Conn().PgConn(); !pc.IsClosed() && pc.TxStatus() != 'I' {
+				// A connection left inside a transaction must not go back
+				// to the pool: roll back, and close it if that fails.
+				if _, err := conn.Exec(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+					_ = conn.Conn().Close(context.WithoutCancel(ctx))
+				}
+			}
+		}
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		if first != nil {
+			first(b)
+			if err := conn.SendBatch(ctx, b).Close(); err != nil {
+				rollback()
+				return err
+			}
+			if err := decide(); err != nil {
+				rollback()
+				return err
+			}
+			b = &pgx.Batch{}
+		}
+		second(b)
+		b.Queue("COMMIT")
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			rollback()
+			return err
+		}
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			rollback()
+			return errors.New("transaction still open after COMMIT")
+		}
+		return nil
+	})
 }

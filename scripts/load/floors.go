@@ -33,7 +33,7 @@ const scratchDDL = `CREATE TABLE IF NOT EXISTS load_scratch (id bigserial PRIMAR
 
 // pgFloor measures insert+NOTIFY transactions/s with conc writers, each
 // transaction one INSERT into a scratch table and one NOTIFY, as a door's
-// start does.
+// start does, pipelined (insertNotify).
 func pgFloor(ctx context.Context, dbURL string, conc int, d time.Duration) (float64, error) {
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
@@ -58,13 +58,7 @@ func pgFloor(ctx context.Context, dbURL string, conc int, d time.Duration) (floa
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(stop) && ctx.Err() == nil {
-				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-					if _, err := tx.Exec(ctx, `INSERT INTO load_scratch (payload) VALUES ($1)`, "x"); err != nil {
-						return err
-					}
-					_, err := tx.Exec(ctx, `SELECT pg_notify('load_scratch', 'x')`)
-					return err
-				})
+				err := insertNotify(ctx, pool, "load_scratch", "x")
 				if err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					return
@@ -78,6 +72,20 @@ func pgFloor(ctx context.Context, dbURL string, conc int, d time.Duration) (floa
 		return 0, e
 	}
 	return float64(n.Load()) / time.Since(start).Seconds(), nil
+}
+
+// insertNotify is the floor's transaction: BEGIN, one INSERT into the
+// scratch table, one pg_notify, COMMIT — pipelined in one round trip, the
+// fastest way to send it (as the doors and the broker send theirs).
+func insertNotify(ctx context.Context, db interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, channel, payload string) error {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(`INSERT INTO load_scratch (payload) VALUES ($1)`, payload)
+	b.Queue(`SELECT pg_notify($1, $2)`, channel, payload)
+	b.Queue("COMMIT")
+	return db.SendBatch(ctx, b).Close()
 }
 
 // notifyRTT measures a committed insert+NOTIFY until a listener on another
@@ -103,13 +111,7 @@ func notifyRTT(ctx context.Context, dbURL string, d time.Duration) (*hist, error
 	stop := time.Now().Add(d)
 	for i := 0; time.Now().Before(stop) && i < 5000; i++ {
 		t0 := time.Now()
-		err := pgx.BeginFunc(ctx, wc, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `INSERT INTO load_scratch (payload) VALUES ($1)`, "rtt"); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, `SELECT pg_notify('load_rtt', $1)`, strconv.Itoa(i))
-			return err
-		})
+		err := insertNotify(ctx, wc, "load_rtt", strconv.Itoa(i))
 		if err != nil {
 			return nil, err
 		}
