@@ -134,21 +134,7 @@ func (l *lane) handle(ctx context.Context, c any) {
 			// transaction when that is safe.
 			finish = l.q.takeFinish(c.link)
 		}
-		if finish && l.settleWith(ctx, batch) {
-			c.link.release(batch...)
-			break
-		}
-		// The backlog counts events not yet stored: it is given back as
-		// soon as the batch is, so the link is read again while the batch
-		// is published.
-		released := false
-		l.relay(ctx, batch, func() { released = true; c.link.release(batch...) })
-		if !released {
-			c.link.release(batch...)
-		}
-		if finish && !l.isEnded() && l.holder(ctx, c.link) {
-			l.settle(ctx)
-		}
+		l.onEvents(ctx, c.link, batch, finish)
 	case finishCmd:
 		if l.holder(ctx, c.link) {
 			l.settle(ctx)
@@ -178,6 +164,27 @@ func (l *lane) handle(ctx context.Context, c any) {
 		next := l.deferred[0]
 		l.deferred = l.deferred[1:]
 		l.handle(ctx, next)
+	}
+}
+
+// onEvents stores a batch of events from the run's holder and, when its
+// finish came right behind them, settles the run — in the conclude's
+// transaction when that is safe.
+func (l *lane) onEvents(ctx context.Context, link *linkState, batch []eventCmd, finish bool) {
+	if finish && l.settleWith(ctx, batch) {
+		link.release(batch...)
+		return
+	}
+	// The backlog counts events not yet stored: it is given back as soon
+	// as the batch is, so the link is read again while the batch is
+	// published.
+	released := false
+	l.relay(ctx, batch, func() { released = true; link.release(batch...) })
+	if !released {
+		link.release(batch...)
+	}
+	if finish && !l.isEnded() && l.holder(ctx, link) {
+		l.settle(ctx)
 	}
 }
 
@@ -259,6 +266,13 @@ func (l *lane) try(ctx context.Context) {
 
 	if err := l.move(ctx, run.Offering); err != nil {
 		l.releasePlace()
+		var te *store.TransitionError
+		if errors.Is(err, store.ErrNotFound) || (errors.As(err, &te) && (te.From.Terminal() || te.From == run.InputRequired)) {
+			// The run is not waiting any more (a notice that arrived after
+			// its lane had already run it): the record is the truth.
+			l.log.InfoContext(ctx, "run is no longer queued; its lane closes", "err", err)
+			b.forget(l)
+		}
 		return
 	}
 	threadID := l.threadID
@@ -353,7 +367,7 @@ func (l *lane) onVerdict(ctx context.Context, c verdictCmd) {
 		l.offer.timer.Stop()
 		l.offer = nil
 		l.b.metrics.offers.WithLabelValues("accepted").Inc()
-		l.claim(ctx, c.link, run.Offering)
+		l.claim(ctx, c.link, run.Offering, true)
 	case wire.Declined:
 		l.b.metrics.offers.WithLabelValues("declined").Inc()
 		if l.handBack(ctx) {
@@ -385,12 +399,96 @@ func (l *lane) onLapse(ctx context.Context, c lapseCmd) {
 
 // claim records that ls accepted the run (from offering, or queued for a
 // late ack): it leaves its thread's queue and the next utterance is offered.
-func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status) {
-	b := l.b
-	// The record says running before the next utterance can be offered.
-	if err := l.move(ctx, run.Running); err != nil {
+// With queued, what the link sent right behind its accept — events, and
+// its finish — is written with the claim, in one transaction.
+func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued bool) {
+	var batch []eventCmd
+	finish := false
+	if queued && len(l.deferred) == 0 {
+		batch = l.q.takeEvents(ls, maxEventBatch)
+		finish = l.q.takeFinish(ls)
+	}
+	if len(batch) == 0 && !finish {
+		// The record says running before the next utterance can be offered.
+		if l.move(ctx, run.Running) == nil {
+			l.tookClaim(ctx, ls, from)
+			if l.cancelRequested {
+				l.onCancel(ctx)
+			}
+		}
 		return
 	}
+	l.events = nil // a new round: the per-run limits count from here
+	a := l.admit(batch)
+	if a.stop != "" || l.readBack {
+		// A refused event fails the run after what precedes it is stored:
+		// the claim goes alone, then the batch as any other.
+		if l.move(ctx, run.Running) != nil {
+			ls.release(batch...)
+			return
+		}
+		l.tookClaim(ctx, ls, from)
+		if l.cancelRequested {
+			l.onCancel(ctx)
+		}
+		l.onEvents(ctx, ls, batch, finish)
+		return
+	}
+	if finish {
+		// The whole round at once: claim, events, end.
+		l.tookClaim(ctx, ls, from)
+		l.lastPSeq = a.pseq
+		for i, e := range a.evs {
+			l.note(e.Event, a.infos[i])
+		}
+		l.b.metrics.events.Add(float64(len(a.evs)))
+		l.settleEvents(ctx, a.evs, true)
+		ls.release(batch...)
+		return
+	}
+	b := l.b
+	b.mu.Lock()
+	epoch := b.epoch
+	b.mu.Unlock()
+	var appended []store.Appended
+	t0 := time.Now()
+	err := b.write(ctx, "claim run with its first events", func() (err error) {
+		_, appended, err = b.st.Conclude(ctx, store.Conclusion{Claim: true, ProviderEvents: a.evs,
+			Move: store.Move{RunID: l.id, To: run.Running, Writer: run.ByBroker, Epoch: epoch}})
+		return err
+	})
+	b.metrics.storeSecs.Add(time.Since(t0).Seconds())
+	ls.release(batch...)
+	if err != nil {
+		if ctx.Err() == nil {
+			l.log.ErrorContext(ctx, "claim refused", "err", err)
+		}
+		return
+	}
+	b.mu.Lock()
+	l.status = run.Running
+	b.mu.Unlock()
+	l.tookClaim(ctx, ls, from)
+	l.lastPSeq = a.pseq
+	for i, e := range a.evs {
+		l.note(e.Event, a.infos[i])
+	}
+	pub := make([]livefeed.Published, len(appended))
+	for i, ap := range appended {
+		pub[i] = livefeed.Published{Seq: ap.Seq, Event: ap.Event}
+	}
+	b.metrics.events.Add(float64(len(pub)))
+	l.publishBatch(ctx, pub)
+	if l.cancelRequested {
+		l.onCancel(ctx)
+	}
+}
+
+// claimed is the lane's side of a claim the record holds (or is about to,
+// in the same transaction as the run's end): the run leaves its thread's
+// queue, the next utterance and interjections waiting for it are nudged.
+func (l *lane) tookClaim(ctx context.Context, ls *linkState, from run.Status) {
+	b := l.b
 	b.mu.Lock()
 	l.claimedBy = ls
 	l.claimedAt = b.clock.Now()
@@ -403,9 +501,6 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status) {
 	b.mu.Unlock()
 	l.events = nil
 	l.log.InfoContext(ctx, "run claimed", "provider_key", ls.key, "link", ls.id, "from", string(from))
-	if l.cancelRequested {
-		l.onCancel(ctx)
-	}
 }
 
 // holder decides whether a report from ls may speak for the run, claiming it
@@ -419,7 +514,7 @@ func (l *lane) holder(ctx context.Context, ls *linkState) bool {
 		l.offer.timer.Stop()
 		l.offer = nil
 		b.metrics.offers.WithLabelValues("accepted").Inc()
-		l.claim(ctx, ls, run.Offering)
+		l.claim(ctx, ls, run.Offering, false) // the report in hand comes first
 		return true
 	}
 	b.mu.Lock()
@@ -456,7 +551,7 @@ func (l *lane) holder(ctx context.Context, ls *linkState) bool {
 		l.offeredTo = ls
 		b.mu.Unlock()
 		l.log.WarnContext(ctx, "late ack: the provider reported for a run it was no longer offered", "provider_key", ls.key)
-		l.claim(ctx, ls, run.Queued)
+		l.claim(ctx, ls, run.Queued, false)
 		b.count(ctx, ls.key, store.AnsweredLate)
 		return true
 	}
@@ -576,7 +671,7 @@ func (l *lane) settleWith(ctx context.Context, batch []eventCmd) bool {
 		l.note(e.Event, infos[i])
 	}
 	l.b.metrics.events.Add(float64(len(evs)))
-	l.settleEvents(ctx, evs)
+	l.settleEvents(ctx, evs, false)
 	return true
 }
 
@@ -621,12 +716,13 @@ func (l *lane) publishBatch(ctx context.Context, evs []livefeed.Published) {
 // settle is the finish funnel, first match wins: an interrupt outcome
 // pauses (input-required); RUN_FINISHED completes; a requested cancel
 // cancels; anything else fails.
-func (l *lane) settle(ctx context.Context) { l.settleEvents(ctx, nil) }
+func (l *lane) settle(ctx context.Context) { l.settleEvents(ctx, nil, false) }
 
 // settleEvents is settle with the provider's last events (validated and
-// noted) stored first, in the same transaction.
-func (l *lane) settleEvents(ctx context.Context, evs []store.NewEvent) {
-	c := store.Conclusion{ProviderEvents: evs}
+// noted) stored first, in the same transaction; with claim, the claim
+// that starts the round is written first in it too.
+func (l *lane) settleEvents(ctx context.Context, evs []store.NewEvent, claim bool) {
+	c := store.Conclusion{ProviderEvents: evs, Claim: claim}
 	switch {
 	case l.interrupts != nil:
 		interrupt, _ := json.Marshal(map[string]json.RawMessage{"interrupts": l.interrupts})
@@ -708,7 +804,7 @@ func (l *lane) conclude(ctx context.Context, c store.Conclusion) bool {
 	}
 	if err != nil {
 		l.log.ErrorContext(ctx, "run's end was refused", "to", string(c.Move.To), "err", err)
-		if len(c.ProviderEvents) > 0 && errors.Is(err, store.ErrIllegalTransition) {
+		if len(c.ProviderEvents) > 0 && !c.Claim && errors.Is(err, store.ErrIllegalTransition) {
 			// The end was refused, not the events carried with it: store
 			// them as relay would have.
 			l.storeAlone(ctx, epoch, c.ProviderEvents)

@@ -15,6 +15,11 @@ import (
 // the status move, then the agent's messages folded from the round's events.
 type Conclusion struct {
 	Move Move // Writer must be ByBroker
+	// Claim moves the run to running first (the provider's accept: a new
+	// round begins), so a claim, the events sent right behind it and, when
+	// Move.To is not running, the run's end are one transaction. With
+	// Move.To running the write is the claim and its events alone.
+	Claim bool
 	// ProviderEvents are the provider's last events, stored first, as
 	// AppendProviderEvents would (resends skipped): a run's final batch
 	// and its end in one transaction.
@@ -41,53 +46,67 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 	if from == nil {
 		return Run{}, nil, &TransitionError{RunID: m.RunID, To: m.To, Writer: m.Writer}
 	}
+	if m.To == run.Running && !c.Claim {
+		return Run{}, nil, fmt.Errorf("conclude run %s: running is written by a claim", m.RunID)
+	}
 	if (m.To == run.Failed) != (m.Reason != "") {
 		return Run{}, nil, fmt.Errorf("conclude run %s: a failure reason is required for failed and only for failed", m.RunID)
 	}
 	var out Run
 	var appended []Appended
-	err := s.inTx(ctx, fmt.Sprintf("conclude run %s as %s", m.RunID, m.To), func(tx pgx.Tx) error {
-		appended = appended[:0]
-		if err := fence(ctx, tx, m.Epoch); err != nil {
-			return err
-		}
-		// Lock the row and check the status first, so events are only
-		// appended to a run the move will apply to.
-		var found, threadID string
-		err := tx.QueryRow(ctx, `SELECT status, thread_id FROM runs WHERE run_id = $1 FOR UPDATE`, m.RunID).Scan(&found, &threadID)
-		if err == pgx.ErrNoRows {
-			return ErrNotFound
-		}
-		if err != nil {
-			return err
-		}
-		if !run.Legal(m.Writer, run.Status(found), m.To) {
-			return &TransitionError{RunID: m.RunID, From: run.Status(found), To: m.To, Writer: m.Writer}
-		}
-		if len(c.ProviderEvents) > 0 {
-			seqs, err := appendProviderEvents(ctx, tx, m.RunID, c.ProviderEvents)
-			if err != nil {
+	var rd eventsRead
+	err := s.pipelined(ctx, fmt.Sprintf("conclude run %s as %s", m.RunID, m.To),
+		func(b *pgx.Batch) {
+			rd = eventsRead{}
+			rd.queueFence(b, m.Epoch)
+			// Lock the row and read its status first, so events are only
+			// appended to a run the move will apply to.
+			rd.queueRun(b, m.RunID)
+			if !c.Claim { // a claim's round has nothing stored yet
+				rd.queueDedupe(b, m.RunID, c.ProviderEvents)
+			}
+		},
+		func() error {
+			if err := rd.check(m.Epoch); err != nil {
 				return err
 			}
-			for i, seq := range seqs {
+			if c.Claim {
+				if !run.Legal(m.Writer, run.Status(rd.status), run.Running) {
+					return &TransitionError{RunID: m.RunID, From: run.Status(rd.status), To: run.Running, Writer: m.Writer}
+				}
+				if m.To != run.Running && !run.Legal(m.Writer, run.Running, m.To) {
+					return &TransitionError{RunID: m.RunID, From: run.Running, To: m.To, Writer: m.Writer}
+				}
+				return nil
+			}
+			if !run.Legal(m.Writer, run.Status(rd.status), m.To) {
+				return &TransitionError{RunID: m.RunID, From: run.Status(rd.status), To: m.To, Writer: m.Writer}
+			}
+			return nil
+		},
+		func(b *pgx.Batch) {
+			appended = appended[:0]
+			if c.Claim {
+				// The round starts at the claim: its events come after.
+				b.Queue(`UPDATE runs SET started_at = now(), round_seq = last_seq WHERE run_id = $1`, m.RunID)
+			}
+			ins := eventInsert{last: rd.lastSeq}
+			for i, seq := range ins.add(rd, c.ProviderEvents) {
 				if seq > 0 {
 					appended = append(appended, Appended{Seq: seq, Event: c.ProviderEvents[i].Event})
 				}
 			}
-		}
-		for _, ev := range c.Events {
-			seq, err := appendEvent(ctx, tx, m.RunID, ev, nil)
-			if err != nil {
-				return err
+			for _, ev := range c.Events {
+				appended = append(appended, Appended{Seq: ins.push(ev, nil), Event: ev})
 			}
-			appended = append(appended, Appended{Seq: seq, Event: ev})
-		}
-		r, err := scanRun(tx.QueryRow(ctx, `
+			ins.queue(b, m.RunID)
+			b.Queue(`
 			UPDATE runs SET
 				status = $2,
 				failure_reason = nullif($3, ''),
 				interrupt = CASE WHEN $2 = 'input-required' THEN $4::jsonb ELSE NULL END,
 				owner_epoch = $5,
+				last_seq = $6,
 				completed_at = CASE WHEN $2 IN ('completed', 'failed', 'cancelled') THEN now() ELSE completed_at END,
 				last_activity_at = now(),
 				-- The KYOK binding dies with the run, in the same write.
@@ -96,42 +115,27 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 				kyok_llm_name = CASE WHEN $2 IN ('completed', 'failed', 'cancelled') THEN NULL ELSE kyok_llm_name END
 			WHERE run_id = $1
 			RETURNING `+runColumns,
-			m.RunID, string(m.To), string(m.Reason), nullJSON(m.Interrupt), m.Epoch))
-		if err != nil {
-			return err
-		}
-		for _, msg := range c.AgentMessages {
-			if _, err := tx.Exec(ctx, `
-				INSERT INTO thread_messages (thread_id, run_id, message_id, message, origin)
-				VALUES ($1, $2, $3, $4::json, 'agent')
-				ON CONFLICT (thread_id, message_id) DO NOTHING`, threadID, m.RunID, msg.MessageID, string(msg.Message)); err != nil {
+				m.RunID, string(m.To), string(m.Reason), nullJSON(m.Interrupt), m.Epoch, ins.last).QueryRow(func(row pgx.Row) (err error) {
+				out, err = scanRun(row)
 				return err
+			})
+			if len(c.AgentMessages) > 0 {
+				ids := make([]string, len(c.AgentMessages))
+				msgs := make([]string, len(c.AgentMessages))
+				for i, msg := range c.AgentMessages {
+					ids[i], msgs[i] = msg.MessageID, string(msg.Message)
+				}
+				b.Queue(`
+				INSERT INTO thread_messages (thread_id, run_id, message_id, message, origin)
+				SELECT $1, $2, id, msg::json, 'agent' FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS t(id, msg, n)
+				ORDER BY n
+				ON CONFLICT (thread_id, message_id) DO NOTHING`, rd.threadID, m.RunID, ids, msgs)
 			}
-		}
-		if _, err := tx.Exec(ctx, `UPDATE threads SET last_activity_at = now() WHERE thread_id = $1`, threadID); err != nil {
-			return err
-		}
-		out = r
-		return nil
-	})
+			b.Queue(`UPDATE threads SET last_activity_at = now() WHERE thread_id = $1`, rd.threadID)
+		})
 	if err != nil {
 		return Run{}, nil, err
 	}
 	return out, appended, nil
 }
 
-// appendEvent allocates the run's next seq and stores ev (inside a fenced tx).
-func appendEvent(ctx context.Context, tx pgx.Tx, runID string, ev json.RawMessage, providerSeq *int64) (int, error) {
-	var seq int
-	err := tx.QueryRow(ctx, `UPDATE runs SET last_seq = last_seq + 1, last_activity_at = now()
-		WHERE run_id = $1 RETURNING last_seq`, runID).Scan(&seq)
-	if err == pgx.ErrNoRows {
-		return 0, ErrNotFound
-	}
-	if err != nil {
-		return 0, err
-	}
-	_, err = tx.Exec(ctx, `INSERT INTO run_events (run_id, seq, event, provider_seq) VALUES ($1, $2, $3::json, $4)`,
-		runID, seq, string(ev), providerSeq)
-	return seq, err
-}

@@ -1,0 +1,86 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/store/storetest"
+)
+
+// A claim with the events sent behind it is one write: the run is running,
+// its round starts at the claim, the events are stored after it — and the
+// claim may carry the run's end too.
+func TestClaimWithEvents(t *testing.T) {
+	st := storetest.Store(t)
+	ctx := context.Background()
+	seedAgent(t, st)
+	epoch, _ := st.AdvanceEpoch(ctx, "node-a")
+	ev := func(n int) json.RawMessage { return json.RawMessage(fmt.Sprintf(`{"type":"CUSTOM","n":%d}`, n)) }
+	offered := func() store.Run {
+		r := newRun(t, st)
+		if _, err := st.Transition(ctx, store.Move{RunID: r.RunID, To: run.Offering, Writer: run.ByBroker, Epoch: epoch}); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+
+	// Claim and events, the run goes on.
+	r := offered()
+	got, appended, err := st.Conclude(ctx, store.Conclusion{Claim: true,
+		Move:           store.Move{RunID: r.RunID, To: run.Running, Writer: run.ByBroker, Epoch: epoch},
+		ProviderEvents: []store.NewEvent{{Event: ev(1), ProviderSeq: pseq(1)}, {Event: ev(2), ProviderSeq: pseq(2)}, {Event: ev(2), ProviderSeq: pseq(2)}}})
+	if err != nil || got.Status != run.Running || got.StartedAt == nil || got.RoundSeq != 0 || got.LastSeq != 2 || len(appended) != 2 {
+		t.Fatalf("claim: status %s started %v round %d last %d appended %+v err %v", got.Status, got.StartedAt, got.RoundSeq, got.LastSeq, appended, err)
+	}
+	// The round is the claim's: a resend of what it stored is recognised.
+	seqs, err := st.AppendProviderEvents(ctx, epoch, r.RunID, []store.NewEvent{{Event: ev(2), ProviderSeq: pseq(2)}, {Event: ev(3), ProviderSeq: pseq(3)}})
+	if err != nil || fmt.Sprint(seqs) != "[0 3]" {
+		t.Fatalf("after the claim: %v %v", seqs, err)
+	}
+	// A second claim of a running run is refused and stores nothing.
+	_, _, err = st.Conclude(ctx, store.Conclusion{Claim: true, Move: store.Move{RunID: r.RunID, To: run.Running, Writer: run.ByBroker, Epoch: epoch},
+		ProviderEvents: []store.NewEvent{{Event: ev(9)}}})
+	var te *store.TransitionError
+	if !errors.As(err, &te) || te.From != run.Running {
+		t.Fatalf("second claim: %v", err)
+	}
+	if evs, _ := st.EventsAfter(ctx, r.RunID, 0, 100); len(evs) != 3 {
+		t.Fatalf("stored after a refused claim: %d events", len(evs))
+	}
+
+	// Claim, events and the end in one write.
+	r = offered()
+	got, appended, err = st.Conclude(ctx, store.Conclusion{Claim: true,
+		Move:           store.Move{RunID: r.RunID, To: run.Completed, Writer: run.ByBroker, Epoch: epoch},
+		ProviderEvents: []store.NewEvent{{Event: ev(1), ProviderSeq: pseq(1)}},
+		AgentMessages:  []store.Message{{MessageID: run.NewMessageID(), Message: json.RawMessage(`{"role":"assistant","content":"hi"}`)}}})
+	if err != nil || got.Status != run.Completed || got.StartedAt == nil || got.CompletedAt == nil || len(appended) != 1 {
+		t.Fatalf("claim and end: %s %v %+v %v", got.Status, got.StartedAt, appended, err)
+	}
+	msgs, err := st.ThreadMessages(ctx, r.ThreadID, 100)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("thread messages after claim and end: %d %v", len(msgs), err)
+	}
+
+	// Without Claim, running is not Conclude's to write.
+	r = offered()
+	if _, _, err := st.Conclude(ctx, store.Conclusion{Move: store.Move{RunID: r.RunID, To: run.Running, Writer: run.ByBroker, Epoch: epoch}}); err == nil {
+		t.Fatal("Conclude wrote running without a claim")
+	}
+	// A stale epoch claims nothing.
+	if _, err := st.AdvanceEpoch(ctx, "node-b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.Conclude(ctx, store.Conclusion{Claim: true, Move: store.Move{RunID: r.RunID, To: run.Running, Writer: run.ByBroker, Epoch: epoch},
+		ProviderEvents: []store.NewEvent{{Event: ev(1)}}}); !errors.Is(err, store.ErrStaleEpoch) {
+		t.Fatalf("stale claim: %v", err)
+	}
+	if cur, _ := st.GetRun(ctx, r.RunID); cur.Status != run.Offering || cur.LastSeq != 0 {
+		t.Fatalf("after a stale claim: %s, last seq %d", cur.Status, cur.LastSeq)
+	}
+}
