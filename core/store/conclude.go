@@ -138,4 +138,3 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 	}
 	return out, appended, nil
 }
-
