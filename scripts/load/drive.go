@@ -56,18 +56,24 @@ func (h *hist) ms(q float64) float64 {
 // probe is where the providers and callers of one phase record.
 type probe struct {
 	dispatch *hist // caller sent → run frame at the provider
+	accepted *hist // door accepted (its CreateRun committed) → run frame at the provider
 	event    *hist // provider emitted → caller read it
-	done     atomic.Int64
-	failed   atomic.Int64
+	// acceptedMissing counts the runs of dispatch with no accepted time
+	// (the door's store never logged the run as queued, e.g. a retried
+	// request, or logged it after the run frame arrived).
+	acceptedMissing atomic.Int64
+	done            atomic.Int64
+	failed          atomic.Int64
 }
 
-func newProbe() *probe { return &probe{dispatch: &hist{}, event: &hist{}} }
+func newProbe() *probe { return &probe{dispatch: &hist{}, accepted: &hist{}, event: &hist{}} }
 
 // fleet is the load's providers.
 type fleet struct {
 	keys    []string
 	clients []*provider.Client
 	probe   atomic.Pointer[probe]
+	acc     *accepted // the doors' accepted times; nil when the doors are not in this process
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	events  int
@@ -91,8 +97,8 @@ func newSigner() *identity.Signer {
 }
 
 // startFleet connects n SDK providers serving "load" (and "stream").
-func startFleet(ctx context.Context, brokerURL string, n, events, size int) (*fleet, error) {
-	f := &fleet{events: events, pad: strings.Repeat("x", size), stream: make(chan streamStart, 1)}
+func startFleet(ctx context.Context, brokerURL string, acc *accepted, n, events, size int) (*fleet, error) {
+	f := &fleet{events: events, pad: strings.Repeat("x", size), stream: make(chan streamStart, 1), acc: acc}
 	f.probe.Store(newProbe())
 	ctx, f.cancel = context.WithCancel(ctx)
 	hc := &http.Client{Timeout: 10 * time.Second}
@@ -144,7 +150,15 @@ func sentAt(text string) (time.Time, bool) {
 
 func (f *fleet) handle(ctx context.Context, r *provider.Run) error {
 	if t0, ok := sentAt(r.LastUserText()); ok {
-		f.probe.Load().dispatch.add(time.Since(t0))
+		now, p := time.Now(), f.probe.Load()
+		p.dispatch.add(now.Sub(t0))
+		if f.acc != nil {
+			if at, ok := f.acc.take(r.ID); ok {
+				p.accepted.add(now.Sub(at))
+			} else {
+				p.acceptedMissing.Add(1)
+			}
+		}
 	}
 	if err := r.Emit(ctx, map[string]any{"type": "RUN_STARTED", "threadId": r.ThreadID, "runId": r.ID}); err != nil {
 		return err
@@ -329,6 +343,7 @@ func (c Config) callers(doors string) []*caller {
 func (f *fleet) closedLoop(ctx context.Context, callers []*caller, d time.Duration) (*probe, time.Duration) {
 	p := newProbe()
 	f.probe.Store(p)
+	f.acc.prune(time.Minute)
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	start := time.Now()
@@ -351,6 +366,7 @@ func (f *fleet) closedLoop(ctx context.Context, callers []*caller, d time.Durati
 func (f *fleet) openLoop(ctx context.Context, callers []*caller, rate float64, d time.Duration, limit int) (*probe, time.Duration, int) {
 	p := newProbe()
 	f.probe.Store(p)
+	f.acc.prune(time.Minute)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	interval := time.Duration(float64(time.Second) / rate)

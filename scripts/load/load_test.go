@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,6 +83,23 @@ func TestTinyLoadRun(t *testing.T) {
 	if rep.Max.DispatchRuns == 0 || rep.Max.EventCount == 0 {
 		t.Fatalf("no latency samples: %+v", rep.Max)
 	}
+	// Dispatch from door accepted: measured for the same runs as from the
+	// caller's send, and shorter (it leaves out the HTTP request and the
+	// door's commit).
+	for _, ph := range append([]Phase{rep.Max, rep.Half}, rep.Sweep...) {
+		if ph.AcceptedRuns == 0 || int64(ph.AcceptedRuns)+ph.AcceptedMissing != int64(ph.DispatchRuns) || 10*ph.AcceptedMissing > int64(ph.DispatchRuns) {
+			t.Fatalf("%s: %d accepted samples, %d missing, of %d runs", ph.Name, ph.AcceptedRuns, ph.AcceptedMissing, ph.DispatchRuns)
+		}
+		if ph.AcceptedP50 <= 0 || ph.AcceptedP50 > ph.DispatchP50 || ph.AcceptedP90 > ph.DispatchP90 || ph.AcceptedP99 > ph.DispatchP99 {
+			t.Fatalf("%s: from door accepted %.2f / %.2f / %.2f ms, from caller send %.2f / %.2f / %.2f ms", ph.Name,
+				ph.AcceptedP50, ph.AcceptedP90, ph.AcceptedP99, ph.DispatchP50, ph.DispatchP90, ph.DispatchP99)
+		}
+	}
+	for _, tg := range rep.Targets {
+		if strings.HasPrefix(tg.Name, "dispatch") && (!strings.Contains(tg.Name, "door accepted") || !strings.Contains(tg.Note, "caller send")) {
+			t.Fatalf("dispatch target not judged on door accepted, or without the caller-send figure: %+v", tg)
+		}
+	}
 	if s := rep.Stream; s == nil || s.Read != 200 || s.Stored != 202 || s.StoredUnique != 202 {
 		t.Fatalf("stream: %+v", rep.Stream)
 	}
@@ -93,18 +111,19 @@ func TestTinyLoadRun(t *testing.T) {
 	}
 	var back Report
 	b, err := os.ReadFile(filepath.Join(dir, "r.json"))
-	if err != nil || json.Unmarshal(b, &back) != nil || back.Max.Completed != rep.Max.Completed || len(back.Targets) == 0 {
+	if err != nil || json.Unmarshal(b, &back) != nil || back.Max.Completed != rep.Max.Completed || len(back.Targets) == 0 ||
+		back.Half.AcceptedRuns != rep.Half.AcceptedRuns || !strings.Contains(string(b), `"accepted_dispatch_p99_ms"`) {
 		t.Fatalf("report JSON: %v\n%s", err, b)
 	}
 	svg, _ := os.ReadFile(filepath.Join(dir, "c.svg"))
-	if !strings.HasPrefix(string(svg), "<svg") || !strings.HasSuffix(strings.TrimSpace(string(svg)), "</svg>") {
+	if !strings.HasPrefix(string(svg), "<svg") || !strings.Contains(string(svg), "p99 (door accepted)") || !strings.HasSuffix(strings.TrimSpace(string(svg)), "</svg>") {
 		t.Fatalf("chart: %.200s", svg)
 	}
 	d, _ := os.ReadFile(doc)
-	if strings.Contains(string(d), "stale-table-placeholder") || !strings.Contains(string(d), "completed runs/s") || !strings.HasSuffix(string(d), docEnd+"\ntail\n") {
+	if strings.Contains(string(d), "stale-table-placeholder") || !strings.Contains(string(d), "completed runs/s") || !strings.Contains(string(d), "door accepted") || !strings.HasSuffix(string(d), docEnd+"\ntail\n") {
 		t.Fatalf("doc:\n%s", d)
 	}
-	if !strings.Contains(out.String(), "dispatch") {
+	if !strings.Contains(out.String(), "dispatch (door accepted → run frame)") || !strings.Contains(out.String(), "dispatch (caller send → run frame)") {
 		t.Fatalf("table:\n%s", out.String())
 	}
 }
@@ -119,5 +138,56 @@ func TestFlags(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"-broker", "http://x"}, &out); err == nil {
 		t.Fatal("-broker without -doors was accepted")
+	}
+}
+
+// The doors' log handler keeps the time of each "run queued" by run id,
+// at Info even when the handler it wraps is quieter, and passes every
+// record on to that handler as before.
+func TestAcceptHandler(t *testing.T) {
+	var buf bytes.Buffer
+	acc := &accepted{}
+	log := slog.New(newAcceptHandler(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}), acc))
+	before := time.Now()
+	log.Info("run queued", "run_id", "r-1", "thread_id", "t-1")
+	log.Info("paused run reopened", "run_id", "r-2")
+	log.Debug("run queued", "run_id", "r-3")
+	log.With("thread_id", "t-4").Info("run queued", "run_id", "r-4")
+	log.With("run_id", "r-5").Info("run queued")
+	log.Warn("retrying transaction", "op", "create run")
+	if n := acc.len(); n != 3 {
+		t.Fatalf("%d runs recorded, want 3 (r-1, r-4, r-5)", n)
+	}
+	for _, id := range []string{"r-1", "r-4", "r-5"} {
+		at, ok := acc.take(id)
+		if !ok || at.Before(before) || at.After(time.Now()) {
+			t.Fatalf("%s: %v %v", id, at, ok)
+		}
+	}
+	if _, ok := acc.take("r-1"); ok || acc.len() != 0 {
+		t.Fatal("take did not forget the run")
+	}
+	if got := buf.String(); !strings.Contains(got, "retrying transaction") || strings.Contains(got, "run queued") || strings.Contains(got, "reopened") {
+		t.Fatalf("passed on (Warn and up only, as the wrapped handler wants):\n%s", got)
+	}
+
+	buf.Reset()
+	log = slog.New(newAcceptHandler(slog.NewTextHandler(&buf, nil), acc)).WithGroup("g")
+	log.Info("run queued", "run_id", "r-6")
+	if _, ok := acc.take("r-6"); !ok || !strings.Contains(buf.String(), "g.run_id=r-6") {
+		t.Fatalf("with an Info handler in a group: recorded %v, passed on %q", ok, buf.String())
+	}
+
+	acc.put("old", time.Now().Add(-2*time.Minute))
+	acc.put("new", time.Now())
+	acc.prune(time.Minute)
+	if _, ok := acc.take("old"); ok {
+		t.Fatal("prune kept an old entry")
+	}
+	if _, ok := acc.take("new"); !ok {
+		t.Fatal("prune dropped a new entry")
+	}
+	if newAcceptHandler(slog.DiscardHandler, acc).Enabled(context.Background(), slog.LevelDebug) {
+		t.Fatal("Debug enabled over a discarding handler")
 	}
 }

@@ -12,9 +12,10 @@
 //     trip (on a scratch table), and a WebSocket loopback round trip;
 //  2. load: N SDK providers (accept at once; -events events of -event-size
 //     bytes per run) and M callers through the AG-UI and A2A doors, for
-//     -duration, closed loop: completed runs/s, dispatch latency (caller
-//     sends → the run frame at the provider), event latency (provider emits
-//     → caller's SSE);
+//     -duration, closed loop: completed runs/s, dispatch latency from the
+//     door accepting the run (its store's "run queued", logged once the run
+//     is committed) and from the caller's send, both to the run frame at
+//     the provider, event latency (provider emits → caller's SSE);
 //  3. half load: the same at half the measured rate, open loop (dispatch
 //     latency at half of the maximum load); -sweep adds more fractions and
 //     -svg draws latency against load;

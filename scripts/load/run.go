@@ -19,19 +19,27 @@ import (
 
 // Phase is one load phase's figures.
 type Phase struct {
-	Name         string  `json:"name"`
-	OfferedPerS  float64 `json:"offered_runs_per_s,omitempty"` // open loop only
-	RunsPerSec   float64 `json:"completed_runs_per_s"`
-	Completed    int64   `json:"completed"`
-	Failed       int64   `json:"failed"`
-	Skipped      int     `json:"skipped,omitempty"`
-	DispatchP50  float64 `json:"dispatch_p50_ms"`
-	DispatchP90  float64 `json:"dispatch_p90_ms"`
-	DispatchP99  float64 `json:"dispatch_p99_ms"`
-	EventP50     float64 `json:"event_p50_ms"`
-	EventP99     float64 `json:"event_p99_ms"`
-	DispatchRuns int     `json:"dispatch_samples"`
-	EventCount   int     `json:"event_samples"`
+	Name        string  `json:"name"`
+	OfferedPerS float64 `json:"offered_runs_per_s,omitempty"` // open loop only
+	RunsPerSec  float64 `json:"completed_runs_per_s"`
+	Completed   int64   `json:"completed"`
+	Failed      int64   `json:"failed"`
+	Skipped     int     `json:"skipped,omitempty"`
+	DispatchP50 float64 `json:"dispatch_p50_ms"`
+	DispatchP90 float64 `json:"dispatch_p90_ms"`
+	DispatchP99 float64 `json:"dispatch_p99_ms"`
+	// Accepted* are dispatch latency as issue #9 defines it: the door
+	// accepted the run (its CreateRun committed, NOTIFY sent) → the run
+	// frame at the provider. Dispatch* above start at the caller's send.
+	AcceptedP50     float64 `json:"accepted_dispatch_p50_ms"`
+	AcceptedP90     float64 `json:"accepted_dispatch_p90_ms"`
+	AcceptedP99     float64 `json:"accepted_dispatch_p99_ms"`
+	AcceptedRuns    int     `json:"accepted_dispatch_samples"`
+	AcceptedMissing int64   `json:"accepted_dispatch_missing"`
+	EventP50        float64 `json:"event_p50_ms"`
+	EventP99        float64 `json:"event_p99_ms"`
+	DispatchRuns    int     `json:"dispatch_samples"`
+	EventCount      int     `json:"event_samples"`
 }
 
 // Stream is the one-run stream figures.
@@ -81,6 +89,8 @@ type Report struct {
 func phaseOf(name string, p *probe, d time.Duration) Phase {
 	return Phase{Name: name, RunsPerSec: float64(p.done.Load()) / d.Seconds(), Completed: p.done.Load(), Failed: p.failed.Load(),
 		DispatchP50: p.dispatch.ms(0.5), DispatchP90: p.dispatch.ms(0.9), DispatchP99: p.dispatch.ms(0.99),
+		AcceptedP50: p.accepted.ms(0.5), AcceptedP90: p.accepted.ms(0.9), AcceptedP99: p.accepted.ms(0.99),
+		AcceptedRuns: p.accepted.n(), AcceptedMissing: p.acceptedMissing.Load(),
 		EventP50: p.event.ms(0.5), EventP99: p.event.ms(0.99), DispatchRuns: p.dispatch.n(), EventCount: p.event.n()}
 }
 
@@ -102,7 +112,7 @@ func Run(ctx context.Context, c Config, out io.Writer) (*Report, error) {
 	if rep.Floors, err = measureFloors(ctx, st.dbURL, c.Callers, c.FloorTime); err != nil {
 		return nil, err
 	}
-	f, err := startFleet(ctx, st.brokerURL, c.Providers, c.Events, c.EventSize)
+	f, err := startFleet(ctx, st.brokerURL, st.accepted, c.Providers, c.Events, c.EventSize)
 	if err != nil {
 		return nil, err
 	}

@@ -37,7 +37,10 @@ type stack struct {
 	brokerURL, doorsURL, dbURL string
 	brokerPID                  int // 0 when targeting a running node
 	pprofAddr                  string
-	close                      func()
+	// accepted is when the doors accepted each run (their store's "run
+	// queued"); nil when targeting running doors.
+	accepted *accepted
+	close    func()
 }
 
 func randHex(n int) string {
@@ -150,8 +153,13 @@ func startStack(ctx context.Context, c Config, logf func(string, ...any)) (*stac
 		return fail(fmt.Errorf("broker node never led: %w", err))
 	}
 
+	// The doors' store logs "run queued" once a run is committed (its
+	// NOTIFY sent): that moment is "door accepted". Their other records are
+	// discarded, as before.
+	st.accepted = &accepted{}
+	doorLog := slog.New(newAcceptHandler(slog.DiscardHandler, st.accepted))
 	deps, err := door.Connect(config.Door{Storage: config.Storage{DatabaseURL: st.dbURL, RedisURL: c.RedisURL, RedisPrefix: prefix},
-		Identity: config.Identity{IdentityKey: identityKey, TokenSecret: secret}}, door.ConnectOptions{RedisPrefix: prefix, MaxConns: 32})
+		Identity: config.Identity{IdentityKey: identityKey, TokenSecret: secret}}, door.ConnectOptions{RedisPrefix: prefix, MaxConns: 32, Log: doorLog})
 	if err != nil {
 		return fail(err)
 	}
