@@ -216,7 +216,10 @@ func (l *lane) move(ctx context.Context, to run.Status) error {
 	epoch := b.epoch
 	b.mu.Unlock()
 	err := b.write(ctx, fmt.Sprintf("move run to %s", to), func() error {
-		_, err := b.st.Transition(ctx, store.Move{RunID: l.id, To: to, Writer: run.ByBroker, Epoch: epoch})
+		// Offering and its requeue are read back at takeover as queued
+		// alike: they need not wait for the disk.
+		lazy := to == run.Offering || to == run.Queued
+		_, err := b.st.Transition(ctx, store.Move{RunID: l.id, To: to, Writer: run.ByBroker, Epoch: epoch, Lazy: lazy})
 		return err
 	})
 	if err == nil {

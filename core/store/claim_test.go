@@ -84,3 +84,40 @@ func TestClaimWithEvents(t *testing.T) {
 		t.Fatalf("after a stale claim: %s, last seq %d", cur.Status, cur.LastSeq)
 	}
 }
+
+// A lazy move (no wait for the WAL flush) is the same write: fenced, legal
+// moves only, visible at once.
+func TestLazyMove(t *testing.T) {
+	st := storetest.Store(t)
+	ctx := context.Background()
+	seedAgent(t, st)
+	epoch, _ := st.AdvanceEpoch(ctx, "node-a")
+	r := newRun(t, st)
+	got, err := st.Transition(ctx, store.Move{RunID: r.RunID, To: run.Offering, Writer: run.ByBroker, Epoch: epoch, Lazy: true})
+	if err != nil || got.Status != run.Offering || got.OwnerEpoch != epoch {
+		t.Fatalf("lazy offering: %+v %v", got, err)
+	}
+	if cur, _ := st.GetRun(ctx, r.RunID); cur.Status != run.Offering {
+		t.Fatalf("read after a lazy move: %s", cur.Status)
+	}
+	var te *store.TransitionError
+	if _, err := st.Transition(ctx, store.Move{RunID: r.RunID, To: run.Offering, Writer: run.ByBroker, Epoch: epoch, Lazy: true}); !errors.As(err, &te) || te.From != run.Offering {
+		t.Fatalf("lazy offering of an offered run: %v", err)
+	}
+	if _, err := st.AdvanceEpoch(ctx, "node-b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Transition(ctx, store.Move{RunID: r.RunID, To: run.Queued, Writer: run.ByBroker, Epoch: epoch, Lazy: true}); !errors.Is(err, store.ErrStaleEpoch) {
+		t.Fatalf("stale lazy requeue: %v", err)
+	}
+	if cur, _ := st.GetRun(ctx, r.RunID); cur.Status != run.Offering {
+		t.Fatalf("after a stale lazy move: %s", cur.Status)
+	}
+	// The pool still works: the refused pipelined writes left no connection
+	// inside a transaction.
+	for range 8 {
+		if _, err := st.GetRun(ctx, r.RunID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

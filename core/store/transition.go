@@ -28,6 +28,12 @@ type Move struct {
 	// RunInput, when set on a door's reopen (input-required → queued),
 	// replaces the stored input with the resumed one.
 	RunInput json.RawMessage
+	// Lazy commits without waiting for the WAL flush (synchronous_commit
+	// off): the write is visible at once and fenced as any other, and it
+	// becomes durable with the next synchronous commit — so only a
+	// PostgreSQL crash can lose it. For the broker's offering and requeue
+	// writes, which a takeover reads back as queued either way (D7).
+	Lazy bool
 }
 
 // Transition applies m if, and only if, the run is in a status m.To may be
@@ -59,14 +65,28 @@ func (s *Store) Transition(ctx context.Context, m Move) (Run, error) {
 		q = fencedTransitionSQL
 	}
 	var out Run
-	err := s.retry(ctx, what, func() error {
-		r, err := scanRun(s.pool.QueryRow(ctx, q, args...))
+	var err error
+	if m.Lazy {
+		err = s.pipelined(ctx, what, nil, nil, func(b *pgx.Batch) {
+			b.Queue(`SET LOCAL synchronous_commit TO off`)
+			b.Queue(q, args...).QueryRow(func(row pgx.Row) (err error) {
+				out, err = scanRun(row)
+				return err
+			})
+		})
 		if errors.Is(err, pgx.ErrNoRows) {
-			return s.whyNoMove(ctx, m)
+			err = fmt.Errorf("%s: %w", what, s.whyNoMove(ctx, m))
 		}
-		out = r
-		return err
-	})
+	} else {
+		err = s.retry(ctx, what, func() error {
+			r, err := scanRun(s.pool.QueryRow(ctx, q, args...))
+			if errors.Is(err, pgx.ErrNoRows) {
+				return s.whyNoMove(ctx, m)
+			}
+			out = r
+			return err
+		})
+	}
 	if err != nil {
 		return Run{}, err
 	}

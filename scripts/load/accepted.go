@@ -15,10 +15,30 @@ const acceptedMsg = "run queued"
 // moment their store logged acceptedMsg, keyed by run id. The provider
 // side takes each entry out as its run frame arrives.
 type accepted struct {
-	m sync.Map // run id → time.Time
+	m sync.Map // run id → time.Time, or frameFirst when the frame came first
 }
 
-func (a *accepted) put(runID string, at time.Time) { a.m.Store(runID, at) }
+// frameFirst is a run frame that arrived before its door's CreateRun had
+// returned (the broker heard the NOTIFY, which is sent at commit, before
+// the door's goroutine ran again): its latency is resolved, as 0, when
+// the door's record comes.
+type frameFirst struct {
+	at time.Time
+	p  *probe
+}
+
+func (a *accepted) put(runID string, at time.Time) {
+	v, loaded := a.m.LoadOrStore(runID, at)
+	if !loaded {
+		return
+	}
+	a.m.Delete(runID)
+	if ff, ok := v.(frameFirst); ok {
+		ff.p.accepted.add(max(0, ff.at.Sub(at)))
+		ff.p.acceptedMissing.Add(-1)
+		ff.p.acceptedEarly.Add(1)
+	}
+}
 
 // take returns and forgets runID's accepted time.
 func (a *accepted) take(runID string) (time.Time, bool) {
@@ -29,7 +49,21 @@ func (a *accepted) take(runID string) (time.Time, bool) {
 	if !ok {
 		return time.Time{}, false
 	}
-	return v.(time.Time), true
+	at, ok := v.(time.Time)
+	return at, ok
+}
+
+// arrive is take for a run frame that arrived at now in phase p: when the
+// door has not yet recorded the run, the frame waits for it (put resolves
+// it) and ok is false.
+func (a *accepted) arrive(runID string, now time.Time, p *probe) (time.Time, bool) {
+	v, loaded := a.m.LoadOrStore(runID, frameFirst{at: now, p: p})
+	if !loaded {
+		return time.Time{}, false
+	}
+	a.m.Delete(runID)
+	at, ok := v.(time.Time)
+	return at, ok
 }
 
 // prune forgets entries older than age (runs that never reached a
@@ -40,7 +74,11 @@ func (a *accepted) prune(age time.Duration) {
 	}
 	cut := time.Now().Add(-age)
 	a.m.Range(func(k, v any) bool {
-		if v.(time.Time).Before(cut) {
+		at, ok := v.(time.Time)
+		if !ok {
+			at = v.(frameFirst).at
+		}
+		if at.Before(cut) {
 			a.m.Delete(k)
 		}
 		return true

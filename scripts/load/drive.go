@@ -60,8 +60,10 @@ type probe struct {
 	event    *hist // provider emitted → caller read it
 	// acceptedMissing counts the runs of dispatch with no accepted time
 	// (the door's store never logged the run as queued, e.g. a retried
-	// request, or logged it after the run frame arrived).
+	// request); acceptedEarly the runs whose frame arrived before the
+	// door's CreateRun returned, counted as 0 in accepted.
 	acceptedMissing atomic.Int64
+	acceptedEarly   atomic.Int64
 	done            atomic.Int64
 	failed          atomic.Int64
 }
@@ -153,7 +155,7 @@ func (f *fleet) handle(ctx context.Context, r *provider.Run) error {
 		now, p := time.Now(), f.probe.Load()
 		p.dispatch.add(now.Sub(t0))
 		if f.acc != nil {
-			if at, ok := f.acc.take(r.ID); ok {
+			if at, ok := f.acc.arrive(r.ID, now, p); ok {
 				p.accepted.add(now.Sub(at))
 			} else {
 				p.acceptedMissing.Add(1)

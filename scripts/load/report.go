@@ -45,6 +45,9 @@ func targets(r *Report) []Target {
 		} else if h.AcceptedMissing > 0 {
 			note += fmt.Sprintf("; %d of %d runs without an accepted time", h.AcceptedMissing, h.DispatchRuns)
 		}
+		if h.AcceptedEarly > 0 {
+			note += fmt.Sprintf("; %d runs' frame arrived before the door's CreateRun returned (counted as 0)", h.AcceptedEarly)
+		}
 		p50, p99 := p50ms/fl.NotifyRTTP50, p99ms/fl.NotifyRTTP50
 		ts = append(ts, Target{Name: "dispatch (" + what + ") p50 at half load ÷ NOTIFY round trip", Measured: p50, Limit: 2, Unit: "ratio ≤", Holds: p50 <= 2,
 			Note: fmt.Sprintf("%.2f ms vs %.2f ms", p50ms, fl.NotifyRTTP50) + note})
@@ -145,6 +148,9 @@ func acceptedCell(p Phase) string {
 	c := fmt.Sprintf("%.2f / %.2f / %.2f ms", p.AcceptedP50, p.AcceptedP90, p.AcceptedP99)
 	if p.AcceptedMissing > 0 {
 		c += fmt.Sprintf(" (%d of %d runs without an accepted time)", p.AcceptedMissing, p.DispatchRuns)
+	}
+	if p.AcceptedEarly > 0 {
+		c += fmt.Sprintf(" (%d frames before the door's return, as 0)", p.AcceptedEarly)
 	}
 	return c
 }

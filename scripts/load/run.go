@@ -36,6 +36,7 @@ type Phase struct {
 	AcceptedP99     float64 `json:"accepted_dispatch_p99_ms"`
 	AcceptedRuns    int     `json:"accepted_dispatch_samples"`
 	AcceptedMissing int64   `json:"accepted_dispatch_missing"`
+	AcceptedEarly   int64   `json:"accepted_dispatch_frame_first"` // frames that beat the door's return, counted as 0
 	EventP50        float64 `json:"event_p50_ms"`
 	EventP99        float64 `json:"event_p99_ms"`
 	DispatchRuns    int     `json:"dispatch_samples"`
@@ -90,7 +91,7 @@ func phaseOf(name string, p *probe, d time.Duration) Phase {
 	return Phase{Name: name, RunsPerSec: float64(p.done.Load()) / d.Seconds(), Completed: p.done.Load(), Failed: p.failed.Load(),
 		DispatchP50: p.dispatch.ms(0.5), DispatchP90: p.dispatch.ms(0.9), DispatchP99: p.dispatch.ms(0.99),
 		AcceptedP50: p.accepted.ms(0.5), AcceptedP90: p.accepted.ms(0.9), AcceptedP99: p.accepted.ms(0.99),
-		AcceptedRuns: p.accepted.n(), AcceptedMissing: p.acceptedMissing.Load(),
+		AcceptedRuns: p.accepted.n(), AcceptedMissing: p.acceptedMissing.Load(), AcceptedEarly: p.acceptedEarly.Load(),
 		EventP50: p.event.ms(0.5), EventP99: p.event.ms(0.99), DispatchRuns: p.dispatch.n(), EventCount: p.event.n()}
 }
 
