@@ -121,3 +121,27 @@ func TestLazyMove(t *testing.T) {
 		}
 	}
 }
+
+// A stream's check of the record reads the events, then the status, in one
+// round trip; a run that does not exist says so.
+func TestEventsAndRun(t *testing.T) {
+	st := storetest.Store(t)
+	ctx := context.Background()
+	seedAgent(t, st)
+	epoch, _ := st.AdvanceEpoch(ctx, "node-a")
+	r := newRun(t, st)
+	if _, err := st.Transition(ctx, store.Move{RunID: r.RunID, To: run.Offering, Writer: run.ByBroker, Epoch: epoch, Lazy: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.Conclude(ctx, store.Conclusion{Claim: true, Move: store.Move{RunID: r.RunID, To: run.Completed, Writer: run.ByBroker, Epoch: epoch},
+		ProviderEvents: []store.NewEvent{{Event: json.RawMessage(`{"type":"RUN_STARTED"}`)}, {Event: json.RawMessage(`{"type":"RUN_FINISHED"}`)}}}); err != nil {
+		t.Fatal(err)
+	}
+	evs, cur, err := st.EventsAndRun(ctx, r.RunID, 1, 10)
+	if err != nil || len(evs) != 1 || evs[0].Seq != 2 || cur.Status != run.Completed || cur.LastSeq != 2 {
+		t.Fatalf("events after 1: %+v, run %s last %d, err %v", evs, cur.Status, cur.LastSeq, err)
+	}
+	if _, _, err := st.EventsAndRun(ctx, "run_nope", 0, 10); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown run: %v", err)
+	}
+}

@@ -58,10 +58,9 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 	err := s.pipelined(ctx, fmt.Sprintf("conclude run %s as %s", m.RunID, m.To),
 		func(b *pgx.Batch) {
 			rd = eventsRead{}
-			rd.queueFence(b, m.Epoch)
 			// Lock the row and read its status first, so events are only
 			// appended to a run the move will apply to.
-			rd.queueRun(b, m.RunID)
+			rd.queueLock(b, m.RunID)
 			if !c.Claim { // a claim's round has nothing stored yet
 				rd.queueDedupe(b, m.RunID, c.ProviderEvents)
 			}
@@ -86,10 +85,6 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 		},
 		func(b *pgx.Batch) {
 			appended = appended[:0]
-			if c.Claim {
-				// The round starts at the claim: its events come after.
-				b.Queue(`UPDATE runs SET started_at = now(), round_seq = last_seq WHERE run_id = $1`, m.RunID)
-			}
 			ins := eventInsert{last: rd.lastSeq}
 			for i, seq := range ins.add(rd, c.ProviderEvents) {
 				if seq > 0 {
@@ -100,13 +95,18 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 				appended = append(appended, Appended{Seq: ins.push(ev, nil), Event: ev})
 			}
 			ins.queue(b, m.RunID)
+			// The run's row and its thread's activity in one statement; a
+			// claim starts the round, before this write's events.
 			b.Queue(`
+			WITH t AS (UPDATE threads SET last_activity_at = now() WHERE thread_id = $8)
 			UPDATE runs SET
 				status = $2,
 				failure_reason = nullif($3, ''),
 				interrupt = CASE WHEN $2 = 'input-required' THEN $4::jsonb ELSE NULL END,
 				owner_epoch = $5,
 				last_seq = $6,
+				started_at = CASE WHEN $7 THEN now() ELSE started_at END,
+				round_seq = CASE WHEN $7 THEN $9 ELSE round_seq END,
 				completed_at = CASE WHEN $2 IN ('completed', 'failed', 'cancelled') THEN now() ELSE completed_at END,
 				last_activity_at = now(),
 				-- The KYOK binding dies with the run, in the same write.
@@ -115,7 +115,8 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 				kyok_llm_name = CASE WHEN $2 IN ('completed', 'failed', 'cancelled') THEN NULL ELSE kyok_llm_name END
 			WHERE run_id = $1
 			RETURNING `+runColumns,
-				m.RunID, string(m.To), string(m.Reason), nullJSON(m.Interrupt), m.Epoch, ins.last).QueryRow(func(row pgx.Row) (err error) {
+				m.RunID, string(m.To), string(m.Reason), nullJSON(m.Interrupt), m.Epoch, ins.last,
+				c.Claim, rd.threadID, rd.lastSeq).QueryRow(func(row pgx.Row) (err error) {
 				out, err = scanRun(row)
 				return err
 			})
@@ -131,7 +132,6 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 				ORDER BY n
 				ON CONFLICT (thread_id, message_id) DO NOTHING`, rd.threadID, m.RunID, ids, msgs)
 			}
-			b.Queue(`UPDATE threads SET last_activity_at = now() WHERE thread_id = $1`, rd.threadID)
 		})
 	if err != nil {
 		return Run{}, nil, err

@@ -65,8 +65,7 @@ func (s *Store) AppendProviderEvents(ctx context.Context, epoch int64, runID str
 	err := s.pipelined(ctx, "append events to run "+runID,
 		func(b *pgx.Batch) {
 			rd = eventsRead{}
-			rd.queueFence(b, epoch)
-			rd.queueRun(b, runID)
+			rd.queueLock(b, runID)
 			rd.queueDedupe(b, runID, evs)
 		},
 		func() error {
@@ -102,23 +101,22 @@ type eventsRead struct {
 	stored   map[int64]bool
 }
 
-func (rd *eventsRead) queueFence(b *pgx.Batch, epoch int64) {
-	b.Queue(`SELECT epoch FROM broker_leader WHERE id = 1 FOR SHARE`).QueryRow(func(row pgx.Row) error {
-		if err := row.Scan(&rd.current); err != nil {
+// queueLock reads the leader epoch (FOR SHARE: the fence) and the run's
+// row (FOR UPDATE) in one statement. A missing run leaves found false;
+// the epoch is then read alone, so a stale writer still learns it is.
+func (rd *eventsRead) queueLock(b *pgx.Batch, runID string) {
+	b.Queue(`WITH l AS (SELECT epoch FROM broker_leader WHERE id = 1 FOR SHARE),
+		r AS (SELECT status, thread_id, last_seq FROM runs WHERE run_id = $1 FOR UPDATE)
+		SELECT l.epoch, r.status, r.thread_id, r.last_seq FROM l LEFT JOIN r ON true`, runID).QueryRow(func(row pgx.Row) error {
+		var status, threadID *string
+		var last *int
+		if err := row.Scan(&rd.current, &status, &threadID, &last); err != nil {
 			return fmt.Errorf("fence: %w", err)
 		}
-		return nil
-	})
-}
-
-func (rd *eventsRead) queueRun(b *pgx.Batch, runID string) {
-	b.Queue(`SELECT status, thread_id, last_seq FROM runs WHERE run_id = $1 FOR UPDATE`, runID).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&rd.status, &rd.threadID, &rd.lastSeq)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // found stays false
+		if status != nil {
+			rd.found, rd.status, rd.threadID, rd.lastSeq = true, *status, *threadID, *last
 		}
-		rd.found = err == nil
-		return err
+		return nil
 	})
 }
 
@@ -213,13 +211,35 @@ func (ins *eventInsert) queue(b *pgx.Batch, runID string) bool {
 	return true
 }
 
-// EventsAfter reads a run's events with seq > after, in order.
-func (s *Store) EventsAfter(ctx context.Context, runID string, after, limit int) ([]Event, error) {
-	rows, err := s.pool.Query(ctx, `SELECT run_id, seq, event, created_at FROM run_events
-		WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`, runID, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("read events of run %s: %w", runID, err)
+// EventsAndRun is EventsAfter and then GetRun, in one round trip: a
+// stream's check of the record (every event after its position, then
+// whether the run has settled — read in that order, so a settled run's
+// events are all among them when the page is not full).
+func (s *Store) EventsAndRun(ctx context.Context, runID string, after, limit int) ([]Event, Run, error) {
+	var evs []Event
+	var r Run
+	b := &pgx.Batch{}
+	b.Queue(eventsAfterSQL, runID, after, limit).Query(func(rows pgx.Rows) (err error) {
+		evs, err = collectEvents(rows)
+		return err
+	})
+	b.Queue(`SELECT `+runColumns+` FROM runs WHERE run_id = $1`, runID).QueryRow(func(row pgx.Row) (err error) {
+		r, err = scanRun(row)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		return err
+	})
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, Run{}, fmt.Errorf("read events and status of run %s: %w", runID, err)
 	}
+	return evs, r, nil
+}
+
+const eventsAfterSQL = `SELECT run_id, seq, event, created_at FROM run_events
+		WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3`
+
+func collectEvents(rows pgx.Rows) ([]Event, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) {
 		var e Event
 		var b []byte
@@ -227,4 +247,13 @@ func (s *Store) EventsAfter(ctx context.Context, runID string, after, limit int)
 		e.Event = b
 		return e, err
 	})
+}
+
+// EventsAfter reads a run's events with seq > after, in order.
+func (s *Store) EventsAfter(ctx context.Context, runID string, after, limit int) ([]Event, error) {
+	rows, err := s.pool.Query(ctx, eventsAfterSQL, runID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("read events of run %s: %w", runID, err)
+	}
+	return collectEvents(rows)
 }

@@ -187,9 +187,17 @@ func (t *tail) run(ctx context.Context, end time.Time) {
 // ended (or paused) and every event it has is relayed.
 func (t *tail) fromDB(ctx context.Context) (done, terminal bool, err error) {
 	st := t.h.o.Store
-	for {
+	var cur store.Run
+	full := false // a full page was read: the status read with it may predate later pages
+	for first := true; ; first = false {
 		dctx, cancel := context.WithTimeout(ctx, door.StorageTimeout)
-		evs, err := st.EventsAfter(dctx, t.runID, t.after, backlogPage)
+		var evs []store.Event
+		if first {
+			// The events and then the run's status, in one round trip.
+			evs, cur, err = st.EventsAndRun(dctx, t.runID, t.after, backlogPage)
+		} else {
+			evs, err = st.EventsAfter(dctx, t.runID, t.after, backlogPage)
+		}
 		cancel()
 		if err != nil {
 			return false, false, err
@@ -208,12 +216,15 @@ func (t *tail) fromDB(ctx context.Context) (done, terminal bool, err error) {
 		if len(evs) < backlogPage {
 			break
 		}
+		full = true
 	}
-	dctx, cancel := context.WithTimeout(ctx, door.StorageTimeout)
-	cur, err := st.GetRun(dctx, t.runID)
-	cancel()
-	if err != nil {
-		return false, false, err
+	if full {
+		dctx, cancel := context.WithTimeout(ctx, door.StorageTimeout)
+		cur, err = st.GetRun(dctx, t.runID)
+		cancel()
+		if err != nil {
+			return false, false, err
+		}
 	}
 	return settled(cur.Status) && t.after >= cur.LastSeq, false, nil
 }

@@ -192,9 +192,17 @@ func (t *Tail) relay(seq int, ev json.RawMessage) bool {
 // done.
 func (t *Tail) fromDB(ctx context.Context) (TailEnd, error) {
 	st := t.O.Store
-	for {
+	var cur store.Run
+	full := false // a full page was read: the status read with it may predate later pages
+	for first := true; ; first = false {
 		dctx, cancel := context.WithTimeout(ctx, StorageTimeout)
-		evs, err := st.EventsAfter(dctx, t.RunID, t.After, tailBacklogPage)
+		var evs []store.Event
+		var err error
+		if first {
+			evs, cur, err = st.EventsAndRun(dctx, t.RunID, t.After, tailBacklogPage)
+		} else {
+			evs, err = st.EventsAfter(dctx, t.RunID, t.After, tailBacklogPage)
+		}
 		cancel()
 		if err != nil {
 			return 0, err
@@ -213,12 +221,16 @@ func (t *Tail) fromDB(ctx context.Context) (TailEnd, error) {
 		if len(evs) < tailBacklogPage {
 			break
 		}
+		full = true
 	}
-	dctx, cancel := context.WithTimeout(ctx, StorageTimeout)
-	cur, err := st.GetRun(dctx, t.RunID)
-	cancel()
-	if err != nil {
-		return 0, err
+	if full {
+		dctx, cancel := context.WithTimeout(ctx, StorageTimeout)
+		var err error
+		cur, err = st.GetRun(dctx, t.RunID)
+		cancel()
+		if err != nil {
+			return 0, err
+		}
 	}
 	if Settled(cur.Status) && t.After >= cur.LastSeq {
 		return TailSettled, nil

@@ -27,6 +27,8 @@ type Floors struct {
 	WSRTTP50        float64 `json:"ws_rtt_p50_ms"`
 	WSRTTP99        float64 `json:"ws_rtt_p99_ms"`
 	PGTxConcurrency int     `json:"pg_tx_concurrency"`
+	// RunStorePerSec is runStoreFloor: a whole run's storage steps alone.
+	RunStorePerSec float64 `json:"run_store_runs_per_s,omitempty"`
 }
 
 const scratchDDL = `CREATE TABLE IF NOT EXISTS load_scratch (id bigserial PRIMARY KEY, payload text NOT NULL, at timestamptz NOT NULL DEFAULT now())`

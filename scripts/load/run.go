@@ -113,6 +113,11 @@ func Run(ctx context.Context, c Config, out io.Writer) (*Report, error) {
 	if rep.Floors, err = measureFloors(ctx, st.dbURL, c.Callers, c.FloorTime); err != nil {
 		return nil, err
 	}
+	if c.BrokerURL == "" { // it needs a database of its own: only with a stack of the tool's
+		if rep.Floors.RunStorePerSec, err = runStoreFloor(ctx, c.PostgresURL, c.Callers, c.Events, c.EventSize, c.FloorTime); err != nil {
+			return nil, err
+		}
+	}
 	f, err := startFleet(ctx, st.brokerURL, st.accepted, c.Providers, c.Events, c.EventSize)
 	if err != nil {
 		return nil, err

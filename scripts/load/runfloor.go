@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+)
+
+// runStoreFloor is what PostgreSQL alone does for a whole run, measured
+// with funduq's own store calls on a scratch database (so no broker takes
+// the runs): conc workers, each in a loop, doing a run's every storage
+// step as the stack does it — the door's start (thread, run, the caller's
+// message, NOTIFY), the broker's lazy offering write, the claim with the
+// run's events and its end (the agent's folded message), and the door's
+// reads of the stream (events then status, then the settle read). No
+// HTTP, WebSocket, Redis or lane in between: runs/s of the storage path,
+// the most the stack could complete on this machine's PostgreSQL.
+func runStoreFloor(ctx context.Context, adminURL string, conc, events, size int, d time.Duration) (float64, error) {
+	admin, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return 0, err
+	}
+	defer admin.Close(context.Background())
+	dbName := fmt.Sprintf("funduq_load_floor_%d_%s", os.Getpid(), randHex(3))
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+dbName); err != nil {
+		return 0, fmt.Errorf("run store floor: create database: %w", err)
+	}
+	defer admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+dbName+" WITH (FORCE)") //nolint:errcheck // best effort
+	u, err := url.Parse(adminURL)
+	if err != nil {
+		return 0, err
+	}
+	u.Path = "/" + dbName
+	if err := store.Migrate(ctx, u.String(), slog.New(slog.DiscardHandler)); err != nil {
+		return 0, fmt.Errorf("run store floor: migrate: %w", err)
+	}
+	st, err := store.Open(ctx, u.String(), store.Options{MaxConns: int32(conc)})
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+	epoch, err := st.AdvanceEpoch(ctx, "load-floor")
+	if err != nil {
+		return 0, err
+	}
+	key := randHex(32)
+	if err := st.SaveProvider(ctx, store.Provider{PublicKey: key, Fingerprint: key[:16]}); err != nil {
+		return 0, err
+	}
+	if err := st.SaveAgent(ctx, store.Agent{ProviderKey: key, Name: "floor"}); err != nil {
+		return 0, err
+	}
+	pad := strings.Repeat("x", size)
+	oneRun := func() error {
+		runID, threadID := run.NewRunID(), run.NewThreadID()
+		msg := json.RawMessage(fmt.Sprintf(`{"id":%q,"role":"user","content":"t0=0"}`, run.NewMessageID()))
+		input, _ := json.Marshal(map[string]any{"threadId": threadID, "runId": runID, "messages": []json.RawMessage{msg},
+			"tools": []any{}, "context": []any{}, "state": map[string]any{}, "forwardedProps": map[string]any{}})
+		if _, _, err := st.CreateRun(ctx, store.NewRun{RunID: runID, ThreadID: threadID, ProviderKey: key, AgentName: "floor",
+			CreateThread: &store.NewThread{}, RunInput: input, Messages: []store.Message{{MessageID: run.NewMessageID(), Message: msg}}}); err != nil {
+			return err
+		}
+		if _, err := st.Transition(ctx, store.Move{RunID: runID, To: run.Offering, Writer: run.ByBroker, Epoch: epoch, Lazy: true}); err != nil {
+			return err
+		}
+		evs := make([]store.NewEvent, 0, events)
+		for i := range events {
+			ev := fmt.Sprintf(`{"type":"CUSTOM","name":"load","value":{"t":%d,"pad":%q}}`, i, pad)
+			switch i {
+			case 0:
+				ev = fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, threadID, runID)
+			case events - 1:
+				ev = fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, threadID, runID)
+			}
+			p := int64(i + 1)
+			evs = append(evs, store.NewEvent{Event: json.RawMessage(ev), ProviderSeq: &p})
+		}
+		if _, _, err := st.Conclude(ctx, store.Conclusion{Claim: true, ProviderEvents: evs,
+			Move:          store.Move{RunID: runID, To: run.Completed, Writer: run.ByBroker, Epoch: epoch},
+			AgentMessages: []store.Message{{MessageID: run.NewMessageID(), Message: json.RawMessage(`{"role":"assistant","content":"ok"}`)}}}); err != nil {
+			return err
+		}
+		if _, _, err := st.EventsAndRun(ctx, runID, 0, 500); err != nil {
+			return err
+		}
+		_, err := st.GetRun(ctx, runID)
+		return err
+	}
+	var n atomic.Int64
+	var firstErr atomic.Value
+	stop := time.Now().Add(d)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Go(func() {
+			for time.Now().Before(stop) && ctx.Err() == nil {
+				if err := oneRun(); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				n.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if e, ok := firstErr.Load().(error); ok {
+		return 0, fmt.Errorf("run store floor: %w", e)
+	}
+	return float64(n.Load()) / time.Since(start).Seconds(), nil
+}
