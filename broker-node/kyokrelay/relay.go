@@ -62,8 +62,9 @@ type Relay struct {
 	GapTimeout time.Duration
 	// ReplyTTL overrides DefaultReplyTTL.
 	ReplyTTL time.Duration
-	// Block is how long one XREAD waits (1 s); it bounds how long Run
-	// takes to notice its context ended.
+	// Block is how long one XREAD waits (DefaultBlock); it bounds how
+	// long Run takes to notice its context ended (go-redis does not cut a
+	// blocking read short when its context is cancelled).
 	Block time.Duration
 	// MaxConcurrent caps the completions in flight on one LLM link
 	// (config BrokerLimits.KyokMaxConcurrent; 0: the default); one more is
@@ -107,11 +108,17 @@ func (r *Relay) replyTTL() time.Duration {
 	return DefaultReplyTTL
 }
 
+// DefaultBlock is Block's default. A leader hands its lease over only
+// once the relay has stopped, so this wait is part of every SIGTERM
+// handover (at 1 s it was most of it); an idle leader pays four XREADs a
+// second for it.
+const DefaultBlock = 250 * time.Millisecond
+
 func (r *Relay) block() time.Duration {
 	if r.Block > 0 {
 		return r.Block
 	}
-	return time.Second
+	return DefaultBlock
 }
 
 // DefaultMaxConcurrent is MaxConcurrent's default (config's).
