@@ -28,8 +28,8 @@ type Move struct {
 	// RunInput, when set on a door's reopen (input-required → queued),
 	// replaces the stored input with the resumed one.
 	RunInput json.RawMessage
-	// Lazy commits without waiting for the WAL flush (synchronous_commit
-	// off): the write is visible at once and fenced as any other, and it
+	// Lazy (broker writes only) commits without waiting for the WAL flush
+	// (synchronous_commit off): the write is visible at once and fenced as any other, and it
 	// becomes durable with the next synchronous commit — so only a
 	// PostgreSQL crash can lose it. For the broker's offering and requeue
 	// writes, which a takeover reads back as queued either way (D7).
@@ -64,29 +64,18 @@ func (s *Store) Transition(ctx context.Context, m Move) (Run, error) {
 	if epoch != nil {
 		q = fencedTransitionSQL
 	}
-	var out Run
-	var err error
-	if m.Lazy {
-		err = s.pipelined(ctx, what, nil, nil, func(b *pgx.Batch) {
-			b.Queue(`SET LOCAL synchronous_commit TO off`)
-			b.Queue(q, args...).QueryRow(func(row pgx.Row) (err error) {
-				out, err = scanRun(row)
-				return err
-			})
-		})
-		if errors.Is(err, pgx.ErrNoRows) {
-			err = fmt.Errorf("%s: %w", what, s.whyNoMove(ctx, m))
-		}
-	} else {
-		err = s.retry(ctx, what, func() error {
-			r, err := scanRun(s.pool.QueryRow(ctx, q, args...))
-			if errors.Is(err, pgx.ErrNoRows) {
-				return s.whyNoMove(ctx, m)
-			}
-			out = r
-			return err
-		})
+	if epoch != nil && m.Lazy {
+		q = lazyFencedTransitionSQL
 	}
+	var out Run
+	err := s.retry(ctx, what, func() error {
+		r, err := scanRun(s.pool.QueryRow(ctx, q, args...))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return s.whyNoMove(ctx, m)
+		}
+		out = r
+		return err
+	})
 	if err != nil {
 		return Run{}, err
 	}
@@ -114,6 +103,13 @@ var (
 	fencedTransitionSQL = `WITH lead AS (SELECT 1 FROM broker_leader WHERE id = 1 AND epoch = $7::bigint FOR SHARE)
 		UPDATE runs SET` + transitionSet + `
 		WHERE run_id = $1 AND status = ANY($3) AND EXISTS (SELECT 1 FROM lead)
+		RETURNING ` + runColumns
+	// The statement's own (implicit) transaction commits without waiting
+	// for the WAL flush: set_config(…, true) is local to that transaction.
+	lazyFencedTransitionSQL = `WITH lazy AS (SELECT set_config('synchronous_commit', 'off', true) AS v),
+		lead AS (SELECT 1 FROM broker_leader WHERE id = 1 AND epoch = $7::bigint FOR SHARE)
+		UPDATE runs SET` + transitionSet + `
+		WHERE run_id = $1 AND status = ANY($3) AND EXISTS (SELECT 1 FROM lead) AND EXISTS (SELECT 1 FROM lazy WHERE v = 'off')
 		RETURNING ` + runColumns
 )
 
