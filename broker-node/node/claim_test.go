@@ -1,0 +1,112 @@
+package node_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// A provider that answers an offer with its accept, its whole stream and
+// its finish in one burst (as the SDK does for a quick agent) gets the
+// same record as one that paces them: completed, every event once and in
+// order — resends within the burst stored once — and the answer folded
+// onto the thread. The broker may write the claim, the events and the end
+// in one transaction (then started_at and completed_at are that
+// transaction's one time); either way the record must read the same.
+func TestAcceptBurstIsRecordedInOrder(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	combined := 0
+	for i := range 5 {
+		id, thread := h.Door(p.Key, "echo", "", fmt.Sprint("burst ", i))
+		if f := p.Offer(); f.RunID != id {
+			t.Fatalf("offer %s, want %s", f.RunID, id)
+		}
+		seq := func(n int64) *int64 { return &n }
+		p.Accept(id)
+		evs := []string{
+			fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, id),
+			`{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`,
+			`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hello"}`,
+			`{"type":"TEXT_MESSAGE_END","messageId":"m1"}`,
+			fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, thread, id),
+		}
+		for j, ev := range evs {
+			p.Send(wire.Event{Type: wire.TypeEvent, RunID: id, Event: json.RawMessage(ev), Seq: seq(int64(j + 1))})
+			if j == 2 { // a resend inside the burst
+				p.Send(wire.Event{Type: wire.TypeEvent, RunID: id, Event: json.RawMessage(ev), Seq: seq(int64(j + 1))})
+			}
+		}
+		p.Finish(id)
+		r := h.WaitStatus(id, run.Completed)
+		got := h.Events(id)
+		if len(got) != len(evs) || r.LastSeq != len(evs) || r.RoundSeq != 0 || r.StartedAt == nil {
+			t.Fatalf("run %d: %d events stored (last seq %d, round %d, started %v), want %d", i, len(got), r.LastSeq, r.RoundSeq, r.StartedAt, len(evs))
+		}
+		for j, ev := range got {
+			var want map[string]any
+			_ = json.Unmarshal([]byte(evs[j]), &want)
+			if ev["type"] != want["type"] {
+				t.Fatalf("run %d: event %d is %v, want %v", i, j+1, ev["type"], want["type"])
+			}
+		}
+		msgs, _ := h.Store.ThreadMessages(t.Context(), thread, 0)
+		if len(msgs) != 2 {
+			t.Fatalf("run %d: thread has %d messages, want the caller's and the agent's", i, len(msgs))
+		}
+		if r.StartedAt.Equal(*r.CompletedAt) {
+			combined++
+		}
+	}
+	t.Logf("%d of 5 bursts were written as one transaction", combined)
+	h.Settle()
+	if got := h.Node.Broker.Snapshot().InFlight[p.Key]; got != 0 {
+		t.Fatalf("place not given back: in flight %d", got)
+	}
+}
+
+// A queued notice that arrives after its run was settled (a catch-up read
+// it first and its lane ran it to the end) offers nothing: the lane finds
+// the record settled at its first write and closes, holding no place.
+func TestLateQueuedNoticeOffersNothing(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	id, thread := h.Door(p.Key, "echo", "", "hi")
+	p.Offer()
+	p.Accept(id)
+	p.Complete(id, thread)
+	r := h.WaitStatus(id, run.Completed)
+	h.Settle()
+
+	payload := store.QueuedPayload(store.NewRun{RunID: id, ThreadID: thread, ProviderKey: p.Key, AgentName: "echo", RunInput: r.RunInput})
+	if _, err := h.Store.Pool().Exec(t.Context(), `SELECT pg_notify($1, $2)`, store.ChannelRunQueued, payload); err != nil {
+		t.Fatal(err)
+	}
+	// Notices arrive in commit order on the one listening connection: once
+	// the next run is offered, the late notice has been taken.
+	id2, thread2 := h.Door(p.Key, "echo", "", "next")
+	if f := p.Offer(); f.RunID != id2 {
+		t.Fatalf("offer %s, want %s (the late notice was offered)", f.RunID, id2)
+	}
+	h.Eventually("the late notice's lane closes", func() bool {
+		_, open := h.Node.Broker.Snapshot().Lanes[id]
+		return !open
+	})
+	p.Accept(id2)
+	p.Complete(id2, thread2)
+	h.WaitStatus(id2, run.Completed)
+	p.None()
+	if got := h.Node.Broker.Snapshot().InFlight[p.Key]; got != 0 {
+		t.Fatalf("the late notice holds a place: in flight %d", got)
+	}
+	if cur := h.Run(id); cur.Status != run.Completed || cur.LastSeq != r.LastSeq {
+		t.Fatalf("the settled run changed: %s, last seq %d", cur.Status, cur.LastSeq)
+	}
+}
