@@ -120,18 +120,7 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 				out, err = scanRun(row)
 				return err
 			})
-			if len(c.AgentMessages) > 0 {
-				ids := make([]string, len(c.AgentMessages))
-				msgs := make([]string, len(c.AgentMessages))
-				for i, msg := range c.AgentMessages {
-					ids[i], msgs[i] = msg.MessageID, string(msg.Message)
-				}
-				b.Queue(`
-				INSERT INTO thread_messages (thread_id, run_id, message_id, message, origin)
-				SELECT $1, $2, id, msg::json, 'agent' FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS t(id, msg, n)
-				ORDER BY n
-				ON CONFLICT (thread_id, message_id) DO NOTHING`, rd.threadID, m.RunID, ids, msgs)
-			}
+			queueMessages(b, rd.threadID, m.RunID, "agent", c.AgentMessages)
 		})
 	if err != nil {
 		return Run{}, nil, err

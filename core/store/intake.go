@@ -200,17 +200,7 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (r Run, created bool, 
 			r, err = scanRun(row)
 			return err
 		})
-		if len(nr.Messages) > 0 {
-			ids := make([]string, len(nr.Messages))
-			msgs := make([]string, len(nr.Messages))
-			for i, m := range nr.Messages {
-				ids[i], msgs[i] = m.MessageID, string(m.Message)
-			}
-			b.Queue(`
-				INSERT INTO thread_messages (thread_id, run_id, message_id, message, origin)
-				SELECT $1, $2, id, msg::json, 'caller' FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS t(id, msg, n)
-				ORDER BY n`, nr.ThreadID, nr.RunID, ids, msgs)
-		}
+		queueMessages(b, nr.ThreadID, nr.RunID, "caller", nr.Messages)
 		b.Queue(`SELECT pg_notify($1, $2)`, ChannelRunQueued, QueuedPayload(nr))
 	}
 	if q, _ := retriedQuery(nr); q == "" && nr.CreateThread != nil {
@@ -235,6 +225,27 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (r Run, created bool, 
 	s.log.InfoContext(ctx, "run queued", "run_id", r.RunID, "thread_id", r.ThreadID,
 		"provider_key", r.ProviderKey, "agent", r.AgentName)
 	return r, true, nil
+}
+
+// queueMessages adds msgs to b as one multi-row insert onto the thread, in
+// order. An agent's folded message already there (a conclude written
+// twice) is kept; a caller's is an error.
+func queueMessages(b *pgx.Batch, threadID, runID, origin string, msgs []Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	ids := make([]string, len(msgs))
+	texts := make([]string, len(msgs))
+	for i, m := range msgs {
+		ids[i], texts[i] = m.MessageID, string(m.Message)
+	}
+	q := `INSERT INTO thread_messages (thread_id, run_id, message_id, message, origin)
+		SELECT $1, $2, id, msg::json, $5 FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS t(id, msg, n)
+		ORDER BY n`
+	if origin == "agent" {
+		q += ` ON CONFLICT (thread_id, message_id) DO NOTHING`
+	}
+	b.Queue(q, threadID, runID, ids, texts, origin)
 }
 
 // errRetried stops CreateRun's transaction: the request is a retry of one
