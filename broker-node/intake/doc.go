@@ -1,6 +1,8 @@
 // Package intake tells the broker node when runs need its attention. The
 // doors insert run rows and pg_notify one of store.Channels in the same
-// transaction, with the run id as the only payload; a Listener holds one
+// transaction, with the run id as the payload (a queued notice adds the run
+// as queued when it fits, store.QueuedPayload, read into Notice.Run); a
+// Listener holds one
 // dedicated PostgreSQL connection that LISTENs on those channels and hands each
 // notification to a Handler, in arrival order. Because NOTIFY is lost while a
 // listener is disconnected, the notification is only a hint: the Handler is

@@ -12,8 +12,10 @@ import (
 	"github.com/funduq/funduq-go/core/run"
 )
 
-// NOTIFY channels the doors signal the broker on. Payloads carry a run id
-// only (NOTIFY payloads are small, and the row is the truth).
+// NOTIFY channels the doors signal the broker on. Payloads carry a run id;
+// a queued notice also the run as queued when it fits (QueuedPayload), so
+// the broker need not read the row back. The row stays the truth: the
+// broker's first write to the run is checked against it.
 const (
 	ChannelRunQueued  = "funduq_run_queued"  // a new run was inserted queued
 	ChannelRunCancel  = "funduq_run_cancel"  // a cancel was requested
