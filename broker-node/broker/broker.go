@@ -104,6 +104,7 @@ type Broker struct {
 	served     map[AgentRef]*linkState
 	buckets    map[string]*bucket
 	unserved   map[AgentRef]time.Time // unserved-since, for the unserved clock
+	ended      *endedRuns             // runs seen terminal lately (ended.go)
 	wake       chan struct{}
 	lastNudge  time.Time
 	lanesWG    sync.WaitGroup
@@ -144,6 +145,7 @@ func (b *Broker) reset() {
 	b.served = map[AgentRef]*linkState{}
 	b.buckets = map[string]*bucket{}
 	b.unserved = map[AgentRef]time.Time{}
+	b.ended = newEndedRuns()
 	b.wake = make(chan struct{}, 1)
 }
 

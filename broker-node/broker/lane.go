@@ -226,10 +226,20 @@ func (l *lane) move(ctx context.Context, to run.Status) error {
 		b.mu.Lock()
 		l.status = to
 		b.mu.Unlock()
-	} else if ctx.Err() == nil {
+	} else if ctx.Err() == nil && !settledAlready(to, err) {
 		l.log.ErrorContext(ctx, "status write refused", "to", string(to), "err", err)
 	}
 	return err
+}
+
+// settledAlready reports whether err refused an offering write because the
+// run has settled (or is gone): a late read of it as queued, not a fault.
+func settledAlready(to run.Status, err error) bool {
+	if to != run.Offering {
+		return false
+	}
+	var te *store.TransitionError
+	return errors.Is(err, store.ErrNotFound) || (errors.As(err, &te) && (te.From.Terminal() || te.From == run.InputRequired))
 }
 
 // ---- offering ----
@@ -269,10 +279,9 @@ func (l *lane) try(ctx context.Context) {
 
 	if err := l.move(ctx, run.Offering); err != nil {
 		l.releasePlace()
-		var te *store.TransitionError
-		if errors.Is(err, store.ErrNotFound) || (errors.As(err, &te) && (te.From.Terminal() || te.From == run.InputRequired)) {
-			// The run is not waiting any more (a notice that arrived after
-			// its lane had already run it): the record is the truth.
+		if settledAlready(run.Offering, err) {
+			// The run is not waiting any more (read as queued after its
+			// lane had already run it): the record is the truth.
 			l.log.InfoContext(ctx, "run is no longer queued; its lane closes", "err", err)
 			b.forget(l)
 		}
@@ -867,6 +876,9 @@ func (b *Broker) forget(l *lane) {
 	l.ended = true
 	l.stopTimers()
 	delete(b.lanes, l.id)
+	if l.status.Terminal() {
+		b.ended.add(l.id)
+	}
 	b.leaveThreadLocked(l)
 	if l.offeredTo != nil {
 		b.bucketFor(l.offeredTo.key).release()

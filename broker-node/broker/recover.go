@@ -129,7 +129,7 @@ func (b *Broker) take(r store.Run, readBack bool) {
 		return
 	}
 	b.mu.Lock()
-	if !b.leading || b.lanes[r.RunID] != nil {
+	if !b.leading || b.lanes[r.RunID] != nil || b.ended.has(r.RunID) {
 		b.mu.Unlock()
 		return
 	}

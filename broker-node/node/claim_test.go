@@ -72,8 +72,10 @@ func TestAcceptBurstIsRecordedInOrder(t *testing.T) {
 }
 
 // A queued notice that arrives after its run was settled (a catch-up read
-// it first and its lane ran it to the end) offers nothing: the lane finds
-// the record settled at its first write and closes, holding no place.
+// it first and its lane ran it to the end) offers nothing: the broker
+// remembers the runs it saw end, and for one it does not (settled before
+// this broker led, or long ago) the lane finds the record settled at its
+// first write and closes, holding no place.
 func TestLateQueuedNoticeOffersNothing(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe1, nil)
@@ -85,9 +87,17 @@ func TestLateQueuedNoticeOffersNothing(t *testing.T) {
 	r := h.WaitStatus(id, run.Completed)
 	h.Settle()
 
-	payload := store.QueuedPayload(store.NewRun{RunID: id, ThreadID: thread, ProviderKey: p.Key, AgentName: "echo", RunInput: r.RunInput})
-	if _, err := h.Store.Pool().Exec(t.Context(), `SELECT pg_notify($1, $2)`, store.ChannelRunQueued, payload); err != nil {
+	// A run this broker never saw: settled in the record already.
+	old := run.NewRunID()
+	if _, err := h.Store.Pool().Exec(t.Context(), `INSERT INTO runs (run_id, thread_id, provider_key, agent_name, status, run_input, completed_at)
+		VALUES ($1, $2, $3, 'echo', 'completed', '{}', now())`, old, thread, p.Key); err != nil {
 		t.Fatal(err)
+	}
+	for _, late := range []string{id, old} {
+		payload := store.QueuedPayload(store.NewRun{RunID: late, ThreadID: thread, ProviderKey: p.Key, AgentName: "echo", RunInput: r.RunInput})
+		if _, err := h.Store.Pool().Exec(t.Context(), `SELECT pg_notify($1, $2)`, store.ChannelRunQueued, payload); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// Notices arrive in commit order on the one listening connection: once
 	// the next run is offered, the late notice has been taken.
@@ -95,9 +105,11 @@ func TestLateQueuedNoticeOffersNothing(t *testing.T) {
 	if f := p.Offer(); f.RunID != id2 {
 		t.Fatalf("offer %s, want %s (the late notice was offered)", f.RunID, id2)
 	}
-	h.Eventually("the late notice's lane closes", func() bool {
-		_, open := h.Node.Broker.Snapshot().Lanes[id]
-		return !open
+	h.Eventually("the late notices' lanes close", func() bool {
+		lanes := h.Node.Broker.Snapshot().Lanes
+		_, open := lanes[id]
+		_, openOld := lanes[old]
+		return !open && !openOld
 	})
 	p.Accept(id2)
 	p.Complete(id2, thread2)
