@@ -3,8 +3,10 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 )
@@ -233,30 +235,49 @@ func chart(r *Report) string {
 			{func(p Phase) float64 { return p.DispatchP99 }, "#c13", "p99 (caller send)", ""},
 		}
 	}
-	xmax, ymax := 0.0, 0.0
+	// The y axis is logarithmic, in whole decades: the targets sit a
+	// fraction of a millisecond up, the tails at tens of milliseconds.
+	xmax, ymin, ymax := 0.0, math.Inf(1), 0.0
 	for _, p := range pts {
 		xmax = maxf(xmax, p.OfferedPerS)
 		for _, l := range lines {
-			ymax = maxf(ymax, l.get(p))
+			if v := l.get(p); v > 0 {
+				ymax, ymin = maxf(ymax, v), math.Min(ymin, v)
+			}
 		}
 	}
-	ymax = maxf(ymax, 5*r.Floors.NotifyRTTP50)
-	xmax, ymax = nice(xmax*1.05), nice(ymax*1.1)
+	if nrtt := r.Floors.NotifyRTTP50; nrtt > 0 {
+		ymin, ymax = math.Min(ymin, nrtt), maxf(ymax, 5*nrtt)
+	}
+	if math.IsInf(ymin, 1) || ymax <= 0 {
+		ymin, ymax = 0.1, 10
+	}
+	lo, hi := math.Floor(math.Log10(ymin)), math.Ceil(math.Log10(ymax))
+	if hi <= lo {
+		hi = lo + 1
+	}
+	xmax = nice(xmax * 1.05)
 	x := func(v float64) float64 { return L + v/xmax*(W-L-R) }
-	y := func(v float64) float64 { return H - B - v/ymax*(H-T-B) }
+	y := func(v float64) float64 {
+		v = math.Max(v, math.Pow(10, lo))
+		return H - B - (math.Log10(v)-lo)/(hi-lo)*(H-T-B)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", W, H, W, H)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", W, H)
 	fmt.Fprintf(&b, `<text x="%d" y="18" font-size="14">Dispatch latency against load (%s)</text>`+"\n", L, r.At.Format("2006-01-02 15:04 UTC"))
 	for i := 0; i <= 5; i++ {
-		xv, yv := xmax*float64(i)/5, ymax*float64(i)/5
+		xv := xmax * float64(i) / 5
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eee"/><text x="%.1f" y="%d" text-anchor="middle">%.0f</text>`+"\n",
 			x(xv), T, x(xv), H-B, x(xv), H-B+16, xv)
-		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%.1f</text>`+"\n",
-			L, y(yv), W-R, y(yv), L-6, y(yv)+4, yv)
+	}
+	for d := lo; d <= hi; d++ {
+		yv := math.Pow(10, d)
+		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n",
+			L, y(yv), W-R, y(yv), L-6, y(yv)+4, strconv.FormatFloat(yv, 'f', -1, 64))
 	}
 	fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">offered load (runs/s)</text>`+"\n", (L+W-R)/2, H-12)
-	fmt.Fprintf(&b, `<text x="16" y="%d" transform="rotate(-90 16 %d)" text-anchor="middle">dispatch latency (ms)</text>`+"\n", (T+H-B)/2, (T+H-B)/2)
+	fmt.Fprintf(&b, `<text x="16" y="%d" transform="rotate(-90 16 %d)" text-anchor="middle">dispatch latency (ms, log scale)</text>`+"\n", (T+H-B)/2, (T+H-B)/2)
 	hline := func(v float64, color, label string) {
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s" stroke-dasharray="4 3"/><text x="%d" y="%.1f" fill="%s">%s</text>`+"\n",
 			L, y(v), W-R, y(v), color, W-R+6, y(v)+4, color, label)
