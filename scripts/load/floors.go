@@ -29,6 +29,10 @@ type Floors struct {
 	PGTxConcurrency int     `json:"pg_tx_concurrency"`
 	// RunStorePerSec is runStoreFloor: a whole run's storage steps alone.
 	RunStorePerSec float64 `json:"run_store_runs_per_s,omitempty"`
+	// OfferPathP50/P99: door accepted → NOTIFY read → offering written,
+	// store calls alone, one run at a time on the idle machine (ms).
+	OfferPathP50 float64 `json:"offer_path_p50_ms,omitempty"`
+	OfferPathP99 float64 `json:"offer_path_p99_ms,omitempty"`
 }
 
 const scratchDDL = `CREATE TABLE IF NOT EXISTS load_scratch (id bigserial PRIMARY KEY, payload text NOT NULL, at timestamptz NOT NULL DEFAULT now())`

@@ -114,7 +114,7 @@ func Run(ctx context.Context, c Config, out io.Writer) (*Report, error) {
 		return nil, err
 	}
 	if c.BrokerURL == "" { // it needs a database of its own: only with a stack of the tool's
-		if rep.Floors.RunStorePerSec, err = runStoreFloor(ctx, c.PostgresURL, c.Callers, c.Events, c.EventSize, c.FloorTime); err != nil {
+		if rep.Floors.RunStorePerSec, rep.Floors.OfferPathP50, rep.Floors.OfferPathP99, err = runStoreFloor(ctx, c.PostgresURL, c.Callers, c.Events, c.EventSize, c.FloorTime); err != nil {
 			return nil, err
 		}
 	}

@@ -27,40 +27,53 @@ import (
 // reads of the stream (events then status, then the settle read). No
 // HTTP, WebSocket, Redis or lane in between: runs/s of the storage path,
 // the most the stack could complete on this machine's PostgreSQL.
-func runStoreFloor(ctx context.Context, adminURL string, conc, events, size int, d time.Duration) (float64, error) {
+//
+// Before that, on the idle machine and one at a time, the dispatch path's
+// own storage: a door's start returns (door accepted), the NOTIFY is read
+// on a LISTENing connection, and the broker's lazy offering write returns
+// — what must happen before a run frame may leave (offerP50/P99, ms).
+func runStoreFloor(ctx context.Context, adminURL string, conc, events, size int, d time.Duration) (perSec, offerP50, offerP99 float64, err error) {
+	perSec, offer, err := runStoreFloors(ctx, adminURL, conc, events, size, d)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return perSec, offer.ms(0.5), offer.ms(0.99), nil
+}
+
+func runStoreFloors(ctx context.Context, adminURL string, conc, events, size int, d time.Duration) (float64, *hist, error) {
 	admin, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer admin.Close(context.Background())
 	dbName := fmt.Sprintf("funduq_load_floor_%d_%s", os.Getpid(), randHex(3))
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+dbName); err != nil {
-		return 0, fmt.Errorf("run store floor: create database: %w", err)
+		return 0, nil, fmt.Errorf("run store floor: create database: %w", err)
 	}
 	defer admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+dbName+" WITH (FORCE)") //nolint:errcheck // best effort
 	u, err := url.Parse(adminURL)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	u.Path = "/" + dbName
 	if err := store.Migrate(ctx, u.String(), slog.New(slog.DiscardHandler)); err != nil {
-		return 0, fmt.Errorf("run store floor: migrate: %w", err)
+		return 0, nil, fmt.Errorf("run store floor: migrate: %w", err)
 	}
 	st, err := store.Open(ctx, u.String(), store.Options{MaxConns: int32(conc)})
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer st.Close()
 	epoch, err := st.AdvanceEpoch(ctx, "load-floor")
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	key := randHex(32)
 	if err := st.SaveProvider(ctx, store.Provider{PublicKey: key, Fingerprint: key[:16]}); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if err := st.SaveAgent(ctx, store.Agent{ProviderKey: key, Name: "floor"}); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	pad := strings.Repeat("x", size)
 	oneRun := func() error {
@@ -98,6 +111,10 @@ func runStoreFloor(ctx context.Context, adminURL string, conc, events, size int,
 		_, err := st.GetRun(ctx, runID)
 		return err
 	}
+	offer, err := offerFloor(ctx, st, u.String(), key, epoch, min(d, 3*time.Second))
+	if err != nil {
+		return 0, nil, fmt.Errorf("run store floor: offer path: %w", err)
+	}
 	var n atomic.Int64
 	var firstErr atomic.Value
 	stop := time.Now().Add(d)
@@ -116,7 +133,49 @@ func runStoreFloor(ctx context.Context, adminURL string, conc, events, size int,
 	}
 	wg.Wait()
 	if e, ok := firstErr.Load().(error); ok {
-		return 0, fmt.Errorf("run store floor: %w", e)
+		return 0, nil, fmt.Errorf("run store floor: %w", e)
 	}
-	return float64(n.Load()) / time.Since(start).Seconds(), nil
+	return float64(n.Load()) / time.Since(start).Seconds(), offer, nil
+}
+
+// offerFloor times, one run at a time, a door's start returning → its
+// NOTIFY read by a LISTENing connection → the lazy offering write
+// returned, with funduq's store calls.
+func offerFloor(ctx context.Context, st *store.Store, dbURL, key string, epoch int64, d time.Duration) (*hist, error) {
+	lc, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	defer lc.Close(context.Background())
+	if _, err := lc.Exec(ctx, "LISTEN "+store.ChannelRunQueued); err != nil {
+		return nil, err
+	}
+	h := &hist{}
+	stop := time.Now().Add(d)
+	for i := 0; time.Now().Before(stop) && i < 3000; i++ {
+		runID, threadID := run.NewRunID(), run.NewThreadID()
+		input, _ := json.Marshal(map[string]any{"threadId": threadID, "runId": runID, "messages": []any{}})
+		if _, _, err := st.CreateRun(ctx, store.NewRun{RunID: runID, ThreadID: threadID, ProviderKey: key, AgentName: "floor",
+			CreateThread: &store.NewThread{}, RunInput: input}); err != nil {
+			return nil, err
+		}
+		accepted := time.Now()
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		for {
+			nf, err := lc.WaitForNotification(wctx)
+			if err != nil {
+				cancel()
+				return nil, err
+			}
+			if id, _, _ := store.ParseQueuedPayload(nf.Payload); id == runID {
+				break
+			}
+		}
+		cancel()
+		if _, err := st.Transition(ctx, store.Move{RunID: runID, To: run.Offering, Writer: run.ByBroker, Epoch: epoch, Lazy: true}); err != nil {
+			return nil, err
+		}
+		h.add(time.Since(accepted))
+	}
+	return h, nil
 }
