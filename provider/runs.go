@@ -67,15 +67,17 @@ type outFrame struct {
 // frame does not validate, declined for an agent it does not serve or when
 // full, otherwise accepted at once — and starts the accepted run.
 func (c *Client) handleRun(l *link, raw []byte) {
-	var obj map[string]json.RawMessage
-	_ = json.Unmarshal(raw, &obj) // PeekType already checked it is an object
-	var runID string
-	_ = json.Unmarshal(obj["runId"], &runID)
-	delete(obj, "type")
-	rest, _ := json.Marshal(obj)
-	d, err := wire.DecodeDeliveredRun(rest)
+	d, err := wire.DecodeRunFrame(raw)
+	runID := d.RunID
 	if err == nil {
 		err = checkDelivered(d)
+	} else if runID == "" {
+		// Refused, but answered by its run id when it has one.
+		var probe struct {
+			RunID string `json:"runId"`
+		}
+		_ = json.Unmarshal(raw, &probe)
+		runID = probe.RunID
 	}
 
 	c.mu.Lock()

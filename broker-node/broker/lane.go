@@ -219,7 +219,7 @@ func (l *lane) move(ctx context.Context, to run.Status) error {
 		// Offering and its requeue are read back at takeover as queued
 		// alike: they need not wait for the disk.
 		lazy := to == run.Offering || to == run.Queued
-		_, err := b.st.Transition(ctx, store.Move{RunID: l.id, To: to, Writer: run.ByBroker, Epoch: epoch, Lazy: lazy})
+		_, err := b.st.Transition(ctx, store.Move{RunID: l.id, To: to, Writer: run.ByBroker, Epoch: epoch, Lazy: lazy, Brief: true})
 		return err
 	})
 	if err == nil {

@@ -100,6 +100,14 @@ func TestLazyMove(t *testing.T) {
 	if cur, _ := st.GetRun(ctx, r.RunID); cur.Status != run.Offering {
 		t.Fatalf("read after a lazy move: %s", cur.Status)
 	}
+	// A brief move says only which run, which thread and where it is now.
+	back, err := st.Transition(ctx, store.Move{RunID: r.RunID, To: run.Queued, Writer: run.ByBroker, Epoch: epoch, Lazy: true, Brief: true})
+	if err != nil || back.RunID != r.RunID || back.ThreadID != r.ThreadID || back.Status != run.Queued || len(back.RunInput) != 0 {
+		t.Fatalf("brief requeue: %+v %v", back, err)
+	}
+	if _, err := st.Transition(ctx, store.Move{RunID: r.RunID, To: run.Offering, Writer: run.ByBroker, Epoch: epoch, Brief: true}); err != nil {
+		t.Fatalf("brief offering: %v", err)
+	}
 	var te *store.TransitionError
 	if _, err := st.Transition(ctx, store.Move{RunID: r.RunID, To: run.Offering, Writer: run.ByBroker, Epoch: epoch, Lazy: true}); !errors.As(err, &te) || te.From != run.Offering {
 		t.Fatalf("lazy offering of an offered run: %v", err)

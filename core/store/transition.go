@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -34,6 +35,9 @@ type Move struct {
 	// PostgreSQL crash can lose it. For the broker's offering and requeue
 	// writes, which a takeover reads back as queued either way (D7).
 	Lazy bool
+	// Brief returns only the run's id, thread and status: for a writer
+	// that needs no more (the broker's lanes), not the whole row and input.
+	Brief bool
 }
 
 // Transition applies m if, and only if, the run is in a status m.To may be
@@ -59,17 +63,22 @@ func (s *Store) Transition(ctx context.Context, m Move) (Run, error) {
 	// One statement, one round trip: the fence is a locking read of the
 	// leader row inside it (held to the statement's end, as fence holds it
 	// to a transaction's), so a takeover's epoch write waits for it.
-	q := transitionSQL
 	args := []any{m.RunID, string(m.To), statusStrings(from), string(m.Reason), nullJSON(m.Interrupt), nullJSON(m.RunInput), epoch}
+	fenced, lazy, brief := 0, 0, 0
 	if epoch != nil {
-		q = fencedTransitionSQL
+		fenced = 1
+		if m.Lazy {
+			lazy = 1
+		}
 	}
-	if epoch != nil && m.Lazy {
-		q = lazyFencedTransitionSQL
+	scan := scanRun
+	if m.Brief {
+		brief, scan = 1, scanBrief
 	}
+	q := transitionSQL[fenced][lazy][brief]
 	var out Run
 	err := s.retry(ctx, what, func() error {
-		r, err := scanRun(s.pool.QueryRow(ctx, q, args...))
+		r, err := scan(s.pool.QueryRow(ctx, q, args...))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return s.whyNoMove(ctx, m)
 		}
@@ -96,22 +105,50 @@ const transitionSet = `
 	queued_at = CASE WHEN $2 = 'queued' AND status = 'input-required' THEN now() ELSE queued_at END,
 	last_activity_at = now()`
 
-var (
-	transitionSQL = `UPDATE runs SET` + transitionSet + `
-		WHERE run_id = $1 AND status = ANY($3)
-		RETURNING ` + runColumns
-	fencedTransitionSQL = `WITH lead AS (SELECT 1 FROM broker_leader WHERE id = 1 AND epoch = $7::bigint FOR SHARE)
-		UPDATE runs SET` + transitionSet + `
-		WHERE run_id = $1 AND status = ANY($3) AND EXISTS (SELECT 1 FROM lead)
-		RETURNING ` + runColumns
-	// The statement's own (implicit) transaction commits without waiting
-	// for the WAL flush: set_config(…, true) is local to that transaction.
-	lazyFencedTransitionSQL = `WITH lazy AS (SELECT set_config('synchronous_commit', 'off', true) AS v),
-		lead AS (SELECT 1 FROM broker_leader WHERE id = 1 AND epoch = $7::bigint FOR SHARE)
-		UPDATE runs SET` + transitionSet + `
-		WHERE run_id = $1 AND status = ANY($3) AND EXISTS (SELECT 1 FROM lead) AND EXISTS (SELECT 1 FROM lazy WHERE v = 'off')
-		RETURNING ` + runColumns
-)
+// transitionSQL[fenced][lazy][brief] is the one statement a move is. The
+// fence is a locking read of the leader row inside it; a lazy one's own
+// (implicit) transaction commits without waiting for the WAL flush
+// (set_config(…, true) is local to that transaction); a brief one returns
+// only the run's id, thread and status.
+var transitionSQL = func() (q [2][2][2]string) {
+	for f := range 2 {
+		for l := range 2 {
+			for b := range 2 {
+				var with []string
+				where := `WHERE run_id = $1 AND status = ANY($3)`
+				if l == 1 {
+					with = append(with, `lazy AS (SELECT set_config('synchronous_commit', 'off', true) AS v)`)
+					where += ` AND EXISTS (SELECT 1 FROM lazy WHERE v = 'off')`
+				}
+				if f == 1 {
+					with = append(with, `lead AS (SELECT 1 FROM broker_leader WHERE id = 1 AND epoch = $7::bigint FOR SHARE)`)
+					where += ` AND EXISTS (SELECT 1 FROM lead)`
+				}
+				stmt := ""
+				if len(with) > 0 {
+					stmt = "WITH " + strings.Join(with, ",\n\t") + "\n"
+				}
+				ret := runColumns
+				if b == 1 {
+					ret = briefRunColumns
+				}
+				q[f][l][b] = stmt + `UPDATE runs SET` + transitionSet + "\n" + where + "\nRETURNING " + ret
+			}
+		}
+	}
+	return q
+}()
+
+// briefRunColumns is what a brief move returns (scanBrief reads it).
+const briefRunColumns = `run_id, thread_id, status`
+
+func scanBrief(row pgx.Row) (Run, error) {
+	var r Run
+	var status string
+	err := row.Scan(&r.RunID, &r.ThreadID, &status)
+	r.Status = run.Status(status)
+	return r, err
+}
 
 // whyNoMove says why a move matched nothing, from what is there now: a
 // stale epoch, a missing run, or a status the move may not leave.

@@ -106,3 +106,55 @@ func FuzzDecodeDeliveredRun(f *testing.F) {
 		}
 	})
 }
+
+// oldRunFrame is how the SDK read a run frame before DecodeRunFrame: the
+// frame as a map, "type" dropped, encoded again, DecodeDeliveredRun.
+func oldRunFrame(raw []byte) (wire.DeliveredRun, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return wire.DeliveredRun{}, err
+	}
+	delete(obj, "type")
+	rest, _ := json.Marshal(obj)
+	return wire.DecodeDeliveredRun(rest)
+}
+
+// DecodeRunFrame reads a run frame as the old four-pass path did: the same
+// frames accepted, the same run read from them.
+func TestDecodeRunFrameMatchesTheOldPath(t *testing.T) {
+	for _, raw := range []string{
+		`{"type":"run","runId":"r","agentName":"a","runInput":{"x":[1,2]},"threadId":"t","metadata":{}}`,
+		`{"type":"run","runId":"r","agentName":"a","runInput":{},"threadId":null,"metadata":{}}`,
+		`{"type":"run","runId":"r","agentName":"a","runInput":{},"threadId":null,"metadata":{},"extra":1}`,
+		`{"type":"run","runId":"r","agentName":"a","runInput":{},"threadId":null}`,
+		`{"type":"run","runId":1,"agentName":"a","runInput":{},"threadId":null,"metadata":{}}`,
+	} {
+		got, gerr := wire.DecodeRunFrame([]byte(raw))
+		want, werr := oldRunFrame([]byte(raw))
+		if (gerr == nil) != (werr == nil) {
+			t.Fatalf("%s: accepted %v, the old path %v", raw, gerr == nil, werr == nil)
+		}
+		if gerr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: read %+v, the old path %+v", raw, got, want)
+		}
+	}
+}
+
+func FuzzDecodeRunFrame(f *testing.F) {
+	f.Add([]byte(`{"type":"run","runId":"r","agentName":"a","runInput":{},"threadId":null,"metadata":{}}`))
+	f.Add([]byte(`{"type":"run","runId":"r","agentName":"a","runInput":{},"threadId":"t","metadata":{},"x":0}`))
+	f.Add([]byte(`{"type":1,"runId":"r","agentName":"a","runInput":{},"threadId":null,"metadata":{}}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if typ, ok := wire.PeekType(raw); !ok || typ != wire.TypeRun {
+			return // the SDK peeks a run frame first
+		}
+		got, gerr := wire.DecodeRunFrame(raw)
+		want, werr := oldRunFrame(raw)
+		if (gerr == nil) != (werr == nil) {
+			t.Fatalf("accepted %v (%v), the old path %v (%v)", gerr == nil, gerr, werr == nil, werr)
+		}
+		if gerr == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("read %+v, the old path %+v", got, want)
+		}
+	})
+}
