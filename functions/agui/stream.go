@@ -240,18 +240,27 @@ func settled(s run.Status) bool { return s.Terminal() || s == run.InputRequired 
 func (t *tail) settle(ctx context.Context) {
 	o := t.h.o
 	deadline := time.Now().Add(o.SettleWait)
-	for ctx.Err() == nil {
+	for waited := false; ctx.Err() == nil; waited = true {
 		dctx, cancel := context.WithTimeout(ctx, door.StorageTimeout)
 		cur, err := o.Store.GetRun(dctx, t.runID)
 		cancel()
 		if err == nil && settled(cur.Status) {
 			return
 		}
+		if waited {
+			// The end is slow to be recorded (the broker is busy or gone):
+			// the caller has what was relayed meanwhile, only the close
+			// waits. Usually the end's marker wakes the first wait and the
+			// events and the close go out together (a client that stops
+			// reading at RUN_FINISHED then still finds the stream ended, and
+			// its connection is reused).
+			t.flush()
+		}
 		left := time.Until(deadline)
 		if left <= 0 {
 			return
 		}
-		sleep(ctx, min(o.PollInterval, left))
+		door.WaitEnd(ctx, o.Feed, t.runID, t.after, min(o.PollInterval, left))
 	}
 }
 

@@ -255,8 +255,29 @@ func (t *Tail) Settle(ctx context.Context) (store.Run, error) {
 		if left <= 0 || ctx.Err() != nil {
 			return cur, err
 		}
-		Sleep(ctx, min(o.PollInterval, left))
+		WaitEnd(ctx, o.Feed, t.RunID, t.After, min(o.PollInterval, left))
 	}
+}
+
+// WaitEnd waits up to d for the broker's end marker on a run's live feed
+// (published right after the run's end is recorded) past seq after, so a
+// door that has relayed the terminal event reads the settled record as soon
+// as it exists instead of at its next poll. Without a feed, or when the
+// feed has only other entries, it sleeps out d.
+func WaitEnd(ctx context.Context, feed *livefeed.Feed, runID string, after int, d time.Duration) {
+	if feed != nil {
+		start := time.Now()
+		entries, err := feed.Read(ctx, runID, after, d)
+		if err == nil {
+			for _, e := range entries {
+				if e.End != "" {
+					return
+				}
+			}
+		}
+		d -= time.Since(start)
+	}
+	Sleep(ctx, d)
 }
 
 // Sleep waits d or until ctx ends.
