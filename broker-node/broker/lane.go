@@ -458,6 +458,32 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 		ls.release(batch...)
 		return
 	}
+	// The run's terminal event with no finish behind it yet is held back
+	// to go with the end (the finish follows it on the link), so no door
+	// sees the round's last event before its end is recorded.
+	var held []eventCmd
+	if j := terminalAt(a.infos); j >= 0 {
+		held, batch = batch[a.idx[j]:], batch[:a.idx[j]]
+		a.evs, a.infos, a.pseq = a.evs[:j], a.infos[:j], l.lastPSeq
+		for _, e := range a.evs {
+			if e.ProviderSeq != nil && *e.ProviderSeq > a.pseq {
+				a.pseq = *e.ProviderSeq
+			}
+		}
+	}
+	if len(a.evs) == 0 {
+		if l.move(ctx, run.Running) != nil {
+			ls.release(append(batch, held...)...)
+			return
+		}
+		l.tookClaim(ctx, ls, from)
+		if l.cancelRequested {
+			l.onCancel(ctx)
+		}
+		ls.release(batch...)
+		l.onEvents(ctx, ls, held, l.q.takeFinish(ls))
+		return
+	}
 	b := l.b
 	b.mu.Lock()
 	epoch := b.epoch
@@ -472,6 +498,7 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 	b.metrics.storeSecs.Add(time.Since(t0).Seconds())
 	ls.release(batch...)
 	if err != nil {
+		ls.release(held...)
 		if ctx.Err() == nil {
 			l.log.ErrorContext(ctx, "claim refused", "err", err)
 		}
@@ -494,6 +521,24 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 	if l.cancelRequested {
 		l.onCancel(ctx)
 	}
+	switch {
+	case len(held) == 0:
+	case l.isEnded():
+		ls.release(held...)
+	default:
+		l.onEvents(ctx, ls, held, l.q.takeFinish(ls))
+	}
+}
+
+// terminalAt is the index of the first RUN_FINISHED or RUN_ERROR among
+// infos, or -1.
+func terminalAt(infos []agui.Info) int {
+	for i, in := range infos {
+		if in.RunFinished || in.RunError {
+			return i
+		}
+	}
+	return -1
 }
 
 // claimed is the lane's side of a claim the record holds (or is about to,
@@ -581,6 +626,7 @@ func (l *lane) holder(ctx context.Context, ls *linkState) bool {
 type admitted struct {
 	evs      []store.NewEvent
 	infos    []agui.Info
+	idx      []int // the batch index each of evs came from
 	pseq     int64
 	stop     run.Reason
 	stopErr  error
@@ -589,7 +635,7 @@ type admitted struct {
 
 func (l *lane) admit(batch []eventCmd) admitted {
 	a := admitted{evs: make([]store.NewEvent, 0, len(batch)), infos: make([]agui.Info, 0, len(batch)), pseq: l.lastPSeq}
-	for _, c := range batch {
+	for i, c := range batch {
 		info, err := agui.Validate(c.ev)
 		if err != nil {
 			a.stop, a.stopErr, a.stopFrom = run.ReasonMalformedEvent, err, c.link
@@ -609,6 +655,7 @@ func (l *lane) admit(batch []eventCmd) admitted {
 		}
 		a.evs = append(a.evs, store.NewEvent{Event: c.ev, ProviderSeq: c.pseq})
 		a.infos = append(a.infos, info)
+		a.idx = append(a.idx, i)
 	}
 	return a
 }
