@@ -186,45 +186,17 @@ func (t *tail) run(ctx context.Context, end time.Time) {
 // stream is done: a terminal event was relayed (terminal), or the run has
 // ended (or paused) and every event it has is relayed.
 func (t *tail) fromDB(ctx context.Context) (done, terminal bool, err error) {
-	st := t.h.o.Store
-	var cur store.Run
-	full := false // a full page was read: the status read with it may predate later pages
-	for first := true; ; first = false {
-		dctx, cancel := context.WithTimeout(ctx, door.StorageTimeout)
-		var evs []store.Event
-		if first {
-			// The events and then the run's status, in one round trip.
-			evs, cur, err = st.EventsAndRun(dctx, t.runID, t.after, backlogPage)
-		} else {
-			evs, err = st.EventsAfter(dctx, t.runID, t.after, backlogPage)
-		}
-		cancel()
-		if err != nil {
-			return false, false, err
-		}
-		for _, e := range evs {
-			if e.Seq <= t.after {
-				continue
-			}
-			if t.relay(e.Seq, e.Event) {
-				return true, true, nil
-			}
-			if t.broken {
-				return true, false, nil
-			}
-		}
-		if len(evs) < backlogPage {
-			break
-		}
-		full = true
-	}
-	if full {
-		dctx, cancel := context.WithTimeout(ctx, door.StorageTimeout)
-		cur, err = st.GetRun(dctx, t.runID)
-		cancel()
-		if err != nil {
-			return false, false, err
-		}
+	cur, err := door.ReadRecord(ctx, t.h.o.Store, t.runID, t.after, backlogPage, func(seq int, ev json.RawMessage) bool {
+		terminal = t.relay(seq, ev)
+		return terminal || t.broken
+	})
+	switch {
+	case err != nil:
+		return false, false, err
+	case terminal:
+		return true, true, nil
+	case t.broken:
+		return true, false, nil
 	}
 	return settled(cur.Status) && t.after >= cur.LastSeq, false, nil
 }

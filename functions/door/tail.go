@@ -191,7 +191,31 @@ func (t *Tail) relay(seq int, ev json.RawMessage) bool {
 // fromDB relays the stored events after t.After; non-zero when the tail is
 // done.
 func (t *Tail) fromDB(ctx context.Context) (TailEnd, error) {
-	st := t.O.Store
+	end := TailEnd(0)
+	cur, err := ReadRecord(ctx, t.O.Store, t.RunID, t.After, tailBacklogPage, func(seq int, ev json.RawMessage) bool {
+		switch {
+		case t.relay(seq, ev):
+			end = TailStopped
+		case t.gone():
+			end = TailGone
+		}
+		return end != 0
+	})
+	if err != nil || end != 0 {
+		return end, err
+	}
+	if Settled(cur.Status) && t.After >= cur.LastSeq {
+		return TailSettled, nil
+	}
+	return 0, nil
+}
+
+// ReadRecord hands relay a run's stored events after seq after, in order,
+// page by page, until relay returns true (stop: a terminal event, a client
+// gone), and returns the run as read after them — so a settled run whose
+// status it returns has every event among those read, unless relay
+// stopped. The first page and the status are one round trip.
+func ReadRecord(ctx context.Context, st *store.Store, runID string, after, page int, relay func(seq int, ev json.RawMessage) (stop bool)) (store.Run, error) {
 	var cur store.Run
 	full := false // a full page was read: the status read with it may predate later pages
 	for first := true; ; first = false {
@@ -199,43 +223,38 @@ func (t *Tail) fromDB(ctx context.Context) (TailEnd, error) {
 		var evs []store.Event
 		var err error
 		if first {
-			evs, cur, err = st.EventsAndRun(dctx, t.RunID, t.After, tailBacklogPage)
+			evs, cur, err = st.EventsAndRun(dctx, runID, after, page)
 		} else {
-			evs, err = st.EventsAfter(dctx, t.RunID, t.After, tailBacklogPage)
+			evs, err = st.EventsAfter(dctx, runID, after, page)
 		}
 		cancel()
 		if err != nil {
-			return 0, err
+			return store.Run{}, err
 		}
 		for _, e := range evs {
-			if e.Seq <= t.After {
+			if e.Seq <= after {
 				continue
 			}
-			if t.relay(e.Seq, e.Event) {
-				return TailStopped, nil
-			}
-			if t.gone() {
-				return TailGone, nil
+			after = e.Seq
+			if relay(e.Seq, e.Event) {
+				return cur, nil
 			}
 		}
-		if len(evs) < tailBacklogPage {
+		if len(evs) < page {
 			break
 		}
 		full = true
 	}
 	if full {
 		dctx, cancel := context.WithTimeout(ctx, StorageTimeout)
-		var err error
-		cur, err = st.GetRun(dctx, t.RunID)
-		cancel()
+		defer cancel()
+		r, err := st.GetRun(dctx, runID)
 		if err != nil {
-			return 0, err
+			return store.Run{}, err
 		}
+		cur = r
 	}
-	if Settled(cur.Status) && t.After >= cur.LastSeq {
-		return TailSettled, nil
-	}
-	return 0, nil
+	return cur, nil
 }
 
 // Settle waits, after a terminal event, until the broker has recorded the
