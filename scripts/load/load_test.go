@@ -85,12 +85,13 @@ func TestTinyLoadRun(t *testing.T) {
 	}
 	// Dispatch from door accepted: measured for the same runs as from the
 	// caller's send, and shorter (it leaves out the HTTP request and the
-	// door's commit).
+	// door's commit). Frames that beat the door's return count as 0, so in a
+	// short phase even the median may be 0; some run must still take time.
 	for _, ph := range append([]Phase{rep.Max, rep.Half}, rep.Sweep...) {
 		if ph.AcceptedRuns == 0 || int64(ph.AcceptedRuns)+ph.AcceptedMissing != int64(ph.DispatchRuns) || 10*ph.AcceptedMissing > int64(ph.DispatchRuns) {
 			t.Fatalf("%s: %d accepted samples, %d missing, of %d runs", ph.Name, ph.AcceptedRuns, ph.AcceptedMissing, ph.DispatchRuns)
 		}
-		if ph.AcceptedP50 <= 0 || ph.AcceptedP50 > ph.DispatchP50 || ph.AcceptedP90 > ph.DispatchP90 || ph.AcceptedP99 > ph.DispatchP99 {
+		if ph.AcceptedP99 <= 0 || ph.AcceptedP50 > ph.DispatchP50 || ph.AcceptedP90 > ph.DispatchP90 || ph.AcceptedP99 > ph.DispatchP99 {
 			t.Fatalf("%s: from door accepted %.2f / %.2f / %.2f ms, from caller send %.2f / %.2f / %.2f ms", ph.Name,
 				ph.AcceptedP50, ph.AcceptedP90, ph.AcceptedP99, ph.DispatchP50, ph.DispatchP90, ph.DispatchP99)
 		}
