@@ -277,16 +277,6 @@ func (l *lane) try(ctx context.Context) {
 	l.offeredTo = ls
 	b.mu.Unlock()
 
-	if err := l.move(ctx, run.Offering); err != nil {
-		l.releasePlace()
-		if settledAlready(run.Offering, err) {
-			// The run is not waiting any more (read as queued after its
-			// lane had already run it): the record is the truth.
-			l.log.InfoContext(ctx, "run is no longer queued; its lane closes", "err", err)
-			b.forget(l)
-		}
-		return
-	}
 	threadID := l.threadID
 	// The clock starts before the frame leaves: an answer can never beat it.
 	l.offerSeq++
@@ -299,12 +289,53 @@ func (l *lane) try(ctx context.Context) {
 		err = ls.link.Send(frame)
 	}
 	if err != nil {
-		l.log.WarnContext(ctx, "offer could not be sent; run back to queued", "link", ls.id, "err", err)
-		l.handBack(ctx)
+		l.log.WarnContext(ctx, "offer could not be sent; the run stays queued", "link", ls.id, "err", err)
+		l.dropOffer()
+		return
+	}
+	// The frame is queued for the link's writer before the offering write
+	// is made, so the two go out side by side and the provider does not
+	// wait for PostgreSQL. Nothing the provider answers is read before the
+	// write has returned (the lane reads its queue after try), so every
+	// verdict still meets the run as offering.
+	if err := l.move(ctx, run.Offering); err != nil {
+		l.dropOffer()
+		l.withdraw(ctx, ls, err)
+		if settledAlready(run.Offering, err) {
+			// The run is not waiting any more (read as queued after its
+			// lane had already run it): the record is the truth.
+			l.log.InfoContext(ctx, "run is no longer queued; its lane closes", "err", err)
+			b.forget(l)
+		}
 		return
 	}
 	b.metrics.offers.WithLabelValues("sent").Inc()
 	l.log.DebugContext(ctx, "run offered", "link", ls.id)
+}
+
+// dropOffer ends an offer that never counted: its clock stops and its
+// place comes back; the record was not moved.
+func (l *lane) dropOffer() {
+	l.offer.timer.Stop()
+	l.offer = nil
+	l.releasePlace()
+}
+
+// withdraw takes back an offer whose offering write was refused: the
+// provider is asked to cancel the run (a cancel for a run it never took
+// is a no-op for it), and whatever it answers finds no offer out. A
+// broker that lost its epoch or its context closes the links instead.
+func (l *lane) withdraw(ctx context.Context, ls *linkState, err error) {
+	if ctx.Err() != nil || errors.Is(err, store.ErrStaleEpoch) {
+		return
+	}
+	l.b.metrics.offers.WithLabelValues("withdrawn").Inc()
+	frame, _ := wire.Marshal(wire.Cancel{Type: wire.TypeCancel, RunID: l.id})
+	if err := ls.link.Send(frame); err != nil {
+		l.log.WarnContext(ctx, "offer withdrawal could not be sent", "link", ls.id, "err", err)
+		return
+	}
+	l.log.InfoContext(ctx, "offer withdrawn: the record refused it", "provider_key", ls.key, "link", ls.id)
 }
 
 // interjectionTargetLocked returns the link an interjection goes straight

@@ -28,7 +28,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		links: prometheus.NewGauge(prometheus.GaugeOpts{Name: "funduq_broker_provider_links",
 			Help: "Open provider links."}),
 		offers: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "funduq_broker_offers_total",
-			Help: "Offers sent and their outcomes (sent, accepted, declined, refused, unanswered)."}, []string{"outcome"}),
+			Help: "Offers sent and their outcomes (sent, accepted, declined, refused, unanswered; withdrawn: taken back because the record refused its offering write)."}, []string{"outcome"}),
 		quality: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "funduq_broker_quality_counts_total",
 			Help: "Quality counters recorded against providers, by counter."}, []string{"counter"}),
 		events: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_events_relayed_total",

@@ -73,9 +73,10 @@ func TestAcceptBurstIsRecordedInOrder(t *testing.T) {
 
 // A queued notice that arrives after its run was settled (a catch-up read
 // it first and its lane ran it to the end) offers nothing: the broker
-// remembers the runs it saw end, and for one it does not (settled before
-// this broker led, or long ago) the lane finds the record settled at its
-// first write and closes, holding no place.
+// remembers the runs it saw end. For one it does not (settled before this
+// broker led, or long ago) the offer goes out beside the offering write,
+// which the record refuses: the offer is withdrawn with a cancel, an
+// answer to it changes nothing, and the lane closes holding no place.
 func TestLateQueuedNoticeOffersNothing(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe1, nil)
@@ -99,11 +100,20 @@ func TestLateQueuedNoticeOffersNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Notices arrive in commit order on the one listening connection: once
-	// the next run is offered, the late notice has been taken.
+	// Notices arrive in commit order on the one listening connection: the
+	// run this broker saw end is not offered; the other is, and taken back.
+	if f := p.Offer(); f.RunID != old {
+		t.Fatalf("offer %s, want %s (the run this broker ended was offered again)", f.RunID, old)
+	}
+	var c wire.Cancel
+	p.Expect(wire.TypeCancel, &c)
+	if c.RunID != old {
+		t.Fatalf("cancel for %s, want the withdrawn %s", c.RunID, old)
+	}
+	p.Accept(old) // sent before the withdrawal reached the provider
 	id2, thread2 := h.Door(p.Key, "echo", "", "next")
 	if f := p.Offer(); f.RunID != id2 {
-		t.Fatalf("offer %s, want %s (the late notice was offered)", f.RunID, id2)
+		t.Fatalf("offer %s, want %s", f.RunID, id2)
 	}
 	h.Eventually("the late notices' lanes close", func() bool {
 		lanes := h.Node.Broker.Snapshot().Lanes
@@ -120,5 +130,8 @@ func TestLateQueuedNoticeOffersNothing(t *testing.T) {
 	}
 	if cur := h.Run(id); cur.Status != run.Completed || cur.LastSeq != r.LastSeq {
 		t.Fatalf("the settled run changed: %s, last seq %d", cur.Status, cur.LastSeq)
+	}
+	if cur := h.Run(old); cur.Status != run.Completed || cur.LastSeq != 0 {
+		t.Fatalf("the withdrawn run changed: %s, last seq %d", cur.Status, cur.LastSeq)
 	}
 }

@@ -46,7 +46,8 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 	p.Event(a, `{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`)
 	sa.waitEvents(t, 2)
 	// Run D is acknowledged just before the outage: the broker may or may
-	// not have read it yet.
+	// not have read it yet, and its offer may reach the provider while its
+	// offering write waits for the database (they go out side by side).
 	sd, d := e.post(p.Key, "echo", "just before the outage")
 
 	if err := e.pg.Stop(); err != nil {
@@ -119,7 +120,8 @@ func TestPostgresRestartUnderLoad(t *testing.T) {
 		t.Fatalf("the caller's last event is %d:%s, want %d:RUN_FINISHED", last.ID, last.Type, len(stored))
 	}
 
-	// Run D is offered once the database is back, and completes.
+	// Run D is offered (and answered) once the database is back, and
+	// completes.
 	fd := p.Offer()
 	if fd.RunID != d {
 		t.Fatalf("offer %s, want the run acknowledged just before the outage (%s)", fd.RunID, d)
