@@ -286,15 +286,17 @@ func (l *lane) try(ctx context.Context) {
 	frame, err := wire.Marshal(wire.NewRunFrame(wire.DeliveredRun{RunID: l.id, AgentName: l.agent.Name,
 		RunInput: l.input, ThreadID: &threadID}))
 	if err == nil {
-		err = ls.link.Send(frame)
+		// Written by this goroutine when the link is idle: the writer's
+		// wake-up was the longest step between the notice and the frame.
+		err = ls.link.SendNow(frame)
 	}
 	if err != nil {
 		l.log.WarnContext(ctx, "offer could not be sent; the run stays queued", "link", ls.id, "err", err)
 		l.dropOffer()
 		return
 	}
-	// The frame is queued for the link's writer before the offering write
-	// is made, so the two go out side by side and the provider does not
+	// The frame leaves before the offering write is made, so the two go
+	// out side by side and the provider does not
 	// wait for PostgreSQL. Nothing the provider answers is read before the
 	// write has returned (the lane reads its queue after try), so every
 	// verdict still meets the run as offering.

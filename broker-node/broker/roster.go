@@ -16,6 +16,11 @@ type Link interface {
 	// Send queues one frame on the link's serialized writer; it fails
 	// once the link is closed. It never blocks on the network.
 	Send(frame []byte) error
+	// SendNow sends a frame whose latency counts (a run offered): it is
+	// written by the caller at once when the link is idle, so it may block
+	// on the network up to the link's write timeout; otherwise it is
+	// queued as by Send.
+	SendNow(frame []byte) error
 	// Close ends the link with a reason (the broker closes every link
 	// when it stops leading).
 	Close(reason string)

@@ -43,9 +43,14 @@ func Limit(n int64) int64 {
 // one goroutine that writes it (frames, pings, the close), and the close
 // with its reason.
 type Conn struct {
-	WS      *websocket.Conn
-	mu      sync.Mutex
-	out     [][]byte      // frames waiting for the writer, in order; allocated as they come
+	WS  *websocket.Conn
+	mu  sync.Mutex
+	out [][]byte // frames waiting to be written, in order; allocated as they come
+	// writing is held by whoever writes frames: the writer goroutine, or a
+	// SendNow caller that found the link idle. Taken and given back under
+	// mu, and given back only with out empty, so no frame is left behind.
+	writing bool
+	idle    chan struct{} // closed when writing is given back, for a close waiting on it
 	wake    chan struct{} // the writer's doorbell (capacity 1)
 	closed  chan struct{}
 	once    sync.Once
@@ -54,11 +59,21 @@ type Conn struct {
 	slowMsg string // the close reason for a peer that stopped reading
 	// Ping overrides PingEvery (tests); set before Writer starts.
 	Ping time.Duration
+	// WriteTimeout overrides the bound on one frame's write (tests); set
+	// before the link is used.
+	WriteTimeout time.Duration
 }
 
 // New wraps ws; slowMsg is the close reason for a peer whose queue fills.
 func New(ws *websocket.Conn, slowMsg string) *Conn {
 	return &Conn{WS: ws, wake: make(chan struct{}, 1), closed: make(chan struct{}), slowMsg: slowMsg}
+}
+
+func (c *Conn) writeTimeout() time.Duration {
+	if c.WriteTimeout > 0 {
+		return c.WriteTimeout
+	}
+	return writeTimeout
 }
 
 // Closed is closed once the link is.
@@ -87,13 +102,105 @@ func (c *Conn) Send(frame []byte) error {
 	return nil
 }
 
-// takeAll empties the queue. An idle link keeps no queue memory.
-func (c *Conn) takeAll() [][]byte {
+// SendNow is Send for a frame whose latency counts (a run offered): when
+// nothing is being written or waits, the caller writes it at once rather
+// than waking the writer, and then writes whatever was queued meanwhile.
+// It may then block on the network, for at most the write timeout, when
+// the peer stopped reading; a failed write closes the link and returns
+// ErrClosed. Otherwise it queues, as Send does. Never call it holding a
+// lock that others wait on.
+func (c *Conn) SendNow(frame []byte) error {
+	select {
+	case <-c.closed:
+		return ErrClosed
+	default:
+	}
+	c.mu.Lock()
+	if c.writing || len(c.out) > 0 {
+		c.mu.Unlock()
+		return c.Send(frame)
+	}
+	c.writing = true
+	c.out = append(c.out, frame)
+	c.mu.Unlock()
+	if !c.drain() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// acquire takes the writing turn if nobody holds it.
+func (c *Conn) acquire() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	fs := c.out
-	c.out = nil
-	return fs
+	if c.writing {
+		return false
+	}
+	c.writing = true
+	return true
+}
+
+// drain writes the queue until it is empty, then gives the writing turn
+// back; the caller holds it. It reports false when a write failed (the
+// link is then closed).
+func (c *Conn) drain() bool {
+	for {
+		c.mu.Lock()
+		fs := c.out
+		c.out = nil
+		if len(fs) == 0 {
+			c.releaseLocked()
+			c.mu.Unlock()
+			return true
+		}
+		c.mu.Unlock()
+		for _, f := range fs {
+			_ = c.WS.SetWriteDeadline(time.Now().Add(c.writeTimeout()))
+			if err := c.WS.WriteMessage(websocket.TextMessage, f); err != nil {
+				c.CloseWith(websocket.CloseAbnormalClosure, "write failed")
+				_ = c.WS.Close()
+				c.mu.Lock()
+				c.out = nil
+				c.releaseLocked()
+				c.mu.Unlock()
+				return false
+			}
+		}
+	}
+}
+
+// releaseLocked gives the writing turn back; c.mu is held.
+func (c *Conn) releaseLocked() {
+	c.writing = false
+	if c.idle != nil {
+		close(c.idle)
+		c.idle = nil
+	}
+}
+
+// awaitTurn takes the writing turn for the close, waiting for a SendNow
+// caller that holds it (its write ends within the write timeout).
+func (c *Conn) awaitTurn() bool {
+	for {
+		c.mu.Lock()
+		if !c.writing {
+			c.writing = true
+			c.mu.Unlock()
+			return true
+		}
+		if c.idle == nil {
+			c.idle = make(chan struct{})
+		}
+		idle := c.idle
+		c.mu.Unlock()
+		t := time.NewTimer(c.writeTimeout() + time.Second)
+		select {
+		case <-idle:
+			t.Stop()
+		case <-t.C:
+			return false
+		}
+	}
 }
 
 // Close ends the link (the broker stopped leading, say) with reason.
@@ -107,7 +214,8 @@ func (c *Conn) CloseWith(code int, reason string) {
 	})
 }
 
-// Writer is the link's only writer; it closes done when it returns.
+// Writer writes what Send queues, pings the peer, and makes the close; it
+// closes done when it returns.
 func (c *Conn) Writer(done chan<- struct{}) {
 	defer close(done)
 	every := c.Ping
@@ -119,24 +227,28 @@ func (c *Conn) Writer(done chan<- struct{}) {
 	for {
 		select {
 		case <-c.wake:
-			for _, f := range c.takeAll() {
-				_ = c.WS.SetWriteDeadline(time.Now().Add(writeTimeout))
-				if err := c.WS.WriteMessage(websocket.TextMessage, f); err != nil {
-					c.CloseWith(websocket.CloseAbnormalClosure, "write failed")
-					_ = c.WS.Close()
-					return
-				}
+			// A SendNow caller holding the turn writes what was queued.
+			if c.acquire() && !c.drain() {
+				return
 			}
 		case <-ping.C:
-			if err := c.WS.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeTimeout)); err != nil {
+			if err := c.WS.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.writeTimeout())); err != nil {
 				c.CloseWith(websocket.CloseAbnormalClosure, "ping failed")
 				_ = c.WS.Close()
 				return
 			}
 		case <-c.closed:
 			// Flush what was queued before the close, then say why.
-			for _, f := range c.takeAll() {
-				_ = c.WS.SetWriteDeadline(time.Now().Add(writeTimeout))
+			if !c.awaitTurn() {
+				_ = c.WS.Close()
+				return
+			}
+			c.mu.Lock()
+			fs := c.out
+			c.out = nil
+			c.mu.Unlock()
+			for _, f := range fs {
+				_ = c.WS.SetWriteDeadline(time.Now().Add(c.writeTimeout()))
 				if c.WS.WriteMessage(websocket.TextMessage, f) != nil {
 					_ = c.WS.Close()
 					return
