@@ -34,9 +34,11 @@ func (a *accepted) put(runID string, at time.Time) {
 	}
 	a.m.Delete(runID)
 	if ff, ok := v.(frameFirst); ok {
+		ff.p.counts.Lock()
 		ff.p.accepted.add(max(0, ff.at.Sub(at)))
 		ff.p.acceptedMissing.Add(-1)
 		ff.p.acceptedEarly.Add(1)
+		ff.p.counts.Unlock()
 	}
 }
 

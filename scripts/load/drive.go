@@ -64,7 +64,11 @@ type probe struct {
 	// door's CreateRun returned, counted as 0 in accepted.
 	acceptedMissing atomic.Int64
 	acceptedEarly   atomic.Int64
-	done            atomic.Int64
+	// counts makes a run's dispatch sample and its accepted sample (or
+	// its count as missing) one step, so a phase read while frames still
+	// arrive sees every run in both or in neither.
+	counts sync.Mutex
+	done   atomic.Int64
 	failed          atomic.Int64
 }
 
@@ -151,8 +155,12 @@ func sentAt(text string) (time.Time, bool) {
 }
 
 func (f *fleet) handle(ctx context.Context, r *provider.Run) error {
+	// The frame's arrival is the handler's start, before the tool reads
+	// the caller's send time out of the input.
+	now := time.Now()
 	if t0, ok := sentAt(r.LastUserText()); ok {
-		now, p := time.Now(), f.probe.Load()
+		p := f.probe.Load()
+		p.counts.Lock()
 		p.dispatch.add(now.Sub(t0))
 		if f.acc != nil {
 			if at, ok := f.acc.arrive(r.ID, now, p); ok {
@@ -161,6 +169,7 @@ func (f *fleet) handle(ctx context.Context, r *provider.Run) error {
 				p.acceptedMissing.Add(1)
 			}
 		}
+		p.counts.Unlock()
 	}
 	if err := r.Emit(ctx, map[string]any{"type": "RUN_STARTED", "threadId": r.ThreadID, "runId": r.ID}); err != nil {
 		return err

@@ -88,6 +88,8 @@ type Report struct {
 }
 
 func phaseOf(name string, p *probe, d time.Duration) Phase {
+	p.counts.Lock()
+	defer p.counts.Unlock()
 	return Phase{Name: name, RunsPerSec: float64(p.done.Load()) / d.Seconds(), Completed: p.done.Load(), Failed: p.failed.Load(),
 		DispatchP50: p.dispatch.ms(0.5), DispatchP90: p.dispatch.ms(0.9), DispatchP99: p.dispatch.ms(0.99),
 		AcceptedP50: p.accepted.ms(0.5), AcceptedP90: p.accepted.ms(0.9), AcceptedP99: p.accepted.ms(0.99),
