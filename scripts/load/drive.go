@@ -69,7 +69,7 @@ type probe struct {
 	// arrive sees every run in both or in neither.
 	counts sync.Mutex
 	done   atomic.Int64
-	failed          atomic.Int64
+	failed atomic.Int64
 }
 
 func newProbe() *probe { return &probe{dispatch: &hist{}, accepted: &hist{}, event: &hist{}} }

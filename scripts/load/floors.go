@@ -29,10 +29,14 @@ type Floors struct {
 	PGTxConcurrency int     `json:"pg_tx_concurrency"`
 	// RunStorePerSec is runStoreFloor: a whole run's storage steps alone.
 	RunStorePerSec float64 `json:"run_store_runs_per_s,omitempty"`
-	// OfferPathP50/P99: door accepted → NOTIFY read → offering written,
-	// store calls alone, one run at a time on the idle machine (ms).
-	OfferPathP50 float64 `json:"offer_path_p50_ms,omitempty"`
-	OfferPathP99 float64 `json:"offer_path_p99_ms,omitempty"`
+	// NoticePathP50/P99: door accepted → NOTIFY read, store calls alone,
+	// one run at a time on the idle machine (ms): what a run frame waits
+	// for. OfferPathP50/P99 go on to the offering write returned, which
+	// the broker makes beside the frame.
+	NoticePathP50 float64 `json:"notice_path_p50_ms,omitempty"`
+	NoticePathP99 float64 `json:"notice_path_p99_ms,omitempty"`
+	OfferPathP50  float64 `json:"offer_path_p50_ms,omitempty"`
+	OfferPathP99  float64 `json:"offer_path_p99_ms,omitempty"`
 }
 
 const scratchDDL = `CREATE TABLE IF NOT EXISTS load_scratch (id bigserial PRIMARY KEY, payload text NOT NULL, at timestamptz NOT NULL DEFAULT now())`

@@ -96,6 +96,11 @@ func TestTinyLoadRun(t *testing.T) {
 				ph.AcceptedP50, ph.AcceptedP90, ph.AcceptedP99, ph.DispatchP50, ph.DispatchP90, ph.DispatchP99)
 		}
 	}
+	// The frame's own storage floor (the NOTIFY read) is part of the offer
+	// path (on to the offering write), run by run.
+	if fl := rep.Floors; fl.NoticePathP50 <= 0 || fl.NoticePathP50 > fl.OfferPathP50 || fl.NoticePathP99 > fl.OfferPathP99 {
+		t.Fatalf("offer path floors: notice %.3f / %.3f ms, offering written %.3f / %.3f ms", fl.NoticePathP50, fl.NoticePathP99, fl.OfferPathP50, fl.OfferPathP99)
+	}
 	for _, tg := range rep.Targets {
 		if strings.HasPrefix(tg.Name, "dispatch") && (!strings.Contains(tg.Name, "door accepted") || !strings.Contains(tg.Note, "caller send")) {
 			t.Fatalf("dispatch target not judged on door accepted, or without the caller-send figure: %+v", tg)

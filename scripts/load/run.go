@@ -116,9 +116,12 @@ func Run(ctx context.Context, c Config, out io.Writer) (*Report, error) {
 		return nil, err
 	}
 	if c.BrokerURL == "" { // it needs a database of its own: only with a stack of the tool's
-		if rep.Floors.RunStorePerSec, rep.Floors.OfferPathP50, rep.Floors.OfferPathP99, err = runStoreFloor(ctx, c.PostgresURL, c.Callers, c.Events, c.EventSize, c.FloorTime); err != nil {
+		var op offerPath
+		if rep.Floors.RunStorePerSec, op, err = runStoreFloor(ctx, c.PostgresURL, c.Callers, c.Events, c.EventSize, c.FloorTime); err != nil {
 			return nil, err
 		}
+		rep.Floors.NoticePathP50, rep.Floors.NoticePathP99 = op.NoticeP50, op.NoticeP99
+		rep.Floors.OfferPathP50, rep.Floors.OfferPathP99 = op.OfferP50, op.OfferP99
 	}
 	f, err := startFleet(ctx, st.brokerURL, st.accepted, c.Providers, c.Events, c.EventSize)
 	if err != nil {

@@ -30,50 +30,54 @@ import (
 //
 // Before that, on the idle machine and one at a time, the dispatch path's
 // own storage: a door's start returns (door accepted), the NOTIFY is read
-// on a LISTENing connection, and the broker's lazy offering write returns
-// — what must happen before a run frame may leave (offerP50/P99, ms).
-func runStoreFloor(ctx context.Context, adminURL string, conc, events, size int, d time.Duration) (perSec, offerP50, offerP99 float64, err error) {
-	perSec, offer, err := runStoreFloors(ctx, adminURL, conc, events, size, d)
+// on a LISTENing connection — all a run frame waits for, now that the
+// broker's offering write goes out beside it — and that lazy offering
+// write returns (the offer path). Both in ms.
+func runStoreFloor(ctx context.Context, adminURL string, conc, events, size int, d time.Duration) (perSec float64, op offerPath, err error) {
+	perSec, notice, offer, err := runStoreFloors(ctx, adminURL, conc, events, size, d)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, offerPath{}, err
 	}
-	return perSec, offer.ms(0.5), offer.ms(0.99), nil
+	return perSec, offerPath{NoticeP50: notice.ms(0.5), NoticeP99: notice.ms(0.99), OfferP50: offer.ms(0.5), OfferP99: offer.ms(0.99)}, nil
 }
 
-func runStoreFloors(ctx context.Context, adminURL string, conc, events, size int, d time.Duration) (float64, *hist, error) {
+// offerPath is offerFloor's figures, in ms.
+type offerPath struct{ NoticeP50, NoticeP99, OfferP50, OfferP99 float64 }
+
+func runStoreFloors(ctx context.Context, adminURL string, conc, events, size int, d time.Duration) (float64, *hist, *hist, error) {
 	admin, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer admin.Close(context.Background())
 	dbName := fmt.Sprintf("funduq_load_floor_%d_%s", os.Getpid(), randHex(3))
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+dbName); err != nil {
-		return 0, nil, fmt.Errorf("run store floor: create database: %w", err)
+		return 0, nil, nil, fmt.Errorf("run store floor: create database: %w", err)
 	}
 	defer admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+dbName+" WITH (FORCE)") //nolint:errcheck // best effort
 	u, err := url.Parse(adminURL)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	u.Path = "/" + dbName
 	if err := store.Migrate(ctx, u.String(), slog.New(slog.DiscardHandler)); err != nil {
-		return 0, nil, fmt.Errorf("run store floor: migrate: %w", err)
+		return 0, nil, nil, fmt.Errorf("run store floor: migrate: %w", err)
 	}
 	st, err := store.Open(ctx, u.String(), store.Options{MaxConns: int32(conc)})
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer st.Close()
 	epoch, err := st.AdvanceEpoch(ctx, "load-floor")
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	key := randHex(32)
 	if err := st.SaveProvider(ctx, store.Provider{PublicKey: key, Fingerprint: key[:16]}); err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	if err := st.SaveAgent(ctx, store.Agent{ProviderKey: key, Name: "floor"}); err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	pad := strings.Repeat("x", size)
 	oneRun := func() error {
@@ -111,9 +115,9 @@ func runStoreFloors(ctx context.Context, adminURL string, conc, events, size int
 		_, err := st.GetRun(ctx, runID)
 		return err
 	}
-	offer, err := offerFloor(ctx, st, u.String(), key, epoch, min(d, 3*time.Second))
+	notice, offer, err := offerFloor(ctx, st, u.String(), key, epoch, min(d, 3*time.Second))
 	if err != nil {
-		return 0, nil, fmt.Errorf("run store floor: offer path: %w", err)
+		return 0, nil, nil, fmt.Errorf("run store floor: offer path: %w", err)
 	}
 	var n atomic.Int64
 	var firstErr atomic.Value
@@ -133,31 +137,31 @@ func runStoreFloors(ctx context.Context, adminURL string, conc, events, size int
 	}
 	wg.Wait()
 	if e, ok := firstErr.Load().(error); ok {
-		return 0, nil, fmt.Errorf("run store floor: %w", e)
+		return 0, nil, nil, fmt.Errorf("run store floor: %w", e)
 	}
-	return float64(n.Load()) / time.Since(start).Seconds(), offer, nil
+	return float64(n.Load()) / time.Since(start).Seconds(), notice, offer, nil
 }
 
 // offerFloor times, one run at a time, a door's start returning → its
-// NOTIFY read by a LISTENing connection → the lazy offering write
-// returned, with funduq's store calls.
-func offerFloor(ctx context.Context, st *store.Store, dbURL, key string, epoch int64, d time.Duration) (*hist, error) {
+// NOTIFY read by a LISTENing connection (notice) → the lazy offering write
+// returned (offer), with funduq's store calls.
+func offerFloor(ctx context.Context, st *store.Store, dbURL, key string, epoch int64, d time.Duration) (notice, offer *hist, err error) {
 	lc, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer lc.Close(context.Background())
 	if _, err := lc.Exec(ctx, "LISTEN "+store.ChannelRunQueued); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	h := &hist{}
+	notice, offer = &hist{}, &hist{}
 	stop := time.Now().Add(d)
 	for i := 0; time.Now().Before(stop) && i < 3000; i++ {
 		runID, threadID := run.NewRunID(), run.NewThreadID()
 		input, _ := json.Marshal(map[string]any{"threadId": threadID, "runId": runID, "messages": []any{}})
 		if _, _, err := st.CreateRun(ctx, store.NewRun{RunID: runID, ThreadID: threadID, ProviderKey: key, AgentName: "floor",
 			CreateThread: &store.NewThread{}, RunInput: input}); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		accepted := time.Now()
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -165,17 +169,18 @@ func offerFloor(ctx context.Context, st *store.Store, dbURL, key string, epoch i
 			nf, err := lc.WaitForNotification(wctx)
 			if err != nil {
 				cancel()
-				return nil, err
+				return nil, nil, err
 			}
 			if id, _, _ := store.ParseQueuedPayload(nf.Payload); id == runID {
 				break
 			}
 		}
 		cancel()
+		notice.add(time.Since(accepted))
 		if _, err := st.Transition(ctx, store.Move{RunID: runID, To: run.Offering, Writer: run.ByBroker, Epoch: epoch, Lazy: true}); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		h.add(time.Since(accepted))
+		offer.add(time.Since(accepted))
 	}
-	return h, nil
+	return notice, offer, nil
 }
