@@ -220,6 +220,13 @@ func (l *lane) move(ctx context.Context, to run.Status) error {
 		// alike: they need not wait for the disk.
 		lazy := to == run.Offering || to == run.Queued
 		_, err := b.st.Transition(ctx, store.Move{RunID: l.id, To: to, Writer: run.ByBroker, Epoch: epoch, Lazy: lazy, Brief: true})
+		var te *store.TransitionError
+		if to == run.Offering && errors.As(err, &te) && te.From == run.Offering {
+			// An earlier attempt landed and its answer was lost (the
+			// takeover's read-back requeues every older epoch's offer, so
+			// no other writer leaves a run offering under this epoch).
+			return nil
+		}
 		return err
 	})
 	if err == nil {

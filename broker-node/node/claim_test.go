@@ -135,3 +135,36 @@ func TestLateQueuedNoticeOffersNothing(t *testing.T) {
 		t.Fatalf("the withdrawn run changed: %s, last seq %d", cur.Status, cur.LastSeq)
 	}
 }
+
+// An offering write whose earlier attempt landed but whose answer was lost
+// (the record already says offering under this epoch) counts as written:
+// the offer stands and the run completes, rather than being withdrawn.
+func TestOfferingAlreadyRecordedCountsAsWritten(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe2, nodetest.Limit(1))
+	p.Register("echo")
+	a, threadA := h.Door(p.Key, "echo", "", "first")
+	p.Offer()
+	p.Accept(a)
+	h.WaitStatus(a, run.Running)
+	// The second run waits for the provider's one place.
+	id, _ := h.Door(p.Key, "echo", "", "second")
+	h.Eventually("the second run's lane is open", func() bool {
+		_, ok := h.Node.Broker.Snapshot().Lanes[id]
+		return ok
+	})
+	// Stands for the lost answer: the record moved, the lane never heard.
+	if _, err := h.Store.Pool().Exec(t.Context(), `UPDATE runs SET status = 'offering' WHERE run_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	p.Complete(a, threadA)
+	h.WaitStatus(a, run.Completed)
+	f := p.Offer()
+	if f.RunID != id {
+		t.Fatalf("offer %s, want %s", f.RunID, id)
+	}
+	p.Accept(id)
+	p.Complete(id, *f.ThreadID)
+	h.WaitStatus(id, run.Completed)
+	p.None() // no withdrawal followed the offer
+}
