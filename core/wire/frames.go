@@ -201,12 +201,10 @@ var AgentNamePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 // PeekType reads a frame's "type"; ok is false when raw is not a JSON object
 // with a string type.
 func PeekType(raw []byte) (string, bool) {
+	// Into a struct: anything but an object (or null, which leaves Type
+	// nil) is an error, and the rest of the frame is checked, not kept.
 	var f struct {
 		Type *string `json:"type"`
-	}
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(raw, &obj) != nil {
-		return "", false
 	}
 	if json.Unmarshal(raw, &f) != nil || f.Type == nil {
 		return "", false

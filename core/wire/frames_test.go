@@ -1,6 +1,7 @@
 package wire_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -88,6 +89,10 @@ func FuzzPeekType(f *testing.F) {
 			t.Fatalf("no type, yet %q", typ)
 		}
 		if ok {
+			// Only a whole, valid JSON object has a type.
+			if !json.Valid(raw) || bytes.TrimLeft(raw, " \t\r\n")[0] != '{' {
+				t.Fatalf("type %q read from something not a JSON object: %q", typ, raw)
+			}
 			var a wire.Ack
 			_ = json.Unmarshal(raw, &a)
 			a.Verdict()
