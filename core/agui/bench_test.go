@@ -37,3 +37,20 @@ func BenchmarkRunError(b *testing.B) {
 		_ = agui.RunError("the provider's stream ended without RUN_FINISHED", "stream_ended_without_finishing")
 	}
 }
+
+// BenchmarkFold is the broker's fold of a finished run's events into the
+// agent's thread messages: a short text reply between RUN_STARTED and
+// RUN_FINISHED.
+func BenchmarkFold(b *testing.B) {
+	evs := []json.RawMessage{benchEvents["run_started"],
+		json.RawMessage(`{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`),
+		benchEvents["text_content"], benchEvents["text_content"],
+		json.RawMessage(`{"type":"TEXT_MESSAGE_END","messageId":"m1"}`),
+		benchEvents["run_finished"]}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := agui.Fold(evs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,5 +1,7 @@
 package agui
 
+import "encoding/json"
+
 // SchemaTypes lists the event types Validate knows, for the tests that check
 // every one of them is covered.
 func SchemaTypes() []string {
@@ -8,4 +10,9 @@ func SchemaTypes() []string {
 		out = append(out, t)
 	}
 	return out
+}
+
+// StringField exposes stringField on a one-key object.
+func StringField(raw []byte) (string, bool) {
+	return stringField(map[string]json.RawMessage{"k": raw}, "k")
 }

@@ -31,14 +31,13 @@ import (
 func Fold(events []json.RawMessage) ([]json.RawMessage, error) {
 	f := folder{byID: map[string]*foldMessage{}, calls: map[string]*foldCall{}}
 	for i, raw := range events {
-		info, err := Validate(raw)
+		info, obj, err := validate(raw)
 		if err != nil {
 			return nil, fmt.Errorf("event %d: %w", i, err)
 		}
 		if !info.Known {
 			continue
 		}
-		obj, _ := decodeObject(raw)
 		f.apply(info.Type, obj)
 	}
 	return f.render()

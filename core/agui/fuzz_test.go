@@ -105,3 +105,22 @@ func FuzzFold(f *testing.F) {
 		}
 	})
 }
+
+// FuzzStringField: the field reader's shortcut for strings without escapes
+// reads what encoding/json reads, for every valid JSON value.
+func FuzzStringField(f *testing.F) {
+	for _, s := range []string{`"plain"`, `"esc\"aped"`, `"\u00e9t\u00e9"`, `""`, "\"bad \xff utf8\"", `12`, `null`, ` "spaced" `} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if !json.Valid(raw) {
+			return
+		}
+		got, ok := agui.StringField(raw)
+		var want string
+		isString := bytes.HasPrefix(bytes.TrimSpace(raw), []byte(`"`)) && json.Unmarshal(raw, &want) == nil
+		if ok != isString || got != want {
+			t.Fatalf("%q: read %q, %v; encoding/json reads %q, %v", raw, got, ok, want, isString)
+		}
+	})
+}

@@ -3,6 +3,7 @@ package agui
 import (
 	"bytes"
 	"encoding/json"
+	"unicode/utf8"
 )
 
 // The JSON kinds a raw value can have, named by its first byte.
@@ -64,6 +65,14 @@ func stringField(obj map[string]json.RawMessage, key string) (string, bool) {
 	raw, ok := obj[key]
 	if !ok || kindOf(raw) != kindString {
 		return "", false
+	}
+	// Most strings have no escapes: their bytes are the value (raw is
+	// valid JSON, so it holds no control characters). Invalid UTF-8 goes
+	// through the decoder, which replaces it.
+	if t := bytes.TrimSpace(raw); len(t) >= 2 && t[len(t)-1] == '"' {
+		if body := t[1 : len(t)-1]; bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
+			return string(body), true
+		}
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {

@@ -42,32 +42,39 @@ type Info struct {
 // Go's JSON decoder refuses nesting deeper than 10000 levels, so such an
 // event is malformed too.
 func Validate(raw json.RawMessage) (Info, error) {
+	info, _, err := validate(raw)
+	return info, err
+}
+
+// validate is Validate, also returning the event's decoded fields (nil
+// when it is not an object).
+func validate(raw json.RawMessage) (Info, map[string]json.RawMessage, error) {
 	if !json.Valid(raw) {
-		return Info{}, fmt.Errorf("%w: not valid JSON", ErrMalformed)
+		return Info{}, nil, fmt.Errorf("%w: not valid JSON", ErrMalformed)
 	}
 	obj, ok := decodeObject(raw)
 	if !ok {
-		return Info{}, fmt.Errorf("%w: not a JSON object", ErrMalformed)
+		return Info{}, nil, fmt.Errorf("%w: not a JSON object", ErrMalformed)
 	}
 	typRaw, ok := obj["type"]
 	if !ok {
-		return Info{}, fmt.Errorf("%w: no \"type\"", ErrMalformed)
+		return Info{}, obj, fmt.Errorf("%w: no \"type\"", ErrMalformed)
 	}
 	typ, ok := stringField(obj, "type")
 	if !ok {
-		return Info{}, fmt.Errorf("%w: \"type\" is %s, not a string", ErrMalformed, kindName(kindOf(typRaw)))
+		return Info{}, obj, fmt.Errorf("%w: \"type\" is %s, not a string", ErrMalformed, kindName(kindOf(typRaw)))
 	}
 	info := Info{Type: typ}
 	fields, known := schemas[typ]
 	if !known {
-		return info, nil
+		return info, obj, nil
 	}
 	info.Known = true
 	if err := checkFields(obj, commonFields); err != nil {
-		return info, fmt.Errorf("%w: %s: %v", ErrMalformed, typ, err)
+		return info, obj, fmt.Errorf("%w: %s: %v", ErrMalformed, typ, err)
 	}
 	if err := checkFields(obj, fields); err != nil {
-		return info, fmt.Errorf("%w: %s: %v", ErrMalformed, typ, err)
+		return info, obj, fmt.Errorf("%w: %s: %v", ErrMalformed, typ, err)
 	}
 	switch typ {
 	case TypeRunFinished:
@@ -78,7 +85,7 @@ func Validate(raw json.RawMessage) (Info, error) {
 		info.ErrorMessage, _ = stringField(obj, "message")
 		info.ErrorCode, _ = stringField(obj, "code")
 	}
-	return info, nil
+	return info, obj, nil
 }
 
 // interruptsOf returns the interrupts array of a RUN_FINISHED event's
