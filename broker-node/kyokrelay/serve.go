@@ -95,17 +95,20 @@ func (r *Relay) readLoop(c *conn) {
 			return
 		default:
 		}
-		kind, data, err := ws.ReadMessage()
+		kind, buf, err := wsconn.ReadFrame(ws)
 		if err != nil {
 			c.log.Info("LLM provider link ended", "err", err)
 			return
 		}
 		_ = ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle))
 		if kind != websocket.TextMessage {
+			wsconn.Release(buf)
 			r.sendError(c, "", "", "unparseable frame")
 			continue
 		}
-		frame, err := wire.DecodeKyokFrame(data)
+		// The decoded frame copies what it keeps: the buffer goes back.
+		frame, err := wire.DecodeKyokFrame(buf.Bytes())
+		wsconn.Release(buf)
 		if err != nil {
 			r.sendError(c, "", "", err.Error())
 			continue

@@ -135,16 +135,19 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 		// event waits while the link's backlog is full), and that wait is
 		// the broker's, not the provider's silence.
 		_ = ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle))
-		kind, data, err := ws.ReadMessage()
+		kind, buf, err := wsconn.ReadFrame(ws)
 		if err != nil {
 			c.log.Info("provider link ended", "err", err)
 			return
 		}
 		if kind != websocket.TextMessage {
+			wsconn.Release(buf)
 			s.sendError(c, "unparseable frame", "", "")
 			continue
 		}
-		frame, err := wire.DecodeProviderFrame(data)
+		// The decoded frame copies what it keeps: the buffer goes back.
+		frame, err := wire.DecodeProviderFrame(buf.Bytes())
+		wsconn.Release(buf)
 		if err != nil {
 			s.sendError(c, err.Error(), "", "")
 			continue
