@@ -128,19 +128,28 @@ func (b *Broker) take(r store.Run, readBack bool) {
 	if r.Status != run.Queued {
 		return
 	}
+	open := func() bool { return b.leading && b.lanes[r.RunID] == nil && !b.ended.has(r.RunID) }
 	b.mu.Lock()
-	if !b.leading || b.lanes[r.RunID] != nil || b.ended.has(r.RunID) {
+	ok := open()
+	b.mu.Unlock()
+	if !ok {
+		return
+	}
+	// Built outside the broker's lock, which every lane takes: the lane
+	// decodes the run's input and formats its logger's attributes.
+	l := b.newLane(r)
+	b.mu.Lock()
+	if !open() {
 		b.mu.Unlock()
 		return
 	}
-	l := b.newLane(r)
 	l.cancelRequested = r.CancelRequestedBy != nil
 	l.readBack = readBack
 	b.lanes[l.id] = l
 	b.lanesWG.Add(1)
 	served := b.served[l.agent] != nil
 	waiting := readBack || b.clock.Now().Before(b.takeoverAt.Add(b.set.ProviderGrace))
-	lost := readBack && b.interjectionLostLocked(r)
+	lost := readBack && b.interjectionLostLocked(l.addressed)
 	b.joinThreadLocked(l, l.queuedAt)
 	switch {
 	case lost:
@@ -159,10 +168,9 @@ func (b *Broker) take(r store.Run, readBack bool) {
 	go l.loop(ctx)
 }
 
-// interjectionLostLocked reports whether r addresses a run (its
-// forwardedProps.funduq.addressedRunId) that is not live now.
-func (b *Broker) interjectionLostLocked(r store.Run) bool {
-	addressed := addressedRunID(r.RunInput)
+// interjectionLostLocked reports whether a run addressing another (its
+// forwardedProps.funduq.addressedRunId) lost it: the target is not live now.
+func (b *Broker) interjectionLostLocked(addressed string) bool {
 	if addressed == "" {
 		return false
 	}
