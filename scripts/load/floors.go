@@ -101,45 +101,108 @@ func insertNotify(ctx context.Context, db interface {
 // notifyRTT measures a committed insert+NOTIFY until a listener on another
 // connection has it, one at a time.
 func notifyRTT(ctx context.Context, dbURL string, d time.Duration) (*hist, error) {
+	p, err := newRTTPair(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	h := &hist{}
+	stop := time.Now().Add(d)
+	for i := 0; time.Now().Before(stop) && i < 5000; i++ {
+		rtt, err := p.once(ctx)
+		if err != nil {
+			return nil, err
+		}
+		h.add(rtt)
+	}
+	return h, nil
+}
+
+// rttPair is a writer and a listener connection for NOTIFY round trips.
+type rttPair struct {
+	lc, wc *pgx.Conn
+	n      int
+}
+
+func newRTTPair(ctx context.Context, dbURL string) (*rttPair, error) {
 	lc, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
 		return nil, err
 	}
-	defer lc.Close(context.Background())
 	wc, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
+		lc.Close(context.Background())
 		return nil, err
 	}
-	defer wc.Close(context.Background())
+	p := &rttPair{lc: lc, wc: wc}
 	if _, err := wc.Exec(ctx, scratchDDL); err != nil {
+		p.close()
 		return nil, err
 	}
 	if _, err := lc.Exec(ctx, `LISTEN load_rtt`); err != nil {
+		p.close()
 		return nil, err
 	}
-	h := &hist{}
-	stop := time.Now().Add(d)
-	for i := 0; time.Now().Before(stop) && i < 5000; i++ {
-		t0 := time.Now()
-		err := insertNotify(ctx, wc, "load_rtt", strconv.Itoa(i))
-		if err != nil {
-			return nil, err
-		}
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		for {
-			nf, err := lc.WaitForNotification(wctx)
-			if err != nil {
-				cancel()
-				return nil, fmt.Errorf("notify round trip: %w", err)
-			}
-			if nf.Payload == strconv.Itoa(i) {
-				break
-			}
-		}
-		cancel()
-		h.add(time.Since(t0))
+	return p, nil
+}
+
+func (p *rttPair) close() {
+	p.lc.Close(context.Background())
+	p.wc.Close(context.Background())
+}
+
+// once is one round trip: the transaction sent until the listener has it.
+func (p *rttPair) once(ctx context.Context) (time.Duration, error) {
+	p.n++
+	want := strconv.Itoa(p.n)
+	t0 := time.Now()
+	if err := insertNotify(ctx, p.wc, "load_rtt", want); err != nil {
+		return 0, err
 	}
-	return h, nil
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for {
+		nf, err := p.lc.WaitForNotification(wctx)
+		if err != nil {
+			return 0, fmt.Errorf("notify round trip: %w", err)
+		}
+		if nf.Payload == want {
+			return time.Since(t0), nil
+		}
+	}
+}
+
+// loadedRTT measures the NOTIFY round trip once every every while a phase
+// runs, until stop is called: the floor under the phase's own load, for the
+// tail it shares with dispatch. A round trip is a small fraction of the
+// phase's own transactions at this pace.
+func loadedRTT(ctx context.Context, dbURL string, every time.Duration) (stop func() *hist, err error) {
+	p, err := newRTTPair(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	h := &hist{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer p.close()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			rtt, err := p.once(ctx)
+			if err != nil {
+				return // the phase's figure stands without it; ctx ended, or PostgreSQL failed
+			}
+			h.add(rtt)
+		}
+	}()
+	return func() *hist { cancel(); <-done; return h }, nil
 }
 
 // wsRTT measures a small frame's round trip over a loopback WebSocket.

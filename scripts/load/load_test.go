@@ -96,6 +96,10 @@ func TestTinyLoadRun(t *testing.T) {
 				ph.AcceptedP50, ph.AcceptedP90, ph.AcceptedP99, ph.DispatchP50, ph.DispatchP90, ph.DispatchP99)
 		}
 	}
+	// The NOTIFY round trip is measured during the half-load phase too.
+	if h := rep.Half; h.LoadedRTTSamples == 0 || h.LoadedRTTP50 <= 0 || h.LoadedRTTP99 < h.LoadedRTTP50 {
+		t.Fatalf("half load's NOTIFY round trips: %d, p50 %.3f, p99 %.3f ms", h.LoadedRTTSamples, h.LoadedRTTP50, h.LoadedRTTP99)
+	}
 	// The frame's own storage floor (the NOTIFY read) is part of the offer
 	// path (on to the offering write), run by run.
 	if fl := rep.Floors; fl.NoticePathP50 <= 0 || fl.NoticePathP50 > fl.OfferPathP50 || fl.NoticePathP99 > fl.OfferPathP99 {

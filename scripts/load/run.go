@@ -41,6 +41,11 @@ type Phase struct {
 	EventP99        float64 `json:"event_p99_ms"`
 	DispatchRuns    int     `json:"dispatch_samples"`
 	EventCount      int     `json:"event_samples"`
+	// LoadedRTT* is the NOTIFY round trip measured during the phase
+	// (loadedRTT), half load only: the floor under the same load.
+	LoadedRTTP50     float64 `json:"loaded_notify_rtt_p50_ms,omitempty"`
+	LoadedRTTP99     float64 `json:"loaded_notify_rtt_p99_ms,omitempty"`
+	LoadedRTTSamples int     `json:"loaded_notify_rtt_samples,omitempty"`
 }
 
 // Stream is the one-run stream figures.
@@ -97,6 +102,10 @@ func phaseOf(name string, p *probe, d time.Duration) Phase {
 		EventP50: p.event.ms(0.5), EventP99: p.event.ms(0.99), DispatchRuns: p.dispatch.n(), EventCount: p.event.n()}
 }
 
+// loadedRTTEvery paces the NOTIFY round trips measured during the half
+// load phase: ~25 a second beside the phase's ~1,000 commits.
+const loadedRTTEvery = 40 * time.Millisecond
+
 // Run measures everything c asks for and reports it to out.
 func Run(ctx context.Context, c Config, out io.Writer) (*Report, error) {
 	logf := func(f string, a ...any) {
@@ -149,9 +158,19 @@ func Run(ctx context.Context, c Config, out io.Writer) (*Report, error) {
 		}
 		rate := fr * rep.Max.RunsPerSec
 		logf("open loop at %.0f%% of max: %.1f runs/s, %s", 100*fr, rate, c.Duration)
+		var stopRTT func() *hist
+		if i == 0 {
+			if stopRTT, err = loadedRTT(ctx, st.dbURL, loadedRTTEvery); err != nil {
+				return nil, err
+			}
+		}
 		p, d, skipped := f.openLoop(ctx, callers, rate, c.Duration, limit)
 		ph := phaseOf(fmt.Sprintf("%.0f%%", 100*fr), p, d)
 		ph.OfferedPerS, ph.Skipped = rate, skipped
+		if stopRTT != nil {
+			h := stopRTT()
+			ph.LoadedRTTP50, ph.LoadedRTTP99, ph.LoadedRTTSamples = h.ms(0.5), h.ms(0.99), h.n()
+		}
 		if i == 0 {
 			rep.Half = ph
 			rep.Half.Name = "half"
