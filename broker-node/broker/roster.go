@@ -18,8 +18,8 @@ type Link interface {
 	Send(frame []byte) error
 	// SendNow sends a frame whose latency counts (a run offered): it is
 	// written by the caller at once when the link is idle, so it may block
-	// on the network up to the link's write timeout; otherwise it is
-	// queued as by Send.
+	// on a peer that stopped reading, until the link's write timeout or
+	// its close; otherwise it is queued as by Send.
 	SendNow(frame []byte) error
 	// Close ends the link with a reason (the broker closes every link
 	// when it stops leading).

@@ -3,6 +3,8 @@ package wsconn_test
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -166,3 +168,73 @@ func TestSendNowToAPeerThatStoppedReading(t *testing.T) {
 
 // guard bounds every wait: a hang detector, never a timing assertion.
 const guard = 30 * time.Second
+
+// oneConn is a listener that hands out one connection, then waits.
+type oneConn struct {
+	c    chan net.Conn
+	done chan struct{}
+}
+
+func (l *oneConn) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.c:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+func (l *oneConn) Close() error   { close(l.done); return nil }
+func (l *oneConn) Addr() net.Addr { return &net.TCPAddr{} }
+
+// A close while a SendNow caller is stuck writing to a peer that stopped
+// reading frees the caller at once, whatever the write timeout: the link's
+// owner (a lane, a stopping leader) is not held by a dead peer. The link
+// is a synchronous pipe, so the write is stuck from its first byte.
+func TestCloseFreesASendNowStuckOnAStalledPeer(t *testing.T) {
+	srvEnd, cliEnd := net.Pipe()
+	conns := make(chan *websocket.Conn, 1)
+	ln := &oneConn{c: make(chan net.Conn, 1), done: make(chan struct{})}
+	ln.c <- srvEnd
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		conns <- ws
+	})}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Close(); <-served }()
+	dialer := websocket.Dialer{NetDial: func(string, string) (net.Conn, error) { return cliEnd, nil }}
+	client, _, err := dialer.Dial("ws://pipe/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	c := wsconn.New(<-conns, "peer is not reading")
+	c.WriteTimeout = time.Hour // only the close can end the write
+	done := make(chan struct{})
+	go c.Writer(done)
+
+	sent := make(chan error, 1)
+	go func() { sent <- c.SendNow([]byte("a frame the peer never reads")) }()
+	// The first byte read proves the write has begun and holds the turn.
+	if _, err := io.ReadFull(cliEnd, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	c.Close("stopping")
+	select {
+	case err := <-sent:
+		if !errors.Is(err, wsconn.ErrClosed) {
+			t.Fatalf("the stuck SendNow returned %v, want ErrClosed", err)
+		}
+	case <-time.After(guard):
+		t.Fatal("the close left the SendNow caller stuck")
+	}
+	select {
+	case <-done:
+	case <-time.After(guard):
+		t.Fatal("the writer did not return")
+	}
+}

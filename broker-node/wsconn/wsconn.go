@@ -16,6 +16,9 @@ const (
 	// reading for that long is cut off rather than buffered forever.
 	sendQueue    = 4096
 	writeTimeout = 10 * time.Second
+	// closeGrace is how long a close waits for a SendNow caller's write
+	// before it cuts the write short.
+	closeGrace = 250 * time.Millisecond
 	// PingEvery is how often the writer pings the peer. It goes on while
 	// the link's reader is paused (a broker that stops reading a provider
 	// whose events it cannot store yet), so the peer can tell a broker that
@@ -105,10 +108,11 @@ func (c *Conn) Send(frame []byte) error {
 // SendNow is Send for a frame whose latency counts (a run offered): when
 // nothing is being written or waits, the caller writes it at once rather
 // than waking the writer, and then writes whatever was queued meanwhile.
-// It may then block on the network, for at most the write timeout, when
-// the peer stopped reading; a failed write closes the link and returns
-// ErrClosed. Otherwise it queues, as Send does. Never call it holding a
-// lock that others wait on.
+// It may then block on the network when the peer stopped reading: for at
+// most the write timeout, or until the link is closed (a close cuts the
+// write short after closeGrace); a failed write closes the link and
+// returns ErrClosed. Otherwise it queues, as Send does. Never call it
+// holding a lock that others wait on.
 func (c *Conn) SendNow(frame []byte) error {
 	select {
 	case <-c.closed:
@@ -179,8 +183,13 @@ func (c *Conn) releaseLocked() {
 }
 
 // awaitTurn takes the writing turn for the close, waiting for a SendNow
-// caller that holds it (its write ends within the write timeout).
+// caller that holds it. A healthy write ends at once; one still blocked
+// after closeGrace (a peer that stopped reading) is cut short by a write
+// deadline in the past, so a closing link never holds its caller, a lane,
+// for the whole write timeout. It reports false when the turn did not
+// come back even so.
 func (c *Conn) awaitTurn() bool {
+	cut := false
 	for {
 		c.mu.Lock()
 		if !c.writing {
@@ -193,12 +202,22 @@ func (c *Conn) awaitTurn() bool {
 		}
 		idle := c.idle
 		c.mu.Unlock()
-		t := time.NewTimer(c.writeTimeout() + time.Second)
+		wait := closeGrace
+		if cut {
+			wait = time.Second
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-idle:
 			t.Stop()
 		case <-t.C:
-			return false
+			if cut {
+				return false
+			}
+			// The websocket is unusable after a timed-out write; it is
+			// closing anyway.
+			_ = c.WS.UnderlyingConn().SetWriteDeadline(time.Now())
+			cut = true
 		}
 	}
 }
