@@ -99,6 +99,7 @@ type Broker struct {
 	stop       context.CancelCauseFunc
 	takeoverAt time.Time
 	lanes      map[string]*lane
+	addressing map[string][]*lane // per run, the interjection lanes addressing it
 	threads    map[string][]*lane // per thread, the unclaimed runs in arrival order
 	links      map[Link]*linkState
 	served     map[AgentRef]*linkState
@@ -140,6 +141,7 @@ func New(o Options) *Broker {
 
 func (b *Broker) reset() {
 	b.lanes = map[string]*lane{}
+	b.addressing = map[string][]*lane{}
 	b.threads = map[string][]*lane{}
 	b.links = map[Link]*linkState{}
 	b.served = map[AgentRef]*linkState{}

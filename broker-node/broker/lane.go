@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"time"
 
@@ -590,10 +591,8 @@ func (l *lane) tookClaim(ctx context.Context, ls *linkState, from run.Status) {
 	l.claimedBy = ls
 	l.claimedAt = b.clock.Now()
 	b.leaveThreadLocked(l)
-	for _, other := range b.lanes { // interjections waiting for this run to be live
-		if other.addressed == l.id {
-			b.nudgeLocked(other)
-		}
+	for _, other := range b.addressing[l.id] { // interjections waiting for this run to be live
+		b.nudgeLocked(other)
 	}
 	b.mu.Unlock()
 	l.events = nil
@@ -963,6 +962,7 @@ func (b *Broker) forget(l *lane) {
 	l.ended = true
 	l.stopTimers()
 	delete(b.lanes, l.id)
+	b.unaddressLocked(l)
 	if l.status.Terminal() {
 		b.ended.add(l.id)
 	}
@@ -973,6 +973,30 @@ func (b *Broker) forget(l *lane) {
 		// A freed place is news to every waiting head.
 		b.nudgeHeadsLocked()
 		b.wakeSweep()
+	}
+}
+
+// addLaneLocked registers a lane, and an interjection under the run it
+// addresses (a claim then nudges only those, not every lane). Caller holds
+// b.mu.
+func (b *Broker) addLaneLocked(l *lane) {
+	b.lanes[l.id] = l
+	if l.addressed != "" {
+		b.addressing[l.addressed] = append(b.addressing[l.addressed], l)
+	}
+}
+
+// unaddressLocked drops a forgotten interjection from addressing. Caller
+// holds b.mu.
+func (b *Broker) unaddressLocked(l *lane) {
+	if l.addressed == "" {
+		return
+	}
+	ls := slices.DeleteFunc(b.addressing[l.addressed], func(x *lane) bool { return x == l })
+	if len(ls) == 0 {
+		delete(b.addressing, l.addressed)
+	} else {
+		b.addressing[l.addressed] = ls
 	}
 }
 
@@ -1079,8 +1103,8 @@ func (l *lane) onOrphanTimeout(ctx context.Context) {
 	// Interjections read back at takeover that address it lost their
 	// target: it did not survive the takeover (D7).
 	b.mu.Lock()
-	for _, other := range b.lanes {
-		if other.addressed == l.id && other.readBack && !other.ended {
+	for _, other := range b.addressing[l.id] {
+		if other.readBack && !other.ended {
 			other.q.push(failCmd{run.ReasonInterjectionTargetLost})
 		}
 	}

@@ -79,7 +79,7 @@ func (b *Broker) adoptLater(ctx context.Context, r store.Run) {
 	b.mu.Lock()
 	l.orphan, l.adoptKey = true, r.ProviderKey
 	l.cancelRequested = r.CancelRequestedBy != nil
-	b.lanes[l.id] = l
+	b.addLaneLocked(l)
 	b.lanesWG.Add(1)
 	b.mu.Unlock()
 	if l.sawFinish || l.sawError {
@@ -145,7 +145,7 @@ func (b *Broker) take(r store.Run, readBack bool) {
 	}
 	l.cancelRequested = r.CancelRequestedBy != nil
 	l.readBack = readBack
-	b.lanes[l.id] = l
+	b.addLaneLocked(l)
 	b.lanesWG.Add(1)
 	served := b.served[l.agent] != nil
 	waiting := readBack || b.clock.Now().Before(b.takeoverAt.Add(b.set.ProviderGrace))
