@@ -687,6 +687,16 @@ func (b *Broker) nudgeLocked(l *lane) {
 	l.q.push(tryCmd{})
 }
 
+// nudgeHeadsOfKeyLocked asks the thread heads of key's agents to try: a
+// place freed on key (its bucket) is news to them alone. Caller holds b.mu.
+func (b *Broker) nudgeHeadsOfKeyLocked(key string) {
+	for _, dq := range b.threads {
+		if len(dq) > 0 && dq[0].agent.Key == key {
+			b.nudgeLocked(dq[0])
+		}
+	}
+}
+
 // nudgeHeadsLocked asks every thread's head to try. Caller holds b.mu.
 func (b *Broker) nudgeHeadsLocked() {
 	for _, dq := range b.threads {

@@ -968,10 +968,11 @@ func (b *Broker) forget(l *lane) {
 	}
 	b.leaveThreadLocked(l)
 	if l.offeredTo != nil {
-		b.bucketFor(l.offeredTo.key).release()
+		key := l.offeredTo.key
+		b.bucketFor(key).release()
 		l.offeredTo = nil
-		// A freed place is news to every waiting head.
-		b.nudgeHeadsLocked()
+		// A freed place is news to every head waiting for that key.
+		b.nudgeHeadsOfKeyLocked(key)
 		b.wakeSweep()
 	}
 }
