@@ -304,10 +304,10 @@ func (l *lane) try(ctx context.Context) {
 		return
 	}
 	// The frame leaves before the offering write is made, so the two go
-	// out side by side and the provider does not
-	// wait for PostgreSQL. Nothing the provider answers is read before the
-	// write has returned (the lane reads its queue after try), so every
-	// verdict still meets the run as offering.
+	// out side by side and the provider does not wait for PostgreSQL.
+	// Nothing the provider answers is read before the write has returned
+	// (the lane reads its queue after try), so every verdict still meets
+	// the run as offering.
 	if err := l.move(ctx, run.Offering); err != nil {
 		l.dropOffer()
 		l.withdraw(ctx, ls, err)
