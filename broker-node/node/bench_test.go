@@ -34,10 +34,6 @@ func BenchmarkRun(b *testing.B) {
 	p := h.Connect(0xe4, nil)
 	p.Register("echo")
 	for b.Loop() {
-		id, thread := h.Door(p.Key, "echo", "", "hi")
-		p.Offer()
-		p.Accept(id)
-		p.Complete(id, thread)
-		h.WaitStatus(id, run.Completed)
+		h.CompletedRun(p, "echo", "hi")
 	}
 }

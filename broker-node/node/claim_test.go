@@ -81,11 +81,7 @@ func TestLateQueuedNoticeOffersNothing(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe1, nil)
 	p.Register("echo")
-	id, thread := h.Door(p.Key, "echo", "", "hi")
-	p.Offer()
-	p.Accept(id)
-	p.Complete(id, thread)
-	r := h.WaitStatus(id, run.Completed)
+	id, thread, r := h.CompletedRun(p, "echo", "hi")
 	h.Settle()
 
 	// A run this broker never saw: settled in the record already.

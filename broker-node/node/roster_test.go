@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
-	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/wire"
 )
 
@@ -114,11 +113,7 @@ func TestDeleteAgent(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe1, nil)
 	p.Register("fresh", "used")
-	id, thread := h.Door(p.Key, "used", "", "hi")
-	p.Offer()
-	p.Accept(id)
-	p.Complete(id, thread)
-	h.WaitStatus(id, run.Completed)
+	h.CompletedRun(p, "used", "hi")
 	p.Send(wire.DeleteAgent{Type: wire.TypeDeleteAgent, Name: "fresh"})
 	var d wire.Deleted
 	p.Expect(wire.TypeDeleted, &d)
@@ -136,11 +131,7 @@ func TestThreadMessagesQuery(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe1, nil)
 	p.Register("echo")
-	id, thread := h.Door(p.Key, "echo", "", "hi")
-	p.Offer()
-	p.Accept(id)
-	p.Complete(id, thread)
-	h.WaitStatus(id, run.Completed)
+	_, thread, _ := h.CompletedRun(p, "echo", "hi")
 	p.SendRaw(`{"type":"query","queryId":"q1","method":"thread_messages","params":{"threadId":"` + thread + `","limit":1}}`)
 	var r wire.QueryResult
 	p.Expect(wire.TypeQueryResult, &r)
@@ -166,11 +157,7 @@ func TestOperationsSurface(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe1, nil)
 	p.Register("echo")
-	id, thread := h.Door(p.Key, "echo", "", "hi")
-	p.Offer()
-	p.Accept(id)
-	p.Complete(id, thread)
-	h.WaitStatus(id, run.Completed)
+	h.CompletedRun(p, "echo", "hi")
 	for path, want := range map[string][]string{
 		"/livez":  {`"alive"`},
 		"/readyz": {`"role":"leader"`, `"database":"ok"`, `"redis":"ok"`},

@@ -270,6 +270,18 @@ func (h *Harness) Door(key, agent, threadID, text string) (runID, thread string)
 	return runID, threadID
 }
 
+// CompletedRun starts a run of p's agent on a new thread at the door and
+// plays it through: the offer, the accept, the echo reply, the finish,
+// until the record says completed.
+func (h *Harness) CompletedRun(p *Prov, agent, text string) (runID, thread string, r store.Run) {
+	h.t.Helper()
+	runID, thread = h.Door(p.Key, agent, "", text)
+	p.Offer()
+	p.Accept(runID)
+	p.Complete(runID, thread)
+	return runID, thread, h.WaitStatus(runID, run.Completed)
+}
+
 // prov is a provider speaking the real wire, scripted by the test.
 type Prov struct {
 	t      testing.TB
