@@ -13,19 +13,15 @@ import (
 	"github.com/funduq/funduq-go/core/identity"
 )
 
-// referenceDir is where the published vectors sit: beside the checkout, in
-// ../shared/reference, i.e. three levels up from this package directory.
-var referenceDir = filepath.Join("..", "..", "..", "shared", "reference")
+// referenceDir holds the published contract vectors, copied into the
+// repository (testdata/reference/README.md names their source).
+var referenceDir = filepath.Join("..", "..", "testdata", "reference")
 
-// requireReference returns the reference folder, failing in CI (where the
-// vectors must be present) and skipping elsewhere when it is absent.
+// requireReference returns the reference folder, failing when it is absent.
 func requireReference(t *testing.T) string {
 	t.Helper()
 	if _, err := os.Stat(referenceDir); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("contract vectors are required in CI: %s (../shared/reference/contract-vectors.json beside the checkout) is missing: %v", referenceDir, err)
-		}
-		t.Skipf("needs ../shared/reference/contract-vectors.json beside the checkout (looked in %s)", referenceDir)
+		t.Fatalf("contract vectors missing from the checkout (%s): %v", referenceDir, err)
 	}
 	return referenceDir
 }
@@ -62,20 +58,10 @@ var knownSections = []string{"contract", "comment", "test_key", "vectors", "wire
 
 func TestContractVectors(t *testing.T) {
 	dir := requireReference(t)
-	files := []struct {
-		name     string
-		optional bool
-	}{
-		{"contract-vectors.json", false},
-		{"contract-vectors-rev22-via-funduq-server.json", true},
-	}
-	for _, f := range files {
-		t.Run(f.name, func(t *testing.T) {
-			path := filepath.Join(dir, f.name)
+	for _, name := range []string{"contract-vectors.json", "contract-vectors-rev22-via-funduq-server.json"} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(dir, name)
 			data, err := os.ReadFile(path)
-			if errors.Is(err, os.ErrNotExist) && f.optional {
-				t.Skipf("%s not present", path)
-			}
 			if err != nil {
 				t.Fatalf("read %s: %v", path, err)
 			}
@@ -261,9 +247,6 @@ func TestPresenterProofSpec(t *testing.T) {
 	dir := requireReference(t)
 	path := filepath.Join(dir, "funduq-server-wire-vectors-v4.json")
 	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		t.Skipf("%s not present", path)
-	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,8 @@ import (
 )
 
 // Fixtures restated from the published contract vectors and spec examples, so
-// unit tests and fuzz seeds do not depend on ../shared/reference being present.
+// unit tests and fuzz seeds read as values, not files (the files themselves are
+// in testdata/reference).
 const (
 	testSeedA5 = "a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5"
 	testKeyA5  = "29e5833a915a6429a4e3a7948475c338ef436eb82be89c92f059704403db9d55"
