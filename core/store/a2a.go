@@ -45,9 +45,7 @@ func (s *Store) RunMessages(ctx context.Context, runID string) ([]RunMessage, er
 // ThreadRuns returns the runs of thread threadID that belong to the agent
 // (providerKey, agentName), oldest first.
 func (s *Store) ThreadRuns(ctx context.Context, threadID, providerKey, agentName string) ([]Run, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+runColumns+` FROM runs
-		WHERE thread_id = $1 AND provider_key = $2 AND agent_name = $3 ORDER BY created_at, run_id`,
-		threadID, providerKey, agentName)
+	rows, err := s.pool.Query(ctx, threadRunsSQL, threadID, providerKey, agentName)
 	if err != nil {
 		return nil, fmt.Errorf("runs of thread %s: %w", threadID, err)
 	}
@@ -57,3 +55,13 @@ func (s *Store) ThreadRuns(ctx context.Context, threadID, providerKey, agentName
 	}
 	return out, nil
 }
+
+// threadRunsSQL checks the agent on the thread's row, not on each run's:
+// every run of a thread is its thread's agent's (CreateRun refuses another
+// with ErrThreadMismatch), and with no agent columns on runs in the
+// predicate the planner cannot pick the agent's index and filter all of
+// its runs, which it did on a database without statistics.
+const threadRunsSQL = `SELECT ` + runColumns + ` FROM runs
+		WHERE thread_id = $1
+		AND EXISTS (SELECT 1 FROM threads WHERE thread_id = $1 AND provider_key = $2 AND agent_name = $3)
+		ORDER BY created_at, run_id`

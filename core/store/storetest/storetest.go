@@ -35,12 +35,26 @@ func AdminURL() string {
 	return DefaultURL
 }
 
-type migrator struct{}
+type migrator struct {
+	key  string // names the rest of the template beside the schema ("" none)
+	then func(context.Context, *sql.DB) error
+}
 
-func (migrator) Hash() (string, error) { return store.MigrationsHash(), nil }
+func (m migrator) Hash() (string, error) {
+	if m.key == "" {
+		return store.MigrationsHash(), nil
+	}
+	return store.MigrationsHash() + "-" + m.key, nil
+}
 
-func (migrator) Migrate(ctx context.Context, db *sql.DB, _ pgtestdb.Config) error {
-	return store.MigrateDB(ctx, db, nil)
+func (m migrator) Migrate(ctx context.Context, db *sql.DB, _ pgtestdb.Config) error {
+	if err := store.MigrateDB(ctx, db, nil); err != nil {
+		return err
+	}
+	if m.then != nil {
+		return m.then(ctx, db)
+	}
+	return nil
 }
 
 var reach struct {
@@ -94,6 +108,19 @@ func config(t testing.TB) pgtestdb.Config {
 // URL returns the connection URL of a new migrated database for this test.
 func URL(t testing.TB) string {
 	t.Helper()
+	return url1(t, migrator{})
+}
+
+// URLWith is URL on a database that then ran fill after the migrations
+// (seeding history, say). The template holding the result is built once
+// per schema and key, and kept, so key must change whenever fill does.
+func URLWith(t testing.TB, key string, fill func(context.Context, *sql.DB) error) string {
+	t.Helper()
+	return url1(t, migrator{key: key, then: fill})
+}
+
+func url1(t testing.TB, m migrator) string {
+	t.Helper()
 	conf := config(t)
 	reach.once.Do(func() {
 		db, err := conf.Connect()
@@ -106,7 +133,7 @@ func URL(t testing.TB) string {
 	if reach.err != nil {
 		Unavailable(t, "PostgreSQL at "+conf.Host+":"+conf.Port, reach.err)
 	}
-	return pgtestdb.Custom(t, conf, migrator{}).URL()
+	return pgtestdb.Custom(t, conf, m).URL()
 }
 
 // Pool opens a pgx pool on a new migrated database, closed when the test ends.
