@@ -303,7 +303,9 @@ func (c *Client) Connected() bool { return c.connected.Load() }
 
 // Run connects and serves until ctx ends, reconnecting with exponential
 // backoff and jitter after any failure (each one is logged). When ctx ends,
-// every handler's context is cancelled, Run waits for the handlers to return
+// the client takes its agents out of service on the link (a deleteAgent
+// each, waiting at most 5 s for funduq's answers; an offer still arriving is
+// refused), every handler's context is cancelled, Run waits for the handlers to return
 // and (if a link is up) for their last frames to be written, closes the link
 // and returns nil once every goroutine it started has stopped. It returns
 // ErrAlreadyRunning if the client is already running.

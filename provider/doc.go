@@ -4,11 +4,15 @@
 // checks funduq's key against an optional pin before signing anything, opens
 // WS /ws/provider with a signed hello, verifies funduq's welcome answer,
 // registers its agents and then answers every run offer at once from its own
-// state — accepted, declined when full or for an agent it does not serve,
-// refused when the frame does not validate — before running the agent's
+// state — accepted, declined when full, refused (with a reason) when the
+// frame does not validate or the agent is not one it serves — before running the agent's
 // Handler, whose events are relayed in order with a per-run seq and closed by a
 // finish. A cancel from funduq is a request: it cancels the handler's context,
-// and the run still ends with finish. The client reconnects with exponential
+// and the run still ends with finish. When Run's context ends the client
+// first takes its agents out of service on the link (a deleteAgent each,
+// answered before it goes on), so funduq offers it nothing more and it
+// declines nothing, then drains: handlers are cancelled and their last frames
+// written before the link closes. The client reconnects with exponential
 // backoff and jitter after any failure, re-registers, and keeps its handlers
 // running through a lost link. Once the next link is registered it announces
 // every run it holds, or finished within Config.Retention, and resends each

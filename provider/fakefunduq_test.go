@@ -61,6 +61,9 @@ type fakeFunduq struct {
 	onUpgrade     func(w http.ResponseWriter, r *http.Request) bool
 	welcome       func(n int, w *wire.Welcome)
 	afterRegister func(n int, p *peer) bool // true: it answered register itself
+	// passDeletes hands deleteAgent frames to the test; otherwise the fake
+	// answers each with deleted, as funduq does, and the test never sees it.
+	passDeletes bool
 
 	wg sync.WaitGroup
 }
@@ -196,6 +199,17 @@ func (f *fakeFunduq) handleLink(w http.ResponseWriter, r *http.Request) {
 		}
 		if mt != websocket.TextMessage {
 			continue
+		}
+		if typ, _ := wire.PeekType(raw); typ == wire.TypeDeleteAgent {
+			f.mu.Lock()
+			pass := f.passDeletes
+			f.mu.Unlock()
+			if !pass {
+				var d wire.DeleteAgent
+				_ = json.Unmarshal(raw, &d)
+				_ = p.write(wire.Deleted{Type: wire.TypeDeleted, Name: d.Name})
+				continue
+			}
 		}
 		p.frames <- raw
 	}
@@ -544,6 +558,8 @@ type frame struct {
 	Seq      *int64         `json:"seq"`
 	Event    map[string]any `json:"event"`
 	Accepted *bool          `json:"accepted"`
+	Reason   *string        `json:"reason"`
+	Name     string         `json:"name"`
 }
 
 func (fr frame) String() string {

@@ -26,6 +26,9 @@ type link struct {
 	// Guarded by Client.mu.
 	ctrl    [][]byte // link-scoped frames (acks, queries): lost with the link
 	queries map[string]chan wire.QueryResult
+	// leaving holds the agents a shutdown sent deleteAgent for and funduq
+	// has not answered yet.
+	leaving map[string]bool
 
 	dead     chan struct{} // closed when the link failed or is being shut down
 	deadOnce sync.Once
@@ -131,6 +134,7 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 	select {
 	case <-l.dead:
 	case <-ctx.Done():
+		c.leave(l)
 		c.drain(l)
 		l.fail(errShutdown)
 	}
@@ -165,6 +169,56 @@ func (c *Client) writeDeadline() time.Time {
 		return time.Time{}
 	}
 	return time.Now().Add(c.stallTimeout)
+}
+
+// leave takes every agent out of service on l before the drain: one
+// deleteAgent each, then a wait (while the link lives, at most drainTimeout)
+// until funduq has answered each — deleted, or an error naming the agent.
+// funduq takes the name offline before it answers either way (an agent with
+// a history keeps its record and is answered with an error), so nothing more
+// is offered for it and the drain declines nothing; an offer that crossed a
+// deleteAgent on the wire is refused (handleRun).
+func (c *Client) leave(l *link) {
+	c.mu.Lock()
+	l.leaving = make(map[string]bool, len(c.cfg.Agents))
+	for _, a := range c.cfg.Agents {
+		l.leaving[a.Name] = true
+		c.sendCtrlLocked(l, wire.DeleteAgent{Type: wire.TypeDeleteAgent, Name: a.Name})
+	}
+	c.mu.Unlock()
+	t := time.NewTimer(drainTimeout)
+	defer t.Stop()
+	for {
+		c.mu.Lock()
+		left := len(l.leaving)
+		wait := c.changed
+		c.mu.Unlock()
+		if left == 0 {
+			c.log.Info("provider shutdown: agents taken out of service", "agents", len(c.cfg.Agents))
+			return
+		}
+		select {
+		case <-wait:
+		case <-l.dead:
+			return
+		case <-t.C:
+			c.log.Warn("provider shutdown: funduq did not answer every deleteAgent", "after", drainTimeout, "unanswered", left)
+			return
+		}
+	}
+}
+
+// answerLeaving notes funduq's answer to a shutdown's deleteAgent for name
+// and reports whether there was one outstanding.
+func (c *Client) answerLeaving(l *link, name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !l.leaving[name] {
+		return false
+	}
+	delete(l.leaving, name)
+	c.notifyLocked()
+	return true
 }
 
 // drain waits, while the link lives, until every handler has returned and
@@ -230,8 +284,16 @@ func (c *Client) handleFrame(l *link, raw []byte) {
 	case wire.TypeQueryResult:
 		c.handleQueryResult(l, raw)
 	case wire.TypeError:
-		c.handleError(raw)
-	case wire.TypeRegistered, wire.TypeDeleted:
+		c.handleError(l, raw)
+	case wire.TypeDeleted:
+		var d wire.Deleted
+		_ = json.Unmarshal(raw, &d)
+		if c.answerLeaving(l, d.Name) {
+			c.log.Info("agent taken out of service and its record deleted", "agent", d.Name)
+			return
+		}
+		c.log.Info("funduq sent "+typ, "frame", string(raw))
+	case wire.TypeRegistered:
 		c.log.Info("funduq sent "+typ, "frame", string(raw))
 	default:
 		c.log.Warn("funduq sent an unexpected frame; ignored", "type", typ)
@@ -243,9 +305,15 @@ func (c *Client) handleFrame(l *link, raw []byte) {
 // (any more), so the handler's context is cancelled with ErrRunNotHeld. For
 // a run already finished it is the expected answer to a resend of a report
 // funduq no longer needs, and is ignored.
-func (c *Client) handleError(raw []byte) {
+func (c *Client) handleError(l *link, raw []byte) {
 	var e wire.Error
 	_ = json.Unmarshal(raw, &e)
+	if e.Name != "" && e.RunID == "" && c.answerLeaving(l, e.Name) {
+		// The name went offline before funduq refused to delete its
+		// record (it has a history): out of service all the same.
+		c.log.Info("agent taken out of service; funduq keeps its record", "agent", e.Name, "message", e.Message)
+		return
+	}
 	attrs := []any{"message", e.Message}
 	if e.RunID != "" {
 		attrs = append(attrs, "runId", e.RunID)

@@ -37,9 +37,9 @@ func TestOfferVerdicts(t *testing.T) {
 	startClient(t, cfg)
 	p := f.registeredPeer(t)
 
-	// An agent this client does not serve: declined, even with room.
+	// An agent this client does not serve: refused, with a reason.
 	p.send(t, runFrame("r-stranger", "nope", "t-0", "hi"))
-	wantVerdict(t, p.expectAck(t, "r-stranger"), wire.Declined, "")
+	wantVerdict(t, p.expectAck(t, "r-stranger"), wire.Refused, `agent "nope" is not served by this provider`)
 
 	// Room for one: accepted at once, before the handler does anything.
 	p.send(t, runFrame("r-1", "echo", "t-1", "hello there"))

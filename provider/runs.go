@@ -64,8 +64,9 @@ type outFrame struct {
 }
 
 // handleRun answers an offer from the client's own state — refused when the
-// frame does not validate, declined for an agent it does not serve or when
-// full, otherwise accepted at once — and starts the accepted run.
+// frame does not validate, for an agent it does not serve, or while it shuts
+// down; declined when full; otherwise accepted at once — and starts the
+// accepted run.
 func (c *Client) handleRun(l *link, raw []byte) {
 	d, err := wire.DecodeRunFrame(raw)
 	runID := d.RunID
@@ -120,13 +121,22 @@ func (c *Client) handleRun(l *link, raw []byte) {
 	}
 	agent := c.agents[d.AgentName]
 	if agent == nil {
-		c.log.Warn("declining run for an agent this client does not serve", "runId", d.RunID, "agent", d.AgentName)
-		c.ackLocked(l, d.RunID, false, "")
+		// Permanent: this client will never serve it (seed 004 files "an
+		// agent it no longer serves" under refused). A bare decline would
+		// leave the run re-offered and count misdeclared.
+		reason := fmt.Sprintf("agent %q is not served by this provider", d.AgentName)
+		c.log.Warn("refusing run for an agent this client does not serve", "runId", d.RunID, "agent", d.AgentName)
+		c.ackLocked(l, d.RunID, false, reason)
 		return
 	}
 	if c.runCtx.Err() != nil {
-		c.log.Info("declining run: shutting down", "runId", d.RunID)
-		c.ackLocked(l, d.RunID, false, "")
+		// Shutting down: the agents are being taken out of service on the
+		// link (deleteAgent), so this offer crossed that on the wire. The
+		// client no longer serves the agent; declining would count
+		// misdeclared against a provider that is leaving in good order.
+		reason := fmt.Sprintf("agent %q is no longer served: the provider is shutting down", d.AgentName)
+		c.log.Info("refusing run: shutting down", "runId", d.RunID, "agent", d.AgentName)
+		c.ackLocked(l, d.RunID, false, reason)
 		return
 	}
 	if c.maxRuns > 0 && c.inFlight >= c.maxRuns {
