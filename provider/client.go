@@ -137,15 +137,16 @@ type Config struct {
 	StallTimeout time.Duration
 	// Retention is how long a run's frames (its events and its finish) are
 	// kept after its finish was written. A frame written to a link that then
-	// dies may never have reached funduq, so after every reconnect the
-	// client announces each run it holds or finished within Retention again
-	// and resends its frames (funduq drops what it already stored), and a
-	// run offered again after it finished is answered from them instead of
-	// being handled twice (a run that finished paused, with an interrupt
-	// outcome, is not announced: funduq may have reopened it since). At
-	// most MaxBufferedFrames frames are kept per run
-	// and MaxRetainedRuns finished runs, oldest first forgotten. Zero means
-	// DefaultRetention; negative forgets a run once its finish is written.
+	// dies may never have been stored, so after a reconnect the client
+	// announces again each run it finished within Retention whose finish
+	// funduq has not confirmed (see the package doc) and resends its frames
+	// (funduq drops what it already stored); and a run offered again after
+	// it finished is answered from them instead of being handled twice. A
+	// run that finished paused, with an interrupt outcome, is not announced:
+	// funduq may have reopened it since. At most MaxBufferedFrames frames
+	// are kept per run and MaxRetainedRuns finished runs, oldest first
+	// forgotten. Zero means DefaultRetention; negative forgets a run once
+	// its finish is written.
 	Retention time.Duration
 }
 
@@ -166,6 +167,7 @@ type Client struct {
 	maxBuffered  int           // MaxBufferedFrames; lowered by tests
 	retention    time.Duration // 0 = finished runs are not retained
 	maxRetained  int           // MaxRetainedRuns; lowered by tests
+	syncSettle   time.Duration // defaultSyncSettle; lowered by tests
 	now          func() time.Time
 
 	running   atomic.Bool
@@ -246,6 +248,7 @@ func New(cfg Config) (*Client, error) {
 		lanes:       make(map[string]*lane),
 		retained:    make(map[string]*runState),
 		maxRetained: MaxRetainedRuns,
+		syncSettle:  defaultSyncSettle,
 		now:         time.Now,
 	}
 	switch {
@@ -304,11 +307,12 @@ func (c *Client) Connected() bool { return c.connected.Load() }
 // Run connects and serves until ctx ends, reconnecting with exponential
 // backoff and jitter after any failure (each one is logged). When ctx ends,
 // the client takes its agents out of service on the link (a deleteAgent
-// each, waiting at most 5 s for funduq's answers; an offer still arriving is
-// refused), every handler's context is cancelled, Run waits for the handlers to return
-// and (if a link is up) for their last frames to be written, closes the link
-// and returns nil once every goroutine it started has stopped. It returns
-// ErrAlreadyRunning if the client is already running.
+// each; an offer still arriving is refused), every handler's context is
+// cancelled, and Run waits — in all at most 5 s while the link is up — for
+// funduq's answers, for the handlers to return and for their last frames
+// to be written; then it closes the link and returns nil once every
+// goroutine it started has stopped. It returns ErrAlreadyRunning if the
+// client is already running.
 func (c *Client) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning

@@ -14,10 +14,15 @@
 // declines nothing, then drains: handlers are cancelled and their last frames
 // written before the link closes. The client reconnects with exponential
 // backoff and jitter after any failure, re-registers, and keeps its handlers
-// running through a lost link. Once the next link is registered it announces
-// every run it holds, or finished within Config.Retention, and resends each
-// run's frames — those it wrote to the lost link, which may never have been
-// stored, then those it could not deliver — with their original seq; funduq
-// stores each seq once. A run offered again after it finished is accepted and
-// answered from those frames, not handled twice.
+// running through a lost link. Once the next link is registered it resends
+// only what funduq may not have: every run it still holds, and every run it
+// finished whose finish funduq has not confirmed — each run's frames, those
+// it wrote to the lost link (which may never have been stored) and then
+// those it could not deliver, with their original seq; funduq stores each
+// seq once. A finish is confirmed by two sync queries answered after it on
+// the link it was written to, the second a second after the first (a
+// leader that took the finish and died before storing it never answers
+// that one), or by an error frame naming the run. Finished runs are kept
+// for Config.Retention either way: a run offered again after it finished is
+// accepted and answered from its frames, not handled twice.
 package provider

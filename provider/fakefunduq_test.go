@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,6 +65,11 @@ type fakeFunduq struct {
 	// passDeletes hands deleteAgent frames to the test; otherwise the fake
 	// answers each with deleted, as funduq does, and the test never sees it.
 	passDeletes bool
+	// answerSyncs answers the client's sync queries (sync.go) at once;
+	// otherwise the fake drops them unanswered, so no finish is confirmed
+	// and every test that does not ask sees the link as before. Either
+	// way the test never sees them. synced counts the answers per link.
+	answerSyncs bool
 
 	wg sync.WaitGroup
 }
@@ -161,6 +167,7 @@ type peer struct {
 	regRaw   []byte
 	err      error       // why the handshake script stopped, if it did
 	frames   chan []byte // frames after the handshake, closed at EOF
+	synced   atomic.Int64
 	wmu      sync.Mutex
 }
 
@@ -198,6 +205,17 @@ func (f *fakeFunduq) handleLink(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if mt != websocket.TextMessage {
+			continue
+		}
+		var q wire.Query
+		if typ, _ := wire.PeekType(raw); typ == wire.TypeQuery && json.Unmarshal(raw, &q) == nil && q.Method == syncMethod {
+			f.mu.Lock()
+			answer := f.answerSyncs
+			f.mu.Unlock()
+			if answer {
+				_ = p.write(wire.QueryResult{Type: wire.TypeQueryResult, QueryID: q.QueryID, Error: "unknown query method"})
+				p.synced.Add(1)
+			}
 			continue
 		}
 		if typ, _ := wire.PeekType(raw); typ == wire.TypeDeleteAgent {

@@ -24,8 +24,17 @@ type link struct {
 	conn *websocket.Conn
 
 	// Guarded by Client.mu.
-	ctrl    [][]byte // link-scoped frames (acks, queries): lost with the link
+	ctrl    []ctrlFrame // link-scoped frames (acks, queries, resends): lost with the link
 	queries map[string]chan wire.QueryResult
+	// Finishes written on this link await confirmation (see sync.go):
+	// unconfirmed holds their runs; syncQueued and syncDone count the sync
+	// queries queued and answered; syncID is the one in flight ("" none);
+	// nextSync is when the next may be queued.
+	unconfirmed map[*runState]bool
+	syncQueued  int64
+	syncDone    int64
+	syncID      string
+	nextSync    time.Time
 	// leaving holds the agents a shutdown sent deleteAgent for and funduq
 	// has not answered yet.
 	leaving map[string]bool
@@ -60,17 +69,19 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 		return false, redirect, err
 	}
 	l := &link{
-		conn:    conn,
-		queries: make(map[string]chan wire.QueryResult),
-		dead:    make(chan struct{}),
-		stop:    make(chan struct{}),
-		pong:    make(chan []byte, 1),
+		conn:        conn,
+		queries:     make(map[string]chan wire.QueryResult),
+		unconfirmed: make(map[*runState]bool),
+		dead:        make(chan struct{}),
+		stop:        make(chan struct{}),
+		pong:        make(chan []byte, 1),
 	}
 	c.mu.Lock()
 	c.link = l
-	// Say again which runs this client still holds, or finished within
-	// Retention, and resend what they reported on earlier links: frames
-	// written to a broker that then died may never have been stored. A
+	// Say again which runs this client still holds, or finished without
+	// funduq confirming it had the finish (sync.go), and resend what they
+	// reported on earlier links: frames written to a broker that then died
+	// may never have been stored. A
 	// broker that took over re-adopts a held run (D7), even a quiet one
 	// with no frame to resend, and takes a run it put back to queued
 	// (its claim never committed) from the report; it stores each event
@@ -82,7 +93,7 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 	c.pruneRetainedLocked()
 	announced := 0
 	for _, rs := range c.retainedOrder {
-		if c.retained[rs.run.ID] == rs && !rs.paused {
+		if c.retained[rs.run.ID] == rs && !rs.paused && !rs.confirmed {
 			c.resendLocked(l, rs)
 			announced++
 		}
@@ -121,7 +132,11 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 		return nil
 	})
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		c.syncLoop(l)
+	}()
 	go func() {
 		defer wg.Done()
 		c.readLoop(l)
@@ -134,8 +149,11 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 	select {
 	case <-l.dead:
 	case <-ctx.Done():
-		c.leave(l)
-		c.drain(l)
+		// One deadline for the whole goodbye.
+		t := time.NewTimer(drainTimeout)
+		c.leave(l, t.C)
+		c.drain(l, t.C)
+		t.Stop()
 		l.fail(errShutdown)
 	}
 	c.mu.Lock()
@@ -172,13 +190,13 @@ func (c *Client) writeDeadline() time.Time {
 }
 
 // leave takes every agent out of service on l before the drain: one
-// deleteAgent each, then a wait (while the link lives, at most drainTimeout)
+// deleteAgent each, then a wait (while the link lives, until expired)
 // until funduq has answered each — deleted, or an error naming the agent.
 // funduq takes the name offline before it answers either way (an agent with
 // a history keeps its record and is answered with an error), so nothing more
 // is offered for it and the drain declines nothing; an offer that crossed a
 // deleteAgent on the wire is refused (handleRun).
-func (c *Client) leave(l *link) {
+func (c *Client) leave(l *link, expired <-chan time.Time) {
 	c.mu.Lock()
 	l.leaving = make(map[string]bool, len(c.cfg.Agents))
 	for _, a := range c.cfg.Agents {
@@ -186,8 +204,6 @@ func (c *Client) leave(l *link) {
 		c.sendCtrlLocked(l, wire.DeleteAgent{Type: wire.TypeDeleteAgent, Name: a.Name})
 	}
 	c.mu.Unlock()
-	t := time.NewTimer(drainTimeout)
-	defer t.Stop()
 	for {
 		c.mu.Lock()
 		left := len(l.leaving)
@@ -201,7 +217,7 @@ func (c *Client) leave(l *link) {
 		case <-wait:
 		case <-l.dead:
 			return
-		case <-t.C:
+		case <-expired:
 			c.log.Warn("provider shutdown: funduq did not answer every deleteAgent", "after", drainTimeout, "unanswered", left)
 			return
 		}
@@ -223,9 +239,7 @@ func (c *Client) answerLeaving(l *link, name string) bool {
 
 // drain waits, while the link lives, until every handler has returned and
 // every frame has been written, so a shutdown still reports how runs ended.
-func (c *Client) drain(l *link) {
-	t := time.NewTimer(drainTimeout)
-	defer t.Stop()
+func (c *Client) drain(l *link, expired <-chan time.Time) {
 	for {
 		c.mu.Lock()
 		idle := c.active == 0 && len(c.outbox) == 0 && len(l.ctrl) == 0
@@ -238,7 +252,7 @@ func (c *Client) drain(l *link) {
 		case <-wait:
 		case <-l.dead:
 			return
-		case <-t.C:
+		case <-expired:
 			c.log.Warn("provider shutdown: gave up waiting for handlers and frames", "after", drainTimeout)
 			return
 		}
@@ -329,6 +343,9 @@ func (c *Client) handleError(l *link, raw []byte) {
 	c.mu.Lock()
 	rs := c.runs[e.RunID]
 	running := rs != nil && !rs.done
+	if fin := c.retained[e.RunID]; !running && fin != nil {
+		c.refusedFinishedLocked(fin)
+	}
 	c.mu.Unlock()
 	if !running {
 		c.log.Debug("funduq refused a report of a finished run; ignored", attrs...)
@@ -383,7 +400,7 @@ func (c *Client) writeLoop(l *link) {
 		var of *outFrame
 		switch {
 		case len(l.ctrl) > 0:
-			data = l.ctrl[0]
+			data = l.ctrl[0].data
 		case c.link == l && len(c.outbox) > 0:
 			of = c.outbox[0]
 			data = of.data
@@ -421,14 +438,24 @@ func (c *Client) writeLoop(l *link) {
 			return
 		}
 		if of != nil {
-			c.popLocked(of)
+			c.popLocked(l, of)
 		} else if len(l.ctrl) > 0 {
-			l.ctrl[0] = nil
+			if fin := l.ctrl[0].finished; fin != nil {
+				c.awaitConfirmLocked(l, fin)
+			}
+			l.ctrl[0] = ctrlFrame{}
 			l.ctrl = l.ctrl[1:]
 		}
 		c.notifyLocked()
 		c.mu.Unlock()
 	}
+}
+
+// ctrlFrame is a link-scoped frame; finished is set on a resent finish,
+// whose run then awaits confirmation on the link.
+type ctrlFrame struct {
+	data     []byte
+	finished *runState
 }
 
 // sendCtrlLocked queues a link-scoped frame. c.mu must be held.
@@ -438,6 +465,6 @@ func (c *Client) sendCtrlLocked(l *link, v any) {
 		c.log.Error("encoding a frame", "err", err)
 		return
 	}
-	l.ctrl = append(l.ctrl, b)
+	l.ctrl = append(l.ctrl, ctrlFrame{data: b})
 	c.notifyLocked()
 }

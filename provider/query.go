@@ -78,6 +78,10 @@ func (c *Client) handleQueryResult(l *link, raw []byte) {
 		return
 	}
 	c.mu.Lock()
+	if c.syncAnsweredLocked(l, res.QueryID) {
+		c.mu.Unlock()
+		return
+	}
 	ch := l.queries[res.QueryID]
 	delete(l.queries, res.QueryID)
 	c.mu.Unlock()

@@ -43,6 +43,11 @@ type runState struct {
 	seq      int64 // last event seq assigned
 	terminal bool  // RUN_FINISHED or RUN_ERROR was emitted
 	paused   bool  // the last RUN_FINISHED has an interrupt outcome
+	// confirmed: funduq showed it had the run's finish (sync.go), so a
+	// reconnect does not resend the run; a re-offer still is answered
+	// from its frames.
+	confirmed bool
+	confirmAt int64 // the sync on the finish's link whose answer confirms it
 
 	// input is the offered run input, compacted: an offer of a finished
 	// run with the same input is the same delivery offered again, one with
@@ -199,7 +204,17 @@ func (c *Client) resendLocked(l *link, rs *runState) {
 		// is whole whichever way that write goes.
 		written++
 	}
-	l.ctrl = append(l.ctrl, rs.log[:max(written, 0)]...)
+	written = max(written, 0)
+	for i, data := range rs.log[:written] {
+		f := ctrlFrame{data: data}
+		if rs.done && i == len(rs.log)-1 {
+			// The finish (always the last frame): funduq has to confirm
+			// it again, on this link.
+			f.finished = rs
+			rs.confirmed = false
+		}
+		l.ctrl = append(l.ctrl, f)
+	}
 }
 
 // isInterrupt reports whether a RUN_FINISHED event has an interrupt outcome
@@ -372,8 +387,8 @@ func (c *Client) enqueueEventLocked(rs *runState, event []byte, typ string) {
 	c.notifyLocked()
 }
 
-// popLocked removes the written head frame. c.mu must be held.
-func (c *Client) popLocked(of *outFrame) {
+// popLocked removes the head frame, just written on l. c.mu must be held.
+func (c *Client) popLocked(l *link, of *outFrame) {
 	if len(c.outbox) == 0 || c.outbox[0] != of {
 		return
 	}
@@ -383,6 +398,7 @@ func (c *Client) popLocked(of *outFrame) {
 	if of.finish && c.runs[of.rs.run.ID] == of.rs {
 		delete(c.runs, of.rs.run.ID)
 		c.retainLocked(of.rs)
+		c.awaitConfirmLocked(l, of.rs)
 	}
 }
 
