@@ -123,6 +123,20 @@ func TestFinishNotConfirmedTwiceIsResent(t *testing.T) {
 
 	// An error naming the finished run is an answer too: funduq does not
 	// want it, and it is not resent again.
-	p2.send(t, wire.Error{Type: wire.TypeError, Message: "finish refused", RunID: "r-1"})
+	p2.send(t, wire.Error{Type: wire.TypeError, Message: "finish refused: the run has ended", RunID: "r-1"})
 	waitConfirmed(t, c, "r-1")
+}
+
+// funduq names why it refused a report after the kind ("event refused:
+// unknown run"); the bare form of older brokers still counts.
+func TestIsRefusal(t *testing.T) {
+	for msg, want := range map[string]bool{
+		"event refused": true, "finish refused": true, "ack refused: unknown run": true,
+		"event refused: the run already reported its end": true, "finish refused: held by another link": true,
+		"event refusedx": false, "unparseable frame": false, "": false, "refused": false,
+	} {
+		if got := isRefusal(msg); got != want {
+			t.Errorf("isRefusal(%q) = %v, want %v", msg, got, want)
+		}
+	}
 }

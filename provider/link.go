@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -314,11 +315,23 @@ func (c *Client) handleFrame(l *link, raw []byte) {
 	}
 }
 
-// handleError logs funduq's complaint. "event refused" / "finish refused"
-// for a run this client is still running means funduq does not hold the run
-// (any more), so the handler's context is cancelled with ErrRunNotHeld. For
-// a run already finished it is the expected answer to a resend of a report
-// funduq no longer needs, and is ignored.
+// isRefusal reports whether an error frame's message refuses a report:
+// "event refused", "finish refused" or "ack refused", alone or followed by
+// ": <reason>".
+func isRefusal(msg string) bool {
+	for _, kind := range []string{"event refused", "finish refused", "ack refused"} {
+		if rest, ok := strings.CutPrefix(msg, kind); ok && (rest == "" || strings.HasPrefix(rest, ":")) {
+			return true
+		}
+	}
+	return false
+}
+
+// handleError logs funduq's complaint. A refused report (isRefusal) of a
+// run this client is still running means funduq does not hold the run (any
+// more), so the handler's context is cancelled with ErrRunNotHeld. For a
+// run already finished it is the expected answer to a resend of a report
+// funduq no longer needs: the run is not resent again.
 func (c *Client) handleError(l *link, raw []byte) {
 	var e wire.Error
 	_ = json.Unmarshal(raw, &e)
@@ -335,7 +348,7 @@ func (c *Client) handleError(l *link, raw []byte) {
 	if e.Name != "" {
 		attrs = append(attrs, "name", e.Name)
 	}
-	refused := e.RunID != "" && (e.Message == "event refused" || e.Message == "finish refused")
+	refused := e.RunID != "" && isRefusal(e.Message)
 	if !refused {
 		c.log.Warn("funduq sent error", attrs...)
 		return

@@ -106,7 +106,7 @@ func TestFramesWrittenBeforeDropAreResent(t *testing.T) {
 	// A broker that no longer holds the finished run says so: ignored, the
 	// run stays retained. For the running one it still ends the handler.
 	p2.send(t, wire.Error{Type: wire.TypeError, Message: "finish refused", RunID: "r-1"})
-	p2.send(t, wire.Error{Type: wire.TypeError, Message: "event refused", RunID: "r-2"})
+	p2.send(t, wire.Error{Type: wire.TypeError, Message: "event refused: unknown run", RunID: "r-2"})
 	// The handler returned ErrRunNotHeld.
 	expectFrames(t, p2, "event r-2 #2 RUN_ERROR", "finish r-2")
 	noStart(t, c, g, "r-1")
