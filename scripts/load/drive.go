@@ -350,6 +350,15 @@ func (c Config) callers(doors string) []*caller {
 	return out
 }
 
+// callersOf is c.Callers callers of one door (A2A when a2a).
+func (c Config) callersOf(doors string, a2a bool) []*caller {
+	out := c.callers(doors)
+	for _, cl := range out {
+		cl.a2a = a2a
+	}
+	return out
+}
+
 // closedLoop runs every caller back to back for d.
 func (f *fleet) closedLoop(ctx context.Context, callers []*caller, d time.Duration) (*probe, time.Duration) {
 	p := newProbe()

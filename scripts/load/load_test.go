@@ -66,7 +66,7 @@ func TestTinyLoadRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := parseFlags([]string{"-postgres", pg, "-redis", rd, "-duration", "1s", "-providers", "2", "-callers", "2",
-		"-a2a", "0.5", "-stream", "200", "-links", "5", "-floor-time", "200ms", "-sweep", "0.25",
+		"-a2a", "0.5", "-stream", "200", "-preseed", "40", "-links", "5", "-floor-time", "200ms", "-sweep", "0.25",
 		"-json", filepath.Join(dir, "r.json"), "-svg", filepath.Join(dir, "c.svg"), "-doc", doc, "-q"}, os.Stderr)
 	if err != nil {
 		t.Fatal(err)
@@ -115,6 +115,22 @@ func TestTinyLoadRun(t *testing.T) {
 	}
 	if s := rep.Stream; s.StoreFloorPerSec <= 0 || s.StoreFloorBatch < 1 || s.StoreFloorBatch > s.Stored {
 		t.Fatalf("store floor: %+v", s)
+	}
+	// Growth: each door alone at the history there is and again after 40
+	// prior runs (80 messages) were seeded, with the database's own counts.
+	if g := rep.Growth; g == nil || len(g.Doors) != 4 || g.PreseedRuns != 40 {
+		t.Fatalf("growth: %+v", rep.Growth)
+	}
+	for i, d := range rep.Growth.Doors {
+		if d.Completed == 0 || d.Failed != 0 || d.TxPerRun <= 0 || d.RowsReadPerRun <= 0 || d.PGCPUPerRun < 0 {
+			t.Fatalf("growth %d: %+v", i, d)
+		}
+		if i >= 2 && d.PriorMessages < rep.Growth.Doors[i-2].PriorMessages+80 {
+			t.Fatalf("growth %d: %d prior messages after seeding, %d before", i, d.PriorMessages, rep.Growth.Doors[i-2].PriorMessages)
+		}
+	}
+	if !strings.Contains(out.String(), "committed tx/run") {
+		t.Fatalf("table without the growth section:\n%s", out.String())
 	}
 	if rep.Idle == nil || rep.Idle.Opened != 5 {
 		t.Fatalf("idle links: %+v", rep.Idle)

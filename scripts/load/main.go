@@ -21,7 +21,11 @@
 //     -svg draws latency against load;
 //  4. stream: one run streaming -stream events, provider → caller, every one
 //     checked in run_events;
-//  5. idle links (-links n): n provider links held open to the broker node,
+//  5. growth: ANALYZE after priming, then each door alone (AG-UI, then
+//     A2A), closed loop: runs/s, committed transactions, PostgreSQL rows
+//     read and CPU per run; with -preseed N the same again after N prior
+//     runs of history are written in SQL and ANALYZEd;
+//  6. idle links (-links n): n provider links held open to the broker node,
 //     its memory per link and its CPU at idle.
 //
 // It prints a table and writes it as JSON (-json). -doc rewrites the table
@@ -58,6 +62,7 @@ type Config struct {
 	Sweep      []float64
 	Stream     int // events in the one-run stream test (0: skip)
 	Links      int // idle links (0: skip)
+	Preseed    int // prior runs of history written in SQL for the growth section (0: none)
 	LinkKeys   int // provider keys the idle links use (0: one per link)
 	FloorTime  time.Duration
 	JSONPath   string
@@ -127,6 +132,7 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.IntVar(&c.EventSize, "event-size", c.EventSize, "payload bytes of each event between RUN_STARTED and RUN_FINISHED")
 	sweep := fs.String("sweep", "", "comma-separated fractions of the maximum rate to measure dispatch latency at (e.g. 0.1,0.25,0.5,0.75,0.9); 0.5 is always measured")
 	fs.IntVar(&c.Stream, "stream", c.Stream, "events in the one-run stream test (0 skips it)")
+	fs.IntVar(&c.Preseed, "preseed", 0, "prior runs (2 messages, 3 events each) written in SQL after the doors are measured alone at 0 history, to measure them again at that history (1,000,000 messages: 500000)")
 	fs.IntVar(&c.Links, "links", 0, "idle provider links to open for the memory-per-link test (0 skips it; 10000 is the target)")
 	fs.IntVar(&c.LinkKeys, "link-keys", 0, "provider keys the idle links spread over (0: a key per link)")
 	fs.DurationVar(&c.FloorTime, "floor-time", c.FloorTime, "time spent measuring each floor")
@@ -152,8 +158,8 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 			c.Sweep = append(c.Sweep, v)
 		}
 	}
-	if c.Events < 2 || c.Providers < 1 || c.Callers < 1 || c.Duration <= 0 {
-		fmt.Fprintln(out, "-events ≥ 2, -providers ≥ 1, -callers ≥ 1 and -duration > 0 are needed")
+	if c.Events < 2 || c.Providers < 1 || c.Callers < 1 || c.Duration <= 0 || c.Preseed < 0 {
+		fmt.Fprintln(out, "-events ≥ 2, -providers ≥ 1, -callers ≥ 1, -duration > 0 and -preseed ≥ 0 are needed")
 		return c, fmt.Errorf("bad flags")
 	}
 	if (c.BrokerURL == "") != (c.DoorsURL == "") || (c.BrokerURL != "" && c.DatabaseURL == "") {

@@ -164,6 +164,9 @@ func table(r *Report) string {
 				p.OfferedPerS, p.Name, p.RunsPerSec, acc50, acc99, p.DispatchP50, p.DispatchP90, p.DispatchP99, p.EventP50, p.EventP99, p.Failed)
 		}
 	}
+	if g := r.Growth; g != nil {
+		b.WriteString(growthTable(g))
+	}
 	b.WriteString("\n| target | measured | limit | verdict | detail |\n|---|---|---|---|---|\n")
 	for _, t := range r.Targets {
 		fmt.Fprintf(&b, "| %s | %.2f | %s %g | %s | %s |\n", t.Name, t.Measured, t.Unit, t.Limit, yes(t.Holds), t.Note)

@@ -88,6 +88,7 @@ type Report struct {
 	Sweep     []Phase   `json:"sweep,omitempty"`
 	Stream    *Stream   `json:"stream,omitempty"`
 	Idle      *Idle     `json:"idle,omitempty"`
+	Growth    *Growth   `json:"growth,omitempty"`
 	Targets   []Target  `json:"targets"`
 	Profiles  []string  `json:"profiles,omitempty"`
 }
@@ -141,6 +142,11 @@ func Run(ctx context.Context, c Config, out io.Writer) (*Report, error) {
 
 	// Warm up: connections, prepared statements, the lanes' first runs.
 	f.closedLoop(ctx, callers, min(2*time.Second, c.Duration))
+	if c.BrokerURL == "" { // the stack's own database: ANALYZE, seed, read its statistics
+		if rep.Growth, err = measureGrowth(ctx, c, f, st, logf); err != nil {
+			return nil, err
+		}
+	}
 
 	logf("max load: %d callers, closed loop, %s", c.Callers, c.Duration)
 	stopProf := startProfiles(c, st, logf, "max", max(1, int(c.Duration.Seconds())-1))
