@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -24,22 +25,28 @@ type RunMessage struct {
 // RunMessages returns the thread messages recorded by run runID (the
 // caller's, and the agent's folded replies), oldest first.
 func (s *Store) RunMessages(ctx context.Context, runID string) ([]RunMessage, error) {
-	rows, err := s.pool.Query(ctx, `SELECT message_id, message, origin, created_at FROM thread_messages
-		WHERE run_id = $1 ORDER BY id`, runID)
+	rows, err := s.pool.Query(ctx, runMessagesSQL, runID)
 	if err != nil {
 		return nil, fmt.Errorf("messages of run %s: %w", runID, err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunMessage, error) {
+	out, err := collectRunMessages(rows)
+	if err != nil {
+		return nil, fmt.Errorf("messages of run %s: %w", runID, err)
+	}
+	return out, nil
+}
+
+const runMessagesSQL = `SELECT message_id, message, origin, created_at FROM thread_messages
+		WHERE run_id = $1 ORDER BY id`
+
+func collectRunMessages(rows pgx.Rows) ([]RunMessage, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (RunMessage, error) {
 		var m RunMessage
 		var b []byte
 		err := row.Scan(&m.MessageID, &b, &m.Origin, &m.CreatedAt)
 		m.Message = b
 		return m, err
 	})
-	if err != nil {
-		return nil, fmt.Errorf("messages of run %s: %w", runID, err)
-	}
-	return out, nil
 }
 
 // ThreadRuns returns the runs of thread threadID that belong to the agent
@@ -65,3 +72,38 @@ const threadRunsSQL = `SELECT ` + runColumns + ` FROM runs
 		WHERE thread_id = $1
 		AND EXISTS (SELECT 1 FROM threads WHERE thread_id = $1 AND provider_key = $2 AND agent_name = $3)
 		ORDER BY created_at, run_id`
+
+// RunRecord is a run as read with everything it recorded.
+type RunRecord struct {
+	Run      Run
+	Events   []Event      // every event, in seq order
+	Messages []RunMessage // its thread messages, oldest first
+}
+
+// ReadRunRecord reads run runID, then all of its events and its thread
+// messages, in one round trip (one implicit transaction): what an A2A
+// task view is built from. The run is read first, so a settled run's
+// events are all among those read. ErrNotFound for an unknown run.
+func (s *Store) ReadRunRecord(ctx context.Context, runID string) (RunRecord, error) {
+	var rec RunRecord
+	b := &pgx.Batch{}
+	b.Queue(`SELECT `+runColumns+` FROM runs WHERE run_id = $1`, runID).QueryRow(func(row pgx.Row) (err error) {
+		rec.Run, err = scanRun(row)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		return err
+	})
+	b.Queue(eventsAfterSQL, runID, 0, nil).Query(func(rows pgx.Rows) (err error) {
+		rec.Events, err = collectEvents(rows)
+		return err
+	})
+	b.Queue(runMessagesSQL, runID).Query(func(rows pgx.Rows) (err error) {
+		rec.Messages, err = collectRunMessages(rows)
+		return err
+	})
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return RunRecord{}, fmt.Errorf("read record of run %s: %w", runID, err)
+	}
+	return rec, nil
+}

@@ -7,6 +7,7 @@ import (
 	"github.com/funduq/funduq-go/core/kyok"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/funduq/funduq-go/core/agui"
 	"github.com/funduq/funduq-go/core/identity"
@@ -219,25 +220,31 @@ func (c *call) send(streaming bool) {
 		c.stream(acc.run, acc.after, p.HistoryLength)
 		return
 	}
-	rn := acc.run
-	if p.Blocking {
-		rn = c.wait(acc)
-	}
-	ctx, cancel = context.WithTimeout(c.r.Context(), 2*door.StorageTimeout)
-	view, err := c.h.project(ctx, rn, -1)
-	cancel()
-	if err != nil {
-		c.fail(err)
-		return
+	var view taskView
+	if rec, settled := c.waitRecord(acc, p.Blocking); settled {
+		view = projectRecord(rec, -1)
+	} else {
+		ctx, cancel = context.WithTimeout(c.r.Context(), 2*door.StorageTimeout)
+		view, err = c.h.project(ctx, rec.Run, -1)
+		cancel()
+		if err != nil {
+			c.fail(err)
+			return
+		}
 	}
 	view.History = applyHistoryLength(view.History, p.HistoryLength)
 	c.result(sendResult(c.v, view))
 }
 
-// wait follows the run until it settles (terminal or input-required), the
-// block budget or the request's deadline passes, and returns it as read
-// last.
-func (c *call) wait(acc accepted) store.Run {
+// waitRecord, for a blocking send, follows the run until it settles
+// (terminal or input-required), the block budget or the request's deadline
+// passes. settled reports that rec is the settled run's whole record (its
+// events and messages, read in the same round trip as its status); else
+// rec.Run is the run as read last, or as accepted.
+func (c *call) waitRecord(acc accepted, blocking bool) (rec store.RunRecord, settled bool) {
+	if !blocking {
+		return store.RunRecord{Run: acc.run}, false
+	}
 	ctx := c.r.Context()
 	t := &door.Tail{O: c.h.o.Tail, RunID: acc.run.RunID, After: acc.after,
 		Relay: func(_ int, ev json.RawMessage) bool {
@@ -246,16 +253,39 @@ func (c *call) wait(acc accepted) store.Run {
 		}}
 	end := t.Run(ctx, c.h.streamEnd(ctx, c.h.o.BlockBudget))
 	if end == door.TailStopped || end == door.TailSettled {
-		if cur, err := t.Settle(ctx); err == nil {
-			return cur
+		if rec, err := c.settleRecord(ctx, t); err == nil {
+			return rec, door.Settled(rec.Run.Status)
 		}
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), door.StorageTimeout)
 	defer cancel()
 	if cur, err := c.h.o.Store.GetRun(rctx, acc.run.RunID); err == nil {
-		return cur
+		return store.RunRecord{Run: cur}, false
 	}
-	return acc.run
+	return store.RunRecord{Run: acc.run}, false
+}
+
+// settleRecord is door.Tail.Settle reading the whole record each time: it
+// waits, after a terminal event, until the broker has recorded the run's
+// outcome or the settle wait passes, and returns the record as read last —
+// so a settled answer costs one read, not a status read and then its
+// events and messages. t has run (its options carry their defaults).
+func (c *call) settleRecord(ctx context.Context, t *door.Tail) (store.RunRecord, error) {
+	o := t.O
+	deadline := time.Now().Add(o.SettleWait)
+	for {
+		dctx, cancel := context.WithTimeout(ctx, 2*door.StorageTimeout)
+		rec, err := o.Store.ReadRunRecord(dctx, t.RunID)
+		cancel()
+		if err == nil && door.Settled(rec.Run.Status) {
+			return rec, nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 || ctx.Err() != nil {
+			return rec, err
+		}
+		door.WaitEnd(ctx, o.Feed, t.RunID, t.After, min(o.PollInterval, left))
+	}
 }
 
 func notFoundTask(id string) error {

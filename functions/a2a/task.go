@@ -253,15 +253,19 @@ func applyHistoryLength(h []textMessage, n int) []textMessage {
 // project reads what a task view needs from the store. evsUpTo, when >= 0,
 // limits the artifacts to events with seq <= evsUpTo (a stream's opening
 // snapshot as of where its tail starts).
+// Its events and messages are read in one round trip, after r was.
 func (h *Handler) project(ctx context.Context, r store.Run, evsUpTo int) (taskView, error) {
-	evs, err := h.allEvents(ctx, r.RunID)
+	rec, err := h.o.Store.ReadRunRecord(ctx, r.RunID)
 	if err != nil {
 		return taskView{}, err
 	}
-	msgs, err := h.o.Store.RunMessages(ctx, r.RunID)
-	if err != nil {
-		return taskView{}, err
-	}
+	rec.Run = r
+	return projectRecord(rec, evsUpTo), nil
+}
+
+// projectRecord is the task view of a run as recorded in rec.
+func projectRecord(rec store.RunRecord, evsUpTo int) taskView {
+	r, evs, msgs := rec.Run, rec.Events, rec.Messages
 	state, smsg, meta := statusOf(r, evs)
 	arts := evs
 	if evsUpTo >= 0 {
@@ -273,7 +277,7 @@ func (h *Handler) project(ctx context.Context, r store.Run, evsUpTo int) (taskVi
 		}
 	}
 	return taskView{ID: r.RunID, ContextID: r.ThreadID, State: state, StatusMsg: smsg, Timestamp: r.LastActivityAt,
-		Artifacts: artifactsOf(arts), History: historyOf(r, msgs), Meta: meta}, nil
+		Artifacts: artifactsOf(arts), History: historyOf(r, msgs), Meta: meta}
 }
 
 func (h *Handler) allEvents(ctx context.Context, runID string) ([]store.Event, error) {
