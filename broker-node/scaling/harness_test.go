@@ -58,6 +58,9 @@ var (
 	// another and every scenario wipes the prefix's keys once its
 	// processes are gone.
 	prefix string
+	// clusterEnv holds extra settings for every process of the next
+	// cluster (the chaos test sets them; nil otherwise).
+	clusterEnv []string
 )
 
 func TestMain(m *testing.M) {
@@ -248,6 +251,7 @@ func newCluster(t testing.TB, nbrokers, ndoors int) *cluster {
 		"FUNDUQ_DELIVER_TIMEOUT=" + deliverTimeout.String(), "FUNDUQ_UNSERVED_TIMEOUT=" + unservedTimeout.String(),
 		"FUNDUQ_LOG_LEVEL=debug", "PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
 	}
+	c.env = append(c.env, clusterEnv...)
 	// Cleanups run last-in first-out: the processes go before the database
 	// and the Redis prefix are dropped.
 	t.Cleanup(func() {
