@@ -18,6 +18,7 @@ import (
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/kyok"
 	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/strictjson"
 	"github.com/funduq/funduq-go/core/wire"
 )
 
@@ -106,7 +107,13 @@ func (r *Relay) readLoop(c *conn) {
 			r.sendError(c, "", "", "unparseable frame")
 			continue
 		}
-		// The decoded frame copies what it keeps: the buffer goes back.
+		// The doors' strict check first, as on the provider link. The
+		// decoded frame copies what it keeps: the buffer goes back.
+		if err := strictjson.Check(buf.Bytes(), 0); err != nil && !errors.Is(err, strictjson.ErrMalformed) {
+			wsconn.Release(buf)
+			r.sendError(c, "", "", "frame refused: "+err.Error())
+			continue
+		}
 		frame, err := wire.DecodeKyokFrame(buf.Bytes())
 		wsconn.Release(buf)
 		if err != nil {

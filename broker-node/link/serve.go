@@ -16,6 +16,7 @@ import (
 	"github.com/funduq/funduq-go/broker-node/handshake"
 	"github.com/funduq/funduq-go/broker-node/wsconn"
 	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/core/strictjson"
 	"github.com/funduq/funduq-go/core/wire"
 )
 
@@ -145,7 +146,15 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 			s.sendError(c, "unparseable frame", "", "")
 			continue
 		}
-		// The decoded frame copies what it keeps: the buffer goes back.
+		// The doors' strict check first (a repeated key, invalid UTF-8,
+		// nesting past strictjson.DefaultMaxDepth): two readers of one frame
+		// must never disagree about what it names. The decoded frame copies
+		// what it keeps: the buffer goes back.
+		if err := strictjson.Check(buf.Bytes(), 0); err != nil && !errors.Is(err, strictjson.ErrMalformed) {
+			wsconn.Release(buf)
+			s.sendError(c, "frame refused: "+err.Error(), "", "")
+			continue
+		}
 		frame, err := wire.DecodeProviderFrame(buf.Bytes())
 		wsconn.Release(buf)
 		if err != nil {

@@ -151,3 +151,30 @@ func TestDeleteModel(t *testing.T) {
 	var f wire.KyokError
 	l.expect(wire.TypeError, &f)
 }
+
+// KYOK link frames go through the doors' strict JSON check: a repeated key
+// is answered with an error frame and changes nothing.
+func TestKyokFramesAreStrictJSON(t *testing.T) {
+	e := newEnv(t, 0)
+	l := e.attachLLM(0x41, "gpt-4")
+	for _, frame := range []string{
+		`{"type":"register","models":["claude"],"models":["mistral"]}`,
+		`{"type":"deleteModel","name":"gpt-4","name":"gpt-4"}`,
+	} {
+		l.send(json.RawMessage(frame))
+		var f wire.KyokError
+		l.expect(wire.TypeError, &f)
+		if !strings.Contains(f.Message, "repeats a key") {
+			t.Errorf("%s: error %+v, want a strict JSON refusal", frame, f)
+		}
+	}
+	// A good frame after them is the barrier.
+	l.send(wire.RegisterModels{Type: wire.TypeRegister, Models: []string{"gpt-4"}})
+	var r wire.Registered
+	l.expect(wire.TypeRegistered, &r)
+	for name, want := range map[string]bool{"gpt-4": true, "claude": false, "mistral": false} {
+		if ok, _ := e.H.Store.LLMOfferingExists(context.Background(), l.Key, name); ok != want {
+			t.Errorf("offering %s registered %v, want %v", name, ok, want)
+		}
+	}
+}
