@@ -23,6 +23,8 @@ var (
 	ErrTokenExpired = errors.New("identity: kyok token expired")
 	// ErrBadPresenter: a Funduq-Presenter header that proves nothing.
 	ErrBadPresenter = errors.New("identity: bad presenter proof")
+	// ErrBadView: a view proof (the doors' Funduq-View header) that proves nothing.
+	ErrBadView = errors.New("identity: bad view proof")
 )
 
 // ChainError says which hop of an actor chain was refused and why. It matches
