@@ -63,10 +63,16 @@ func (s *Store) NewestRunInStatus(ctx context.Context, threadID string, statuses
 }
 
 // FindRetriedRun returns the run an earlier attempt of the request nr
-// describes created — same Idempotency-Key for the agent, or same caller
-// request id on an existing thread — exactly as CreateRun would find it.
-func (s *Store) FindRetriedRun(ctx context.Context, nr NewRun) (Run, bool, error) {
-	return s.findRetried(ctx, nr)
+// describes created or reopened — same Idempotency-Key for the agent (the
+// door scopes it to its caller), or same caller request id on an existing
+// thread — exactly as CreateRun would find it. ErrKeyReused when that run
+// was made by a request with another RequestHash.
+func (s *Store) FindRetriedRun(ctx context.Context, nr NewRun) (Retried, bool, error) {
+	r, ok, err := s.findRetried(ctx, nr)
+	if err == nil && ok && r.reused(nr) {
+		return Retried{}, false, fmt.Errorf("look up retried request: %w", ErrKeyReused)
+	}
+	return r, ok, err
 }
 
 // Reopen is a door's answer to a paused run: the run keeps its id (D1).
@@ -75,8 +81,10 @@ type Reopen struct {
 	RunInput []byte    // the resumed RunAgentInput, built for the same run id
 	Messages []Message // the answer's caller messages, recorded on the run's thread
 	// CallerRequestID is the answer's own request id (A2A messageId); a
-	// retry with it finds this run (FindRetriedRun).
+	// retry with it finds this run (FindRetriedRun), streamed from the seq
+	// the paused round ended on.
 	CallerRequestID string
+	RequestHash     string // see NewRun.RequestHash
 }
 
 // ReopenRun moves an input-required run back to queued with its new input,
@@ -126,8 +134,9 @@ func (s *Store) ReopenRun(ctx context.Context, ro Reopen) (Run, error) {
 			return err
 		}
 		if ro.CallerRequestID != "" {
-			if _, err := tx.Exec(ctx, `INSERT INTO answer_requests (thread_id, caller_request_id, run_id) VALUES ($1, $2, $3)
-				ON CONFLICT DO NOTHING`, r.ThreadID, ro.CallerRequestID, r.RunID); err != nil {
+			if _, err := tx.Exec(ctx, `INSERT INTO answer_requests (thread_id, caller_request_id, run_id, request_hash, after_seq)
+				VALUES ($1, $2, $3, nullif($4, ''), $5) ON CONFLICT DO NOTHING`,
+				r.ThreadID, ro.CallerRequestID, r.RunID, ro.RequestHash, r.LastSeq); err != nil {
 				return err
 			}
 		}

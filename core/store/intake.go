@@ -76,6 +76,7 @@ func (s *Store) SaveAgent(ctx context.Context, a Agent) error {
 type NewThread struct {
 	ParentThreadID string
 	HeadKey        string          // the chain head binding the thread; "" = unbound
+	PresenterKey   string          // the key that presented that chain (a party of the thread)
 	Metadata       json.RawMessage // the caller's bag at creation
 }
 
@@ -98,8 +99,12 @@ type NewRun struct {
 	ParentRunID     string
 	ActorChain      json.RawMessage
 	CallerRequestID string // the AG-UI caller's runId or the A2A messageId
-	IdempotencyKey  string // the Idempotency-Key header
-	Messages        []Message
+	IdempotencyKey  string // the Idempotency-Key header, scoped to its caller by the door
+	// RequestHash identifies the request that made the run: a retry naming
+	// the same key or caller request id with another hash is refused
+	// (ErrKeyReused), never answered with this run.
+	RequestHash string
+	Messages    []Message
 	// Kyok is the run's sealed KYOK binding (core/kyok), written with the
 	// run so no agent can call before it exists; nil without an opt-in.
 	Kyok *KyokBindingRow
@@ -121,6 +126,10 @@ type KyokBindingRow struct {
 	Sealed         []byte
 }
 
+// ErrKeyReused: an Idempotency-Key or caller request id names a run made by
+// a different request (another RequestHash).
+var ErrKeyReused = errors.New("the key was used for a different request")
+
 // ErrThreadMismatch: the thread named belongs to another agent.
 var ErrThreadMismatch = errors.New("thread belongs to another agent")
 
@@ -133,7 +142,7 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (r Run, created bool, 
 	// Pipelined: a new thread's run is one round trip (BEGIN, every row,
 	// the NOTIFY, COMMIT); a run on an existing thread, or one that may be
 	// a retry, two (the thread's check and the retry lookup first).
-	var retried Run
+	var retried Retried
 	var found bool
 	var pk, name string
 	var threadFound bool
@@ -142,7 +151,7 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (r Run, created bool, 
 		found, threadFound, waiting = false, false, 0
 		if q, args := retriedQuery(nr); q != "" {
 			b.Queue(q, args...).QueryRow(func(row pgx.Row) error {
-				rr, err := scanRun(row)
+				rr, err := scanRetried(row)
 				if errors.Is(err, pgx.ErrNoRows) {
 					return nil
 				}
@@ -169,6 +178,8 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (r Run, created bool, 
 	}
 	decide := func() error {
 		switch {
+		case found && retried.reused(nr):
+			return ErrKeyReused
 		case found:
 			return errRetried
 		case nr.CreateThread != nil:
@@ -185,20 +196,20 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (r Run, created bool, 
 	second := func(b *pgx.Batch) {
 		if t := nr.CreateThread; t != nil {
 			b.Queue(`
-				INSERT INTO threads (thread_id, provider_key, agent_name, parent_thread_id, head_key, metadata)
-				VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), coalesce($6::jsonb, '{}'))`,
-				nr.ThreadID, nr.ProviderKey, nr.AgentName, t.ParentThreadID, t.HeadKey, nullJSON(t.Metadata))
+				INSERT INTO threads (thread_id, provider_key, agent_name, parent_thread_id, head_key, metadata, presenter_key)
+				VALUES ($1, $2, $3, nullif($4, ''), nullif($5, ''), coalesce($6::jsonb, '{}'), nullif($7, ''))`,
+				nr.ThreadID, nr.ProviderKey, nr.AgentName, t.ParentThreadID, t.HeadKey, nullJSON(t.Metadata), t.PresenterKey)
 		}
 		b.Queue(`
 			INSERT INTO runs (run_id, thread_id, provider_key, agent_name, status, run_input, parent_run_id,
 			                  actor_chain, caller_request_id, idempotency_key,
-			                  kyok_binding, kyok_llm_provider_key, kyok_llm_name)
+			                  kyok_binding, kyok_llm_provider_key, kyok_llm_name, request_hash)
 			VALUES ($1, $2, $3, $4, 'queued', $5::json, nullif($6, ''), $7::jsonb, nullif($8, ''), nullif($9, ''),
-			        $10, nullif($11, ''), nullif($12, ''))
+			        $10, nullif($11, ''), nullif($12, ''), nullif($13, ''))
 			RETURNING `+runColumns,
 			nr.RunID, nr.ThreadID, nr.ProviderKey, nr.AgentName, string(nr.RunInput), nr.ParentRunID,
 			nullJSON(nr.ActorChain), nr.CallerRequestID, nr.IdempotencyKey,
-			kyokSealed(nr.Kyok), kyokField(nr.Kyok, true), kyokField(nr.Kyok, false)).QueryRow(func(row pgx.Row) (err error) {
+			kyokSealed(nr.Kyok), kyokField(nr.Kyok, true), kyokField(nr.Kyok, false), nr.RequestHash).QueryRow(func(row pgx.Row) (err error) {
 			r, err = scanRun(row)
 			return err
 		})
@@ -211,14 +222,17 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (r Run, created bool, 
 		err = s.pipelined(ctx, what, first, decide, second)
 	}
 	if errors.Is(err, errRetried) {
-		return retried, false, nil
+		return retried.Run, false, nil
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" &&
 		(pgErr.ConstraintName == "runs_caller_request_uq" || pgErr.ConstraintName == "runs_idempotency_uq") {
 		// A concurrent retry of the same request won the insert.
 		if existing, ok, ferr := s.findRetried(ctx, nr); ferr == nil && ok {
-			return existing, false, nil
+			if existing.reused(nr) {
+				return Run{}, false, fmt.Errorf("%s: %w", what, ErrKeyReused)
+			}
+			return existing.Run, false, nil
 		}
 	}
 	if err != nil {
@@ -271,34 +285,62 @@ func kyokField(k *KyokBindingRow, provider bool) string {
 	return k.LLMName
 }
 
+// Retried is the run a retried request made, with what the store knows of
+// that request: its hash, and for an answer the seq its round starts after.
+type Retried struct {
+	Run
+	RequestHash string
+	// After is the seq the run had reached before the request: 0 for a
+	// request that made the run, the paused round's last seq for an answer.
+	After int
+}
+
+// reused: the run was made by a different request than nr.
+func (r Retried) reused(nr NewRun) bool {
+	return nr.RequestHash != "" && r.RequestHash != "" && nr.RequestHash != r.RequestHash
+}
+
 // retriedQuery is the lookup of the run a retried request made, or "" when
-// the request carries nothing that identifies a retry.
+// the request carries nothing that identifies a retry. Both branches are
+// index look-ups (runs_idempotency_uq; runs_caller_request_uq and the
+// answer_requests key).
 func retriedQuery(nr NewRun) (string, []any) {
 	switch {
 	case nr.IdempotencyKey != "":
-		return `SELECT ` + runColumns + ` FROM runs WHERE provider_key = $1 AND agent_name = $2 AND idempotency_key = $3`,
+		return `SELECT ` + runColumns + `, coalesce(request_hash, ''), 0 FROM runs
+			WHERE provider_key = $1 AND agent_name = $2 AND idempotency_key = $3`,
 			[]any{nr.ProviderKey, nr.AgentName, nr.IdempotencyKey}
 	case nr.CallerRequestID != "" && nr.CreateThread == nil:
 		// The request may have opened a run, or answered a paused one.
-		return `SELECT ` + runColumns + ` FROM runs WHERE run_id = coalesce(
-			(SELECT run_id FROM runs WHERE thread_id = $1 AND caller_request_id = $2),
-			(SELECT run_id FROM answer_requests WHERE thread_id = $1 AND caller_request_id = $2))`,
+		return `SELECT ` + runColumns + `, x.hash, x.after FROM (
+				(SELECT run_id, coalesce(request_hash, '') AS hash, 0 AS after FROM runs
+				 WHERE thread_id = $1 AND caller_request_id = $2)
+				UNION ALL
+				(SELECT run_id, coalesce(request_hash, ''), after_seq FROM answer_requests
+				 WHERE thread_id = $1 AND caller_request_id = $2)
+				LIMIT 1) x JOIN runs USING (run_id)`,
 			[]any{nr.ThreadID, nr.CallerRequestID}
 	}
 	return "", nil
 }
 
-func (s *Store) findRetried(ctx context.Context, nr NewRun) (Run, bool, error) {
+func scanRetried(row pgx.Row) (Retried, error) {
+	var out Retried
+	err := scanRunInto(row, &out.Run, &out.RequestHash, &out.After)
+	return out, err
+}
+
+func (s *Store) findRetried(ctx context.Context, nr NewRun) (Retried, bool, error) {
 	q, args := retriedQuery(nr)
 	if q == "" {
-		return Run{}, false, nil
+		return Retried{}, false, nil
 	}
-	r, err := scanRun(s.pool.QueryRow(ctx, q, args...))
+	r, err := scanRetried(s.pool.QueryRow(ctx, q, args...))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Run{}, false, nil
+		return Retried{}, false, nil
 	}
 	if err != nil {
-		return Run{}, false, fmt.Errorf("look up retried request: %w", err)
+		return Retried{}, false, fmt.Errorf("look up retried request: %w", err)
 	}
 	return r, true, nil
 }

@@ -44,20 +44,29 @@ const runColumns = `run_id, thread_id, provider_key, agent_name, status, coalesc
 
 func scanRun(row pgx.Row) (Run, error) {
 	var r Run
+	if err := scanRunInto(row, &r); err != nil {
+		return Run{}, err
+	}
+	return r, nil
+}
+
+// scanRunInto scans runColumns into r, then extra destinations for columns
+// a query selects after them.
+func scanRunInto(row pgx.Row, r *Run, extra ...any) error {
 	var status string
 	var input, chain, interrupt []byte
-	err := row.Scan(&r.RunID, &r.ThreadID, &r.ProviderKey, &r.AgentName, &status, &r.FailureReason,
+	dest := []any{&r.RunID, &r.ThreadID, &r.ProviderKey, &r.AgentName, &status, &r.FailureReason,
 		&input, &r.ParentRunID, &chain, &interrupt, &r.CallerRequestID,
 		&r.IdempotencyKey, &r.CancelRequestedBy, &r.OwnerEpoch, &r.LastSeq, &r.RoundSeq,
-		&r.CreatedAt, &r.QueuedAt, &r.StartedAt, &r.CompletedAt, &r.LastActivityAt)
-	if err != nil {
-		return Run{}, err
+		&r.CreatedAt, &r.QueuedAt, &r.StartedAt, &r.CompletedAt, &r.LastActivityAt}
+	if err := row.Scan(append(dest, extra...)...); err != nil {
+		return err
 	}
 	r.Status = run.Status(status)
 	r.RunInput = input
 	r.ActorChain = chain
 	r.Interrupt = interrupt
-	return r, nil
+	return nil
 }
 
 // GetRun reads one run.

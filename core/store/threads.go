@@ -17,6 +17,7 @@ type Thread struct {
 	AgentName      string
 	ParentThreadID string
 	HeadKey        string
+	PresenterKey   string // the key that presented the chain binding it ("" when unbound)
 	CreatedAt      time.Time
 }
 
@@ -24,8 +25,8 @@ type Thread struct {
 func (s *Store) GetThread(ctx context.Context, threadID string) (Thread, error) {
 	var t Thread
 	err := s.pool.QueryRow(ctx, `SELECT thread_id, provider_key, agent_name, coalesce(parent_thread_id, ''),
-		coalesce(head_key, ''), created_at FROM threads WHERE thread_id = $1`, threadID).
-		Scan(&t.ThreadID, &t.ProviderKey, &t.AgentName, &t.ParentThreadID, &t.HeadKey, &t.CreatedAt)
+		coalesce(head_key, ''), coalesce(presenter_key, ''), created_at FROM threads WHERE thread_id = $1`, threadID).
+		Scan(&t.ThreadID, &t.ProviderKey, &t.AgentName, &t.ParentThreadID, &t.HeadKey, &t.PresenterKey, &t.CreatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Thread{}, fmt.Errorf("thread %s: %w", threadID, ErrNotFound)
 	}

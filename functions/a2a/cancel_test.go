@@ -13,6 +13,7 @@ import (
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/wire"
 	"github.com/funduq/funduq-go/functions/a2a"
+	"github.com/funduq/funduq-go/functions/door"
 )
 
 func marker(task map[string]any) bool {
@@ -168,12 +169,15 @@ func TestCancelProofOnBoundThread(t *testing.T) {
 			"signature": s.Sign(identity.CancelPayload(id, ts))}}
 	}
 	now := time.Now().Unix()
-	// No proof, a stranger's, a stale one: refused without a word about the
-	// task's state (it has ended).
+	// No proof, a stranger's, a stale one: to a caller who is no party the
+	// task is unknown (D16); to a party (the head's view proof) the refusal
+	// says why, without a word about the task's state (it has ended).
 	for _, md := range []map[string]any{nil, proof(signer(t, 0xc9), now), proof(head, now-3600)} {
-		r := c.code(a2a.CodeInvalidCancel, "tasks/cancel", map[string]any{"id": id, "metadata": md})
-		if strings.Contains(r.Error.Message, "ended") {
-			t.Errorf("the refusal reveals the state: %s", r.Error.Message)
+		c.code(a2a.CodeTaskNotFound, "tasks/cancel", map[string]any{"id": id, "metadata": md})
+		body := c.body("tasks/cancel", map[string]any{"id": id, "metadata": md})
+		r := c.rawCall(body, map[string]string{door.ViewHeader: identity.MakeViewHeader(head, id, now)})
+		if r.Error == nil || r.Error.Code != a2a.CodeInvalidCancel || strings.Contains(r.Error.Message, "ended") {
+			t.Errorf("a party's bad cancel: %+v", r.Error)
 		}
 	}
 	// The head's proof passes the check and meets the state: ended.

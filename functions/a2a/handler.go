@@ -260,6 +260,10 @@ func (h *Handler) toRPC(r *http.Request, err error) *RPCError {
 			e.Code = CodeMembershipRequired
 		case door.CodeInvalidCancel:
 			e.Code = CodeInvalidCancel
+		case door.CodeInvalidResolution:
+			e.Code = CodeInvalidResolution
+		case door.CodeIdempotencyKeyReused:
+			e.Code, e.status = CodeKeyReused, http.StatusUnprocessableEntity
 		case door.CodeLLMNotFound, door.CodeThreadNotFound, door.CodeThreadMismatch, door.CodeInvalidRunInput, door.CodeBadRequest,
 			door.CodeTooManyMessages, door.CodeMalformedJSON:
 			e.Code = CodeInvalidParams

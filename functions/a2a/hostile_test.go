@@ -109,7 +109,8 @@ func TestStrangerCancelLearnsNothing(t *testing.T) {
 		now := time.Now().Unix()
 		md := map[string]any{"cancel": map[string]any{"publicKey": stranger.PublicKeyHex(), "timestamp": now,
 			"signature": stranger.Sign(identity.CancelPayload(id, now))}}
-		r := c.code(a2a.CodeInvalidCancel, "tasks/cancel", map[string]any{"id": id, "metadata": md})
+		// To a stranger the bound task is unknown (D16), whatever its state.
+		r := c.code(a2a.CodeTaskNotFound, "tasks/cancel", map[string]any{"id": id, "metadata": md})
 		return r.Error.Message
 	}
 	running := refusal()
@@ -146,16 +147,19 @@ func TestStrangerCannotAnswerBoundTask(t *testing.T) {
 	id, ctxID := r.Result["id"].(string), r.Result["contextId"].(string)
 	runs := count(t, h, "runs")
 	answer := func(s *identity.Signer, msgID string) rpcResp {
+		md := map[string]any{"actorChain": chainOf(t, s),
+			"resolution": map[string]any{"publicKey": s.PublicKeyHex(), "signature": s.Sign(identity.ResolutionPayload(id, []string{"ask-1"}))}}
 		body := c.body("message/send", map[string]any{"message": c.message(msgID, "yes", map[string]any{"taskId": id, "contextId": ctxID}),
-			"metadata": map[string]any{"actorChain": chainOf(t, s)}})
+			"metadata": md})
 		return c.rawCall(body, signed(s, body))
 	}
+	// To a stranger the bound task is unknown (D16).
 	waiting := answer(stranger, "s-1")
-	if waiting.Error == nil || waiting.Error.Code != a2a.CodeMembershipRequired {
+	if waiting.Error == nil || waiting.Error.Code != a2a.CodeTaskNotFound {
 		t.Fatalf("stranger's answer: %d %+v", waiting.Status, waiting.Error)
 	}
 	chainless := c.call("message/send", map[string]any{"message": c.message("s-2", "yes", map[string]any{"taskId": id, "contextId": ctxID})})
-	if chainless.Error == nil || chainless.Error.Code != a2a.CodeMembershipRequired {
+	if chainless.Error == nil || chainless.Error.Code != a2a.CodeTaskNotFound {
 		t.Fatalf("chainless answer: %d %+v", chainless.Status, chainless.Error)
 	}
 	if n := count(t, h, "runs"); n != runs {

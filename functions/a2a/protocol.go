@@ -156,6 +156,8 @@ const (
 	CodeInvalidCancel      = -32042 // a cancel on a bound thread without a valid proof
 	CodeUnavailable        = -32043 // storage unreachable (HTTP 503, Retry-After)
 	CodeThreadQueueFull    = -32044 // the context has too many tasks waiting (HTTP 429, Retry-After)
+	CodeInvalidResolution  = -32045 // an answer on a bound thread without a valid resolution proof
+	CodeKeyReused          = -32046 // an Idempotency-Key or messageId already used for another request (HTTP 422)
 )
 
 // RPCError is a JSON-RPC error object.

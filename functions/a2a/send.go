@@ -40,6 +40,7 @@ type InboundMessage struct {
 // SendParams are message/send's (and message/stream's) params.
 type SendParams struct {
 	Message       InboundMessage
+	MessageRaw    json.RawMessage // params.message as sent (hashed for retries)
 	Metadata      json.RawMessage // the caller's bag
 	Blocking      bool
 	HistoryLength int // -1: absent
@@ -86,7 +87,7 @@ func ParseSendParams(params json.RawMessage) (SendParams, *RPCError) {
 	if e != nil {
 		return p, e
 	}
-	p.Message = m
+	p.Message, p.MessageRaw = m, raw
 	return p, nil
 }
 
@@ -326,32 +327,38 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 		}
 	}
 
-	// A named task must be this agent's; it fixes the context.
-	var task *store.Run
-	if msg.TaskID != "" {
-		t, err := st.GetRun(ctx, msg.TaskID)
-		if errors.Is(err, store.ErrNotFound) || err == nil && (t.ProviderKey != agent.ProviderKey || t.AgentName != agent.Name) {
-			return accepted{}, notFoundTask(msg.TaskID)
-		}
-		if err != nil {
-			return accepted{}, err
-		}
-		if msg.ContextID != "" && msg.ContextID != t.ThreadID {
-			return accepted{}, door.Refuse(http.StatusUnprocessableEntity, door.CodeInvalidRunInput,
-				"task %s belongs to context %s, not %s", t.RunID, t.ThreadID, msg.ContextID)
-		}
-		msg.ContextID = t.ThreadID
-		task = &t
-	}
-
-	// The caller: an actor chain needs its presenter (D12).
-	chain, err := door.VerifyCaller(bag, door.PresenterKey(c.r, c.body, h.o.AuthorizedKey, h.o.Now()))
+	// The caller: an actor chain needs its presenter (D12); the caller key
+	// also scopes the request's idempotency keys (D17).
+	callerKey := door.CallerKey(c.r, c.body, h.o.AuthorizedKey, h.o.Now())
+	chain, err := door.VerifyCaller(bag, callerKey)
 	if err != nil {
 		return accepted{}, err
 	}
 	head := ""
 	if chain != nil {
 		head = chain.Head()
+	}
+	// A named task must be this agent's; it fixes the context.
+	var task *store.Run
+	var taskThread store.Thread
+	if msg.TaskID != "" {
+		t, th, err := c.task(ctx, msg.TaskID)
+		if err != nil {
+			return accepted{}, err
+		}
+		// A stranger naming a bound task (to answer it, say) learns nothing:
+		// exactly an unknown task's answer (D16).
+		if th.HeadKey != "" && head != th.HeadKey && head != agent.ProviderKey && !door.MayRead(th, door.Viewer{Caller: callerKey}) {
+			return accepted{}, notFoundTask(msg.TaskID)
+		}
+
+		taskThread = th
+		if msg.ContextID != "" && msg.ContextID != t.ThreadID {
+			return accepted{}, door.Refuse(http.StatusUnprocessableEntity, door.CodeInvalidRunInput,
+				"task %s belongs to context %s, not %s", t.RunID, t.ThreadID, msg.ContextID)
+		}
+		msg.ContextID = t.ThreadID
+		task = &t
 	}
 
 	// The context: A2A assigns context ids, so an unknown one is refused,
@@ -402,19 +409,25 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 	if len(idem) > 255 || strings.ContainsFunc(idem, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return accepted{}, door.Refuse(http.StatusBadRequest, door.CodeBadRequest, "%s must be at most 255 printable characters", IdempotencyHeader)
 	}
-	probe := store.NewRun{ProviderKey: agent.ProviderKey, AgentName: agent.Name, IdempotencyKey: idem, CallerRequestID: msg.MessageID}
+	// Keys belong to their caller (D17): the Idempotency-Key within the
+	// caller key, compared with the request's hash; a messageId within its
+	// context, or — opening a new context — within the caller and the same
+	// message, so another caller's message with the same id is its own.
+	hash := identity.SHA256Hex(append(append(append([]byte(nil), p.MessageRaw...), 0), p.Metadata...))
+	probe := store.NewRun{ProviderKey: agent.ProviderKey, AgentName: agent.Name, IdempotencyKey: door.IdempotencyScope(callerKey, idem),
+		CallerRequestID: msg.MessageID, RequestHash: hash}
 	if thread != nil {
 		probe.ThreadID = thread.ThreadID
 	} else {
 		probe.CreateThread = &store.NewThread{}
-		if probe.IdempotencyKey == "" {
-			probe.IdempotencyKey = messageIDKeyPrefix + msg.MessageID
+		if idem == "" {
+			probe.IdempotencyKey = door.IdempotencyScope(callerKey, messageIDKeyPrefix+msg.MessageID+":"+hash)
 		}
 	}
 	if prior, ok, err := st.FindRetriedRun(ctx, probe); err != nil {
-		return accepted{}, err
+		return accepted{}, reusedKey(err, idem)
 	} else if ok {
-		return accepted{run: prior}, nil
+		return accepted{run: prior.Run, after: prior.After}, nil
 	}
 
 	req := runinput.Request{Messages: []json.RawMessage{msg.aguiMessage()}, ForwardedProps: p.Metadata,
@@ -424,13 +437,25 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 	// The answer to the thread's paused task reopens it, same id (D1); the
 	// loser of a race is an ordinary queued run.
 	if task != nil && task.Status == run.InputRequired && task.CancelRequestedBy == nil {
+		// On a bound thread the answer carries the resolution proof over
+		// the task's open asks (doors.md §7.3), checked before anything is
+		// written.
+		if taskThread.HeadKey != "" {
+			asks, _, err := door.OpenAsks(ctx, st, *task)
+			if err != nil {
+				return accepted{}, err
+			}
+			if _, err := door.CheckResolution(bag, task.RunID, asks, []string{taskThread.HeadKey, agent.ProviderKey}); err != nil {
+				return accepted{}, err
+			}
+		}
 		req.ThreadID, req.RunID, req.ParentRunID = task.ThreadID, task.RunID, task.RunID
 		built, err := c.build(req)
 		if err != nil {
 			return accepted{}, err
 		}
 		reopened, err := st.ReopenRun(ctx, store.Reopen{RunID: task.RunID, RunInput: built.Bytes, Messages: messagesOf(built),
-			CallerRequestID: msg.MessageID})
+			CallerRequestID: msg.MessageID, RequestHash: hash})
 		switch {
 		case err == nil:
 			return accepted{run: reopened, after: reopened.LastSeq}, nil
@@ -456,6 +481,9 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 	}
 	if thread == nil {
 		nr.CreateThread = &store.NewThread{ParentThreadID: parentThread, HeadKey: head, Metadata: bag.Metadata()}
+		if chain != nil {
+			nr.CreateThread.PresenterKey = callerKey
+		}
 	}
 	nr.Messages = messagesOf(built)
 	if bag.Kyok != nil && kyokOK {
@@ -467,6 +495,9 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 	}
 	nr.MaxQueued = c.h.o.Limits.MaxQueuedPerThread
 	created, _, err := st.CreateRun(ctx, nr)
+	if errors.Is(err, store.ErrKeyReused) {
+		return accepted{}, reusedKey(err, idem)
+	}
 	if errors.Is(err, store.ErrThreadMismatch) {
 		return accepted{}, door.Refuse(http.StatusConflict, door.CodeThreadMismatch, "context %s belongs to another agent", threadID)
 	}
@@ -489,6 +520,17 @@ func (c *call) build(req runinput.Request) (runinput.Built, error) {
 		return runinput.Built{}, door.Refuse(http.StatusUnprocessableEntity, door.CodeInvalidRunInput, "%v", err)
 	}
 	return built, err
+}
+
+// reusedKey maps store.ErrKeyReused to its refusal; other errors pass.
+func reusedKey(err error, idem string) error {
+	if !errors.Is(err, store.ErrKeyReused) {
+		return err
+	}
+	if idem != "" {
+		return door.KeyReused("this " + IdempotencyHeader)
+	}
+	return door.KeyReused("this messageId")
 }
 
 func messagesOf(b runinput.Built) []store.Message {

@@ -9,6 +9,7 @@ import (
 	"github.com/funduq/funduq-go/core/agui"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/functions/door"
 )
 
 // TaskState is an A2A task state, independent of the wire version.
@@ -82,6 +83,9 @@ const (
 	CancelRequestedKey = "funduq/cancelRequested"
 	// InterruptKey carries a paused run's stored pause payload.
 	InterruptKey = "funduq/interrupt"
+	// OutstandingAsksKey lists a paused task's open ask ids, sorted: what
+	// an answer's resolution proof signs over (doors.md §7.3).
+	OutstandingAsksKey = "funduq/outstandingAsks"
 	// AGUIEventKey carries an AG-UI event with no A2A counterpart, whole.
 	AGUIEventKey = "funduq/aguiEvent"
 )
@@ -123,7 +127,9 @@ type taskView struct {
 func statusOf(r store.Run, evs []store.Event) (TaskState, *textMessage, map[string]any) {
 	st := StateOf(r.Status)
 	meta := map[string]any{}
-	if r.CancelRequestedBy != nil {
+	// The marker says a cancel is pending: only while the run is still
+	// active, never on a settled (or paused) task.
+	if r.CancelRequestedBy != nil && !st.Terminal() && st != StateInputRequired {
 		meta[CancelRequestedKey] = true
 	}
 	if r.Status == run.InputRequired && len(r.Interrupt) > 0 {
@@ -267,6 +273,17 @@ func (h *Handler) project(ctx context.Context, r store.Run, evsUpTo int) (taskVi
 func projectRecord(rec store.RunRecord, evsUpTo int) taskView {
 	r, evs, msgs := rec.Run, rec.Events, rec.Messages
 	state, smsg, meta := statusOf(r, evs)
+	if state == StateInputRequired {
+		raw := make([]json.RawMessage, len(evs))
+		for i, e := range evs {
+			raw[i] = e.Event
+		}
+		asks, _ := door.AsksOf(r, raw)
+		if asks == nil {
+			asks = []string{}
+		}
+		meta[OutstandingAsksKey] = asks
+	}
 	arts := evs
 	if evsUpTo >= 0 {
 		arts = nil

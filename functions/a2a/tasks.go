@@ -45,11 +45,32 @@ func parseTaskParams(params json.RawMessage) (taskParams, *RPCError) {
 	return p, nil
 }
 
-// task reads a task of this agent; another agent's task is as absent as an
-// unknown one.
-func (c *call) task(ctx context.Context, id string) (store.Run, error) {
+// task reads a task of this agent and its context; another agent's task is
+// as absent as an unknown one.
+func (c *call) task(ctx context.Context, id string) (store.Run, store.Thread, error) {
 	rn, err := c.h.o.Store.GetRun(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || err == nil && (rn.ProviderKey != c.agent.ProviderKey || rn.AgentName != c.agent.Name) {
+		return store.Run{}, store.Thread{}, notFoundTask(id)
+	}
+	if err != nil {
+		return store.Run{}, store.Thread{}, err
+	}
+	th, err := c.h.o.Store.GetThread(ctx, rn.ThreadID)
+	return rn, th, err
+}
+
+// readable reports whether this request may read thread th (D16): anyone
+// an unbound one; a bound one only its parties, shown by the authorizer
+// seat, a presenter proof over the body or a view proof over id.
+func (c *call) readable(th store.Thread, id string) bool {
+	return door.MayRead(th, door.ViewerOf(c.r, c.body, id, c.h.o.AuthorizedKey, c.h.o.Now()))
+}
+
+// readableTask reads a task the request may read; anyone else gets exactly
+// an unknown task's answer.
+func (c *call) readableTask(ctx context.Context, id string) (store.Run, error) {
+	rn, th, err := c.task(ctx, id)
+	if err == nil && !c.readable(th, id) {
 		return store.Run{}, notFoundTask(id)
 	}
 	return rn, err
@@ -63,7 +84,7 @@ func (c *call) get() {
 	}
 	ctx, cancel := context.WithTimeout(c.r.Context(), 2*door.StorageTimeout)
 	defer cancel()
-	rn, err := c.task(ctx, p.ID)
+	rn, err := c.readableTask(ctx, p.ID)
 	if err != nil {
 		c.fail(err)
 		return
@@ -90,12 +111,7 @@ func (c *call) cancel() {
 	ctx, cancel := context.WithTimeout(c.r.Context(), 2*door.StorageTimeout)
 	defer cancel()
 	st := c.h.o.Store
-	rn, err := c.task(ctx, p.ID)
-	if err != nil {
-		c.fail(err)
-		return
-	}
-	th, err := st.GetThread(ctx, rn.ThreadID)
+	rn, th, err := c.task(ctx, p.ID)
 	if err != nil {
 		c.fail(err)
 		return
@@ -104,6 +120,11 @@ func (c *call) cancel() {
 	if th.HeadKey != "" {
 		by, err = door.CheckCancelProof(p.Metadata["cancel"], rn.RunID, []string{th.HeadKey, c.agent.ProviderKey}, c.h.o.Now())
 		if err != nil {
+			// A party learns why; a stranger learns nothing, not even
+			// that the task exists (D16).
+			if !c.readable(th, p.ID) {
+				err = notFoundTask(p.ID)
+			}
 			c.fail(err)
 			return
 		}
@@ -147,7 +168,7 @@ func (c *call) subscribe() {
 		after = n
 	}
 	ctx, cancel := context.WithTimeout(c.r.Context(), door.StorageTimeout)
-	rn, err := c.task(ctx, p.ID)
+	rn, err := c.readableTask(ctx, p.ID)
 	cancel()
 	if err != nil {
 		c.fail(err)
@@ -230,6 +251,17 @@ func (c *call) list() {
 	}
 	ctx, cancel := context.WithTimeout(c.r.Context(), 3*door.StorageTimeout)
 	defer cancel()
+	// A bound context lists only to its parties (a view proof signs the
+	// context id); anyone else gets an unknown context's empty page.
+	th, err := c.h.o.Store.GetThread(ctx, p.ContextID)
+	if errors.Is(err, store.ErrNotFound) || err == nil && !c.readable(th, p.ContextID) {
+		c.result(empty)
+		return
+	}
+	if err != nil {
+		c.fail(err)
+		return
+	}
 	runs, err := c.h.o.Store.ThreadRuns(ctx, p.ContextID, c.agent.ProviderKey, c.agent.Name)
 	if err != nil {
 		c.fail(err)

@@ -7,10 +7,8 @@ import (
 	"github.com/funduq/funduq-go/core/kyok"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 
-	"github.com/funduq/funduq-go/core/agui"
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/runinput"
@@ -91,9 +89,12 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 	if err != nil {
 		return outcome{}, err
 	}
+	// The caller key (authorizer seat or presenter proof) scopes the
+	// request's idempotency key and is the presenter of a chain.
+	callerKey := door.CallerKey(r, body, h.o.AuthorizedKey, h.o.Now())
 	var chain *identity.Chain
 	if bag.ActorChain != nil {
-		chain, err = door.VerifyCaller(bag, door.PresenterKey(r, body, h.o.AuthorizedKey, h.o.Now()))
+		chain, err = door.VerifyCaller(bag, callerKey)
 		if err != nil {
 			return outcome{}, err
 		}
@@ -127,6 +128,11 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 				"thread %s belongs to another agent", thread.ThreadID)
 		}
 		if thread.HeadKey != "" && head != thread.HeadKey && head != agent.ProviderKey {
+			if len(in.ResumeEntries) > 0 && !door.MayRead(*thread, door.Viewer{Caller: callerKey}) {
+				// A stranger's answer learns nothing: exactly an unknown
+				// thread's refusal (D16).
+				return outcome{}, unknownResumeThread(in.ThreadID)
+			}
 			return outcome{}, door.Refuse(http.StatusForbidden, door.CodeMembershipRequired,
 				"thread %s is bound to an authority; present a chain headed by it", thread.ThreadID)
 		}
@@ -138,27 +144,36 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 		return outcome{}, door.Refuse(http.StatusBadRequest, door.CodeBadRequest,
 			"%s must be at most %d printable characters", IdempotencyHeader, maxIdempotencyKey)
 	}
-	probe := store.NewRun{ProviderKey: agent.ProviderKey, AgentName: agent.Name, IdempotencyKey: idem, CallerRequestID: in.RunID}
+	// Keys belong to their caller (D17): the Idempotency-Key within the
+	// caller key, compared with the request's hash; a first turn on a
+	// thread id funduq does not know (never adopted) is matched by the
+	// caller's threadId and runId with the same body, so a retried first
+	// turn streams the run it made instead of running again.
+	hash := identity.SHA256Hex(body)
+	probe := store.NewRun{ProviderKey: agent.ProviderKey, AgentName: agent.Name,
+		IdempotencyKey: door.IdempotencyScope(callerKey, idem), CallerRequestID: in.RunID, RequestHash: hash}
 	if thread != nil {
 		probe.ThreadID = thread.ThreadID
 	} else {
 		probe.CreateThread = &store.NewThread{}
+		if idem == "" && in.ThreadID != "" && in.RunID != "" {
+			probe.IdempotencyKey = door.IdempotencyScope(callerKey, "agui-turn:"+in.ThreadID+":"+in.RunID+":"+hash)
+		}
 	}
 	if prior, ok, err := h.o.Store.FindRetriedRun(ctx, probe); err != nil {
-		return outcome{}, err
+		return outcome{}, reusedKey(err, idem)
 	} else if ok {
-		return outcome{run: prior}, nil
+		return outcome{run: prior.Run, after: prior.After}, nil
 	}
 
 	// 5. Is this an answer to a paused run (D1)?
 	if len(in.ResumeEntries) > 0 || in.HasToolMessages() {
 		if thread == nil {
 			if len(in.ResumeEntries) > 0 {
-				return outcome{}, door.Refuse(http.StatusNotFound, door.CodeThreadNotFound,
-					"a resume must name the funduq thread of the paused run; thread %q is unknown", in.ThreadID)
+				return outcome{}, unknownResumeThread(in.ThreadID)
 			}
 		} else {
-			out, answered, err := h.answer(ctx, agent, *thread, in, bag, chain)
+			out, answered, err := h.answer(ctx, agent, *thread, in, bag, chain, hash)
 			if err != nil || answered {
 				return out, err
 			}
@@ -188,6 +203,9 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 	}
 	if thread == nil {
 		nr.CreateThread = &store.NewThread{HeadKey: head, Metadata: bag.Metadata()}
+		if chain != nil {
+			nr.CreateThread.PresenterKey = callerKey
+		}
 	}
 	nr.Messages = messagesOf(built)
 	if bag.Kyok != nil && kyokOK {
@@ -199,6 +217,9 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 	}
 	nr.MaxQueued = h.o.Limits.MaxQueuedPerThread
 	created, _, err := h.o.Store.CreateRun(ctx, nr)
+	if errors.Is(err, store.ErrKeyReused) {
+		return outcome{}, reusedKey(err, idem)
+	}
 	if errors.Is(err, store.ErrThreadMismatch) {
 		return outcome{}, door.Refuse(http.StatusConflict, door.CodeThreadMismatch, "thread %s belongs to another agent", threadID)
 	}
@@ -206,6 +227,24 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 		return outcome{}, err
 	}
 	return outcome{run: created}, nil
+}
+
+// unknownResumeThread is the refusal of a resume naming a thread funduq
+// does not know, or one the caller may not know of.
+func unknownResumeThread(id string) error {
+	return door.Refuse(http.StatusNotFound, door.CodeThreadNotFound,
+		"a resume must name the funduq thread of the paused run; thread %q is unknown", id)
+}
+
+// reusedKey maps store.ErrKeyReused to its 422; other errors pass.
+func reusedKey(err error, idem string) error {
+	if !errors.Is(err, store.ErrKeyReused) {
+		return err
+	}
+	if idem != "" {
+		return door.KeyReused("this " + IdempotencyHeader)
+	}
+	return door.KeyReused("this runId")
 }
 
 func messagesOf(b runinput.Built) []store.Message {
@@ -238,24 +277,31 @@ func (h *Handler) build(agent store.Agent, threadID, runID, parentRunID string, 
 // is true when the body completed the run's asks: out is then the reopened
 // run to stream, or — when another answer won the race — the snapshot.
 func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Thread, in RunAgentInput, bag door.CallerBag,
-	chain *identity.Chain) (out outcome, answered bool, err error) {
+	chain *identity.Chain, hash string) (out outcome, answered bool, err error) {
 	paused, ok, err := h.o.Store.NewestRunInStatus(ctx, thread.ThreadID, run.InputRequired)
 	if err != nil || !ok || paused.CancelRequestedBy != nil {
 		return outcome{}, false, err
 	}
-	asks, interrupts, err := h.openAsks(ctx, paused)
+	asks, interrupts, err := door.OpenAsks(ctx, h.o.Store, paused)
 	if err != nil {
 		return outcome{}, false, err
 	}
 	if !completes(asks, interrupts, in) {
 		return outcome{}, false, nil
 	}
+	// On a bound thread the answer carries the resolution proof (doors.md
+	// §7.3), checked before anything is written.
+	if thread.HeadKey != "" {
+		if _, err := door.CheckResolution(bag, paused.RunID, asks, []string{thread.HeadKey, agent.ProviderKey}); err != nil {
+			return outcome{}, true, err
+		}
+	}
 	built, err := h.build(agent, paused.ThreadID, paused.RunID, paused.RunID, in, bag, chain)
 	if err != nil {
 		return outcome{}, true, err
 	}
 	reopened, err := h.o.Store.ReopenRun(ctx, store.Reopen{RunID: paused.RunID, RunInput: built.Bytes, Messages: messagesOf(built),
-		CallerRequestID: in.RunID})
+		CallerRequestID: in.RunID, RequestHash: hash})
 	if errors.Is(err, store.ErrIllegalTransition) {
 		// Another answer landed first: there is no second resume to watch.
 		snap, err := h.snapshot(ctx, thread.ThreadID)
@@ -267,17 +313,10 @@ func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Th
 	return outcome{run: reopened, after: reopened.LastSeq}, true, nil
 }
 
-// interruptRef is one interrupt of a paused run: its id, and the ask id it
-// stands for (its toolCallId when it has one, else its id).
-type interruptRef struct {
-	ID  string
-	Ask string
-}
-
 // completes reports whether in answers every open ask: resume entries
 // answer the interrupts they name, tool messages answer the tool calls they
 // name except those that belong to interrupts (those only resume answers).
-func completes(asks []string, interrupts []interruptRef, in RunAgentInput) bool {
+func completes(asks []string, interrupts []door.InterruptRef, in RunAgentInput) bool {
 	if len(asks) == 0 {
 		return false
 	}
@@ -310,82 +349,5 @@ func completes(asks []string, interrupts []interruptRef, in RunAgentInput) bool 
 	return true
 }
 
-// openAsks reads a paused run's outstanding asks (over the events of its
-// last round: after the RUN_FINISHED that ended the round before) and its
-// interrupts (the stored pause payload, else the last RUN_FINISHED's).
-func (h *Handler) openAsks(ctx context.Context, paused store.Run) ([]string, []interruptRef, error) {
-	var evs []json.RawMessage
-	after := 0
-	for {
-		page, err := h.o.Store.EventsAfter(ctx, paused.RunID, after, 1000)
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, e := range page {
-			evs = append(evs, e.Event)
-			after = e.Seq
-		}
-		if len(page) < 1000 {
-			break
-		}
-	}
-	var finishes []int
-	for i, e := range evs {
-		if typeOf(e) == agui.TypeRunFinished {
-			finishes = append(finishes, i)
-		}
-	}
-	round := evs
-	if len(finishes) >= 2 {
-		round = evs[finishes[len(finishes)-2]+1:]
-	}
-	asks := agui.OpenAsks(round)
-
-	var payload struct {
-		Interrupts []json.RawMessage `json:"interrupts"`
-	}
-	if len(paused.Interrupt) > 0 {
-		_ = json.Unmarshal(paused.Interrupt, &payload)
-	}
-	if payload.Interrupts == nil && len(finishes) > 0 {
-		var fin struct {
-			Outcome struct {
-				Interrupts []json.RawMessage `json:"interrupts"`
-			} `json:"outcome"`
-		}
-		_ = json.Unmarshal(evs[finishes[len(finishes)-1]], &fin)
-		payload.Interrupts = fin.Outcome.Interrupts
-	}
-	var refs []interruptRef
-	for _, raw := range payload.Interrupts {
-		var it struct {
-			ID         string `json:"id"`
-			ToolCallID string `json:"toolCallId"`
-		}
-		if json.Unmarshal(raw, &it) != nil || it.ID == "" {
-			continue
-		}
-		ask := it.ToolCallID
-		if ask == "" {
-			ask = it.ID
-		}
-		refs = append(refs, interruptRef{ID: it.ID, Ask: ask})
-		if !slices.Contains(asks, ask) {
-			asks = append(asks, ask)
-		}
-	}
-	slices.Sort(asks)
-	return asks, refs, nil
-}
-
 // typeOf is an event's "type" string ("" when it has none).
-func typeOf(ev json.RawMessage) string {
-	var v struct {
-		Type any `json:"type"`
-	}
-	if json.Unmarshal(ev, &v) != nil {
-		return ""
-	}
-	s, _ := v.Type.(string)
-	return s
-}
+func typeOf(ev json.RawMessage) string { return door.TypeOf(ev) }

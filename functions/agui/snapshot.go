@@ -57,7 +57,7 @@ func (h *Handler) snapshot(ctx context.Context, threadID string) (Snapshot, erro
 		return Snapshot{}, err
 	}
 	if ok {
-		asks, _, err := h.openAsks(ctx, waiting)
+		asks, _, err := door.OpenAsks(ctx, h.o.Store, waiting)
 		if err != nil {
 			return Snapshot{}, err
 		}
@@ -75,8 +75,13 @@ func (h *Handler) getThread(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	// The first storage call is bounded alone (a hung database: 503 soon).
 	gctx, gcancel := context.WithTimeout(ctx, door.StorageTimeout)
-	_, err := h.o.Store.GetThread(gctx, id)
+	th, err := h.o.Store.GetThread(gctx, id)
 	gcancel()
+	if err == nil && !door.MayRead(th, door.ViewerOf(r, nil, id, h.o.AuthorizedKey, h.o.Now())) {
+		// A bound thread answers only its parties; anyone else gets
+		// exactly what an unknown id gets (D16).
+		err = store.ErrNotFound
+	}
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			err = door.Refuse(http.StatusNotFound, door.CodeThreadNotFound, "no thread %s", id)

@@ -46,6 +46,15 @@ func (h *Handler) getEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), door.StorageTimeout)
 	rn, err := h.o.Store.GetRun(ctx, id)
+	if err == nil {
+		// A bound thread's run answers only its parties; anyone else gets
+		// exactly what an unknown id gets (D16).
+		var th store.Thread
+		th, err = h.o.Store.GetThread(ctx, rn.ThreadID)
+		if err == nil && !door.MayRead(th, door.ViewerOf(r, nil, id, h.o.AuthorizedKey, h.o.Now())) {
+			err = store.ErrNotFound
+		}
+	}
 	cancel()
 	if errors.Is(err, store.ErrNotFound) {
 		err = door.Refuse(http.StatusNotFound, door.CodeRunNotFound, "no run %s", id)
