@@ -298,6 +298,26 @@ func chaosSeed(t *testing.T, seed uint64) {
 	}
 	// Every report taken (stored) or answered with an error frame.
 	raw.checkReports(t, c, ids)
+	if t.Failed() {
+		keepLogs(t, c.logDir, seed)
+	}
+}
+
+// keepLogs copies a failed seed's process logs (the brokers', the doors',
+// the providers') out of the test's temporary directory, which goes.
+func keepLogs(t *testing.T, dir string, seed uint64) {
+	dst := filepath.Join(os.TempDir(), "funduq-chaos-logs", fmt.Sprintf("seed-%d-%d", seed, time.Now().Unix()))
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Logf("keeping the logs: %v", err)
+		return
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if b, err := os.ReadFile(filepath.Join(dir, e.Name())); err == nil && !e.IsDir() {
+			_ = os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644)
+		}
+	}
+	t.Logf("the seed's process logs are kept in %s", dst)
 }
 
 // ---------------------------------------------------------------- starting runs
