@@ -35,10 +35,11 @@ const defaultSyncSettle = time.Second
 // awaitConfirmLocked records that rs's finish was just written on l. Its
 // confirmation needs the two syncs queued after now. c.mu must be held.
 func (c *Client) awaitConfirmLocked(l *link, rs *runState) {
-	if c.retention <= 0 || c.retained[rs.run.ID] != rs {
-		return // not kept, so never resent either
+	if c.retention <= 0 || c.retained[rs.run.ID] != rs || rs.confirmed {
+		// Not kept (so never resent either), or funduq already answered
+		// it: an error naming the run can beat this write's bookkeeping.
+		return
 	}
-	rs.confirmed = false
 	rs.confirmAt = l.syncQueued + 2
 	l.unconfirmed[rs] = true
 	c.notifyLocked()
