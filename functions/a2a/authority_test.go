@@ -135,6 +135,9 @@ func TestMessageIDBelongsToItsCaller(t *testing.T) {
 		done <- f.RunID
 	}()
 	b := a.c.send(a.c.message("msg-1", "something else", nil), nil)
+	if b["id"] == aTask {
+		t.Fatalf("caller B got caller A's task %s", aTask)
+	}
 	offered := <-done
 	if b["id"] == aTask || b["id"] != offered {
 		t.Fatalf("caller B got task %v (A's is %s, B's offered %s)", b["id"], aTask, offered)
