@@ -526,28 +526,30 @@ func (b *Broker) laneFor(l Link, runID string) (*lane, *linkState) {
 }
 
 // Ack hands a provider's verdict to the run's lane, in the read loop's order.
-// An ack for a run the broker does not hold is dropped.
+// An ack for a run the broker does not hold is answered "ack refused"
+// (D15), as is every ack the lane does not take.
 func (b *Broker) Ack(l Link, runID string, v wire.Verdict, reason string) {
 	ln, ls := b.laneFor(l, runID)
-	if ln == nil || ls == nil {
-		return
+	if ln == nil || ls == nil || !ln.q.push(verdictCmd{ls, v, reason}) {
+		b.refuse(l, kindAck, runID, refusedUnknown)
 	}
-	ln.q.push(verdictCmd{ls, v, reason})
 }
 
-// Event hands a provider's event to the run's lane. It reports false for a
-// run the broker does not hold (the link answers "event refused").
+// Event hands a provider's event to the run's lane. An event for a run the
+// broker does not hold is answered "event refused" (D15), as is every event
+// the lane does not take.
 //
 // It waits while the link has EventBacklog events not yet stored: the
 // link's read loop calls it, so the provider is not read until its events
 // are written (backpressure). The wait ends when the link is detached or
 // leadership ends.
-func (b *Broker) Event(l Link, runID string, ev json.RawMessage, providerSeq *int64) bool {
+func (b *Broker) Event(l Link, runID string, ev json.RawMessage, providerSeq *int64) {
 	b.mu.Lock()
 	ln, ls, lctx := b.lanes[runID], b.links[l], b.ctx
 	b.mu.Unlock()
 	if ln == nil || ls == nil {
-		return false
+		b.refuse(l, kindEvent, runID, refusedUnknown)
+		return
 	}
 	ok, changed := ls.backlog.take(len(ev))
 	if !ok {
@@ -560,20 +562,19 @@ func (b *Broker) Event(l Link, runID string, ev json.RawMessage, providerSeq *in
 			select {
 			case <-changed:
 			case <-ls.gone:
-				return true
+				return // the link is closing: nobody to answer
 			case <-closed:
-				return true
+				return
 			case <-lctx.Done():
-				return true
+				return
 			}
 			ok, changed = ls.backlog.take(len(ev))
 		}
 	}
 	if c := (eventCmd{ls, ev, providerSeq}); !ln.q.push(c) {
 		ls.release(c) // the lane ended meanwhile
-		return false
+		b.refuse(l, kindEvent, runID, refusedEnded)
 	}
-	return true
 }
 
 // EventsWaiting reports the events read from provider links and not yet
@@ -589,14 +590,13 @@ func (b *Broker) EventsWaiting() (total, most int) {
 	return total, most
 }
 
-// Finish hands a provider's finish to the run's lane; false for an unknown run.
-func (b *Broker) Finish(l Link, runID string) bool {
+// Finish hands a provider's finish to the run's lane; a finish for a run
+// the broker does not hold is answered "finish refused" (D15).
+func (b *Broker) Finish(l Link, runID string) {
 	ln, ls := b.laneFor(l, runID)
-	if ln == nil || ls == nil {
-		return false
+	if ln == nil || ls == nil || !ln.q.push(finishCmd{ls}) {
+		b.refuse(l, kindFinish, runID, refusedUnknown)
 	}
-	ln.q.push(finishCmd{ls})
-	return true
 }
 
 // ErrNoSuchThread answers a query for a thread that is missing or not this

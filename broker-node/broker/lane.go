@@ -58,6 +58,9 @@ type lane struct {
 	interrupts json.RawMessage
 	events     []json.RawMessage // this round's events, for folding
 	lastPSeq   int64
+	// gaveUpOn is the key an offer of this run lapsed on: a report from it
+	// afterwards is an answer funduq had stopped waiting for (answered_late).
+	gaveUpOn string
 }
 
 type offerState struct {
@@ -89,12 +92,11 @@ func (l *lane) loop(ctx context.Context) {
 }
 
 // drop runs when the lane stops reading: later pushes are refused, and the
-// events still waiting give their links' backlog back.
+// reports still waiting are answered (the run has ended) and give their
+// links' backlog back.
 func (l *lane) drop() {
 	for _, c := range append(l.q.close(), l.deferred...) {
-		if e, ok := c.(eventCmd); ok {
-			e.link.release(e)
-		}
+		l.refuseCmd(c, refusedEnded)
 	}
 	l.deferred = nil
 }
@@ -120,8 +122,12 @@ func (l *lane) handle(ctx context.Context, c any) {
 	case lapseCmd:
 		l.onLapse(ctx, c)
 	case eventCmd:
-		if !l.holder(ctx, c.link) {
-			c.link.release(c)
+		if why := l.holder(ctx, c.link); why != "" {
+			l.refuseCmd(c, why)
+			break
+		}
+		if l.reportedEnd() {
+			l.refuseCmd(c, refusedAfterEnd)
 			break
 		}
 		// What else the link sent meanwhile is stored with it, in one
@@ -135,9 +141,11 @@ func (l *lane) handle(ctx context.Context, c any) {
 			// transaction when that is safe.
 			finish = l.q.takeFinish(c.link)
 		}
-		l.onEvents(ctx, c.link, batch, finish)
+		l.onEvents(ctx, c.link, l.cutAfterEnd(batch), finish)
 	case finishCmd:
-		if l.holder(ctx, c.link) {
+		if why := l.holder(ctx, c.link); why != "" {
+			l.refuseCmd(c, why)
+		} else {
 			l.settle(ctx)
 		}
 	case cancelCmd:
@@ -145,7 +153,7 @@ func (l *lane) handle(ctx context.Context, c any) {
 	case goneCmd:
 		l.onGone(ctx, c.link)
 	case failCmd:
-		l.fail(ctx, c.reason, l.claimed())
+		l.fail(ctx, c.reason, false) // funduq's own verdict: nobody stopped serving
 	case expireCmd:
 		l.onExpire(ctx)
 	case orphanCmd:
@@ -184,7 +192,7 @@ func (l *lane) onEvents(ctx context.Context, link *linkState, batch []eventCmd, 
 	if !released {
 		link.release(batch...)
 	}
-	if finish && !l.isEnded() && l.holder(ctx, link) {
+	if finish && !l.isEnded() && l.holder(ctx, link) == "" {
 		l.settle(ctx)
 	}
 }
@@ -401,18 +409,19 @@ func (l *lane) handBack(ctx context.Context) (room bool) {
 func (l *lane) onVerdict(ctx context.Context, c verdictCmd) {
 	if l.offer == nil && c.v == wire.Accepted {
 		// Not an answer to an offer: the provider saying it holds the
-		// run. That re-adopts a run held across a takeover (D7); for
-		// any other run it is dropped.
-		l.b.mu.Lock()
-		adopt := l.orphan && c.link.key == l.adoptKey
-		l.b.mu.Unlock()
-		if adopt {
-			l.holder(ctx, c.link)
+		// run — read as a report (D15): it re-adopts a run held across a
+		// takeover (D7), and claims one nobody holds when it comes from
+		// the key serving the agent (seed 000's late ack).
+		if why := l.holder(ctx, c.link); why != "" {
+			l.refuseCmd(c, why)
 		}
 		return
 	}
 	if l.offer == nil || c.link != l.offer.link {
-		return // an answer to an offer that is no longer out: dropped
+		// An answer to an offer that is no longer out (it lapsed, or
+		// went to another link).
+		l.refuseCmd(c, l.strangerSafe(c.link, refusedNoOffer))
+		return
 	}
 	key := c.link.key
 	switch c.v {
@@ -423,7 +432,13 @@ func (l *lane) onVerdict(ctx context.Context, c verdictCmd) {
 		l.claim(ctx, c.link, run.Offering, true)
 	case wire.Declined:
 		l.b.metrics.offers.WithLabelValues("declined").Inc()
-		if l.handBack(ctx) {
+		// A link that took the agent out of service after the offer
+		// left (deleteAgent, a register without it) declines what it no
+		// longer serves: not a misdeclaration (seed 004).
+		l.b.mu.Lock()
+		serving := l.b.served[l.agent] == c.link
+		l.b.mu.Unlock()
+		if l.handBack(ctx) && serving {
 			// It declined while funduq believed it had room: counted,
 			// not believed — its declaration stands.
 			l.log.WarnContext(ctx, "provider declined with room", "provider_key", key)
@@ -445,6 +460,7 @@ func (l *lane) onLapse(ctx context.Context, c lapseCmd) {
 	}
 	key := l.offer.link.key
 	l.b.metrics.offers.WithLabelValues("unanswered").Inc()
+	l.gaveUpOn = key
 	l.handBack(ctx)
 	l.log.WarnContext(ctx, "offer unanswered; run back to queued", "provider_key", key)
 	l.b.count(ctx, key, store.Unanswered)
@@ -602,26 +618,29 @@ func (l *lane) tookClaim(ctx context.Context, ls *linkState, from run.Status) {
 // holder decides whether a report from ls may speak for the run, claiming it
 // when the report is itself the answer: an event or finish from the link an
 // offer is out to accepts it; from the key now serving the agent, for a run
-// no one holds, it is a late ack (answered_late); from the key that held the
-// run before a takeover, it re-adopts it (D7).
-func (l *lane) holder(ctx context.Context, ls *linkState) bool {
+// no one holds, it is a late ack — claimed even when the key's bucket is
+// full (the provider chose to run it; the place is counted), answered_late
+// only when an offer to that key had lapsed; from the key that held the run
+// before a takeover or a lost link, it re-adopts it (D7). It returns ""
+// when ls holds the run, or the reason the report is refused.
+func (l *lane) holder(ctx context.Context, ls *linkState) string {
 	b := l.b
 	if l.offer != nil && l.offer.link == ls {
 		l.offer.timer.Stop()
 		l.offer = nil
 		b.metrics.offers.WithLabelValues("accepted").Inc()
 		l.claim(ctx, ls, run.Offering, false) // the report in hand comes first
-		return true
+		return ""
 	}
 	b.mu.Lock()
 	switch {
 	case l.claimedBy == ls:
 		b.mu.Unlock()
-		return true
+		return ""
 	case l.claimedBy != nil:
 		b.mu.Unlock()
-		l.log.WarnContext(ctx, "report from a link that does not hold the run; dropped", "provider_key", ls.key, "link", ls.id)
-		return false
+		l.log.WarnContext(ctx, "report from a link that does not hold the run; refused", "provider_key", ls.key, "link", ls.id)
+		return l.strangerSafe(ls, refusedOtherLink)
 	case l.orphan && ls.key == l.adoptKey:
 		l.orphan = false
 		l.claimedBy, l.claimedAt, l.offeredTo = ls, b.clock.Now(), ls
@@ -635,25 +654,32 @@ func (l *lane) holder(ctx context.Context, ls *linkState) bool {
 		err := b.write(ctx, "adopt run", func() error { _, err := b.st.Adopt(ctx, epoch, l.id); return err })
 		if err != nil {
 			l.log.ErrorContext(ctx, "could not re-adopt run", "err", err)
-			return false
+			return refusedEnded
 		}
-		l.log.InfoContext(ctx, "run re-adopted by its provider after takeover", "provider_key", ls.key)
+		l.log.InfoContext(ctx, "run re-adopted by its provider", "provider_key", ls.key, "link", ls.id)
 		if l.cancelRequested {
 			l.sendCancel(ctx)
 		}
-		return true
-	case !l.orphan && l.offeredTo == nil && b.served[l.agent] != nil && b.served[l.agent].key == ls.key && b.bucketFor(ls.key).hasRoom():
+		return ""
+	case !l.orphan && l.offeredTo == nil && b.served[l.agent] != nil && b.served[l.agent].key == ls.key:
 		b.bucketFor(ls.key).inFlight++
 		l.offeredTo = ls
 		b.mu.Unlock()
-		l.log.WarnContext(ctx, "late ack: the provider reported for a run it was no longer offered", "provider_key", ls.key)
+		late := l.gaveUpOn == ls.key
+		if late {
+			l.log.WarnContext(ctx, "late ack: the provider reported for a run whose offer had lapsed", "provider_key", ls.key)
+		} else {
+			l.log.InfoContext(ctx, "the provider reported for a queued run it was not offered: claimed", "provider_key", ls.key)
+		}
 		l.claim(ctx, ls, run.Queued, false)
-		b.count(ctx, ls.key, store.AnsweredLate)
-		return true
+		if late {
+			b.count(ctx, ls.key, store.AnsweredLate)
+		}
+		return ""
 	}
 	b.mu.Unlock()
-	l.log.WarnContext(ctx, "report for a run nobody holds; dropped", "provider_key", ls.key, "link", ls.id)
-	return false
+	l.log.WarnContext(ctx, "report for a run nobody holds; refused", "provider_key", ls.key, "link", ls.id)
+	return refusedUnknown
 }
 
 // ---- relaying ----
@@ -670,6 +696,7 @@ type admitted struct {
 	stop     run.Reason
 	stopErr  error
 	stopFrom *linkState
+	stopAt   int // the batch index of the event that stopped it
 }
 
 func (l *lane) admit(batch []eventCmd) admitted {
@@ -677,7 +704,7 @@ func (l *lane) admit(batch []eventCmd) admitted {
 	for i, c := range batch {
 		info, err := agui.Validate(c.ev)
 		if err != nil {
-			a.stop, a.stopErr, a.stopFrom = run.ReasonMalformedEvent, err, c.link
+			a.stop, a.stopErr, a.stopFrom, a.stopAt = run.ReasonMalformedEvent, err, c.link, i
 			break
 		}
 		if c.pseq != nil {
@@ -686,7 +713,7 @@ func (l *lane) admit(batch []eventCmd) admitted {
 			}
 		}
 		if reason, err := l.b.set.Limits.check(c.ev, len(l.events)+len(a.evs)); reason != "" { // limits.go
-			a.stop, a.stopErr, a.stopFrom = reason, err, c.link
+			a.stop, a.stopErr, a.stopFrom, a.stopAt = reason, err, c.link, i
 			break
 		}
 		if c.pseq != nil {
@@ -709,8 +736,15 @@ func (l *lane) relay(ctx context.Context, batch []eventCmd, stored func()) {
 		return
 	}
 	if a.stop != "" {
+		// The run fails with the event's reason; the provider did not stop
+		// serving, so nothing that withdraws is counted (D18).
 		l.log.WarnContext(ctx, "provider event refused; failing the run", "provider_key", a.stopFrom.key, "reason", string(a.stop), "err", a.stopErr)
-		l.fail(ctx, a.stop, true)
+		l.b.metrics.badEvents.WithLabelValues(string(a.stop)).Inc()
+		l.b.refuse(a.stopFrom.link, kindEvent, l.id, fmt.Sprintf("%s: %v", a.stop, a.stopErr))
+		for _, after := range batch[a.stopAt+1:] {
+			l.b.refuse(after.link.link, kindEvent, l.id, refusedEnded)
+		}
+		l.fail(ctx, a.stop, false)
 	}
 }
 

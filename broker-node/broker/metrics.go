@@ -20,6 +20,8 @@ type Metrics struct {
 	isLeader     prometheus.Gauge
 	epoch        prometheus.Gauge
 	lanes        *laneCollector
+	refusals     *prometheus.CounterVec
+	badEvents    *prometheus.CounterVec
 }
 
 // NewMetrics makes the collectors and registers them on reg (nil: not registered).
@@ -53,10 +55,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "The epoch this node last led under."}),
 		lanes: &laneCollector{desc: prometheus.NewDesc("funduq_broker_lanes",
 			"Active run lanes, by the run's status.", []string{"status"}, nil)},
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "funduq_broker_reports_refused_total",
+			Help: "Provider reports (ack, event, finish) not taken and answered with an error frame, by kind and reason."}, []string{"kind", "reason"}),
+		badEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "funduq_broker_provider_events_refused_total",
+			Help: "Provider events that failed their run (malformed, oversized, over the per-run limit), by reason. Counts no quality counter."}, []string{"reason"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.links, m.offers, m.quality, m.events, m.ended, m.withdrawals, m.writeRetries, m.backpressure, m.storeSecs, m.publishSecs, m.waiting,
-			m.isLeader, m.epoch, m.lanes)
+			m.isLeader, m.epoch, m.lanes, m.refusals, m.badEvents)
 	}
 	return m
 }

@@ -174,13 +174,10 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 			v, reason := f.Verdict()
 			s.Broker.Ack(c, f.RunID, v, reason)
 		case wire.Event:
-			if !s.Broker.Event(c, f.RunID, f.Event, f.Seq) {
-				s.sendError(c, "event refused", f.RunID, "")
-			}
+			// What the broker does not take it answers itself (D15).
+			s.Broker.Event(c, f.RunID, f.Event, f.Seq)
 		case wire.Finish:
-			if !s.Broker.Finish(c, f.RunID) {
-				s.sendError(c, "finish refused", f.RunID, "")
-			}
+			s.Broker.Finish(c, f.RunID)
 		case wire.Query:
 			select {
 			case querySlots <- struct{}{}:

@@ -2,11 +2,14 @@ package node_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
+	"testing"
 
+	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/provider"
 )
@@ -27,4 +30,31 @@ func runSDK(client *provider.Client) (stop func()) {
 	go func() { defer wg.Done(); _ = client.Run(ctx) }()
 	<-client.Ready()
 	return func() { cancel(); wg.Wait() }
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// metrics reads the node's /metrics page.
+func metrics(t *testing.T, h *nodetest.Harness) string {
+	t.Helper()
+	resp, err := http.Get(h.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if _, err := io_Copy(&b, resp); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// grepLines keeps the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, sub) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -1,0 +1,77 @@
+package broker
+
+import (
+	"github.com/funduq/funduq-go/core/agui"
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// What a provider is told when a report is not taken (D15): an error frame
+// naming the run, its message "<kind> refused: <reason>". A log line is not
+// an answer. A key that is not the run's own only ever hears refusedUnknown.
+const (
+	refusedUnknown   = "unknown run"
+	refusedOtherLink = "held by another link"
+	refusedAfterEnd  = "the run already reported its end"
+	refusedNoOffer   = "no offer out for this run"
+	refusedEnded     = "the run has ended"
+)
+
+// The kinds of report.
+const (
+	kindAck    = "ack"
+	kindEvent  = "event"
+	kindFinish = "finish"
+)
+
+// refuse answers one report that was not taken.
+func (b *Broker) refuse(l Link, kind, runID, reason string) {
+	b.metrics.refusals.WithLabelValues(kind, reason).Inc()
+	frame, err := wire.Marshal(wire.Error{Type: wire.TypeError, Message: kind + " refused: " + reason, RunID: runID})
+	if err == nil {
+		_ = l.Send(frame) // a closed link has nobody to tell
+	}
+}
+
+// refuseCmd answers a report the lane read and did not take, and gives an
+// event's place in its link's backlog back.
+func (l *lane) refuseCmd(c any, reason string) {
+	switch c := c.(type) {
+	case eventCmd:
+		c.link.release(c)
+		l.b.refuse(c.link.link, kindEvent, l.id, reason)
+	case finishCmd:
+		l.b.refuse(c.link.link, kindFinish, l.id, reason)
+	case verdictCmd:
+		l.b.refuse(c.link.link, kindAck, l.id, reason)
+	}
+}
+
+// strangerSafe is what ls may be told about this run: a key that is not the
+// run's agent's learns nothing beyond "unknown run".
+func (l *lane) strangerSafe(ls *linkState, reason string) string {
+	if ls.key != l.agent.Key {
+		return refusedUnknown
+	}
+	return reason
+}
+
+// reportedEnd reports whether the run's terminal event is stored.
+func (l *lane) reportedEnd() bool { return l.sawFinish || l.sawError }
+
+// cutAfterEnd refuses the events of batch that come after the run's
+// terminal event (stored already, or earlier in the batch): nothing is ever
+// stored after it. It returns the events to keep.
+func (l *lane) cutAfterEnd(batch []eventCmd) []eventCmd {
+	end := l.reportedEnd()
+	for i, c := range batch {
+		if end {
+			for _, late := range batch[i:] {
+				l.refuseCmd(late, refusedAfterEnd)
+			}
+			return batch[:i]
+		}
+		typ, _ := wire.PeekType(c.ev)
+		end = typ == agui.TypeRunFinished || typ == agui.TypeRunError
+	}
+	return batch
+}
