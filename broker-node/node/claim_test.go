@@ -106,7 +106,8 @@ func TestLateQueuedNoticeOffersNothing(t *testing.T) {
 	if c.RunID != old {
 		t.Fatalf("cancel for %s, want the withdrawn %s", c.RunID, old)
 	}
-	p.Accept(old) // sent before the withdrawal reached the provider
+	p.Accept(old) // sent before the withdrawal reached the provider: answered (D15)
+	expectRefusal(t, p, old, "ack refused")
 	id2, thread2 := h.Door(p.Key, "echo", "", "next")
 	if f := p.Offer(); f.RunID != id2 {
 		t.Fatalf("offer %s, want %s", f.RunID, id2)
