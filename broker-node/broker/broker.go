@@ -25,7 +25,11 @@ type Settings struct {
 	UnservedTimeout   time.Duration // a queued run's wait for anyone to serve its agent (45s)
 	UndeliveredWindow time.Duration // a claimed run's window before undelivered is counted (1800s)
 	ProviderGrace     time.Duration // re-attach window after a takeover (30s)
-	QualityTolerance  int           // counter level that withdraws a provider; 0 disables (3)
+	// LinkGrace is how long a link lost without the provider's close frame
+	// holds its runs for the same key to re-attach and report (D5, 5s in
+	// config); 0: they fail provider_left_holding_it at once.
+	LinkGrace        time.Duration
+	QualityTolerance int // counter level that withdraws a provider; 0 disables (3)
 	// SweepInterval is how often the sweep looks at its clocks and nudges
 	// waiting heads when nothing wakes it sooner (1s). The reference slept
 	// up to the unserved window; ticking faster only makes retries sooner.
@@ -66,6 +70,9 @@ func (s *Settings) defaults() {
 	}
 	if s.ProviderGrace < 0 {
 		s.ProviderGrace = 0
+	}
+	if s.LinkGrace < 0 {
+		s.LinkGrace = 0
 	}
 	if s.SweepInterval <= 0 {
 		s.SweepInterval = time.Second
@@ -482,8 +489,10 @@ func (b *Broker) DeleteAgent(ctx context.Context, l Link, name string) error {
 
 // Detach forgets a closed link. Only names whose live link is this one go
 // offline, so tearing down a replaced link never takes down its replacement.
-// Runs the link held are told, in their own lanes.
-func (b *Broker) Detach(l Link) {
+// Runs the link held are told, in their own lanes. lost is a link that ended
+// without the provider's close frame (a transport failure): its held runs
+// wait LinkGrace for the key to come back (D5).
+func (b *Broker) Detach(l Link, lost bool) {
 	b.rosterMu.Lock()
 	defer b.rosterMu.Unlock()
 	b.mu.Lock()
@@ -506,7 +515,7 @@ func (b *Broker) Detach(l Link) {
 	}
 	for _, ln := range b.lanes {
 		if ln.claimedBy == ls || ln.offeredTo == ls {
-			ln.q.push(goneCmd{ls})
+			ln.q.push(goneCmd{ls, lost})
 		}
 	}
 	epoch, lctx, leading := b.epoch, b.ctx, b.leading

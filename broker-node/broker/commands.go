@@ -21,9 +21,12 @@ type (
 		ev   json.RawMessage
 		pseq *int64
 	}
-	finishCmd struct{ link *linkState }   // the provider's stream ended
-	cancelCmd struct{}                    // someone asked for a cancel
-	goneCmd   struct{ link *linkState }   // the link the run was offered to or claimed by closed
+	finishCmd struct{ link *linkState } // the provider's stream ended
+	cancelCmd struct{}                  // someone asked for a cancel
+	goneCmd   struct {                  // the link the run was offered to or claimed by closed
+		link *linkState
+		lost bool // without the provider's close frame
+	}
 	failCmd   struct{ reason run.Reason } // a verdict that fails the run
 	expireCmd struct{}                    // the sweep: nobody served the agent past the window
 	orphanCmd struct{}                    // provider_grace passed with nobody re-adopting a held run

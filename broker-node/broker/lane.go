@@ -43,9 +43,14 @@ type lane struct {
 	noted           bool // abandoned or undelivered already counted for this run
 	expirySent      bool
 	cancelRequested bool
+	endStored       bool   // the run's terminal event is stored (the sweep reads it)
 	orphan          bool   // held by an older epoch, awaiting re-adoption (D7)
 	adoptKey        string // the key that may re-adopt it
-	ended           bool
+	// linkLost: the orphan's link was lost without a close frame; when
+	// the link grace passes it fails provider_left_holding_it and counts
+	// abandoned against adoptKey (D5).
+	linkLost bool
+	ended    bool
 
 	// The lane goroutine's own.
 	offer      *offerState
@@ -151,7 +156,7 @@ func (l *lane) handle(ctx context.Context, c any) {
 	case cancelCmd:
 		l.onCancel(ctx)
 	case goneCmd:
-		l.onGone(ctx, c.link)
+		l.onGone(ctx, c)
 	case failCmd:
 		l.fail(ctx, c.reason, false) // funduq's own verdict: nobody stopped serving
 	case expireCmd:
@@ -159,11 +164,8 @@ func (l *lane) handle(ctx context.Context, c any) {
 	case orphanCmd:
 		l.onOrphanTimeout(ctx)
 	case storedEndCmd:
-		l.b.mu.Lock()
-		orphan := l.orphan
-		l.b.mu.Unlock()
-		if orphan {
-			l.log.InfoContext(ctx, "held run read back with its terminal event stored: settling it")
+		if l.reportedEnd() {
+			l.log.InfoContext(ctx, "run's terminal event is stored and its finish did not come: settling it")
 			l.settle(ctx)
 		}
 	}
@@ -817,6 +819,11 @@ func (l *lane) observe(ev json.RawMessage) {
 // note keeps what the settle funnel needs from one stored event.
 func (l *lane) note(ev json.RawMessage, info agui.Info) {
 	l.events = append(l.events, ev)
+	if info.RunFinished || info.RunError {
+		l.b.mu.Lock()
+		l.endStored = true
+		l.b.mu.Unlock()
+	}
 	switch {
 	case info.RunFinished:
 		l.sawFinish = true
@@ -894,14 +901,24 @@ func (l *lane) folded(ctx context.Context) []store.Message {
 // fail ends the run failed with reason; a run that never sent its own
 // RUN_ERROR gets one. countAbandoned counts abandoned against the holder of
 // a claimed run (once per run).
-func (l *lane) fail(ctx context.Context, reason run.Reason, countAbandoned bool) {
+//
+// A run whose terminal event is stored has said how it ends: it settles by
+// the finish funnel instead, nothing is stored after that event, and nothing
+// is counted (D15) — on every path that would fail it (link loss, grace,
+// takeover, the sweep).
+func (l *lane) fail(ctx context.Context, reason run.Reason, countAbandoned bool) bool {
 	if l.offer != nil {
 		l.offer.timer.Stop()
 		l.offer = nil
 	}
+	if l.reportedEnd() {
+		l.log.InfoContext(ctx, "run reported its end before it would fail; settled from what is stored", "reason", string(reason))
+		l.settle(ctx)
+		return true
+	}
 	c := store.Conclusion{Move: store.Move{To: run.Failed, Reason: reason}}
 	if !l.sawError {
-		c.Events = []json.RawMessage{agui.RunError(string(reason), "")}
+		c.Events = []json.RawMessage{agui.RunError(run.Sentence(reason), string(reason))}
 	}
 	b := l.b
 	b.mu.Lock()
@@ -912,9 +929,11 @@ func (l *lane) fail(ctx context.Context, reason run.Reason, countAbandoned bool)
 	}
 	b.mu.Unlock()
 	l.log.WarnContext(ctx, "run failed", "reason", string(reason))
-	if l.conclude(ctx, c) && abandonedBy != "" {
+	ok := l.conclude(ctx, c)
+	if ok && abandonedBy != "" {
 		b.count(ctx, abandonedBy, store.Abandoned)
 	}
+	return ok
 }
 
 // conclude writes the run's end and forgets it. A refused write (the run was
@@ -1100,15 +1119,33 @@ func (l *lane) sendCancel(ctx context.Context) {
 	l.log.InfoContext(ctx, "cancel passed on to the provider", "provider_key", ls.key)
 }
 
-func (l *lane) onGone(ctx context.Context, ls *linkState) {
+func (l *lane) onGone(ctx context.Context, c goneCmd) {
+	ls := c.link
 	if l.offer != nil && l.offer.link == ls {
 		l.handBack(ctx) // no answer will come; the run waits for a provider
 		return
 	}
-	l.b.mu.Lock()
+	b := l.b
+	b.mu.Lock()
 	held := l.claimedBy == ls
-	l.b.mu.Unlock()
-	if held {
+	hold := held && c.lost && b.set.LinkGrace > 0 && !l.reportedEnd()
+	if hold {
+		// A dropped link is not yet an abandonment (D5): the run waits
+		// for the key to re-attach and report, as at a takeover. Its
+		// place is given back; a re-adoption takes one again.
+		l.claimedBy, l.orphan, l.adoptKey, l.linkLost = nil, true, ls.key, true
+		if l.offeredTo != nil {
+			b.bucketFor(l.offeredTo.key).release()
+			l.offeredTo = nil
+		}
+		l.orphanT = b.clock.AfterFunc(b.set.LinkGrace, func() { l.q.push(orphanCmd{}) })
+	}
+	b.mu.Unlock()
+	switch {
+	case hold:
+		l.log.InfoContext(ctx, "link lost without a close frame; holding the run for the link grace", "provider_key", ls.key,
+			"link", ls.id, "link_grace", b.set.LinkGrace.String())
+	case held:
 		l.fail(ctx, run.ReasonProviderLeftHoldingIt, true)
 	}
 }
@@ -1129,9 +1166,20 @@ func (l *lane) onExpire(ctx context.Context) {
 func (l *lane) onOrphanTimeout(ctx context.Context) {
 	b := l.b
 	b.mu.Lock()
-	orphan := l.orphan
+	orphan, lost, key := l.orphan, l.linkLost, l.adoptKey
 	b.mu.Unlock()
 	if !orphan {
+		return
+	}
+	if lost {
+		// The link grace passed and the key did not come back: now it is
+		// certain it left holding the run (seed 003).
+		l.b.mu.Lock()
+		l.noted = true
+		l.b.mu.Unlock()
+		if l.fail(ctx, run.ReasonProviderLeftHoldingIt, false) && !l.reportedEnd() {
+			b.count(ctx, key, store.Abandoned)
+		}
 		return
 	}
 	l.fail(ctx, run.ReasonOrphanedByRestart, false)

@@ -42,6 +42,12 @@ func (b *Broker) sweepOnce(ctx context.Context) {
 		}
 		if l.claimedBy != nil && !l.noted && !now.Before(l.claimedAt.Add(b.set.UndeliveredWindow)) {
 			l.noted = true
+			if l.endStored {
+				// It delivered its end; only the finish frame is missing.
+				// Settled from what is stored, never counted (D15).
+				l.q.push(storedEndCmd{})
+				continue
+			}
 			undelivered = append(undelivered, l.claimedBy.key)
 			l.log.WarnContext(ctx, "claimed run not delivered within the window", "provider_key", l.claimedBy.key)
 			continue

@@ -99,8 +99,8 @@ func (s *Server) serve(ws *websocket.Conn, res handshake.Result) {
 	go c.Writer(writerDone)
 	ctx, cancel := context.WithCancel(context.Background())
 	var queries sync.WaitGroup
-	s.readLoop(ctx, c, &queries)
-	s.Broker.Detach(c)
+	lost := s.readLoop(ctx, c, &queries)
+	s.Broker.Detach(c, lost)
 	c.CloseWith(websocket.CloseNormalClosure, "")
 	cancel()
 	queries.Wait()
@@ -121,15 +121,18 @@ func (s *Server) sendError(c *Conn, msg, runID, name string) {
 	s.send(c, wire.Error{Type: wire.TypeError, Message: msg, RunID: runID, Name: name})
 }
 
-// readLoop processes frames in arrival order until the link closes.
-func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup) {
+// readLoop processes frames in arrival order until the link closes. It
+// reports whether the link was lost: it ended without the provider's close
+// frame (a transport failure, a silent peer), not by the provider's goodbye
+// nor by funduq closing it.
+func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup) (lost bool) {
 	ws := c.WS
 	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle)) })
 	querySlots := make(chan struct{}, 8)
 	for {
 		select {
 		case <-c.Closed():
-			return
+			return false
 		default:
 		}
 		// Set before each read, not after: handling a frame may wait (an
@@ -138,8 +141,17 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 		_ = ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle))
 		kind, buf, err := wsconn.ReadFrame(ws)
 		if err != nil {
-			c.log.Info("provider link ended", "err", err)
-			return
+			// Only the provider's own close frame is a goodbye; a link
+			// funduq closed answers funduq's close frame with its own.
+			var ce *websocket.CloseError
+			lost = !errors.As(err, &ce)
+			select {
+			case <-c.Closed():
+				lost = true
+			default:
+			}
+			c.log.Info("provider link ended", "err", err, "lost", lost)
+			return lost
 		}
 		if kind != websocket.TextMessage {
 			wsconn.Release(buf)
@@ -182,7 +194,7 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 			select {
 			case querySlots <- struct{}{}:
 			case <-c.Closed():
-				return
+				return false
 			}
 			queries.Add(1)
 			go func() {

@@ -94,7 +94,7 @@ func TestInterjectionTargetLostAtTakeover(t *testing.T) {
 		t.Fatalf("reason %q", r.FailureReason)
 	}
 	evs := b.Events(inter)
-	if len(evs) != 1 || evs[0]["type"] != "RUN_ERROR" || evs[0]["message"] != string(run.ReasonInterjectionTargetLost) {
+	if len(evs) != 1 || evs[0]["type"] != "RUN_ERROR" || evs[0]["code"] != string(run.ReasonInterjectionTargetLost) {
 		t.Fatalf("events %v", evs)
 	}
 }

@@ -125,7 +125,7 @@ func TestEveryRefusedReportIsAnswered(t *testing.T) {
 		t.Fatalf("events %v: something was stored after RUN_FINISHED", evs)
 	}
 	p.Finish(id)
-	expectRefusal(t, p, id, "finish refused: unknown run")
+	expectRefusal(t, p, id, "finish refused") // unknown run, or the run has ended while its lane closes
 }
 
 // Issue #21, second bullet: a handler that emits a known AG-UI type failing

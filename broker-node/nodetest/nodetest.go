@@ -365,7 +365,18 @@ func (p *Prov) SendRaw(frame string) {
 	_ = p.ws.WriteMessage(websocket.TextMessage, []byte(frame))
 }
 
+// Close drops the connection without a close frame: to the broker, a link
+// lost (a transport failure), not a goodbye.
 func (p *Prov) Close() { _ = p.ws.Close(); <-p.closed }
+
+// Goodbye closes the link as a provider leaving on purpose: a close frame,
+// then the connection.
+func (p *Prov) Goodbye() {
+	p.wmu.Lock()
+	_ = p.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"), time.Now().Add(time.Second))
+	p.wmu.Unlock()
+	p.Close()
+}
 
 // Closed reports whether the link has closed, and with what (a
 // *websocket.CloseError carries funduq's close code and reason).

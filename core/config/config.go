@@ -38,11 +38,14 @@ type Logging struct {
 
 // Waits are the broker's clocks (D14), with the seeds' defaults.
 type Waits struct {
-	LeaseTTL                 time.Duration `env:"FUNDUQ_LEASE_TTL" envDefault:"10s"`
-	DeliverTimeout           time.Duration `env:"FUNDUQ_DELIVER_TIMEOUT" envDefault:"5s"`
-	UnservedTimeout          time.Duration `env:"FUNDUQ_UNSERVED_TIMEOUT" envDefault:"45s"`
-	UndeliveredWindow        time.Duration `env:"FUNDUQ_UNDELIVERED_WINDOW" envDefault:"1800s"`
-	ProviderGrace            time.Duration `env:"FUNDUQ_PROVIDER_GRACE" envDefault:"30s"`
+	LeaseTTL          time.Duration `env:"FUNDUQ_LEASE_TTL" envDefault:"10s"`
+	DeliverTimeout    time.Duration `env:"FUNDUQ_DELIVER_TIMEOUT" envDefault:"5s"`
+	UnservedTimeout   time.Duration `env:"FUNDUQ_UNSERVED_TIMEOUT" envDefault:"45s"`
+	UndeliveredWindow time.Duration `env:"FUNDUQ_UNDELIVERED_WINDOW" envDefault:"1800s"`
+	ProviderGrace     time.Duration `env:"FUNDUQ_PROVIDER_GRACE" envDefault:"30s"`
+	// LinkGrace is how long a provider link lost without a close frame
+	// holds its runs for the same key to re-attach (D5); 0: they fail at once.
+	LinkGrace                time.Duration `env:"FUNDUQ_LINK_GRACE" envDefault:"5s"`
 	ProviderQualityTolerance int           `env:"FUNDUQ_PROVIDER_QUALITY_TOLERANCE" envDefault:"3"`
 }
 
@@ -304,6 +307,7 @@ func (w Waits) validate() error {
 		{"FUNDUQ_UNSERVED_TIMEOUT", w.UnservedTimeout, false},
 		{"FUNDUQ_UNDELIVERED_WINDOW", w.UndeliveredWindow, false},
 		{"FUNDUQ_PROVIDER_GRACE", w.ProviderGrace, true},
+		{"FUNDUQ_LINK_GRACE", w.LinkGrace, true},
 	} {
 		if d.v < 0 || (d.v == 0 && !d.mayBeNil) {
 			errs = append(errs, fmt.Errorf("%s: must be positive, got %s", d.name, d.v))

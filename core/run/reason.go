@@ -67,3 +67,27 @@ var FunduqReasons = []Reason{
 // StreamEndedMessage is the human message of the synthesized RUN_ERROR for
 // ReasonStreamEndedWithoutFinishing (the reason rides as its code).
 const StreamEndedMessage = "the agent's stream ended without finishing"
+
+// sentences are the human messages of the RUN_ERROR funduq writes for its
+// own reasons; the reason itself rides as the event's code.
+var sentences = map[Reason]string{
+	ReasonAgentOffline:                "nobody serves this agent right now",
+	ReasonNoProviderTookIt:            "no provider took the run before the unserved window ended",
+	ReasonProviderLeftHoldingIt:       "the provider left while it was running this run",
+	ReasonStreamEndedWithoutFinishing: StreamEndedMessage,
+	ReasonMalformedEvent:              "the provider sent an AG-UI event that does not validate",
+	ReasonEventLimit:                  "the provider sent more events than one run may hold",
+	ReasonEventTooLarge:               "the provider sent an event larger than funduq accepts",
+	ReasonOrphanedByRestart:           "funduq restarted and the provider did not come back for this run in time",
+	ReasonInterjectionTargetLost:      "the run this interjection addressed did not survive a funduq restart",
+}
+
+// Sentence is the human message for reason: a sentence for funduq's own
+// reasons, the reason itself otherwise (a provider's refusal is its own
+// sentence).
+func Sentence(reason Reason) string {
+	if s, ok := sentences[reason]; ok {
+		return s
+	}
+	return string(reason)
+}

@@ -100,7 +100,7 @@ func TestOfflineAgent(t *testing.T) {
 	}
 	started, errEv := fs[0].event(t), fs[1].event(t)
 	if started["type"] != "RUN_STARTED" || fs[0].ID != "" || errEv["type"] != "RUN_ERROR" || fs[1].ID != "1" ||
-		errEv["message"] != "agent_offline" {
+		errEv["code"] != "agent_offline" || errEv["message"] == "" {
 		t.Fatalf("offline stream %+v", fs)
 	}
 	runID := started["runId"].(string)
