@@ -112,6 +112,8 @@ type Broker struct {
 	served     map[AgentRef]*linkState
 	buckets    map[string]*bucket
 	unserved   map[AgentRef]time.Time // unserved-since, for the unserved clock
+	expected   map[AgentRef]bool      // served when the previous leader went away
+	graceOver  bool                   // the sweep has ended provider_grace's waits
 	ended      *endedRuns             // runs seen terminal lately (ended.go)
 	wake       chan struct{}
 	lastNudge  time.Time
@@ -154,6 +156,8 @@ func (b *Broker) reset() {
 	b.served = map[AgentRef]*linkState{}
 	b.buckets = map[string]*bucket{}
 	b.unserved = map[AgentRef]time.Time{}
+	b.expected = map[AgentRef]bool{}
+	b.graceOver = false
 	b.ended = newEndedRuns()
 	b.wake = make(chan struct{}, 1)
 }
@@ -434,10 +438,29 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 			ls.interjections[a.Name] = true
 		}
 	}
+	replaced := map[*linkState]bool{}
 	for n := range seen {
 		ref := AgentRef{ls.key, n}
+		if old := b.served[ref]; old != nil && old != ls {
+			replaced[old] = true
+		}
 		b.served[ref] = ls
 		delete(b.unserved, ref)
+	}
+	// A link of the key left serving nothing by this register is told so
+	// and closed: it must not go on believing it serves.
+	var idle []*linkState
+	for old := range replaced {
+		serves := false
+		for n := range old.names {
+			if b.served[AgentRef{old.key, n}] == old {
+				serves = true
+				break
+			}
+		}
+		if !serves {
+			idle = append(idle, old)
+		}
 	}
 	b.bucketFor(ls.key).declared = ls.declared
 	// Announced before the lock is let go: an offer for these names is
@@ -453,9 +476,19 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 	if len(dropped) > 0 {
 		_ = b.write(lctx, "mark dropped agents unserved", func() error { return b.st.MarkUnserved(ctx, epoch, ls.key, dropped) })
 	}
+	for _, old := range idle {
+		frame, _ := wire.Marshal(wire.Error{Type: wire.TypeError, Message: ErrReplaced})
+		_ = old.link.Send(frame)
+		old.link.Close(ErrReplaced)
+		b.log.Info("replaced provider link closed", "provider_key", old.key, "link", old.id, "by", ls.id, "epoch", epoch)
+	}
 	b.log.Info("agents registered", "provider_key", ls.key, "link", ls.id, "names", names, "dropped", dropped, "epoch", epoch)
 	return nil
 }
+
+// ErrReplaced is what a link is told when a newer link of its key took over
+// every agent it served: it is closed after this.
+const ErrReplaced = "this link was replaced by a newer link of the same key and serves nothing now; closing it"
 
 // DeleteAgent takes name offline (if this link serves it) and deletes its
 // record, refusing an agent with any history.

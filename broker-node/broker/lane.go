@@ -42,6 +42,7 @@ type lane struct {
 	claimedAt       time.Time
 	noted           bool // abandoned or undelivered already counted for this run
 	expirySent      bool
+	graceWait       bool // waiting within provider_grace for a provider expected back
 	cancelRequested bool
 	endStored       bool   // the run's terminal event is stored (the sweep reads it)
 	orphan          bool   // held by an older epoch, awaiting re-adoption (D7)

@@ -19,9 +19,21 @@ func (b *Broker) recover(ctx context.Context) error {
 	b.mu.Lock()
 	epoch := b.epoch
 	b.mu.Unlock()
-	if err := b.write(ctx, "forget older rosters", func() error { return b.st.ForgetServedBefore(ctx, epoch) }); err != nil {
+	var expected []store.ServedAgent
+	if err := b.write(ctx, "forget older rosters", func() (err error) {
+		expected, err = b.st.ForgetServedBefore(ctx, epoch)
+		return err
+	}); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
+	// Agents served when the previous leader went away: their providers
+	// are expected back within provider_grace. A run for any other agent
+	// fails agent_offline at once (deliverable 5 of issue #21).
+	b.mu.Lock()
+	for _, a := range expected {
+		b.expected[AgentRef{a.ProviderKey, a.Name}] = true
+	}
+	b.mu.Unlock()
 	var held []store.Run
 	err := b.write(ctx, "list held runs", func() (err error) {
 		held, err = b.st.RunsInStatus(ctx, string(run.Offering), string(run.Running), string(run.Cancelling))
@@ -148,7 +160,15 @@ func (b *Broker) take(r store.Run, readBack bool) {
 	b.addLaneLocked(l)
 	b.lanesWG.Add(1)
 	served := b.served[l.agent] != nil
-	waiting := readBack || b.clock.Now().Before(b.takeoverAt.Add(b.set.ProviderGrace))
+	// Around a takeover a run waits only for a provider expected back: one
+	// that served the agent when the previous leader went away. With a
+	// provider_grace, it waits at most until the grace ends (the sweep).
+	inGrace := b.clock.Now().Before(b.takeoverAt.Add(b.set.ProviderGrace))
+	waiting := (readBack || inGrace) && b.expected[l.agent]
+	if readBack && b.set.ProviderGrace <= 0 {
+		waiting = true // no grace: read-back runs take the unserved clock
+	}
+	l.graceWait = waiting && inGrace
 	lost := readBack && b.interjectionLostLocked(l.addressed)
 	b.joinThreadLocked(l, l.queuedAt)
 	switch {

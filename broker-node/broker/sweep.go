@@ -3,6 +3,8 @@ package broker
 import (
 	"context"
 
+	"github.com/funduq/funduq-go/core/run"
+
 	"github.com/funduq/funduq-go/core/store"
 )
 
@@ -36,7 +38,19 @@ func (b *Broker) sweepOnce(ctx context.Context) {
 	nudge := !now.Before(b.lastNudge.Add(b.set.UnservedTimeout))
 	var undelivered []string
 	b.mu.Lock()
+	// provider_grace ended: a run still waiting for a provider expected
+	// back that did not come fails agent_offline now, not at the unserved
+	// window (no_provider_took_it).
+	graceEnds := !b.graceOver && b.set.ProviderGrace > 0 && !now.Before(b.takeoverAt.Add(b.set.ProviderGrace))
+	if graceEnds {
+		b.graceOver = true
+	}
 	for _, l := range b.lanes {
+		if graceEnds && l.graceWait && !l.ended && l.claimedBy == nil && l.offeredTo == nil && !l.orphan && b.served[l.agent] == nil {
+			l.graceWait = false
+			l.q.push(failCmd{run.ReasonAgentOffline})
+			continue
+		}
 		if l.ended {
 			continue
 		}

@@ -141,10 +141,11 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 		_ = ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle))
 		kind, buf, err := wsconn.ReadFrame(ws)
 		if err != nil {
-			// Only the provider's own close frame is a goodbye; a link
+			// Only the provider's own close frame is a goodbye (gorilla
+			// reports a connection cut without one as 1006); a link
 			// funduq closed answers funduq's close frame with its own.
 			var ce *websocket.CloseError
-			lost = !errors.As(err, &ce)
+			lost = !errors.As(err, &ce) || ce.Code == websocket.CloseAbnormalClosure
 			select {
 			case <-c.Closed():
 				lost = true

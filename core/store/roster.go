@@ -82,21 +82,36 @@ func (s *Store) MarkUnserved(ctx context.Context, epoch int64, key string, names
 	})
 }
 
+// ServedAgent names one agent an older epoch's roster served.
+type ServedAgent struct{ ProviderKey, Name string }
+
 // ForgetServedBefore marks unserved every agent an older epoch said it
-// served: a new leader's roster starts empty.
-func (s *Store) ForgetServedBefore(ctx context.Context, epoch int64) error {
-	return s.inTx(ctx, "forget older rosters", func(tx pgx.Tx) error {
+// served: a new leader's roster starts empty. It returns those agents (the
+// ones whose providers are expected back).
+func (s *Store) ForgetServedBefore(ctx context.Context, epoch int64) ([]ServedAgent, error) {
+	var out []ServedAgent
+	err := s.inTx(ctx, "forget older rosters", func(tx pgx.Tx) error {
+		out = nil
 		if err := fence(ctx, tx, epoch); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE agents SET served_epoch = NULL, unserved_since = now()
-			WHERE served_epoch IS NOT NULL AND served_epoch <> $1`, epoch); err != nil {
+		rows, err := tx.Query(ctx, `UPDATE agents SET served_epoch = NULL, unserved_since = now()
+			WHERE served_epoch IS NOT NULL AND served_epoch <> $1 RETURNING provider_key, name`, epoch)
+		if err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `UPDATE llm_offerings SET served_epoch = NULL
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (ServedAgent, error) {
+			var a ServedAgent
+			return a, row.Scan(&a.ProviderKey, &a.Name)
+		})
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE llm_offerings SET served_epoch = NULL
 			WHERE served_epoch IS NOT NULL AND served_epoch <> $1`, epoch)
 		return err
 	})
+	return out, err
 }
 
 // DeleteAgent removes an agent record, refusing one with any thread or run.

@@ -23,6 +23,7 @@ import (
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/wire"
 	"github.com/funduq/funduq-go/functions/agui"
 	"github.com/funduq/funduq-go/functions/door"
 )
@@ -215,6 +216,11 @@ func TestEventLimits(t *testing.T) {
 	r := h.WaitStatus(f.RunID, run.Failed)
 	if r.FailureReason != string(run.ReasonEventLimit) {
 		t.Fatalf("reason %q", r.FailureReason)
+	}
+	var refused wire.Error // the refused event is answered (issue #21)
+	p.Expect(wire.TypeError, &refused)
+	if refused.RunID != f.RunID || !strings.HasPrefix(refused.Message, "event refused: "+string(run.ReasonEventLimit)) {
+		t.Fatalf("refusal %+v", refused)
 	}
 	s.rest()
 
