@@ -446,6 +446,10 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 		}
 		b.served[ref] = ls
 		delete(b.unserved, ref)
+		// Served under this leadership: within provider_grace its runs
+		// wait for it to come back like those of a provider expected back
+		// from the previous leader.
+		b.expected[ref] = true
 	}
 	// A link of the key left serving nothing by this register is told so
 	// and closed: it must not go on believing it serves.
@@ -459,6 +463,7 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 			}
 		}
 		if !serves {
+			old.replaced = true
 			idle = append(idle, old)
 		}
 	}

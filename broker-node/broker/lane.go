@@ -640,6 +640,14 @@ func (l *lane) holder(ctx context.Context, ls *linkState) string {
 	case l.claimedBy == ls:
 		b.mu.Unlock()
 		return ""
+	case l.claimedBy != nil && l.claimedBy.key == ls.key && (l.claimedBy.replaced || b.links[l.claimedBy.link] != l.claimedBy):
+		// The link holding it was replaced by this newer link of the key
+		// (or is gone and its loss not yet read): the key carries on here.
+		old := l.claimedBy
+		l.claimedBy, l.offeredTo = ls, ls // same key: the place stays taken
+		b.mu.Unlock()
+		l.log.InfoContext(ctx, "run passed to the newer link of its key", "provider_key", ls.key, "from", old.id, "link", ls.id)
+		return ""
 	case l.claimedBy != nil:
 		b.mu.Unlock()
 		l.log.WarnContext(ctx, "report from a link that does not hold the run; refused", "provider_key", ls.key, "link", ls.id)

@@ -54,7 +54,10 @@ type linkState struct {
 	// thread's live run (registration's takesInterjections).
 	interjections map[string]bool
 	withdrawn     bool // withdrawn at tolerance: register is refused
-	opened        time.Time
+	// replaced: a newer link of the key took over every agent it served;
+	// it is being closed, and what it held passes to the key's next report.
+	replaced bool
+	opened   time.Time
 	// backlog counts the events read from this link and not yet handled
 	// by their lanes (stored, or dropped as a resend or a stray). When it
 	// is full the link's read loop waits in Event: the broker stops reading

@@ -46,7 +46,9 @@ func (b *Broker) sweepOnce(ctx context.Context) {
 		b.graceOver = true
 	}
 	for _, l := range b.lanes {
-		if graceEnds && l.graceWait && !l.ended && l.claimedBy == nil && l.offeredTo == nil && !l.orphan && b.served[l.agent] == nil {
+		if graceEnds && l.graceWait && !l.ended && l.claimedBy == nil && l.offeredTo == nil && !l.orphan && b.served[l.agent] == nil &&
+			(l.addressed == "" || b.lanes[l.addressed] == nil) { // an interjection follows its live target's fate
+
 			l.graceWait = false
 			l.q.push(failCmd{run.ReasonAgentOffline})
 			continue

@@ -81,3 +81,31 @@ func TestReplacedLinkIsToldAndClosed(t *testing.T) {
 	p2.Complete(id, thread)
 	h.WaitStatus(id, run.Completed)
 }
+
+// A provider that reconnects while its old link still looks open (a
+// half-open connection after a network blip) registers on the new link:
+// the old link is replaced and closed, and the runs it held carry on over
+// the new link — its reports are taken, not refused as another link's.
+func TestRunsPassToTheLinkThatReplacedTheirs(t *testing.T) {
+	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
+	p1 := h.Connect(0xe1, nil)
+	p1.Register("echo")
+	id, thread := h.Door(p1.Key, "echo", "", "hi")
+	p1.Offer()
+	p1.Accept(id)
+	h.WaitStatus(id, run.Running)
+	p2 := h.Connect(0xe1, nil)
+	p2.Register("echo")
+	p2.Complete(id, thread)
+	h.WaitStatus(id, run.Completed)
+	if n := len(h.Events(id)); n != 5 {
+		t.Fatalf("%d events stored, want 5", n)
+	}
+	h.Settle()
+	if q := h.Quality(p1.Key); q.Abandoned != 0 {
+		t.Fatalf("counted %+v", q)
+	}
+	if got := h.Node.Broker.Snapshot().InFlight[p1.Key]; got != 0 {
+		t.Fatalf("in flight %d", got)
+	}
+}
