@@ -215,12 +215,6 @@ func (l *lane) answers(c any) bool {
 	return false
 }
 
-func (l *lane) claimed() bool {
-	l.b.mu.Lock()
-	defer l.b.mu.Unlock()
-	return l.claimedBy != nil
-}
-
 // move writes a status under the broker's epoch.
 func (l *lane) move(ctx context.Context, to run.Status) error {
 	b := l.b
