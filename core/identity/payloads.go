@@ -81,7 +81,14 @@ func ResolutionPayload(runID string, askIDs []string) []byte {
 // funduq-server-presenter:{publicKey}:{ts}:{sha256hex(body)}. The key inside the
 // payload makes the proof name the key it claims.
 func PresenterPayload(publicKeyHex string, ts int64, body []byte) []byte {
-	return payload(tagPresenter, publicKeyHex, itoa(ts), SHA256Hex(body))
+	return PresenterPayloadDigest(publicKeyHex, ts, SHA256Hex(body))
+}
+
+// PresenterPayloadDigest is PresenterPayload given the body's lowercase hex
+// sha256 instead of the body: what an API Gateway authorizer, which never
+// sees the body, verifies against the digest the caller declares.
+func PresenterPayloadDigest(publicKeyHex string, ts int64, bodySHA256Hex string) []byte {
+	return payload(tagPresenter, publicKeyHex, itoa(ts), bodySHA256Hex)
 }
 
 // CheckFresh refuses (wrapping ErrStale) a Unix-seconds timestamp more than

@@ -32,6 +32,12 @@ func MakePresenterHeader(s *Signer, ts int64, body []byte) string {
 // where that is the cause. Doors treat any refusal as "no presenter", never as
 // an error of its own.
 func ParsePresenterHeader(value string, body []byte, now time.Time) (publicKeyHex string, err error) {
+	return ParsePresenterHeaderDigest(value, SHA256Hex(body), now)
+}
+
+// ParsePresenterHeaderDigest is ParsePresenterHeader against the body's
+// lowercase hex sha256 (PresenterPayloadDigest) rather than the body.
+func ParsePresenterHeaderDigest(value, bodySHA256Hex string, now time.Time) (publicKeyHex string, err error) {
 	m, err := jsonObject([]byte(value), "publicKey", "timestamp", "signature")
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrBadPresenter, err)
@@ -55,7 +61,7 @@ func ParsePresenterHeader(value string, body []byte, now time.Time) (publicKeyHe
 	if err := CheckFresh(ts, now, FreshnessWindow); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrBadPresenter, err)
 	}
-	if err := Verify(pub, PresenterPayload(key, ts, body), sig); err != nil {
+	if err := Verify(pub, PresenterPayloadDigest(key, ts, bodySHA256Hex), sig); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrBadPresenter, err)
 	}
 	return key, nil

@@ -92,7 +92,8 @@ func TestDeployAllWiring(t *testing.T) {
 	bin, log := fakeTools(t, "p-foundation", outputs)
 
 	code, stdout, stderr := runScript(t, "deploy", []string{"PATH=" + bin + ":" + os.Getenv("PATH")},
-		"all", "--stack-prefix", "p", "--region", "eu-west-1", "--dry-run", "--auth-type", "AWS_IAM", "--node-count", "3")
+		"all", "--stack-prefix", "p", "--region", "eu-west-1", "--dry-run", "--anonymous", "deny", "--node-count", "3",
+		"--jwks-url", "https://idp.example/.well-known/jwks.json", "--jwt-issuer", "https://idp.example", "--jwt-audience", "funduq")
 	if code != 0 {
 		t.Fatalf("deploy all --dry-run: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 	}
@@ -192,9 +193,14 @@ func TestDeployAllWiring(t *testing.T) {
 	checkParams("template.yaml", dp)
 	fromFoundation("template.yaml", dp, map[string]string{"SecretArn": "SecretArn", "SubnetIds": "PrivateSubnetIds",
 		"SecurityGroupId": "DoorSecurityGroupId"})
-	if doors[0] != "sam" || doors.flag("--stack-name") != "p-doors" || dp["DoorAuthType"] != "AWS_IAM" ||
-		doors.flag("--s3-bucket") != outputs["ArtifactBucket"] {
-		t.Errorf("doors: %q, want sam deploy of p-doors with DoorAuthType=AWS_IAM into the foundation's bucket", doors)
+	if doors[0] != "sam" || doors.flag("--stack-name") != "p-doors" || dp["AnonymousCallers"] != "deny" ||
+		dp["JwksUrl"] != "https://idp.example/.well-known/jwks.json" || dp["JwtIssuer"] != "https://idp.example" ||
+		dp["JwtAudience"] != "funduq" || dp["StageName"] != "v1" || doors.flag("--s3-bucket") != outputs["ArtifactBucket"] {
+		t.Errorf("doors: %q, want sam deploy of p-doors with the authorizer's settings into the foundation's bucket", doors)
+	}
+	// Callers go through API Gateway: the summary names the API's URL.
+	if !strings.Contains(stdout, "callers  -> API Gateway REST API p-doors") {
+		t.Errorf("deploy all --dry-run does not say callers go through API Gateway:\n%s", stdout)
 	}
 	find("scripts/build-lambdas")
 

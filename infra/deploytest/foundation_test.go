@@ -9,7 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"gopkg.in/yaml.v3"
 
@@ -191,7 +193,7 @@ func TestFoundationTemplate(t *testing.T) {
 	}
 	// admits checks that a store's security groups admit each client group
 	// on port, and nothing else (no CIDR rules).
-	admits := func(store string, groups *yaml.Node, port string) {
+	admits := func(store string, groups *yaml.Node, port string, clients map[string]string) {
 		t.Helper()
 		admitted := map[string]bool{}
 		for _, g := range refTargets(groups) {
@@ -214,13 +216,46 @@ func TestFoundationTemplate(t *testing.T) {
 		}
 	}
 
-	// PostgreSQL: one RDS instance, reached directly.
-	for _, typ := range []string{"AWS::RDS::DBProxy", "AWS::RDS::DBProxyEndpoint", "AWS::RDS::DBProxyTargetGroup"} {
-		if r := resourcesOfType(c, typ); len(r) > 0 {
-			t.Errorf("%v is an %s: the broker LISTENs and must reach the instance directly", r, typ)
+	// PostgreSQL: one RDS instance, reached directly by the broker hosts
+	// (they LISTEN) and by the doors only through one RDS Proxy, which
+	// admits the doors' group and authenticates to the instance with the
+	// master secret over TLS.
+	dbs := resourcesOfType(c, "AWS::RDS::DBInstance")
+	proxies := resourcesOfType(c, "AWS::RDS::DBProxy")
+	if len(proxies) != 1 {
+		t.Fatalf("want one RDS Proxy (the doors' pooled way in), got %v", proxies)
+	}
+	px := get(res, proxies[0], "Properties")
+	for k, want := range map[string]string{"EngineFamily": "POSTGRESQL", "RequireTLS": "true"} {
+		if v := get(px, k); v == nil || v.Value != want {
+			t.Errorf("%s: %s must be %s", proxies[0], k, want)
 		}
 	}
-	dbs := resourcesOfType(c, "AWS::RDS::DBInstance")
+	if auth := get(px, "Auth"); auth == nil || len(auth.Content) != 1 || get(auth.Content[0], "AuthScheme").Value != "SECRETS" ||
+		typeOf(c, refTarget(get(auth.Content[0], "SecretArn"))) != "AWS::SecretsManager::Secret" {
+		t.Errorf("%s: Auth must be one SECRETS entry naming the database master secret", proxies[0])
+	}
+	if got := slices.Sorted(slices.Values(refTargets(get(px, "VpcSubnetIds")))); !slices.Equal(got, private) {
+		t.Errorf("%s: subnets %v, want the private subnets %v", proxies[0], got, private)
+	}
+	tgs := resourcesOfType(c, "AWS::RDS::DBProxyTargetGroup")
+	if len(tgs) != 1 || refTarget(get(res, tgs[0], "Properties", "DBProxyName")) != proxies[0] ||
+		len(dbs) != 1 || !slices.Contains(refTargets(get(res, tgs[0], "Properties", "DBInstanceIdentifiers")), dbs[0]) {
+		t.Errorf("target groups %v: want one, joining %v to the RDS instance %v", tgs, proxies, dbs)
+	}
+	proxyGroups := refTargets(get(px, "VpcSecurityGroupIds"))
+	if len(proxyGroups) != 1 {
+		t.Fatalf("%s: want one security group, got %v", proxies[0], proxyGroups)
+	}
+	var doorGroup, brokerGroup string
+	for g, o := range clients {
+		if o == "DoorSecurityGroupId" {
+			doorGroup = g
+		} else {
+			brokerGroup = g
+		}
+	}
+	admits(proxies[0], get(px, "VpcSecurityGroupIds"), "5432", map[string]string{doorGroup: "DoorSecurityGroupId"})
 	if len(dbs) != 1 {
 		t.Fatalf("want one RDS instance, got %v", dbs)
 	}
@@ -233,7 +268,14 @@ func TestFoundationTemplate(t *testing.T) {
 	if get(db, "ManageMasterUserPassword") != nil {
 		t.Errorf("%s: ManageMasterUserPassword rotates the password under the composed database_url", dbs[0])
 	}
-	admits(dbs[0], get(db, "VPCSecurityGroups"), "5432")
+	admits(dbs[0], get(db, "VPCSecurityGroups"), "5432", map[string]string{proxyGroups[0]: "(RDS Proxy)", brokerGroup: "BrokerStoreSecurityGroupId"})
+	for _, g := range refTargets(get(db, "VPCSecurityGroups")) {
+		for _, rule := range get(res, g, "Properties", "SecurityGroupIngress").Content {
+			if refTarget(get(rule, "SourceSecurityGroupId")) == doorGroup {
+				t.Errorf("%s: admits the doors directly: they go through RDS Proxy", dbs[0])
+			}
+		}
+	}
 	checkPrivateSubnetGroup(t, c, dbs[0], get(db, "DBSubnetGroupName"), "SubnetIds", private)
 
 	// Redis: TLS in transit and an AUTH token, on one shard's primary endpoint.
@@ -254,7 +296,7 @@ func TestFoundationTemplate(t *testing.T) {
 	if get(rg, "NumNodeGroups") != nil {
 		t.Errorf("%s: cluster mode: redis_url names one primary endpoint", rgs[0])
 	}
-	admits(rgs[0], get(rg, "SecurityGroupIds"), "6379")
+	admits(rgs[0], get(rg, "SecurityGroupIds"), "6379", clients)
 	checkPrivateSubnetGroup(t, c, rgs[0], get(rg, "CacheSubnetGroupName"), "SubnetIds", private)
 
 	// Outputs the other stacks take, pointing at the right kind of resource.
@@ -448,16 +490,29 @@ func TestFoundationSecret(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &secret); err != nil {
 		t.Fatalf("the composed funduq secret is not a JSON object of strings: %v\n%s", err, raw)
 	}
-	if got := slices.Sorted(maps.Keys(secret)); !slices.Equal(got, []string{"database_url", "identity_key", "redis_url", "token_secret"}) {
-		t.Errorf("funduq secret keys %v, want database_url identity_key redis_url token_secret", got)
+	if got := slices.Sorted(maps.Keys(secret)); !slices.Equal(got, []string{"database_url", "door_database_url", "identity_key", "redis_url", "token_secret"}) {
+		t.Errorf("funduq secret keys %v, want database_url door_database_url identity_key redis_url token_secret", got)
 	}
 	environ := map[string]string{
-		"FUNDUQ_DATABASE_URL": secret["database_url"], "FUNDUQ_REDIS_URL": secret["redis_url"],
+		"FUNDUQ_DATABASE_URL": secret["door_database_url"], "FUNDUQ_REDIS_URL": secret["redis_url"],
 		"FUNDUQ_IDENTITY_KEY": secret["identity_key"], "FUNDUQ_TOKEN_SECRET": secret["token_secret"],
 	}
 	if _, err := config.ParseDoor(environ); err != nil {
 		t.Errorf("a door would refuse the composed secret: %v", err)
 	}
+	// door_database_url: RDS Proxy, TLS, the master credentials, and pgx
+	// sending unnamed statements (a named PREPARE pins a proxied session).
+	pxc, err := pgxpool.ParseConfig(secret["door_database_url"])
+	if err != nil {
+		t.Fatalf("door_database_url does not parse: %v", err)
+	}
+	proxy := resourcesOfType(c, "AWS::RDS::DBProxy")[0]
+	if want := attrs[proxy+".Endpoint"]; want == "" || pxc.ConnConfig.Host != want || pxc.ConnConfig.TLSConfig == nil ||
+		pxc.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeExec {
+		t.Errorf("door_database_url: host %q TLS %v exec mode %v; want RDS Proxy %s.Endpoint over TLS in exec mode",
+			pxc.ConnConfig.Host, pxc.ConnConfig.TLSConfig != nil, pxc.ConnConfig.DefaultQueryExecMode, proxy)
+	}
+	environ["FUNDUQ_DATABASE_URL"] = secret["database_url"]
 	environ["FUNDUQ_HTTP_ADDR"], environ["FUNDUQ_ADVERTISE_URL"] = "0.0.0.0:8700", "https://broker.example"
 	if _, err := config.ParseBroker(environ, config.Host{Hostname: "h", PID: 1}); err != nil {
 		t.Errorf("a broker node would refuse the composed secret: %v", err)
@@ -556,6 +611,14 @@ func TestSecretKeysAgree(t *testing.T) {
 		broker[m[1]] = m[2]
 	}
 	for _, v := range secretVars {
+		if v == "FUNDUQ_DATABASE_URL" {
+			// The doors go through RDS Proxy, the broker to the instance.
+			if doors[v] != "door_database_url" || broker[v] != "database_url" || !composed[doors[v]] || !composed[broker[v]] {
+				t.Errorf("%s: doors read key %q (want door_database_url), broker hosts %q (want database_url); the foundation composes %v",
+					v, doors[v], broker[v], slices.Sorted(maps.Keys(composed)))
+			}
+			continue
+		}
 		if doors[v] == "" || doors[v] != broker[v] || !composed[doors[v]] {
 			t.Errorf("%s: doors read key %q, broker hosts %q; the foundation composes %v", v, doors[v], broker[v], slices.Sorted(maps.Keys(composed)))
 		}

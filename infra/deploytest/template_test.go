@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/functions/authorizer"
 )
 
 // secretVars must never come from a plain parameter: each is a Secrets
@@ -82,8 +83,10 @@ func TestTemplateFunctions(t *testing.T) {
 	}
 
 	doorVars, doorRequired := envTags(reflect.TypeFor[config.Door]())
+	authVars, _ := envTags(reflect.TypeFor[authorizer.Config]())
 	fns := functions(t, c)
 	var doors []string
+	routes := map[string]string{} // "METHOD path" -> door
 	for _, f := range fns {
 		scalar := func(k string) string {
 			if n := f.props[k]; n != nil {
@@ -100,28 +103,41 @@ func TestTemplateFunctions(t *testing.T) {
 		if a := f.props["Architectures"]; a == nil || len(a.Content) != 1 || a.Content[0].Value != "arm64" {
 			t.Errorf("%s: Architectures must be [arm64]", f.name)
 		}
-		if got := get(f.props["FunctionUrlConfig"], "InvokeMode"); got == nil || got.Value != "RESPONSE_STREAM" {
-			t.Errorf("%s: FunctionUrlConfig.InvokeMode must be RESPONSE_STREAM (the doors stream)", f.name)
+		if f.props["FunctionUrlConfig"] != nil {
+			t.Errorf("%s: a Function URL: callers go through API Gateway only", f.name)
 		}
 		if got := get(f.props["LoggingConfig"], "LogFormat"); got == nil || got.Value != "JSON" {
 			t.Errorf("%s: LoggingConfig.LogFormat must be JSON", f.name)
 		}
-		if f.props["VpcConfig"] == nil {
-			t.Errorf("%s: no VpcConfig: the doors reach PostgreSQL and Redis in the VPC", f.name)
-		}
 		if to, err := strconv.Atoi(scalar("Timeout")); err != nil || to < 1 || to > 900 {
 			t.Errorf("%s: Timeout %q, want 1 to 900 seconds", f.name, scalar("Timeout"))
 		}
-		// CodeUri is the prebuilt folder scripts/build-lambdas writes: .aws-build/<door>/.
+		// CodeUri is the prebuilt folder scripts/build-lambdas writes: .aws-build/<name>/.
 		code := strings.TrimSuffix(scalar("CodeUri"), "/")
-		door := path.Base(code)
+		name := path.Base(code)
 		if path.Dir(code) != ".aws-build" {
-			t.Errorf("%s: CodeUri %q, want .aws-build/<door>/", f.name, scalar("CodeUri"))
-		} else if _, err := os.Stat(filepath.Join(repoRoot(t), "functions", door, "lambda", "main.go")); err != nil {
-			t.Errorf("%s: CodeUri %q names no door with a Lambda entry: %v", f.name, code, err)
+			t.Errorf("%s: CodeUri %q, want .aws-build/<name>/", f.name, scalar("CodeUri"))
+		} else if _, err := os.Stat(filepath.Join(repoRoot(t), "functions", name, "lambda", "main.go")); err != nil {
+			t.Errorf("%s: CodeUri %q names no function with a Lambda entry: %v", f.name, code, err)
 		}
-		doors = append(doors, door)
-
+		if name == "authorizer" {
+			if f.props["VpcConfig"] != nil {
+				t.Errorf("%s: the authorizer needs no VPC (it fetches the JWKS from the internet)", f.name)
+			}
+			for v := range f.env {
+				if !slices.Contains(authVars, v) {
+					t.Errorf("%s: variable %s is not read by authorizer.Config", f.name, v)
+				}
+				if slices.Contains(secretVars, v) {
+					t.Errorf("%s: the authorizer must not see %s", f.name, v)
+				}
+			}
+			continue
+		}
+		doors = append(doors, name)
+		if f.props["VpcConfig"] == nil {
+			t.Errorf("%s: no VpcConfig: the doors reach PostgreSQL and Redis in the VPC", f.name)
+		}
 		for _, v := range doorRequired {
 			if f.env[v] == nil {
 				t.Errorf("%s: required variable %s is not provided", f.name, v)
@@ -141,10 +157,65 @@ func TestTemplateFunctions(t *testing.T) {
 				t.Errorf("%s: %s must be a Secrets Manager dynamic reference, got %s %q", f.name, v, n.Tag, n.Value)
 			}
 		}
+		// The doors reach PostgreSQL through RDS Proxy: the secret's door_database_url.
+		if n := f.env["FUNDUQ_DATABASE_URL"]; n == nil || !strings.HasSuffix(n.Value, ":SecretString:door_database_url}}") {
+			t.Errorf("%s: FUNDUQ_DATABASE_URL must resolve the secret's door_database_url (RDS Proxy)", f.name)
+		}
+		// Every route is a streaming proxy integration of the one REST API;
+		// only KYOK (its own token) skips the authorizer.
+		ev := f.props["Events"]
+		if len(keys(ev)) == 0 {
+			t.Errorf("%s: no Api events: unreachable", f.name)
+		}
+		for _, e := range keys(ev) {
+			p := get(ev, e, "Properties")
+			if get(ev, e, "Type").Value != "Api" || get(p, "RestApiId") == nil || get(p, "RestApiId").Value != "DoorsApi" {
+				t.Errorf("%s.%s: want an Api event on DoorsApi", f.name, e)
+				continue
+			}
+			if m := get(p, "ResponseTransferMode"); m == nil || m.Value != "STREAM" {
+				t.Errorf("%s.%s: ResponseTransferMode must be STREAM", f.name, e)
+			}
+			if ms, err := strconv.Atoi(get(p, "TimeoutInMillis").Value); err != nil || ms < 1000 || ms > 900000 {
+				t.Errorf("%s.%s: TimeoutInMillis %q, want up to 900000 (the streaming maximum)", f.name, e, get(p, "TimeoutInMillis").Value)
+			}
+			auth := get(p, "Auth", "Authorizer")
+			if (name == "kyok") != (auth != nil && auth.Value == "NONE") {
+				t.Errorf("%s.%s: only the KYOK route skips the authorizer (Auth.Authorizer NONE)", f.name, e)
+			}
+			routes[get(p, "Method").Value+" "+get(p, "Path").Value] = name
+		}
 	}
 	slices.Sort(doors)
 	if want := []string{"a2a", "agui", "kyok"}; !slices.Equal(doors, want) {
 		t.Errorf("doors in template.yaml: %v, want %v", doors, want)
+	}
+	// The routes are the doors' (spec §3 and the handlers' muxes).
+	want := map[string]string{
+		"POST /agui/{provider}/{name}": "agui", "GET /threads/{threadId}": "agui", "GET /runs/{runId}/events": "agui",
+		"GET /agents": "agui", "POST /a2a/{provider}/{name}": "a2a", "POST /a2a/{provider}/{name}/rpc": "a2a",
+		"GET /a2a/{provider}/{name}/.well-known/agent-card.json": "a2a", "POST /kyok/v1/chat/completions": "kyok",
+	}
+	if !reflect.DeepEqual(routes, want) {
+		t.Errorf("routes %v\nwant %v", routes, want)
+	}
+	// The API: regional (the edge idle timeout is 30 s), throttled, with the
+	// REQUEST authorizer as its default and no result caching.
+	api := get(c.root, "Resources", "DoorsApi", "Properties")
+	if get(api, "EndpointConfiguration", "Type").Value != "REGIONAL" {
+		t.Error("DoorsApi: want a REGIONAL endpoint")
+	}
+	ms := get(api, "MethodSettings")
+	if ms == nil || len(ms.Content) != 1 || get(ms.Content[0], "ThrottlingRateLimit").Value != "ThrottleRateLimit" ||
+		get(ms.Content[0], "ThrottlingBurstLimit").Value != "ThrottleBurstLimit" {
+		t.Error("DoorsApi: stage throttling must come from ThrottleRateLimit/ThrottleBurstLimit")
+	}
+	a := get(api, "Auth")
+	if get(a, "DefaultAuthorizer").Value != "FunduqAuthorizer" ||
+		get(a, "Authorizers", "FunduqAuthorizer", "FunctionPayloadType").Value != "REQUEST" ||
+		get(a, "Authorizers", "FunduqAuthorizer", "FunctionArn").Value != "AuthorizerFunction.Arn" ||
+		get(a, "Authorizers", "FunduqAuthorizer", "Identity", "ReauthorizeEvery").Value != "0" {
+		t.Error("DoorsApi: want FunduqAuthorizer (REQUEST, AuthorizerFunction, not cached) as the default authorizer")
 	}
 }
 

@@ -1,6 +1,7 @@
 // Command lambda is the A2A door's AWS Lambda entry: the a2a.Handler served
-// through a Function URL with response streaming (lambdaurl), so
-// message/stream and tasks/resubscribe reach the caller as they happen.
+// behind API Gateway (a streaming REST proxy integration:
+// door.WrapAPIGateway), so message/stream and tasks/resubscribe reach the
+// caller as they happen.
 // Configuration is read once, at start (door.RunLambda). A stream ends
 // before the invocation's deadline with an SSE comment saying how to resume
 // (tasks/resubscribe or SubscribeToTask with Last-Event-ID).

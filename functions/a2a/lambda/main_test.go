@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-lambda-go/lambdaurl"
 	"go.uber.org/goleak"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/functions/door"
 )
 
 func TestMain(m *testing.M) {
@@ -42,9 +42,8 @@ func TestLambdaEntry(t *testing.T) {
 			hdr = map[string]string{}
 		}
 		hdr["host"] = "door.example"
-		resp, err := lambdaurl.Wrap(handler)(ctx, &events.LambdaFunctionURLRequest{RawPath: path, Body: body, Headers: hdr,
-			RequestContext: events.LambdaFunctionURLRequestContext{DomainName: "door.example",
-				HTTP: events.LambdaFunctionURLRequestContextHTTPDescription{Method: method, Path: path}}})
+		resp, err := door.WrapAPIGateway(handler, nil)(ctx, &events.APIGatewayProxyRequest{HTTPMethod: method, Path: path, Body: body, Headers: hdr,
+			RequestContext: events.APIGatewayProxyRequestContext{DomainName: "door.example", HTTPMethod: method, Path: path}})
 		if err != nil {
 			t.Fatal(err)
 		}

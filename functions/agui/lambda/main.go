@@ -1,6 +1,8 @@
 // Command lambda is the AG-UI door's AWS Lambda entry: the agui.Handler
-// served through a Function URL with response streaming (lambdaurl), so a
-// run's SSE stream reaches the caller as it happens. Configuration is read
+// served behind API Gateway (a REST API whose Lambda proxy integration
+// streams: door.WrapAPIGateway), so a run's SSE stream reaches the caller
+// as it happens. The caller's authenticated key is the one the API
+// Gateway authorizer put in requestContext.authorizer (door.AuthenticatedKey). Configuration is read
 // once, at start (door.RunLambda); nothing below reads the environment.
 //
 // A stream ends before the invocation's deadline: the handler reads the
@@ -17,9 +19,6 @@ import (
 	"github.com/funduq/funduq-go/functions/agui"
 	"github.com/funduq/funduq-go/functions/door"
 )
-
-// AuthenticatedKeyHeader is the trusted front's header (door.AuthenticatedKeyHeader).
-const AuthenticatedKeyHeader = door.AuthenticatedKeyHeader
 
 var authorizedKey = door.LambdaAuthorizedKey
 

@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-lambda-go/lambdaurl"
 	"go.uber.org/goleak"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/functions/door"
 )
 
 func TestMain(m *testing.M) {
@@ -29,11 +29,11 @@ func TestMain(m *testing.M) {
 // invoke calls the Lambda entry as the Function URL runtime would, with
 // the invocation's deadline on the context, and returns status, headers and
 // the whole streamed body.
-func invoke(t *testing.T, h http.Handler, deadline time.Time, req *events.LambdaFunctionURLRequest) (int, map[string]string, string) {
+func invoke(t *testing.T, h http.Handler, deadline time.Time, req *events.APIGatewayProxyRequest) (int, map[string]string, string) {
 	t.Helper()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	resp, err := lambdaurl.Wrap(h)(ctx, req)
+	resp, err := door.WrapAPIGateway(h, nil)(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,10 +44,9 @@ func invoke(t *testing.T, h http.Handler, deadline time.Time, req *events.Lambda
 	return resp.StatusCode, resp.Headers, string(b)
 }
 
-func get(path string, hdr map[string]string) *events.LambdaFunctionURLRequest {
-	return &events.LambdaFunctionURLRequest{RawPath: path, Headers: hdr,
-		RequestContext: events.LambdaFunctionURLRequestContext{DomainName: "door.example",
-			HTTP: events.LambdaFunctionURLRequestContextHTTPDescription{Method: "GET", Path: path}}}
+func get(path string, hdr map[string]string) *events.APIGatewayProxyRequest {
+	return &events.APIGatewayProxyRequest{HTTPMethod: "GET", Path: path, Headers: hdr,
+		RequestContext: events.APIGatewayProxyRequestContext{DomainName: "door.example", HTTPMethod: "GET", Path: path}}
 }
 
 // Through the Function URL wrapper: a run's events stream out and the
@@ -98,18 +97,18 @@ func TestLambdaEntry(t *testing.T) {
 	}
 }
 
-// The authorizer seat believes the authenticated-key header only on an
-// IAM-authenticated invocation.
+// The authorizer seat is the key the API Gateway authorizer put in
+// requestContext.authorizer, and nothing a client sends: the old
+// authenticated-key header is not believed, with or without an authorizer.
 func TestAuthorizedKey(t *testing.T) {
 	key := strings.Repeat("ab", 32)
 	var seen []string
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen = append(seen, authorizedKey(r)) })
-	req := get("/x", map[string]string{AuthenticatedKeyHeader: key})
+	req := get("/x", map[string]string{"X-Funduq-Authenticated-Key": key, "funduqKey": key})
 	invoke(t, h, time.Now().Add(time.Minute), req)
-	req.RequestContext.Authorizer = &events.LambdaFunctionURLRequestContextAuthorizerDescription{
-		IAM: &events.LambdaFunctionURLRequestContextAuthorizerIAMDescription{UserARN: "arn:aws:iam::1:role/front"}}
+	req.RequestContext.Authorizer = map[string]any{"principalId": "k", "funduqKey": key}
 	invoke(t, h, time.Now().Add(time.Minute), req)
-	req.Headers[AuthenticatedKeyHeader] = "not-a-key"
+	req.RequestContext.Authorizer = map[string]any{"principalId": "k", "funduqKey": "not-a-key"}
 	invoke(t, h, time.Now().Add(time.Minute), req)
 	if len(seen) != 3 || seen[0] != "" || seen[1] != key || seen[2] != "" {
 		t.Fatalf("seats %q", seen)

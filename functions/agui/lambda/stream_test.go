@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-lambda-go/lambdaurl"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/functions/door"
 )
 
 // An AG-UI run started through the Function URL adapter (POST
@@ -62,12 +62,11 @@ func TestLambdaRunStreams(t *testing.T) {
 	}()
 
 	path := "/agui/" + p.Key + "/echo"
-	resp, err := lambdaurl.Wrap(handler)(ctx, &events.LambdaFunctionURLRequest{RawPath: path,
+	resp, err := door.WrapAPIGateway(handler, nil)(ctx, &events.APIGatewayProxyRequest{HTTPMethod: "POST", Path: path,
 		Headers: map[string]string{"content-type": "application/json", "accept": "text/event-stream"},
 		Body: `{"threadId":"new","runId":"r1","messages":[{"id":"m1","role":"user","content":"hi"}],` +
 			`"tools":[],"context":[],"state":null,"forwardedProps":{}}`,
-		RequestContext: events.LambdaFunctionURLRequestContext{DomainName: "door.example",
-			HTTP: events.LambdaFunctionURLRequestContextHTTPDescription{Method: "POST", Path: path}}})
+		RequestContext: events.APIGatewayProxyRequestContext{DomainName: "door.example", HTTPMethod: "POST", Path: path}})
 	if err != nil {
 		t.Fatal(err)
 	}

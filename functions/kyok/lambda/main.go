@@ -1,6 +1,7 @@
 // Command lambda is the KYOK door's AWS Lambda entry: the kyok.Handler
-// served through a Function URL with response streaming (lambdaurl), so a
-// streamed completion reaches the agent chunk by chunk. Configuration is
+// served behind API Gateway (a streaming REST proxy integration:
+// door.WrapAPIGateway), so a streamed completion reaches the agent chunk by
+// chunk. Configuration is
 // read once, at start (door.RunLambda).
 package main
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-lambda-go/lambdaurl"
 	"go.uber.org/goleak"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
@@ -44,9 +43,8 @@ func TestLambdaEntry(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		const path = "/kyok/v1/chat/completions"
-		resp, err := lambdaurl.Wrap(handler)(ctx, &events.LambdaFunctionURLRequest{RawPath: path, Body: body, Headers: hdr,
-			RequestContext: events.LambdaFunctionURLRequestContext{DomainName: "door.example",
-				HTTP: events.LambdaFunctionURLRequestContextHTTPDescription{Method: method, Path: path}}})
+		resp, err := door.WrapAPIGateway(handler, nil)(ctx, &events.APIGatewayProxyRequest{HTTPMethod: method, Path: path, Body: body, Headers: hdr,
+			RequestContext: events.APIGatewayProxyRequestContext{DomainName: "door.example", HTTPMethod: method, Path: path}})
 		if err != nil {
 			t.Fatal(err)
 		}
