@@ -39,6 +39,9 @@ commands:
             and lead the runs while this node holds the lease
   migrate   apply the embedded database migrations to FUNDUQ_DATABASE_URL and exit
   lease     lease status | lease handover: who leads; ask the leader to hand over
+  prune     prune --older-than 720h [--dry-run] [--batch N]: delete settled runs older than
+            that (events, messages, the run, threads left empty), as FUNDUQ_RETENTION has the
+            leader do; --dry-run prints what it would delete
 `
 
 // errUsage: the command line was wrong (usage already printed).
@@ -59,6 +62,8 @@ func run(args []string, environ map[string]string, stdout, stderr io.Writer) int
 		err = migrate(ctx, environ, stderr)
 	case "lease":
 		err = leaseCmd(ctx, args[1:], environ, stdout, stderr)
+	case "prune":
+		err = pruneCmd(ctx, args[1:], environ, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -25,6 +25,7 @@ import (
 	"github.com/funduq/funduq-go/broker-node/kyokrelay"
 	"github.com/funduq/funduq-go/broker-node/lease"
 	"github.com/funduq/funduq-go/broker-node/link"
+	"github.com/funduq/funduq-go/broker-node/retention"
 	"github.com/funduq/funduq-go/broker-node/tickets"
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/identity"
@@ -52,6 +53,9 @@ type Node struct {
 	kyok     *kyokrelay.Relay
 	// IntakePoll overrides the intake safety poll (tests).
 	IntakePoll time.Duration
+
+	// retention is the leader's pruning of settled runs (nil when off).
+	retention *retention.Cleaner
 }
 
 // LeaseKey and LeaseChannel are the lease's Redis key and event channel
@@ -127,6 +131,10 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 			EventBacklog: cfg.LinkEventBacklog, EventBacklogBytes: cfg.LinkEventBacklogBytes}})
 	n := &Node{cfg: cfg, log: log, st: st, rdb: rdb, signer: signer, tickets: tickets.New(rdb, prefix),
 		Broker: b, registry: reg, prefix: prefix}
+	if cfg.Retention > 0 {
+		n.retention = &retention.Cleaner{Store: st, Retention: cfg.Retention, Batch: cfg.RetentionBatch,
+			Log: log, Metrics: retention.NewMetrics(reg)}
+	}
 	n.links = &link.Server{Broker: b, Funduq: signer, Tickets: n.tickets, Log: log,
 		NotLeading: http.HandlerFunc(n.notLeading), MaxFrame: cfg.MaxFrame, PingInterval: o.LinkPingInterval}
 	n.kyok = &kyokrelay.Relay{Store: st, Redis: rdb, Prefix: prefix, Funduq: signer, Tickets: n.tickets, Log: log,
@@ -287,6 +295,9 @@ func (n *Node) leadUnder(ctx context.Context) {
 		return
 	}
 	defer n.kyok.Start(ctx, epoch)()
+	if n.retention != nil {
+		defer n.retention.Start(ctx)()
+	}
 	if err := n.Broker.Run(ctx, epoch, n.startIntake); err != nil {
 		n.log.Error("broker stopped leading", "err", err, "epoch", epoch)
 	}

@@ -160,6 +160,11 @@ type Broker struct {
 	// (max(4, CPUs)). Every lane writes on its own, so a node with many
 	// concurrent runs may want more.
 	DBMaxConns int `env:"FUNDUQ_DB_MAX_CONNS" envDefault:"0"`
+	// Retention, when set (e.g. 720h), has the leader delete settled runs
+	// older than it (events, messages, the run, threads left empty), in
+	// batches of RetentionBatch runs; 0 keeps everything.
+	Retention      time.Duration `env:"FUNDUQ_RETENTION" envDefault:"0"`
+	RetentionBatch int           `env:"FUNDUQ_RETENTION_BATCH" envDefault:"500"`
 	// PprofAddr, when set, serves net/http/pprof on its own listener
 	// (loopback only, say 127.0.0.1:6060). Off by default.
 	PprofAddr string `env:"FUNDUQ_PPROF_ADDR"`
@@ -227,6 +232,12 @@ func ParseBroker(environ map[string]string, host Host) (Broker, error) {
 	}
 	if c.DBMaxConns < 0 {
 		errs = append(errs, fmt.Errorf("FUNDUQ_DB_MAX_CONNS: want 0 (pgx's default) or more, got %d", c.DBMaxConns))
+	}
+	if c.Retention < 0 || (c.Retention > 0 && c.Retention < time.Hour) {
+		errs = append(errs, fmt.Errorf("FUNDUQ_RETENTION: want 0 (keep everything) or at least 1h, got %v", c.Retention))
+	}
+	if c.RetentionBatch < 1 || c.RetentionBatch > 10000 {
+		errs = append(errs, fmt.Errorf("FUNDUQ_RETENTION_BATCH: want 1 to 10000 runs, got %d", c.RetentionBatch))
 	}
 	if c.LinkEventBacklogBytes <= 0 {
 		errs = append(errs, fmt.Errorf("FUNDUQ_LINK_EVENT_BACKLOG_BYTES: want a positive number of bytes, got %d", c.LinkEventBacklogBytes))

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/funduq/funduq-go/broker-node/retention"
+	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/store"
+)
+
+// pruneCmd is `broker-node prune --older-than D [--dry-run] [--batch N]`:
+// the operator's run of what FUNDUQ_RETENTION has the leader do.
+func pruneCmd(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("prune", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	olderThan := fs.Duration("older-than", 0, "delete settled runs that settled longer ago than this (e.g. 720h); at least 1h")
+	dry := fs.Bool("dry-run", false, "print what would be deleted and delete nothing")
+	batch := fs.Int("batch", 500, "runs per transaction")
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if fs.NArg() > 0 || *olderThan < time.Hour || *batch < 1 || *batch > 10000 {
+		fmt.Fprintln(stderr, "usage: broker-node prune --older-than DURATION (at least 1h, e.g. 720h) [--dry-run] [--batch 1-10000]")
+		return errUsage
+	}
+	cfg, err := config.ParseMigrate(environ)
+	if err != nil {
+		return err
+	}
+	log := newLogger(stderr, cfg.LogLevel)
+	st, err := store.Open(ctx, cfg.DatabaseURL, store.Options{Log: log, MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	cutoff := time.Now().Add(-*olderThan)
+	print := func(verb string, p store.Pruned) {
+		fmt.Fprintf(stdout, "%s settled before %s (older than %s): %d runs, %d events, %d messages, %d answer requests, %d threads\n",
+			verb, cutoff.UTC().Format(time.RFC3339), *olderThan, p.Runs, p.Events, p.Messages, p.AnswerRequests, p.Threads)
+	}
+	if *dry {
+		p, err := st.PrunePreview(ctx, cutoff)
+		if err != nil {
+			return err
+		}
+		print("would delete", p)
+		fmt.Fprintln(stdout, "(threads: those left empty; a parent thread is counted once its children are gone, on a later pass)")
+		return nil
+	}
+	c := &retention.Cleaner{Store: st, Retention: *olderThan, Batch: *batch, Log: log, Now: func() time.Time { return cutoff.Add(*olderThan) }}
+	p, err := c.Pass(ctx)
+	print("deleted", p)
+	return err
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	runid "github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/store/storetest"
+)
+
+// `broker-node prune --older-than 720h --dry-run` prints what it would
+// delete and deletes nothing; without --dry-run it deletes exactly that.
+func TestPruneCommand(t *testing.T) {
+	url := storetest.URL(t)
+	st, err := store.Open(context.Background(), url, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	key := strings.Repeat("c3", 32)
+	if err := st.SaveProvider(ctx, store.Provider{PublicKey: key, Fingerprint: key[:16]}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SaveAgent(ctx, store.Agent{ProviderKey: key, Name: "echo"}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i, age := range []time.Duration{40 * 24 * time.Hour, 40 * 24 * time.Hour, time.Hour} {
+		r, _, err := st.CreateRun(ctx, store.NewRun{RunID: runid.NewRunID(), ThreadID: runid.NewThreadID(), ProviderKey: key,
+			AgentName: "echo", RunInput: []byte(`{}`), CreateThread: &store.NewThread{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now().Add(-age)
+		if _, err := st.Pool().Exec(ctx, `UPDATE runs SET status = 'cancelled', completed_at = $2, last_activity_at = $2 WHERE run_id = $1`, r.RunID, at); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Pool().Exec(ctx, `UPDATE threads SET last_activity_at = $2 WHERE thread_id = $1`, r.ThreadID, at); err != nil {
+			t.Fatal(err)
+		}
+		for s := 1; s <= i+1; s++ {
+			if _, err := st.Pool().Exec(ctx, `INSERT INTO run_events (run_id, seq, event) VALUES ($1, $2, '{}')`, r.RunID, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids = append(ids, r.RunID)
+	}
+	env := map[string]string{"FUNDUQ_DATABASE_URL": url}
+	count := func() (n int) {
+		t.Helper()
+		if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM runs`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"prune", "--older-than", "720h", "--dry-run"}, env, &out, &errb); code != 0 {
+		t.Fatalf("dry run: exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "would delete") || !strings.Contains(out.String(), ": 2 runs, 3 events, 0 messages, 0 answer requests, 2 threads") || count() != 3 {
+		t.Fatalf("dry run printed %q, %d runs left", out.String(), count())
+	}
+	out.Reset()
+	if code := run([]string{"prune", "--older-than", "720h"}, env, &out, &errb); code != 0 {
+		t.Fatalf("prune: exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "deleted settled before") || !strings.Contains(out.String(), ": 2 runs, 3 events, 0 messages, 0 answer requests, 2 threads") || count() != 1 {
+		t.Fatalf("prune printed %q, %d runs left", out.String(), count())
+	}
+	for _, args := range [][]string{{"prune"}, {"prune", "--older-than", "10m"}, {"prune", "--older-than", "720h", "extra"}, {"prune", "--bogus"}} {
+		errb.Reset()
+		if code := run(args, env, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (%s)", args, code, errb.String())
+		}
+	}
+}

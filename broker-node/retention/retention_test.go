@@ -1,0 +1,131 @@
+package retention_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/goleak"
+
+	"github.com/funduq/funduq-go/broker-node/retention"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/store/storetest"
+)
+
+// value reads a counter.
+func value(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return -1
+	}
+	return m.GetCounter().GetValue()
+}
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
+}
+
+const providerKey = "a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1"
+
+// Seed creates n runs on new threads, settled (completed) at settledAt.
+func Seed(t *testing.T, st *store.Store, n int, settledAt time.Time) []string {
+	t.Helper()
+	ctx := context.Background()
+	if err := st.SaveProvider(ctx, store.Provider{PublicKey: providerKey, Fingerprint: providerKey[:16]}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SaveAgent(ctx, store.Agent{ProviderKey: providerKey, Name: "echo"}); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range n {
+		r, _, err := st.CreateRun(ctx, store.NewRun{RunID: run.NewRunID(), ThreadID: run.NewThreadID(), ProviderKey: providerKey,
+			AgentName: "echo", RunInput: []byte(`{}`), CreateThread: &store.NewThread{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{
+			`UPDATE runs SET status = 'completed', completed_at = $2, last_activity_at = $2 WHERE run_id = $1`,
+			`INSERT INTO run_events (run_id, seq, event) VALUES ($1, 1, '{"type":"RUN_FINISHED"}')`,
+		} {
+			args := []any{r.RunID}
+			if strings.Contains(q, "$2") {
+				args = append(args, settledAt)
+			}
+			if _, err := st.Pool().Exec(ctx, q, args...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := st.Pool().Exec(ctx, `UPDATE threads SET last_activity_at = $2 WHERE thread_id = $1`, r.ThreadID, settledAt); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.RunID)
+	}
+	return ids
+}
+
+// A pass deletes in bounded batches until none is left, counting each
+// batch in the metrics and writing one log line per batch.
+func TestPass(t *testing.T) {
+	st := storetest.Store(t)
+	Seed(t, st, 5, time.Now().Add(-31*24*time.Hour))
+	keep := Seed(t, st, 1, time.Now().Add(-time.Hour))
+	reg := prometheus.NewRegistry()
+	var logs bytes.Buffer
+	c := &retention.Cleaner{Store: st, Retention: 720 * time.Hour, Batch: 2, Metrics: retention.NewMetrics(reg),
+		Log: slog.New(slog.NewJSONHandler(&logs, nil))}
+	p, err := c.Pass(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p != (store.Pruned{Runs: 5, Events: 5, Threads: 5}) {
+		t.Fatalf("pass deleted %+v", p)
+	}
+	if got := value(c.Metrics.Batches); got != 3 {
+		t.Errorf("batches metric %v, want 3 (2+2+1)", got)
+	}
+	for what, want := range map[string]float64{"runs": 5, "events": 5, "threads": 5, "messages": 0} {
+		if got := value(c.Metrics.Deleted.WithLabelValues(what)); got != want {
+			t.Errorf("deleted{%s} %v, want %v", what, got, want)
+		}
+	}
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["msg"] == "retention deleted settled runs" {
+			lines = append(lines, m)
+		}
+	}
+	if len(lines) != 3 || lines[0]["runs"] != float64(2) || lines[2]["runs"] != float64(1) || lines[0]["retention"] != "720h0m0s" {
+		t.Errorf("log lines %v", lines)
+	}
+	var n int
+	if err := st.Pool().QueryRow(context.Background(), `SELECT count(*) FROM runs WHERE run_id = $1`, keep[0]).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the recent run: %d %v", n, err)
+	}
+	// Start runs a pass at once and stops when told.
+	Seed(t, st, 1, time.Now().Add(-31*24*time.Hour))
+	c.Interval = time.Hour
+	done := make(chan struct{})
+	stop := c.Start(context.Background())
+	go func() {
+		defer close(done)
+		for value(c.Metrics.Batches) < 4 {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Error("Start ran no pass")
+	}
+	stop()
+}
