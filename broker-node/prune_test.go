@@ -29,7 +29,6 @@ func TestPruneCommand(t *testing.T) {
 	if err := st.SaveAgent(ctx, store.Agent{ProviderKey: key, Name: "echo"}); err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
 	for i, age := range []time.Duration{40 * 24 * time.Hour, 40 * 24 * time.Hour, time.Hour} {
 		r, _, err := st.CreateRun(ctx, store.NewRun{RunID: runid.NewRunID(), ThreadID: runid.NewThreadID(), ProviderKey: key,
 			AgentName: "echo", RunInput: []byte(`{}`), CreateThread: &store.NewThread{}})
@@ -48,7 +47,6 @@ func TestPruneCommand(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		ids = append(ids, r.RunID)
 	}
 	env := map[string]string{"FUNDUQ_DATABASE_URL": url}
 	count := func() (n int) {

@@ -96,8 +96,7 @@ func intrinsic(n *yaml.Node) bool {
 }
 
 type schemaCheck struct {
-	s    *jsonSchema
-	errs []string
+	s *jsonSchema
 }
 
 func (c *schemaCheck) resolve(sch map[string]any) map[string]any {
