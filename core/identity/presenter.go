@@ -38,31 +38,40 @@ func ParsePresenterHeader(value string, body []byte, now time.Time) (publicKeyHe
 // ParsePresenterHeaderDigest is ParsePresenterHeader against the body's
 // lowercase hex sha256 (PresenterPayloadDigest) rather than the body.
 func ParsePresenterHeaderDigest(value, bodySHA256Hex string, now time.Time) (publicKeyHex string, err error) {
+	return parseSignedHeader(value, now, ErrBadPresenter, func(key string, ts int64) []byte {
+		return PresenterPayloadDigest(key, ts, bodySHA256Hex)
+	})
+}
+
+// parseSignedHeader reads a {publicKey, timestamp, signature} header shared by
+// the presenter and view proofs, checks its freshness and verifies the
+// signature over payload(publicKey, timestamp); every failure wraps sentinel.
+func parseSignedHeader(value string, now time.Time, sentinel error, payload func(key string, ts int64) []byte) (publicKeyHex string, err error) {
 	m, err := jsonObject([]byte(value), "publicKey", "timestamp", "signature")
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrBadPresenter, err)
+		return "", fmt.Errorf("%w: %w", sentinel, err)
 	}
 	key, ok := jsonString(m["publicKey"])
 	if !ok {
-		return "", fmt.Errorf("%w: publicKey is missing or not a string", ErrBadPresenter)
+		return "", fmt.Errorf("%w: publicKey is missing or not a string", sentinel)
 	}
 	pub, err := ParsePublicKey(key)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrBadPresenter, err)
+		return "", fmt.Errorf("%w: %w", sentinel, err)
 	}
 	ts, ok := jsonInt(m["timestamp"])
 	if !ok {
-		return "", fmt.Errorf("%w: timestamp is missing or not an integer", ErrBadPresenter)
+		return "", fmt.Errorf("%w: timestamp is missing or not an integer", sentinel)
 	}
 	sig, ok := jsonString(m["signature"])
 	if !ok {
-		return "", fmt.Errorf("%w: signature is missing or not a string", ErrBadPresenter)
+		return "", fmt.Errorf("%w: signature is missing or not a string", sentinel)
 	}
 	if err := CheckFresh(ts, now, FreshnessWindow); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrBadPresenter, err)
+		return "", fmt.Errorf("%w: %w", sentinel, err)
 	}
-	if err := Verify(pub, PresenterPayloadDigest(key, ts, bodySHA256Hex), sig); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrBadPresenter, err)
+	if err := Verify(pub, payload(key, ts), sig); err != nil {
+		return "", fmt.Errorf("%w: %w", sentinel, err)
 	}
 	return key, nil
 }

@@ -1,9 +1,6 @@
 package identity
 
-import (
-	"fmt"
-	"time"
-)
+import "time"
 
 // MakeViewHeader returns a view proof for the doors' Funduq-View header: s
 // shows it reads id at ts. Compact JSON {"publicKey","timestamp","signature"}
@@ -26,31 +23,5 @@ func MakeViewHeader(s *Signer, id string, ts int64) string {
 // (hex, over ViewPayload(id, timestamp)). Every refusal wraps ErrBadView,
 // plus ErrStale, ErrBadKey or ErrBadSignature where that is the cause.
 func ParseViewHeader(value, id string, now time.Time) (publicKeyHex string, err error) {
-	m, err := jsonObject([]byte(value), "publicKey", "timestamp", "signature")
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrBadView, err)
-	}
-	key, ok := jsonString(m["publicKey"])
-	if !ok {
-		return "", fmt.Errorf("%w: publicKey is missing or not a string", ErrBadView)
-	}
-	pub, err := ParsePublicKey(key)
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrBadView, err)
-	}
-	ts, ok := jsonInt(m["timestamp"])
-	if !ok {
-		return "", fmt.Errorf("%w: timestamp is missing or not an integer", ErrBadView)
-	}
-	sig, ok := jsonString(m["signature"])
-	if !ok {
-		return "", fmt.Errorf("%w: signature is missing or not a string", ErrBadView)
-	}
-	if err := CheckFresh(ts, now, FreshnessWindow); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrBadView, err)
-	}
-	if err := Verify(pub, ViewPayload(id, ts), sig); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrBadView, err)
-	}
-	return key, nil
+	return parseSignedHeader(value, now, ErrBadView, func(_ string, ts int64) []byte { return ViewPayload(id, ts) })
 }
