@@ -7,5 +7,7 @@
 // secret the foundation composes is one the binaries accept, and the
 // foundation's outputs feed the other stacks' parameters through
 // scripts/deploy (run against stand-in aws and sam commands). It also runs
-// every deployment script with --help and without its required parameters.
+// every deployment script with --help and without its required parameters,
+// and runs every Lambda bootstrap under the Lambda Runtime Interface
+// Emulator with the events API Gateway sends (rie_test.go).
 package deploytest
