@@ -3,9 +3,9 @@ package provider
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/funduq/funduq-go/internal/leaktest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leaktest.Main(m)
 }

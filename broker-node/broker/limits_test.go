@@ -3,12 +3,11 @@ package broker
 import (
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/internal/leaktest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.Main(m) }
 
 // Unset limits take config's defaults, so a broker built without a parsed
 // configuration is bounded too.

@@ -3,12 +3,12 @@ package intake_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/funduq/funduq-go/internal/leaktest"
 )
 
 // TestMain fails the package if any goroutine outlives the tests: Run must
 // stop everything it started, including pgx's cleanup of the connections it
 // gave up on.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	leaktest.Main(m)
 }

@@ -8,14 +8,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/funduq/funduq-go/broker-node/lease"
 	"github.com/funduq/funduq-go/core/redistest"
+	"github.com/funduq/funduq-go/internal/leaktest"
 	"github.com/funduq/funduq-go/internal/testservers"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.Main(m) }
 
 const guard = 15 * time.Second
 

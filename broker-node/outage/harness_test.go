@@ -16,12 +16,12 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/functions/agui"
 	"github.com/funduq/funduq-go/functions/door"
+	"github.com/funduq/funduq-go/internal/leaktest"
 	"github.com/funduq/funduq-go/internal/testservers"
 )
 
@@ -33,12 +33,7 @@ func (quiet) Printf(context.Context, string, ...any) {}
 
 func TestMain(m *testing.M) {
 	redis.SetLogger(quiet{})
-	goleak.VerifyTestMain(m,
-		// pgx's pool health check and go-redis's pool reaper stop shortly
-		// after Close, asynchronously.
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-	)
+	leaktest.MainWithPools(m)
 }
 
 // guard bounds every wait: a hang detector, never a timing assertion.

@@ -11,12 +11,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"go.uber.org/goleak"
 
 	"github.com/funduq/funduq-go/broker-node/retention"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/core/store/storetest"
+	"github.com/funduq/funduq-go/internal/leaktest"
 )
 
 // value reads a counter.
@@ -29,8 +29,7 @@ func value(c prometheus.Counter) float64 {
 }
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
+	leaktest.MainWithPools(m)
 }
 
 const providerKey = "a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1"

@@ -3,7 +3,7 @@ package tickets_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/funduq/funduq-go/internal/leaktest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.Main(m) }

@@ -4,13 +4,12 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"go.uber.org/goleak"
-
 	"github.com/funduq/funduq-go/broker-node/wsconn"
 	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/internal/leaktest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.Main(m) }
 
 func TestLimit(t *testing.T) {
 	if wsconn.Limit(0) != wsconn.MaxFrame || wsconn.Limit(-1) != wsconn.MaxFrame || wsconn.Limit(10) != 10 {

@@ -14,14 +14,14 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"go.uber.org/goleak"
 
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/wire"
+	"github.com/funduq/funduq-go/internal/leaktest"
 	"github.com/funduq/funduq-go/provider"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.Main(m) }
 
 // guard bounds waits; it is never an assertion about timing.
 const guard = 10 * time.Second

@@ -25,10 +25,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/internal/leaktest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
+	leaktest.Main(m, goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"))
 }
 
 var b64 = base64.RawURLEncoding

@@ -7,12 +7,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
+	"github.com/funduq/funduq-go/internal/leaktest"
 	"github.com/funduq/funduq-go/internal/testservers"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leaktest.Main(m) }
 
 // The private servers really go away on Stop (connections are refused)
 // and come back on Start on the same port with their data (PostgreSQL) or

@@ -14,17 +14,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/funduq/funduq-go/internal/leaktest"
 )
 
 func TestMain(m *testing.M) {
 	if os.Getenv(roleEnv) == "broker" { // the test binary is the broker node child
 		os.Exit(brokerChild())
 	}
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-	)
+	leaktest.MainWithPools(m, goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"))
 }
 
 // stores skips (fails under CI) when PostgreSQL or Redis is absent.
