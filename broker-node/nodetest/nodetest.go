@@ -293,6 +293,8 @@ type Prov struct {
 	wmu    sync.Mutex
 	closed chan struct{}
 	closeE error
+	// barrier numbers None's queries.
+	barrier int
 }
 
 // Limit is a maxConcurrentRuns declaration.
@@ -424,14 +426,22 @@ func (p *Prov) Expect(typ string, into any) []byte {
 	return f
 }
 
-// none asserts no frame is waiting now (after the broker settled).
+// None asserts that the broker, once settled, has sent this provider
+// nothing. A frame can be written by the broker and still be in flight, so
+// a look at what has arrived proves nothing; None ends with a barrier
+// instead: a query the broker answers on the same ordered link, after
+// everything it wrote before it read the query. Any frame before the
+// answer is unexpected.
 func (p *Prov) None() {
 	p.t.Helper()
 	p.h.Settle()
-	select {
-	case f := <-p.frames:
+	p.barrier++
+	id := fmt.Sprintf("nodetest-barrier-%d", p.barrier)
+	p.Send(wire.Query{Type: wire.TypeQuery, QueryID: id, Method: "nodetest.barrier", Params: json.RawMessage(`{}`)})
+	typ, f := p.Next()
+	var r wire.QueryResult
+	if typ != wire.TypeQueryResult || json.Unmarshal(f, &r) != nil || r.QueryID != id {
 		p.t.Fatalf("unexpected frame: %s", f)
-	default:
 	}
 }
 
