@@ -33,12 +33,6 @@ func (s Status) Terminal() bool { return s == Completed || s == Failed || s == C
 // waiting, offered, held by a provider, or paused on a question.
 func (s Status) Active() bool { return s.Valid() && !s.Terminal() }
 
-// Held reports whether a provider holds the run (an offer out or a claim).
-func (s Status) Held() bool { return s == Offering || s == Running || s == Cancelling }
-
-// Claimed reports whether a provider accepted the run and has not ended it.
-func (s Status) Claimed() bool { return s == Running || s == Cancelling }
-
 // Writer says who may apply a transition. The broker's writes are fenced by
 // its leader epoch; a door's are guarded by status alone.
 type Writer int

@@ -95,21 +95,6 @@ func (s *Store) LLMOfferingServed(ctx context.Context, providerKey, name string)
 	return ok, nil
 }
 
-// DropKyokBinding discards a terminal run's binding under the broker's
-// epoch (the forget funnel: a binding dies with its run). A run that is not
-// terminal (paused, or reopened) keeps its binding; an unknown run is no
-// error.
-func (s *Store) DropKyokBinding(ctx context.Context, epoch int64, runID string) error {
-	return s.inTx(ctx, "drop kyok binding of "+runID, func(tx pgx.Tx) error {
-		if err := fence(ctx, tx, epoch); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `UPDATE runs SET kyok_binding = NULL, kyok_llm_provider_key = NULL, kyok_llm_name = NULL
-			WHERE run_id = $1 AND status = ANY($2) AND kyok_binding IS NOT NULL`, runID, terminalStatuses())
-		return err
-	})
-}
-
 // ServeLLMOfferings records a provider and the offerings one /ws/kyok link
 // registered, marks them served by epoch, and marks dropped (names the
 // link served before its new register) unserved.
