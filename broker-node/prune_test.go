@@ -23,12 +23,7 @@ func TestPruneCommand(t *testing.T) {
 	defer st.Close()
 	ctx := context.Background()
 	key := strings.Repeat("c3", 32)
-	if err := st.SaveProvider(ctx, store.Provider{PublicKey: key, Fingerprint: key[:16]}); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.SaveAgent(ctx, store.Agent{ProviderKey: key, Name: "echo"}); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Agent(t, st, key, "echo")
 	for i, age := range []time.Duration{40 * 24 * time.Hour, 40 * 24 * time.Hour, time.Hour} {
 		r, _, err := st.CreateRun(ctx, store.NewRun{RunID: runid.NewRunID(), ThreadID: runid.NewThreadID(), ProviderKey: key,
 			AgentName: "echo", RunInput: []byte(`{}`), CreateThread: &store.NewThread{}})

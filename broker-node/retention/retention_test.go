@@ -38,12 +38,7 @@ const providerKey = "a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a
 func Seed(t *testing.T, st *store.Store, n int, settledAt time.Time) []string {
 	t.Helper()
 	ctx := context.Background()
-	if err := st.SaveProvider(ctx, store.Provider{PublicKey: providerKey, Fingerprint: providerKey[:16]}); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.SaveAgent(ctx, store.Agent{ProviderKey: providerKey, Name: "echo"}); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Agent(t, st, providerKey, "echo")
 	var ids []string
 	for range n {
 		r, _, err := st.CreateRun(ctx, store.NewRun{RunID: run.NewRunID(), ThreadID: run.NewThreadID(), ProviderKey: providerKey,

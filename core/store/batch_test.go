@@ -100,12 +100,7 @@ func TestAppendProviderEventsDedupePerRound(t *testing.T) {
 func BenchmarkAppendEvents(b *testing.B) {
 	st := storetest.Store(b)
 	ctx := context.Background()
-	if err := st.SaveProvider(ctx, store.Provider{PublicKey: testProviderKey, Fingerprint: testFingerprint}); err != nil {
-		b.Fatal(err)
-	}
-	if err := st.SaveAgent(ctx, store.Agent{ProviderKey: testProviderKey, Name: testAgent}); err != nil {
-		b.Fatal(err)
-	}
+	storetest.Agent(b, st, testProviderKey, testAgent)
 	epoch, _ := st.AdvanceEpoch(ctx, "node-a")
 	runID, threadID := run.NewRunID(), run.NewThreadID()
 	if _, _, err := st.CreateRun(ctx, store.NewRun{RunID: runID, ThreadID: threadID, ProviderKey: testProviderKey, AgentName: testAgent,
@@ -145,12 +140,7 @@ func BenchmarkAppendEvents(b *testing.B) {
 func BenchmarkAppendProviderEvents(b *testing.B) {
 	st := storetest.Store(b)
 	ctx := context.Background()
-	if err := st.SaveProvider(ctx, store.Provider{PublicKey: testProviderKey, Fingerprint: testFingerprint}); err != nil {
-		b.Fatal(err)
-	}
-	if err := st.SaveAgent(ctx, store.Agent{ProviderKey: testProviderKey, Name: testAgent}); err != nil {
-		b.Fatal(err)
-	}
+	storetest.Agent(b, st, testProviderKey, testAgent)
 	epoch, _ := st.AdvanceEpoch(ctx, "node-a")
 	ev := json.RawMessage(`{"type":"CUSTOM","name":"load","value":{"t":1764590000000000000,"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}}`)
 	for _, size := range []int{1, 64, 700} {

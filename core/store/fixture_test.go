@@ -7,6 +7,7 @@ import (
 
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/store/storetest"
 )
 
 const (
@@ -18,13 +19,7 @@ const (
 // seedAgent registers the test provider and agent.
 func seedAgent(t *testing.T, st *store.Store) {
 	t.Helper()
-	ctx := context.Background()
-	if err := st.SaveProvider(ctx, store.Provider{PublicKey: testProviderKey, Fingerprint: testFingerprint}); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.SaveAgent(ctx, store.Agent{ProviderKey: testProviderKey, Name: testAgent}); err != nil {
-		t.Fatal(err)
-	}
+	storetest.Agent(t, st, testProviderKey, testAgent)
 }
 
 // newRun creates a queued run on a new thread the way a door does.

@@ -32,20 +32,6 @@ type Provider struct {
 	DisplayName string
 }
 
-// SaveProvider records a provider identity, refreshing its display name.
-// Two keys sharing a fingerprint are refused by the unique constraint.
-func (s *Store) SaveProvider(ctx context.Context, p Provider) error {
-	_, err := s.pool.Exec(ctx, `
-		INSERT INTO providers (public_key, fingerprint, display_name) VALUES ($1, $2, nullif($3, ''))
-		ON CONFLICT (public_key) DO UPDATE
-		SET display_name = coalesce(excluded.display_name, providers.display_name), updated_at = now()`,
-		p.PublicKey, p.Fingerprint, p.DisplayName)
-	if err != nil {
-		return fmt.Errorf("save provider %s: %w", p.PublicKey, err)
-	}
-	return nil
-}
-
 // Agent is an agents row as registered.
 type Agent struct {
 	ProviderKey        string
@@ -54,22 +40,6 @@ type Agent struct {
 	AgentCardExtra     json.RawMessage
 	Metadata           json.RawMessage
 	TakesInterjections bool
-}
-
-// SaveAgent records an agent registration (card, metadata, interjection flag).
-func (s *Store) SaveAgent(ctx context.Context, a Agent) error {
-	_, err := s.pool.Exec(ctx, `
-		INSERT INTO agents (provider_key, name, description, agent_card_extra, metadata, takes_interjections)
-		VALUES ($1, $2, $3, coalesce($4::jsonb, '{}'), coalesce($5::jsonb, '{}'), $6)
-		ON CONFLICT (provider_key, name) DO UPDATE SET
-			description = excluded.description, agent_card_extra = excluded.agent_card_extra,
-			metadata = excluded.metadata, takes_interjections = excluded.takes_interjections,
-			last_seen_at = now()`,
-		a.ProviderKey, a.Name, a.Description, nullJSON(a.AgentCardExtra), nullJSON(a.Metadata), a.TakesInterjections)
-	if err != nil {
-		return fmt.Errorf("save agent %s/%s: %w", a.ProviderKey, a.Name, err)
-	}
-	return nil
 }
 
 // NewThread describes a thread a door opens along with its first run.

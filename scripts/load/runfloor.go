@@ -73,10 +73,8 @@ func runStoreFloors(ctx context.Context, adminURL string, conc, events, size int
 		return 0, nil, nil, err
 	}
 	key := randHex(32)
-	if err := st.SaveProvider(ctx, store.Provider{PublicKey: key, Fingerprint: key[:16]}); err != nil {
-		return 0, nil, nil, err
-	}
-	if err := st.SaveAgent(ctx, store.Agent{ProviderKey: key, Name: "floor"}); err != nil {
+	if err := st.RegisterAgents(ctx, epoch, store.Provider{PublicKey: key, Fingerprint: key[:16]},
+		[]store.Agent{{ProviderKey: key, Name: "floor"}}); err != nil {
 		return 0, nil, nil, err
 	}
 	pad := strings.Repeat("x", size)

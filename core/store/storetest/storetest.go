@@ -20,6 +20,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx" for pgtestdb
 	"github.com/peterldowns/pgtestdb"
 
+	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/store"
 )
 
@@ -151,4 +152,25 @@ func Pool(t testing.TB) *pgxpool.Pool {
 func Store(t testing.TB) *store.Store {
 	t.Helper()
 	return store.New(Pool(t), nil)
+}
+
+// Agent records a provider (with its key's fingerprint) and one agent of
+// it, as a test's starting state. It writes the rows
+// directly, unfenced and never served: the broker's own path is
+// Store.RegisterAgents, under its epoch.
+func Agent(t testing.TB, st *store.Store, providerKey, name string) {
+	t.Helper()
+	ctx := context.Background()
+	pub, err := identity.ParsePublicKey(providerKey)
+	if err != nil {
+		t.Fatalf("record provider %s: %v", providerKey, err)
+	}
+	if _, err := st.Pool().Exec(ctx, `INSERT INTO providers (public_key, fingerprint) VALUES ($1, $2)
+		ON CONFLICT (public_key) DO NOTHING`, providerKey, identity.Fingerprint(pub)); err != nil {
+		t.Fatalf("record provider %s: %v", providerKey, err)
+	}
+	if _, err := st.Pool().Exec(ctx, `INSERT INTO agents (provider_key, name) VALUES ($1, $2)
+		ON CONFLICT (provider_key, name) DO NOTHING`, providerKey, name); err != nil {
+		t.Fatalf("record agent %s/%s: %v", providerKey, name, err)
+	}
 }
