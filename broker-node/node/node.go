@@ -99,7 +99,7 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSchema(ctx, st); err != nil {
+	if err := st.CheckSchema(ctx); err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -158,18 +158,6 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 		n.mux.Handle(p, con)
 	}
 	return n, nil
-}
-
-func checkSchema(ctx context.Context, st *store.Store) error {
-	var applied int64
-	err := st.Pool().QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied`).Scan(&applied)
-	if err != nil {
-		return fmt.Errorf("the database has no funduq schema (run `broker-node migrate`): %w", err)
-	}
-	if want := store.EmbeddedSchemaVersion(); applied != want {
-		return fmt.Errorf("the database schema is at version %d, this binary needs %d: run `broker-node migrate`", applied, want)
-	}
-	return nil
 }
 
 // Handler is the node's HTTP surface.

@@ -100,15 +100,18 @@ func SchemaVersion(ctx context.Context, db *sql.DB) (applied, embedded int64, er
 // keep the pgx database/sql driver registered for sql.Open("pgx", …).
 var _ = stdlib.GetDefaultDriver
 
-// EmbeddedSchemaVersion is the newest migration version this binary embeds.
-func EmbeddedSchemaVersion() int64 {
-	names, _ := fs.Glob(migrationsFS(), "*.sql")
-	var newest int64
-	for _, n := range names {
-		var v int64
-		if _, err := fmt.Sscanf(n, "%d_", &v); err == nil && v > newest {
-			newest = v
-		}
+// CheckSchema fails unless the database's newest applied migration is the
+// newest this binary embeds: a node refuses to start on a schema it was not
+// built for, and says what to run.
+func (s *Store) CheckSchema(ctx context.Context) error {
+	db := stdlib.OpenDBFromPool(s.pool)
+	defer db.Close()
+	applied, embedded, err := SchemaVersion(ctx, db)
+	if err != nil {
+		return fmt.Errorf("the database has no funduq schema (run `broker-node migrate`): %w", err)
 	}
-	return newest
+	if applied != embedded {
+		return fmt.Errorf("the database schema is at version %d, this binary needs %d: run `broker-node migrate`", applied, embedded)
+	}
+	return nil
 }
