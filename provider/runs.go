@@ -126,9 +126,9 @@ func (c *Client) handleRun(l *link, raw []byte) {
 	}
 	agent := c.agents[d.AgentName]
 	if agent == nil {
-		// Permanent: this client will never serve it (seed 004 files "an
-		// agent it no longer serves" under refused). A bare decline would
-		// leave the run re-offered and count misdeclared.
+		// Permanent: this client will never serve it, which design.md
+		// §Counters files under refused. A bare decline would leave the run
+		// re-offered and count misdeclared.
 		reason := fmt.Sprintf("agent %q is not served by this provider", d.AgentName)
 		c.log.Warn("refusing run for an agent this client does not serve", "runId", d.RunID, "agent", d.AgentName)
 		c.ackLocked(l, d.RunID, false, reason)

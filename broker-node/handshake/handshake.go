@@ -1,5 +1,5 @@
 // Package handshake is the server side of the provider link's opening (wire
-// v4, spec provider-link.md §4.3–4.4) on an already upgraded WebSocket: read
+// v4, design.md §The provider wire) on an already upgraded WebSocket: read
 // the provider's hello, claim its ticket, check its proof and answer with a
 // welcome. Every refusal is a WebSocket close with code 1008 (policy
 // violation) and a reason a person can act on; there is no error frame.

@@ -26,7 +26,7 @@ const MaxBodyBytes = 4 << 10
 // ContextTimeoutEnabled, as the broker node sets it).
 const IssueTimeout = 1500 * time.Millisecond
 
-// Handler serves POST /tickets (spec §4.2): body {"publicKey": "<64 lowercase
+// Handler serves POST /tickets (design.md §The provider wire): body {"publicKey": "<64 lowercase
 // hex>"} ("public_key" is accepted too), answer 201 {"ticket",
 // "funduqPublicKey"}. Issuing is the admission decision and is left
 // unauthenticated here; put edge auth in front of it if the deployment wants

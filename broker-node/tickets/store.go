@@ -1,5 +1,5 @@
-// Package tickets is admission for provider links (spec provider-link.md §4.2,
-// decision D11): POST /tickets issues a single-use ticket bound to the
+// Package tickets is admission for provider links (design.md D11 and
+// §The provider wire): POST /tickets issues a single-use ticket bound to the
 // caller's public key, and the handshake claims it. Tickets live in Redis, so
 // any broker node can issue one and the leader can claim it.
 package tickets

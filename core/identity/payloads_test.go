@@ -44,7 +44,9 @@ func TestResolutionPayloadLeavesInputAlone(t *testing.T) {
 	}
 }
 
-// The worked v4 handshake in provider-link.md §3.1 (computed there, not upstream).
+// A worked v4 handshake between the test keys a5 (provider) and b6 (funduq)
+// (design.md §The provider wire); its expected values are not among the
+// vectors in testdata/reference/.
 func TestWorkedHandshakeExample(t *testing.T) {
 	provider, funduq := signerOf(t, "a5"), signerOf(t, "b6")
 	if funduq.PublicKeyHex() != testKeyB6 {

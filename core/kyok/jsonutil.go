@@ -68,7 +68,7 @@ func BuildObject(ms []Member) json.RawMessage {
 
 // DropNulls removes every object member whose value is null, at any depth
 // (array elements are kept), keeping key order. It is how a chunk is
-// relayed on the SSE stream ("nulls dropped", provider-link.md §8.2).
+// relayed on the SSE stream (design.md §KYOK).
 // Input that is not valid JSON is returned unchanged.
 func DropNulls(raw json.RawMessage) json.RawMessage {
 	raw = bytes.TrimSpace(raw)

@@ -34,7 +34,7 @@
 // only (nothing propagates to sub-runs) and the broker drops it when the run
 // ends (store.Conclude drops it with the terminal move).
 //
-// Go decision (broker.md §9.2 "where context lives"): the context is stored,
+// The context is stored (design.md §KYOK),
 // but only sealed (AES-256-GCM under a key derived from the token secret) in
 // runs.kyok_binding, so a restart or a failover keeps KYOK runs working and
 // no reader of the database or of the run's record sees it.

@@ -204,7 +204,7 @@ type CompletionMessage struct {
 	Content string `json:"content"`
 }
 
-// Collapse merges chunks into one chat.completion (broker.md §9.5): id,
+// Collapse merges chunks into one chat.completion (design.md §KYOK): id,
 // created and model from the first chunk; per choice index the contents
 // concatenated and the last non-empty finish reason (default "stop"); role
 // assistant; choices sorted by index; the last usage seen. No chunks gives

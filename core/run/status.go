@@ -14,7 +14,7 @@ const (
 	Offering      Status = "offering"       // an offer is out, the provider has not answered
 	Running       Status = "running"        // claimed: a provider accepted it
 	Cancelling    Status = "cancelling"     // claimed, and a cancel has been passed on
-	InputRequired Status = "input-required" // the stream ended on a question (seed D1)
+	InputRequired Status = "input-required" // the stream ended on a question (design.md D1)
 	Completed     Status = "completed"
 	Failed        Status = "failed"
 	Cancelled     Status = "cancelled"
@@ -61,7 +61,7 @@ type Transition struct {
 	Why    string
 }
 
-// transitions is the status machine (doors.md §5.2 with the seeds' pause, D1).
+// transitions is the status machine (design.md §The status machine).
 // A write not listed here is refused and changes nothing.
 var transitions = []Transition{
 	{To: Offering, From: []Status{Queued}, Writer: ByBroker,

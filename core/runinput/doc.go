@@ -1,5 +1,5 @@
 // Package runinput is the one builder of the AG-UI RunAgentInput a provider is
-// offered (spec D4). Both doors call it, so a run's identity props are
+// offered (design.md D4). Both doors call it, so a run's identity props are
 // byte-identical whichever protocol started it: funduq's thread and run ids,
 // the run's own messages with funduq-minted ids, every RunAgentInput key
 // emitted (nulls included, because a strict provider refuses a run with a key

@@ -12,7 +12,7 @@ const (
 )
 
 // KyokInbound and KyokOutbound are the /ws/kyok frame sets after the
-// handshake (provider-link.md §8.1).
+// handshake (design.md §The provider wire).
 var (
 	KyokInbound  = []string{TypeRegister, TypeDeleteModel, TypeChunk, TypeDone, TypeError}
 	KyokOutbound = []string{TypeWelcome, TypeCompletionRequest, TypeRegistered, TypeDeleted, TypeError}

@@ -1,5 +1,5 @@
 // Package authorizer is funduq's API Gateway REQUEST authorizer: the
-// authenticating seat of spec D12 in an AWS deployment. It authenticates a
+// authenticating seat of design.md D12 in an AWS deployment. It authenticates a
 // caller of the doors by the Funduq-Presenter signature, or by a bearer
 // JWT an operator's identity provider issued (verified against its JWKS
 // URL), and returns the caller's Ed25519 public key in the authorizer

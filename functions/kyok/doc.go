@@ -4,7 +4,7 @@
 // broker node.
 //
 // The door is stateless (any instance serves any call). It checks the call
-// in the order and with the statuses of provider-link.md §8.2:
+// in the order and with the statuses of design.md §KYOK:
 //
 //  1. the token verifies and has not expired                     401 invalid_token
 //  2. the run exists, is not cancel-requested, is the token's
