@@ -175,19 +175,19 @@ type Client struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 
-	// handlers counts handler and lane goroutines; Run waits for it.
+	// handlers counts handler and thread-queue goroutines; Run waits for it.
 	handlers sync.WaitGroup
 
-	mu       sync.Mutex
-	changed  chan struct{} // closed and replaced on every state change
-	runCtx   context.Context
-	link     *link // the registered link, nil between links
-	runs     map[string]*runState
-	inFlight int // accepted runs whose finish is not yet queued
-	active   int // live handler/lane goroutines
-	outbox   []*outFrame
-	writing  *outFrame // the outbox head the link's writer is writing
-	lanes    map[string]*lane
+	mu           sync.Mutex
+	changed      chan struct{} // closed and replaced on every state change
+	runCtx       context.Context
+	link         *link // the registered link, nil between links
+	runs         map[string]*runState
+	inFlight     int // accepted runs whose finish is not yet queued
+	active       int // live handler/thread-queue goroutines
+	outbox       []*outFrame
+	writing      *outFrame // the outbox head the link's writer is writing
+	threadQueues map[string]*threadQueue
 	// retained holds finished runs (finish written) for Retention, in
 	// retainedOrder by the time their finish was written.
 	retained      map[string]*runState
@@ -233,23 +233,23 @@ func New(cfg Config) (*Client, error) {
 		cfg.Backoff.Max = cfg.Backoff.Min
 	}
 	c := &Client{
-		cfg:         cfg,
-		base:        base,
-		log:         cfg.Logger,
-		agents:      agents,
-		maxRuns:     maxRuns,
-		registerMsg: registerMsg,
-		maxBuffered: MaxBufferedFrames,
-		httpClient:  cfg.HTTPClient,
-		dialer:      cfg.Dialer,
-		ready:       make(chan struct{}),
-		changed:     make(chan struct{}),
-		runs:        make(map[string]*runState),
-		lanes:       make(map[string]*lane),
-		retained:    make(map[string]*runState),
-		maxRetained: MaxRetainedRuns,
-		syncSettle:  defaultSyncSettle,
-		now:         time.Now,
+		cfg:          cfg,
+		base:         base,
+		log:          cfg.Logger,
+		agents:       agents,
+		maxRuns:      maxRuns,
+		registerMsg:  registerMsg,
+		maxBuffered:  MaxBufferedFrames,
+		httpClient:   cfg.HTTPClient,
+		dialer:       cfg.Dialer,
+		ready:        make(chan struct{}),
+		changed:      make(chan struct{}),
+		runs:         make(map[string]*runState),
+		threadQueues: make(map[string]*threadQueue),
+		retained:     make(map[string]*runState),
+		maxRetained:  MaxRetainedRuns,
+		syncSettle:   defaultSyncSettle,
+		now:          time.Now,
 	}
 	switch {
 	case cfg.Retention == 0:
@@ -358,7 +358,7 @@ func (c *Client) Run(ctx context.Context) error {
 	}
 	c.outbox = nil
 	c.runs = make(map[string]*runState)
-	c.lanes = make(map[string]*lane)
+	c.threadQueues = make(map[string]*threadQueue)
 	c.retained = make(map[string]*runState)
 	c.retainedOrder = nil
 	c.inFlight = 0

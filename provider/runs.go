@@ -36,13 +36,13 @@ type runState struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	lane     *lane // set while queued behind its thread's earlier runs
-	started  bool  // the handler was (or is about to be) called
-	done     bool  // finish is queued
-	pending  int   // frames of this run in the outbox
-	seq      int64 // last event seq assigned
-	terminal bool  // RUN_FINISHED or RUN_ERROR was emitted
-	paused   bool  // the last RUN_FINISHED has an interrupt outcome
+	queue    *threadQueue // set while queued behind its thread's earlier runs
+	started  bool         // the handler was (or is about to be) called
+	done     bool         // finish is queued
+	pending  int          // frames of this run in the outbox
+	seq      int64        // last event seq assigned
+	terminal bool         // RUN_FINISHED or RUN_ERROR was emitted
+	paused   bool         // the last RUN_FINISHED has an interrupt outcome
 	// confirmed: funduq showed it had the run's finish (sync.go), so a
 	// reconnect does not resend the run; a re-offer still is answered
 	// from its frames.
@@ -168,7 +168,7 @@ func (c *Client) handleRun(l *link, raw []byte) {
 	// link frames first, so the verdict always precedes the run's events.
 	c.ackLocked(l, d.RunID, true, "")
 	if c.cfg.SerializePerThread && threadID != "" {
-		c.enqueueLaneLocked(threadID, rs)
+		c.enqueueOnThreadLocked(threadID, rs)
 		return
 	}
 	rs.started = true
@@ -312,7 +312,7 @@ func (c *Client) handleCancel(runID string) {
 	c.log.Info("funduq asked to cancel run", "runId", runID)
 	rs.cancel(ErrCancelRequested)
 	if !rs.started {
-		c.dropFromLaneLocked(rs)
+		c.dropFromThreadQueueLocked(rs)
 		c.finishLocked(rs)
 	}
 }

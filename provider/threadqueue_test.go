@@ -160,7 +160,7 @@ func TestSerializedQueueCountsAndCancels(t *testing.T) {
 	tt.release("a1")
 	tt.release("b2")
 	expectFrameSet(t, p, "finish a1", "finish b2")
-	// The lane goes on with the next run of A; a2 never started.
+	// A's queue goes on with its next run; a2 never started.
 	p.send(t, runFrame("a3", "a", "A", "x"))
 	wantVerdict(t, p.expectAck(t, "a3"), wire.Accepted, "")
 	expectFrames(t, p, "event a3 #1 RUN_STARTED")
