@@ -86,6 +86,11 @@ func NewAPIGatewayRequest(ctx context.Context, ev *events.APIGatewayProxyRequest
 		}
 		body = b
 	}
+	// API Gateway always sends an absolute resource path; anything else
+	// would make a URL that does not name the path at all.
+	if ev.Path != "" && !strings.HasPrefix(ev.Path, "/") {
+		return nil, nil, errors.New("apigw: the request path is not absolute")
+	}
 	u := &url.URL{Scheme: "https", Host: ev.RequestContext.DomainName, Path: ev.Path}
 	if u.Path == "" {
 		u.Path = "/"
