@@ -18,7 +18,6 @@ import (
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/kyok"
 	"github.com/funduq/funduq-go/core/store"
-	"github.com/funduq/funduq-go/core/strictjson"
 	"github.com/funduq/funduq-go/core/wire"
 )
 
@@ -87,38 +86,11 @@ func (r *Relay) sendError(c *conn, requestID, name, msg string) {
 // a provider sends closes it: bad frames are answered with an error frame.
 func (r *Relay) readLoop(c *conn) {
 	ctx := context.Background()
-	ws := c.WS
-	_ = ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle))
-	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle)) })
-	for {
-		select {
-		case <-c.Closed():
-			return
-		default:
-		}
-		kind, buf, err := wsconn.ReadFrame(ws)
-		if err != nil {
-			c.log.Info("LLM provider link ended", "err", err)
-			return
-		}
-		_ = ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle))
-		if kind != websocket.TextMessage {
-			wsconn.Release(buf)
-			r.sendError(c, "", "", "unparseable frame")
-			continue
-		}
-		// The doors' strict check first, as on the provider link. The
-		// decoded frame copies what it keeps: the buffer goes back.
-		if err := strictjson.Check(buf.Bytes(), 0); err != nil && !errors.Is(err, strictjson.ErrMalformed) {
-			wsconn.Release(buf)
-			r.sendError(c, "", "", "frame refused: "+err.Error())
-			continue
-		}
-		frame, err := wire.DecodeKyokFrame(buf.Bytes())
-		wsconn.Release(buf)
+	err := wsconn.ReadLoop(c.WS, c.Closed(), func(data []byte) {
+		frame, err := wire.DecodeKyokFrame(data)
 		if err != nil {
 			r.sendError(c, "", "", err.Error())
-			continue
+			return
 		}
 		switch f := frame.(type) {
 		case wire.RegisterModels:
@@ -128,6 +100,9 @@ func (r *Relay) readLoop(c *conn) {
 		case wire.Answer:
 			r.answer(ctx, c, f)
 		}
+	}, func(reason string) { r.sendError(c, "", "", reason) })
+	if err != nil {
+		c.log.Info("LLM provider link ended", "err", err)
 	}
 }
 

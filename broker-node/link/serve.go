@@ -16,7 +16,6 @@ import (
 	"github.com/funduq/funduq-go/broker-node/handshake"
 	"github.com/funduq/funduq-go/broker-node/wsconn"
 	"github.com/funduq/funduq-go/core/identity"
-	"github.com/funduq/funduq-go/core/strictjson"
 	"github.com/funduq/funduq-go/core/wire"
 )
 
@@ -126,84 +125,64 @@ func (s *Server) sendError(c *Conn, msg, runID, name string) {
 // frame (a transport failure, a silent peer), not by the provider's goodbye
 // nor by funduq closing it.
 func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup) (lost bool) {
-	ws := c.WS
-	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle)) })
 	querySlots := make(chan struct{}, 8)
-	for {
-		select {
-		case <-c.Closed():
-			return false
-		default:
-		}
-		// Set before each read, not after: handling a frame may wait (an
-		// event waits while the link's backlog is full), and that wait is
-		// the broker's, not the provider's silence.
-		_ = ws.SetReadDeadline(time.Now().Add(wsconn.ReadIdle))
-		kind, buf, err := wsconn.ReadFrame(ws)
-		if err != nil {
-			// Only the provider's own close frame is a goodbye (gorilla
-			// reports a connection cut without one as 1006); a link
-			// funduq closed answers funduq's close frame with its own.
-			var ce *websocket.CloseError
-			lost = !errors.As(err, &ce) || ce.Code == websocket.CloseAbnormalClosure
-			select {
-			case <-c.Closed():
-				lost = true
-			default:
-			}
-			c.log.Info("provider link ended", "err", err, "lost", lost)
-			return lost
-		}
-		if kind != websocket.TextMessage {
-			wsconn.Release(buf)
-			s.sendError(c, "unparseable frame", "", "")
-			continue
-		}
-		// The doors' strict check first (a repeated key, invalid UTF-8,
-		// nesting past strictjson.DefaultMaxDepth): two readers of one frame
-		// must never disagree about what it names. The decoded frame copies
-		// what it keeps: the buffer goes back.
-		if err := strictjson.Check(buf.Bytes(), 0); err != nil && !errors.Is(err, strictjson.ErrMalformed) {
-			wsconn.Release(buf)
-			s.sendError(c, "frame refused: "+err.Error(), "", "")
-			continue
-		}
-		frame, err := wire.DecodeProviderFrame(buf.Bytes())
-		wsconn.Release(buf)
+	err := wsconn.ReadLoop(c.WS, c.Closed(), func(data []byte) {
+		frame, err := wire.DecodeProviderFrame(data)
 		if err != nil {
 			s.sendError(c, err.Error(), "", "")
-			continue
+			return
 		}
-		switch f := frame.(type) {
-		case wire.Register:
-			s.register(ctx, c, f)
-		case wire.DeleteAgent:
-			if err := s.Broker.DeleteAgent(ctx, c, f.Name); err != nil {
-				s.sendError(c, publicError(err), "", f.Name)
-				continue
-			}
-			s.send(c, wire.Deleted{Type: wire.TypeDeleted, Name: f.Name})
-		case wire.Ack:
-			v, reason := f.Verdict()
-			s.Broker.Ack(c, f.RunID, v, reason)
-		case wire.Event:
-			// What the broker does not take it answers itself (D15).
-			s.Broker.Event(c, f.RunID, f.Event, f.Seq)
-		case wire.Finish:
-			s.Broker.Finish(c, f.RunID)
-		case wire.Query:
-			select {
-			case querySlots <- struct{}{}:
-			case <-c.Closed():
-				return false
-			}
-			queries.Add(1)
-			go func() {
-				defer queries.Done()
-				defer func() { <-querySlots }()
-				s.answerQuery(ctx, c, f)
-			}()
+		s.handle(ctx, c, frame, querySlots, queries)
+	}, func(reason string) { s.sendError(c, reason, "", "") })
+	if err == nil { // funduq closed the link
+		return false
+	}
+	// Only the provider's own close frame is a goodbye (gorilla reports a
+	// connection cut without one as 1006); a link funduq closed answers
+	// funduq's close frame with its own.
+	var ce *websocket.CloseError
+	lost = !errors.As(err, &ce) || ce.Code == websocket.CloseAbnormalClosure
+	select {
+	case <-c.Closed():
+		lost = true
+	default:
+	}
+	c.log.Info("provider link ended", "err", err, "lost", lost)
+	return lost
+}
+
+// handle acts on one decoded frame. A query is answered off the read loop,
+// at most len(querySlots) at a time.
+func (s *Server) handle(ctx context.Context, c *Conn, frame any, querySlots chan struct{}, queries *sync.WaitGroup) {
+	switch f := frame.(type) {
+	case wire.Register:
+		s.register(ctx, c, f)
+	case wire.DeleteAgent:
+		if err := s.Broker.DeleteAgent(ctx, c, f.Name); err != nil {
+			s.sendError(c, publicError(err), "", f.Name)
+			return
 		}
+		s.send(c, wire.Deleted{Type: wire.TypeDeleted, Name: f.Name})
+	case wire.Ack:
+		v, reason := f.Verdict()
+		s.Broker.Ack(c, f.RunID, v, reason)
+	case wire.Event:
+		// What the broker does not take it answers itself (D15).
+		s.Broker.Event(c, f.RunID, f.Event, f.Seq)
+	case wire.Finish:
+		s.Broker.Finish(c, f.RunID)
+	case wire.Query:
+		select {
+		case querySlots <- struct{}{}:
+		case <-c.Closed():
+			return
+		}
+		queries.Add(1)
+		go func() {
+			defer queries.Done()
+			defer func() { <-querySlots }()
+			s.answerQuery(ctx, c, f)
+		}()
 	}
 }
 

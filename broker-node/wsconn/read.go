@@ -2,9 +2,13 @@ package wsconn
 
 import (
 	"bytes"
+	"errors"
 	"sync"
+	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/funduq/funduq-go/core/strictjson"
 )
 
 // frames are the read buffers links share: a link holds one only while it
@@ -38,4 +42,43 @@ func Release(buf *bytes.Buffer) {
 		return
 	}
 	frames.Put(buf)
+}
+
+// ReadLoop reads ws's frames in arrival order until a read fails or closed
+// is closed, and returns the read's error (nil when closed ended it). Each
+// text frame that passes the doors' strict JSON check (a repeated key,
+// invalid UTF-8, nesting too deep: two readers of one frame must never
+// disagree about what it names) goes to handle; anything else goes to
+// refuse with the reason, for the caller to answer the peer. handle's bytes
+// are valid only during the call.
+//
+// The read deadline (ReadIdle) is set before each read, not after it:
+// handling a frame may wait (an event waits while the link's backlog is
+// full), and that wait is funduq's, not the peer's silence. A pong extends
+// it too.
+func ReadLoop(ws *websocket.Conn, closed <-chan struct{}, handle func(frame []byte), refuse func(reason string)) error {
+	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(ReadIdle)) })
+	for {
+		select {
+		case <-closed:
+			return nil
+		default:
+		}
+		_ = ws.SetReadDeadline(time.Now().Add(ReadIdle))
+		kind, buf, err := ReadFrame(ws)
+		if err != nil {
+			return err
+		}
+		switch {
+		case kind != websocket.TextMessage:
+			refuse("unparseable frame")
+		default:
+			if err := strictjson.Check(buf.Bytes(), 0); err != nil && !errors.Is(err, strictjson.ErrMalformed) {
+				refuse("frame refused: " + err.Error())
+			} else {
+				handle(buf.Bytes())
+			}
+		}
+		Release(buf)
+	}
 }

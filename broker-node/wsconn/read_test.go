@@ -47,3 +47,60 @@ func TestReadFrameReusesBuffersSafely(t *testing.T) {
 		t.Fatalf("a frame over the limit: %v (buffer %v)", err, buf != nil)
 	}
 }
+
+// ReadLoop hands each well-formed text frame to handle and each other
+// frame's reason to refuse, in arrival order, and returns the read error
+// that ends it: here the peer's close frame.
+func TestReadLoopHandlesOrRefusesEveryFrame(t *testing.T) {
+	p := newPair(t, 0)
+	writes := []struct {
+		kind int
+		data string
+	}{
+		{websocket.TextMessage, `{"type":"a"}`},
+		{websocket.BinaryMessage, `{"type":"b"}`},
+		{websocket.TextMessage, `{"type":"c","type":"d"}`},
+		{websocket.TextMessage, `not json`}, // malformed JSON is the decoder's to answer
+		{websocket.TextMessage, `{"type":"e"}`},
+	}
+	for _, w := range writes {
+		if err := p.client.WriteMessage(w.kind, []byte(w.data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.client.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye")); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	err := wsconn.ReadLoop(p.c.WS, p.c.Closed(),
+		func(f []byte) { got = append(got, "handle "+string(f)) },
+		func(reason string) { got = append(got, "refuse "+reason) })
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.CloseNormalClosure {
+		t.Fatalf("ended with %v, want the peer's close frame", err)
+	}
+	want := []string{`handle {"type":"a"}`, "refuse unparseable frame", "", `handle not json`, `handle {"type":"e"}`}
+	if len(got) != len(want) {
+		t.Fatalf("got %q", got)
+	}
+	for i := range want {
+		if i == 2 {
+			if !strings.HasPrefix(got[i], "refuse frame refused: ") {
+				t.Fatalf("frame %d: %q, want a refusal of the repeated key", i, got[i])
+			}
+			continue
+		}
+		if got[i] != want[i] {
+			t.Fatalf("frame %d: %q, want %q", i, got[i], want[i])
+		}
+	}
+}
+
+// A link funduq closed ends the loop with no error.
+func TestReadLoopEndsWhenClosed(t *testing.T) {
+	p := newPair(t, 0)
+	p.c.Close("test over")
+	if err := wsconn.ReadLoop(p.c.WS, p.c.Closed(), func([]byte) { t.Error("handled a frame") }, func(string) { t.Error("refused a frame") }); err != nil {
+		t.Fatalf("ended with %v", err)
+	}
+}
