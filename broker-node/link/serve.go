@@ -129,7 +129,12 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 	err := wsconn.ReadLoop(c.WS, c.Closed(), func(data []byte) {
 		frame, err := wire.DecodeProviderFrame(data)
 		if err != nil {
-			s.sendError(c, err.Error(), "", "")
+			var fe *wire.FrameError
+			runID := ""
+			if errors.As(err, &fe) {
+				runID = fe.RunID
+			}
+			s.sendError(c, err.Error(), runID, "")
 			return
 		}
 		s.handle(ctx, c, frame, querySlots, queries)

@@ -3,7 +3,10 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -11,6 +14,7 @@ import (
 // sender is told in an error frame; the link stays open.
 type FrameError struct {
 	Message string
+	RunID   string // the run a report frame named, when it named one
 }
 
 func (e *FrameError) Error() string { return e.Message }
@@ -52,20 +56,23 @@ func DecodeProviderFrame(raw []byte) (any, error) {
 		return f, nil
 	case TypeAck:
 		var f Ack
-		if json.Unmarshal(raw, &f) != nil || f.RunID == "" {
-			return nil, frameErr("ack needs a runId")
+		if err := decodeReport(raw, "ack", &f, &f.RunID); err != nil {
+			return nil, err
 		}
 		return f, nil
 	case TypeEvent:
 		var f Event
-		if json.Unmarshal(raw, &f) != nil || f.RunID == "" {
-			return nil, frameErr("event needs a runId and an event")
+		if err := decodeReport(raw, "event", &f, &f.RunID); err != nil {
+			return nil, err
+		}
+		if len(f.Event) == 0 || string(f.Event) == "null" {
+			return nil, &FrameError{Message: "event refused: the frame carries no event", RunID: f.RunID}
 		}
 		return f, nil
 	case TypeFinish:
 		var f Finish
-		if json.Unmarshal(raw, &f) != nil || f.RunID == "" {
-			return nil, frameErr("finish needs a runId")
+		if err := decodeReport(raw, "finish", &f, &f.RunID); err != nil {
+			return nil, err
 		}
 		return f, nil
 	case TypeQuery:
@@ -76,6 +83,45 @@ func DecodeProviderFrame(raw []byte) (any, error) {
 		return f, nil
 	}
 	return nil, frameErr("unexpected frame '%s'", clip(typ, 64))
+}
+
+// decodeReport decodes a report frame (ack, event, finish) into f. A frame
+// whose runId is a string but another field is mistyped is refused naming
+// that run and the field, so the provider knows which report was not
+// taken (design.md D15); one without a runId says so.
+func decodeReport(raw []byte, kind string, f any, runID *string) *FrameError {
+	// Unmarshal fills every field it can before it reports the first
+	// mistyped one, so runID is read even when another field is wrong.
+	err := json.Unmarshal(raw, f)
+	if *runID == "" {
+		return frameErr("%s needs a runId", kind)
+	}
+	if err == nil {
+		return nil
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		field, want := clip(te.Field, 64), jsonKind(te.Type.Kind())
+		if want == "a number" && strings.HasPrefix(te.Value, "number") {
+			return &FrameError{Message: fmt.Sprintf("%s refused: %s is out of range", kind, field), RunID: *runID}
+		}
+		return &FrameError{Message: fmt.Sprintf("%s refused: %s must be %s (got %s)", kind, field, want, te.Value), RunID: *runID}
+	}
+	return &FrameError{Message: kind + " refused: the frame does not decode", RunID: *runID}
+}
+
+// jsonKind names a Go kind as the JSON value it decodes from.
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "a number"
+	}
+	return "another JSON type"
 }
 
 // DecodeKyokFrame reads one text frame an LLM provider sent on /ws/kyok

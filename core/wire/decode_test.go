@@ -18,7 +18,7 @@ func TestDecodeProviderFrame(t *testing.T) {
 		{`not json`, "unparseable frame"},
 		{`{"type":"ack"}`, "ack needs a runId"},
 		{`{"type":"ack","runId":7}`, "ack needs a runId"},
-		{`{"type":"event","runId":"r","seq":1e400}`, "event needs a runId and an event"},
+		{`{"type":"event","runId":"r","seq":1e400}`, "event refused: seq is out of range"},
 		{`{"type":"finish"}`, "finish needs a runId"},
 		{`{"type":"deleteAgent"}`, "deleteAgent needs a name"},
 		{`{"type":"query"}`, "query needs a queryId"},
@@ -29,6 +29,25 @@ func TestDecodeProviderFrame(t *testing.T) {
 		var fe *wire.FrameError
 		if tc.want == "" && err != nil || tc.want != "" && (!errors.As(err, &fe) || fe.Message != tc.want) {
 			t.Errorf("%s: err %v, want %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+// A report whose runId is readable is refused naming that run, with the
+// field that is wrong; the link can then answer with the run's id.
+func TestReportRefusalsNameTheRun(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"type":"ack","runId":"r1","accepted":"yes"}`, "ack refused: accepted must be a boolean (got string)"},
+		{`{"type":"ack","runId":"r1","accepted":1}`, "ack refused: accepted must be a boolean (got number)"},
+		{`{"type":"ack","runId":"r1","accepted":false,"reason":7}`, "ack refused: reason must be a string (got number)"},
+		{`{"type":"event","runId":"r1"}`, "event refused: the frame carries no event"},
+		{`{"type":"event","runId":"r1","event":null}`, "event refused: the frame carries no event"},
+		{`{"type":"event","runId":"r1","event":{},"seq":"3"}`, "event refused: seq must be a number (got string)"},
+	} {
+		_, err := wire.DecodeProviderFrame([]byte(tc.in))
+		var fe *wire.FrameError
+		if !errors.As(err, &fe) || fe.Message != tc.want || fe.RunID != "r1" {
+			t.Errorf("%s: %+v, want %q naming r1", tc.in, fe, tc.want)
 		}
 	}
 }
