@@ -8,9 +8,13 @@
 //
 //  1. the token verifies and has not expired                     401 invalid_token
 //  2. the run exists, is not cancel-requested, is the token's
-//     agent's, and is live (offering or running)                 403 run_not_active
+//     agent's, and is live (queued, offering or running)         403 run_not_active
 //  3. X-Souk-Kyok-Timestamp / X-Souk-Kyok-Signature present,
 //     an integer, within ±60 s                                    401 invalid_signature
+//     — queued too, because the run frame leaves beside the offering
+//     write (design.md §The shape): an agent that calls at once can
+//     be ahead of it, and only the provider that was offered the run
+//     holds its token
 //  4. the token's agent is registered                            403 agent_not_registered
 //  5. the Ed25519 signature by the agent's provider key over
 //     funduq-kyok-call:{token}:{ts}:{sha256hex(body)}             401 invalid_signature

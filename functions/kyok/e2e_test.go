@@ -12,6 +12,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/kyok"
 	"github.com/funduq/funduq-go/core/run"
@@ -298,4 +299,30 @@ func TestAddedTimeToFirstChunk(t *testing.T) {
 	t.Logf("relay-added time to first chunk over %d streamed calls (LLM's own TTFT %s): p50 %s, p90 %s, min %s, max %s",
 		n, own, added[n/2], added[n*9/10], added[0], added[n-1])
 	_ = http.StatusOK
+}
+
+// The run frame leaves beside the offering write, so an agent that calls
+// KYOK at once can be ahead of it and find its run still queued. Such a
+// call is served: only the provider offered the run holds its token. Here
+// the run is held queued for good (its provider's one place is taken) to
+// make the window deterministic.
+func TestCallForAQueuedRunIsServed(t *testing.T) {
+	e := newEnv(t, 0)
+	l := e.attachLLM(0x42, "gpt-4")
+	l.onRequest(streamAnswer("ok"))
+	s, _ := identity.NewSignerFromSeedHex(nodetest.SeedHex(0x14))
+	p := e.H.Connect(0x14, nodetest.Limit(1))
+	p.Register("translator")
+	a := &agent{signer: s, Prov: p, Key: p.Key, Name: "translator"}
+	ref := kyok.Ref{ProviderKey: l.Key, Name: "gpt-4"}
+	e.startRun(a, ref, "") // takes the provider's one place
+	queued, _ := e.startRunQueued(a, ref, "")
+	p.None() // not offered: it stays queued
+	token := identity.MintKyokToken([]byte(secret), identity.NewKyokClaims(queued, a.Key, a.Name, time.Now()))
+	code, b := e.call(signedCall{token: token, signer: a.signer,
+		body: `{"model":"gpt-4","stream":true,"messages":[{"role":"user","content":"hi"}]}`})
+	if code != 200 || !strings.Contains(string(b), "data: [DONE]") {
+		t.Fatalf("%d %s", code, b)
+	}
+	l.request()
 }

@@ -200,7 +200,7 @@ func (h *Handler) check(r *http.Request, body []byte) (call, *apiError) {
 	case err != nil:
 		return call{}, storageDown(err)
 	case kr.CancelRequested, kr.ProviderKey != claims.ProviderKey, kr.AgentName != claims.AgentName,
-		kr.Status != run.Offering && kr.Status != run.Running:
+		kr.Status != run.Queued && kr.Status != run.Offering && kr.Status != run.Running:
 		return call{}, notActive
 	}
 	tsRaw, sig := r.Header.Get(HeaderTimestamp), r.Header.Get(HeaderSignature)

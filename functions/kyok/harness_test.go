@@ -244,6 +244,21 @@ func (e *env) connectAgent(seed byte, name string) *agent {
 // fresh token.
 func (e *env) startRun(a *agent, ref kyok.Ref, callerContext string) (runID, threadID, token string) {
 	e.t.Helper()
+	runID, threadID = e.startRunQueued(a, ref, callerContext)
+	f := a.Prov.Offer()
+	if f.RunID != runID {
+		e.t.Fatalf("offered %s, want %s", f.RunID, runID)
+	}
+	a.Prov.Accept(runID)
+	e.H.WaitStatus(runID, run.Running)
+	token = identity.MintKyokToken([]byte(secret), identity.NewKyokClaims(runID, a.Key, a.Name, time.Now()))
+	return runID, threadID, token
+}
+
+// startRunQueued inserts a run the way a door does and binds it to the
+// offering (with context, when one is given).
+func (e *env) startRunQueued(a *agent, ref kyok.Ref, callerContext string) (runID, threadID string) {
+	e.t.Helper()
 	runID, threadID = e.H.Door(a.Key, a.Name, "", "translate this")
 	if ref.Name != "" {
 		b := kyok.Binding{LLMProviderKey: ref.ProviderKey, LLMName: ref.Name}
@@ -258,14 +273,7 @@ func (e *env) startRun(a *agent, ref kyok.Ref, callerContext string) (runID, thr
 			e.t.Fatal(err)
 		}
 	}
-	f := a.Prov.Offer()
-	if f.RunID != runID {
-		e.t.Fatalf("offered %s, want %s", f.RunID, runID)
-	}
-	a.Prov.Accept(runID)
-	e.H.WaitStatus(runID, run.Running)
-	token = identity.MintKyokToken([]byte(secret), identity.NewKyokClaims(runID, a.Key, a.Name, time.Now()))
-	return runID, threadID, token
+	return runID, threadID
 }
 
 // signedCall is one raw HTTP call to the door.

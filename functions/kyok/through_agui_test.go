@@ -109,7 +109,7 @@ func TestKyokThroughTheAGUIDoor(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	var answer strings.Builder
-	var runID string
+	var runID, ended string
 	sc := bufio.NewScanner(resp.Body)
 	done := make(chan struct{})
 	go func() {
@@ -128,6 +128,7 @@ func TestKyokThroughTheAGUIDoor(t *testing.T) {
 				answer.WriteString(ev["delta"].(string))
 			}
 			if ev["type"] == "RUN_FINISHED" || ev["type"] == "RUN_ERROR" {
+				ended = strings.TrimPrefix(line, "data: ")
 				return
 			}
 		}
@@ -138,7 +139,7 @@ func TestKyokThroughTheAGUIDoor(t *testing.T) {
 		t.Fatal("the caller's stream did not finish")
 	}
 	if answer.String() != "Bonjour" {
-		t.Fatalf("the caller saw %q", answer.String())
+		t.Fatalf("the caller saw %q, ending %s", answer.String(), ended)
 	}
 	select {
 	case got := <-collapsed:
