@@ -57,9 +57,12 @@ type pgCounters struct {
 	cpu      map[int]time.Duration // backend pid → CPU used so far
 }
 
-// statsSettle is how long a reading waits for idle backends to flush
-// their statistics (PostgreSQL flushes them at most once a second).
-const statsSettle = 1200 * time.Millisecond
+// defaultStatsSettle is how long a reading waits for idle backends to flush
+// their statistics. A backend flushes at most once a second, and one that
+// goes idle less than a second after its last flush holds the rest until
+// its idle timeout, 10 s later (PGSTAT_IDLE_INTERVAL): a reading taken
+// sooner misses the end of the phase just run and counts it in the next.
+const defaultStatsSettle = 10500 * time.Millisecond
 
 func readCounters(ctx context.Context, conn *pgx.Conn) (pgCounters, error) {
 	var c pgCounters
@@ -173,8 +176,11 @@ func preseedHistory(ctx context.Context, dbURL string, keys []string, n int) err
 
 // doorPhase runs the callers of one door alone, closed loop, for d and
 // reads what it cost.
-func doorPhase(ctx context.Context, f *fleet, st *stack, callers []*caller, door string, d time.Duration) (DoorFigures, error) {
+func doorPhase(ctx context.Context, f *fleet, st *stack, callers []*caller, door string, d, statsSettle time.Duration) (DoorFigures, error) {
 	fig := DoorFigures{Door: door}
+	if statsSettle <= 0 {
+		statsSettle = defaultStatsSettle
+	}
 	conn, err := pgx.Connect(ctx, st.dbURL)
 	if err != nil {
 		return fig, err
@@ -234,7 +240,7 @@ func measureGrowth(ctx context.Context, c Config, f *fleet, st *stack, logf func
 	phases := func() error {
 		for _, door := range []string{"agui", "a2a"} {
 			logf("growth: %s door alone, %d callers, %s", door, c.Callers, c.Duration)
-			fig, err := doorPhase(ctx, f, st, c.callersOf(st.doorsURL, door == "a2a"), door, c.Duration)
+			fig, err := doorPhase(ctx, f, st, c.callersOf(st.doorsURL, door == "a2a"), door, c.Duration, c.statsSettle)
 			if err != nil {
 				return err
 			}

@@ -70,6 +70,7 @@ func TestTinyLoadRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.idleWindow = 500 * time.Millisecond
+	c.statsSettle = 1200 * time.Millisecond // the figures are only checked for being there
 	var out bytes.Buffer
 	rep, err := Run(context.Background(), c, &out)
 	if err != nil {
@@ -159,6 +160,9 @@ func TestFlags(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"-sweep", "2"}, &out); err == nil {
 		t.Fatal("a sweep fraction over 1.5 was accepted")
+	}
+	if _, err := parseFlags([]string{"-growth-only", "-broker", "http://x", "-doors", "http://y", "-database", "postgres://z"}, &out); err == nil {
+		t.Fatal("-growth-only against a running stack was accepted")
 	}
 	if _, err := parseFlags([]string{"-broker", "http://x"}, &out); err == nil {
 		t.Fatal("-broker without -doors was accepted")

@@ -53,16 +53,19 @@ type Config struct {
 	DoorsURL    string
 	DatabaseURL string // with -broker: the stack's database (floors and checks)
 
-	Duration   time.Duration
-	Providers  int
-	Callers    int
-	A2AShare   float64 // fraction of callers using the A2A door
-	Events     int     // events per run, RUN_STARTED and RUN_FINISHED included
-	EventSize  int     // bytes of payload per middle event
-	Sweep      []float64
-	Stream     int // events in the one-run stream test (0: skip)
-	Links      int // idle links (0: skip)
-	Preseed    int // prior runs of history written in SQL for the growth section (0: none)
+	Duration  time.Duration
+	Providers int
+	Callers   int
+	A2AShare  float64 // fraction of callers using the A2A door
+	Events    int     // events per run, RUN_STARTED and RUN_FINISHED included
+	EventSize int     // bytes of payload per middle event
+	Sweep     []float64
+	Stream    int // events in the one-run stream test (0: skip)
+	Links     int // idle links (0: skip)
+	Preseed   int // prior runs of history written in SQL for the growth section (0: none)
+	// GrowthOnly measures the growth section alone (no floors, load
+	// phases or stream): each door's transactions, rows and CPU per run.
+	GrowthOnly bool
 	LinkKeys   int // provider keys the idle links use (0: one per link)
 	FloorTime  time.Duration
 	JSONPath   string
@@ -71,7 +74,8 @@ type Config struct {
 	ProfileDir string // CPU profiles of the broker node and this process under load
 	Quiet      bool
 
-	idleWindow time.Duration // how long idle links are watched for CPU (10s)
+	idleWindow  time.Duration // how long idle links are watched for CPU (10s)
+	statsSettle time.Duration // the growth readings' wait for statistics (defaultStatsSettle)
 }
 
 func defaults() Config {
@@ -133,6 +137,7 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	sweep := fs.String("sweep", "", "comma-separated fractions of the maximum rate to measure dispatch latency at (e.g. 0.1,0.25,0.5,0.75,0.9); 0.5 is always measured")
 	fs.IntVar(&c.Stream, "stream", c.Stream, "events in the one-run stream test (0 skips it)")
 	fs.IntVar(&c.Preseed, "preseed", 0, "prior runs (2 messages, 3 events each) written in SQL after the doors are measured alone at 0 history, to measure them again at that history (1,000,000 messages: 500000)")
+	fs.BoolVar(&c.GrowthOnly, "growth-only", false, "measure only the growth section (each door alone: runs/s, transactions, rows read and CPU per run), no floors, load phases or stream")
 	fs.IntVar(&c.Links, "links", 0, "idle provider links to open for the memory-per-link test (0 skips it; 10000 is the target)")
 	fs.IntVar(&c.LinkKeys, "link-keys", 0, "provider keys the idle links spread over (0: a key per link)")
 	fs.DurationVar(&c.FloorTime, "floor-time", c.FloorTime, "time spent measuring each floor")
@@ -160,6 +165,10 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	}
 	if c.Events < 2 || c.Providers < 1 || c.Callers < 1 || c.Duration <= 0 || c.Preseed < 0 {
 		fmt.Fprintln(out, "-events ≥ 2, -providers ≥ 1, -callers ≥ 1, -duration > 0 and -preseed ≥ 0 are needed")
+		return c, fmt.Errorf("bad flags")
+	}
+	if c.GrowthOnly && c.BrokerURL != "" {
+		fmt.Fprintln(out, "-growth-only needs the tool's own stack (no -broker)")
 		return c, fmt.Errorf("bad flags")
 	}
 	if (c.BrokerURL == "") != (c.DoorsURL == "") || (c.BrokerURL != "" && c.DatabaseURL == "") {

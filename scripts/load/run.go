@@ -121,11 +121,13 @@ func Run(ctx context.Context, c Config, out io.Writer) (*Report, error) {
 	}
 	defer st.close()
 
-	logf("floors (%s each)", c.FloorTime)
-	if rep.Floors, err = measureFloors(ctx, st.dbURL, c.Callers, c.FloorTime); err != nil {
-		return nil, err
+	if !c.GrowthOnly {
+		logf("floors (%s each)", c.FloorTime)
+		if rep.Floors, err = measureFloors(ctx, st.dbURL, c.Callers, c.FloorTime); err != nil {
+			return nil, err
+		}
 	}
-	if c.BrokerURL == "" { // it needs a database of its own: only with a stack of the tool's
+	if c.BrokerURL == "" && !c.GrowthOnly { // it needs a database of its own: only with a stack of the tool's
 		var op offerPath
 		if rep.Floors.RunStorePerSec, op, err = runStoreFloor(ctx, c.PostgresURL, c.Callers, c.Events, c.EventSize, c.FloorTime); err != nil {
 			return nil, err
@@ -146,6 +148,11 @@ func Run(ctx context.Context, c Config, out io.Writer) (*Report, error) {
 		if rep.Growth, err = measureGrowth(ctx, c, f, st, logf); err != nil {
 			return nil, err
 		}
+	}
+	if c.GrowthOnly {
+		fmt.Fprint(out, growthTable(rep.Growth))
+		c.DocPath, c.SVGPath = "", "" // the load table and the chart need the load phases
+		return rep, writeOutputs(c, rep)
 	}
 
 	logf("max load: %d callers, closed loop, %s", c.Callers, c.Duration)

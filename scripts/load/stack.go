@@ -93,6 +93,14 @@ func startStack(ctx context.Context, c Config, logf func(string, ...any)) (*stac
 	if err := store.Migrate(ctx, st.dbURL, slog.New(slog.DiscardHandler)); err != nil {
 		return fail(fmt.Errorf("migrate: %w", err))
 	}
+	if os.Getenv("FUNDUQ_LOAD_LOG_STATEMENTS") != "" {
+		// Every statement of this database's sessions (opened from now on)
+		// goes to the server's log, to see where a run's transactions go.
+		if _, err := admin.Exec(ctx, "ALTER DATABASE "+dbName+" SET log_statement = 'all'"); err != nil {
+			return fail(fmt.Errorf("log statements: %w", err))
+		}
+		logf("logging every statement of database %s", dbName)
+	}
 
 	prefix := fmt.Sprintf("funduq-load-%d-%s:", os.Getpid(), randHex(3))
 	identityKey, secret := randHex(32), randHex(32)
