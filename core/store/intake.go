@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -64,7 +65,13 @@ type NewRun struct {
 	AgentName   string
 	// CreateThread opens ThreadID as a new thread; otherwise ThreadID must
 	// exist and belong to the agent.
-	CreateThread    *NewThread
+	CreateThread *NewThread
+	// UnlessThread, with CreateThread, is a thread id the caller named and
+	// the door did not look up, expecting it unknown: when a thread with
+	// that id exists, nothing is written and Admit returns
+	// ErrThreadExists (the door then takes the request as one on that
+	// thread). The check rides in the insert's first round trip.
+	UnlessThread    string
 	RunInput        json.RawMessage
 	ParentRunID     string
 	ActorChain      json.RawMessage
@@ -103,22 +110,55 @@ var ErrKeyReused = errors.New("the key was used for a different request")
 // ErrThreadMismatch: the thread named belongs to another agent.
 var ErrThreadMismatch = errors.New("thread belongs to another agent")
 
+// ErrThreadExists: NewRun.UnlessThread names a thread that exists.
+var ErrThreadExists = errors.New("the thread exists")
+
 // CreateRun writes a queued run, its thread (when new) and its caller
 // messages, and NOTIFYs the broker, all in one transaction. A retried request
 // (same caller request id on the thread, or same idempotency key for the
 // agent) creates nothing and returns the original run with created=false.
 func (s *Store) CreateRun(ctx context.Context, nr NewRun) (r Run, created bool, err error) {
+	a, err := s.Admit(ctx, nr)
+	return a.Run, a.Created, err
+}
+
+// Admitted is what Admit resolved a door's request to.
+type Admitted struct {
+	Run
+	// Created: this call wrote the run. Otherwise the request is a retry
+	// of the one that made (or, for an answer, reopened) Run.
+	Created bool
+	// After is the seq the run had reached before the request: 0 for a
+	// run made by it, the paused round's last seq for a retried answer.
+	After int
+}
+
+// ErrAgentGone: the agent the run names is no longer registered (its row
+// was deleted since the door resolved it).
+var ErrAgentGone = errors.New("the agent is no longer registered")
+
+// Admit is CreateRun answering a retry as FindRetriedRun would: the retry
+// look-up rides in the insert's transaction (its first round trip), so a
+// door need not make it first. Of concurrent attempts of one request
+// exactly one writes the run; the others return it with Created false
+// (ErrKeyReused when the run was made by another request).
+func (s *Store) Admit(ctx context.Context, nr NewRun) (Admitted, error) {
 	what := fmt.Sprintf("create run %s on thread %s", nr.RunID, nr.ThreadID)
+	var r Run
 	// Pipelined: a new thread's run is one round trip (BEGIN, every row,
 	// the NOTIFY, COMMIT); a run on an existing thread, or one that may be
 	// a retry, two (the thread's check and the retry lookup first).
 	var retried Retried
 	var found bool
 	var pk, name string
-	var threadFound bool
+	var threadFound, threadExists bool
 	var waiting int
 	first := func(b *pgx.Batch) {
-		found, threadFound, waiting = false, false, 0
+		found, threadFound, threadExists, waiting = false, false, false, 0
+		if nr.CreateThread != nil && nr.UnlessThread != "" {
+			b.Queue(`SELECT EXISTS (SELECT 1 FROM threads WHERE thread_id = $1)`, nr.UnlessThread).
+				QueryRow(func(row pgx.Row) error { return row.Scan(&threadExists) })
+		}
 		if q, args := retriedQuery(nr); q != "" {
 			b.Queue(q, args...).QueryRow(func(row pgx.Row) error {
 				rr, err := scanRetried(row)
@@ -148,6 +188,8 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (r Run, created bool, 
 	}
 	decide := func() error {
 		switch {
+		case threadExists:
+			return fmt.Errorf("thread %s: %w", nr.UnlessThread, ErrThreadExists)
 		case found && retried.reused(nr):
 			return ErrKeyReused
 		case found:
@@ -186,13 +228,14 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (r Run, created bool, 
 		queueMessages(b, nr.ThreadID, nr.RunID, "caller", nr.Messages)
 		b.Queue(`SELECT pg_notify($1, $2)`, ChannelRunQueued, QueuedPayload(nr))
 	}
-	if q, _ := retriedQuery(nr); q == "" && nr.CreateThread != nil {
+	var err error
+	if q, _ := retriedQuery(nr); q == "" && nr.CreateThread != nil && nr.UnlessThread == "" {
 		err = s.pipelined(ctx, what, nil, nil, second)
 	} else {
 		err = s.pipelined(ctx, what, first, decide, second)
 	}
 	if errors.Is(err, errRetried) {
-		return retried.Run, false, nil
+		return Admitted{Run: retried.Run, After: retried.After}, nil
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" &&
@@ -200,17 +243,20 @@ func (s *Store) CreateRun(ctx context.Context, nr NewRun) (r Run, created bool, 
 		// A concurrent retry of the same request won the insert.
 		if existing, ok, ferr := s.findRetried(ctx, nr); ferr == nil && ok {
 			if existing.reused(nr) {
-				return Run{}, false, fmt.Errorf("%s: %w", what, ErrKeyReused)
+				return Admitted{}, fmt.Errorf("%s: %w", what, ErrKeyReused)
 			}
-			return existing.Run, false, nil
+			return Admitted{Run: existing.Run, After: existing.After}, nil
 		}
 	}
+	if errors.As(err, &pgErr) && pgErr.Code == "23503" && strings.HasSuffix(pgErr.ConstraintName, "provider_key_agent_name_fkey") {
+		return Admitted{}, fmt.Errorf("%s: agent %s/%s: %w", what, nr.ProviderKey, nr.AgentName, ErrAgentGone)
+	}
 	if err != nil {
-		return Run{}, false, err
+		return Admitted{}, err
 	}
 	s.log.InfoContext(ctx, "run queued", "run_id", r.RunID, "thread_id", r.ThreadID,
 		"provider_key", r.ProviderKey, "agent", r.AgentName)
-	return r, true, nil
+	return Admitted{Run: r, Created: true}, nil
 }
 
 // queueMessages adds msgs to b as one multi-row insert onto the thread, in
