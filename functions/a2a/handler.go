@@ -157,7 +157,7 @@ func (h *Handler) rpc(w http.ResponseWriter, r *http.Request) {
 	}
 	// An unknown agent is a 404 before any JSON-RPC processing.
 	ctx, cancel := context.WithTimeout(r.Context(), door.StorageTimeout)
-	agent, err := door.FindAgent(ctx, h.o.Store, r.PathValue("provider"), r.PathValue("name"))
+	agent, err := door.FindAgentCached(ctx, h.o.Store, r.PathValue("provider"), r.PathValue("name"))
 	cancel()
 	if err != nil {
 		door.WriteError(w, r, h.log, err)

@@ -202,6 +202,7 @@ func (m InboundMessage) aguiMessage() json.RawMessage {
 type accepted struct {
 	run   store.Run
 	after int
+	fresh bool // this request wrote the run (door.Tail.Fresh)
 }
 
 func (c *call) send(streaming bool) {
@@ -247,7 +248,7 @@ func (c *call) waitRecord(acc accepted, blocking bool) (rec store.RunRecord, set
 		return store.RunRecord{Run: acc.run}, false
 	}
 	ctx := c.r.Context()
-	t := &door.Tail{O: c.h.o.Tail, RunID: acc.run.RunID, After: acc.after,
+	t := &door.Tail{O: c.h.o.Tail, RunID: acc.run.RunID, After: acc.after, Fresh: acc.fresh,
 		Relay: func(_ int, ev json.RawMessage) bool {
 			typ := typeOf(ev)
 			return typ == agui.TypeRunFinished || typ == agui.TypeRunError
@@ -271,9 +272,17 @@ func (c *call) waitRecord(acc accepted, blocking bool) (rec store.RunRecord, set
 // outcome or the settle wait passes, and returns the record as read last —
 // so a settled answer costs one read, not a status read and then its
 // events and messages. t has run (its options carry their defaults).
+//
+// The first read waits for the round's end marker on the live feed
+// (published right after the end's commit; it usually trails the terminal
+// event by a Redis round trip, or came with it): read before the end is
+// recorded, the record would have to be read again.
 func (c *call) settleRecord(ctx context.Context, t *door.Tail) (store.RunRecord, error) {
 	o := t.O
 	deadline := time.Now().Add(o.SettleWait)
+	if !t.EndSeen() && o.Feed != nil {
+		door.WaitEnd(ctx, o.Feed, t.RunID, t.After, min(o.PollInterval, o.SettleWait))
+	}
 	for {
 		dctx, cancel := context.WithTimeout(ctx, 2*door.StorageTimeout)
 		rec, err := o.Store.ReadRunRecord(dctx, t.RunID)
@@ -424,10 +433,15 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 			probe.IdempotencyKey = door.IdempotencyScope(callerKey, messageIDKeyPrefix+msg.MessageID+":"+hash)
 		}
 	}
-	if prior, ok, err := st.FindRetriedRun(ctx, probe); err != nil {
-		return accepted{}, reusedKey(err, idem)
-	} else if ok {
-		return accepted{run: prior.Run, after: prior.After}, nil
+	// A retried answer finds the task it reopened before it could reopen
+	// the task again (it may have paused anew); any other retry is answered
+	// by the insert's own look-up (store.Admit), a round trip fewer.
+	if task != nil && task.Status == run.InputRequired && task.CancelRequestedBy == nil {
+		if prior, ok, err := st.FindRetriedRun(ctx, probe); err != nil {
+			return accepted{}, reusedKey(err, idem)
+		} else if ok {
+			return accepted{run: prior.Run, after: prior.After}, nil
+		}
 	}
 
 	req := runinput.Request{Messages: []json.RawMessage{msg.aguiMessage()}, ForwardedProps: p.Metadata,
@@ -494,7 +508,7 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 		nr.Kyok = &store.KyokBindingRow{LLMProviderKey: bag.Kyok.ProviderKey, LLMName: bag.Kyok.Name, Sealed: sealed}
 	}
 	nr.MaxQueued = c.h.o.Limits.MaxQueuedPerThread
-	created, _, err := st.CreateRun(ctx, nr)
+	adm, err := st.Admit(ctx, nr)
 	if errors.Is(err, store.ErrKeyReused) {
 		return accepted{}, reusedKey(err, idem)
 	}
@@ -502,9 +516,9 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 		return accepted{}, door.Refuse(http.StatusConflict, door.CodeThreadMismatch, "context %s belongs to another agent", threadID)
 	}
 	if err != nil {
-		return accepted{}, err
+		return accepted{}, door.AgentGone(err, agent)
 	}
-	return accepted{run: created}, nil
+	return accepted{run: adm.Run, after: adm.After, fresh: adm.Created}, nil
 }
 
 // build makes the run input with the one builder (D4), minting the KYOK

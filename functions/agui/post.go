@@ -27,6 +27,9 @@ type outcome struct {
 	run      store.Run
 	after    int
 	snapshot *Snapshot
+	// fresh: this request wrote the run, so nothing of it can have been
+	// relayed anywhere before its stream starts (door.Tail.Fresh).
+	fresh bool
 }
 
 func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
@@ -56,7 +59,12 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*door.StorageTimeout)
-	out, err := h.accept(ctx, r, body, in)
+	out, err := h.accept(ctx, r, body, in, true)
+	if errors.Is(err, store.ErrThreadExists) {
+		// The thread named, taken for unknown, exists: the request is one
+		// on it, checked as such from the start.
+		out, err = h.accept(ctx, r, body, in, false)
+	}
 	cancel()
 	if err != nil {
 		door.WriteError(w, r, h.log, err)
@@ -66,14 +74,20 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		door.WriteJSON(w, http.StatusOK, out.snapshot)
 		return
 	}
-	h.stream(w, r, out.run, out.after)
+	h.stream(w, r, out.run, out.after, out.fresh)
 }
 
 // accept runs the door's checks in order (doors.md §2.3, the first failing
 // step wins) and writes the run, or reopens the paused one.
-func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in RunAgentInput) (outcome, error) {
+//
+// guess lets it take a thread id funduq did not mint (a caller's first
+// turn names one of its own, which funduq never adopts) for unknown
+// without reading it: the insert checks, in its first round trip, that no
+// such thread exists (NewRun.UnlessThread), and store.ErrThreadExists
+// says to call again without the guess.
+func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in RunAgentInput, guess bool) (outcome, error) {
 	// 1. The agent.
-	agent, err := door.FindAgent(ctx, h.o.Store, r.PathValue("provider"), r.PathValue("name"))
+	agent, err := door.FindAgentCached(ctx, h.o.Store, r.PathValue("provider"), r.PathValue("name"))
 	if err != nil {
 		return outcome{}, err
 	}
@@ -112,7 +126,8 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 	// 4. The thread: funduq's authority over the id. An id funduq does not
 	// know is never adopted.
 	var thread *store.Thread
-	if in.ThreadID != "" {
+	guess = guess && in.ThreadID != "" && !run.IsMintedID(run.ThreadPrefix, in.ThreadID) && len(in.ResumeEntries) == 0
+	if in.ThreadID != "" && !guess {
 		t, err := h.o.Store.GetThread(ctx, in.ThreadID)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
@@ -156,18 +171,24 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 		probe.ThreadID = thread.ThreadID
 	} else {
 		probe.CreateThread = &store.NewThread{}
+		if guess {
+			probe.UnlessThread = in.ThreadID
+		}
 		if idem == "" && in.ThreadID != "" && in.RunID != "" {
 			probe.IdempotencyKey = door.IdempotencyScope(callerKey, "agui-turn:"+in.ThreadID+":"+in.RunID+":"+hash)
 		}
 	}
-	if prior, ok, err := h.o.Store.FindRetriedRun(ctx, probe); err != nil {
-		return outcome{}, reusedKey(err, idem)
-	} else if ok {
-		return outcome{run: prior.Run, after: prior.After}, nil
-	}
-
 	// 5. Is this an answer to a paused run (D1)?
 	if len(in.ResumeEntries) > 0 || in.HasToolMessages() {
+		// A retried answer finds the run it reopened before it could
+		// reopen the run again (it may have paused anew). Any other retry
+		// is answered by the insert's own look-up (store.Admit), which
+		// saves a round trip per run.
+		if prior, ok, err := h.o.Store.FindRetriedRun(ctx, probe); err != nil {
+			return outcome{}, reusedKey(err, idem)
+		} else if ok {
+			return outcome{run: prior.Run, after: prior.After}, nil
+		}
 		if thread == nil {
 			if len(in.ResumeEntries) > 0 {
 				return outcome{}, unknownResumeThread(in.ThreadID)
@@ -216,7 +237,7 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 		nr.Kyok = &store.KyokBindingRow{LLMProviderKey: bag.Kyok.ProviderKey, LLMName: bag.Kyok.Name, Sealed: sealed}
 	}
 	nr.MaxQueued = h.o.Limits.MaxQueuedPerThread
-	created, _, err := h.o.Store.CreateRun(ctx, nr)
+	adm, err := h.o.Store.Admit(ctx, nr)
 	if errors.Is(err, store.ErrKeyReused) {
 		return outcome{}, reusedKey(err, idem)
 	}
@@ -224,9 +245,9 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 		return outcome{}, door.Refuse(http.StatusConflict, door.CodeThreadMismatch, "thread %s belongs to another agent", threadID)
 	}
 	if err != nil {
-		return outcome{}, err
+		return outcome{}, door.AgentGone(err, agent)
 	}
-	return outcome{run: created}, nil
+	return outcome{run: adm.Run, after: adm.After, fresh: adm.Created}, nil
 }
 
 // unknownResumeThread is the refusal of a resume naming a thread funduq

@@ -63,7 +63,7 @@ func (h *Handler) getEvents(w http.ResponseWriter, r *http.Request) {
 		door.WriteError(w, r, h.log, err)
 		return
 	}
-	h.stream(w, r, rn, after)
+	h.stream(w, r, rn, after, false)
 }
 
 // streamEnd is when a stream must end: its own budget, or the request's
@@ -86,7 +86,9 @@ func (h *Handler) streamEnd(ctx context.Context) time.Time {
 // order (SSE id = seq). It ends after a RUN_FINISHED or RUN_ERROR, when the
 // run has ended (or paused) with nothing more to send, when the client
 // goes, or before the stream's end with a comment saying how to resume.
-func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rn store.Run, after int) {
+// fresh: this request just wrote the run, so the stream starts on the live
+// feed (as door.Tail.Fresh does).
+func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rn store.Run, after int, fresh bool) {
 	hd := w.Header()
 	hd.Set("Content-Type", "text/event-stream")
 	hd.Set("Cache-Control", "no-cache")
@@ -94,7 +96,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rn store.Run, a
 	w.WriteHeader(http.StatusOK)
 	t := &tail{h: h, w: w, rc: http.NewResponseController(w), runID: rn.RunID, threadID: rn.ThreadID, after: after}
 	t.comment("funduq run " + rn.RunID)
-	t.run(r.Context(), h.streamEnd(r.Context()))
+	t.run(r.Context(), h.streamEnd(r.Context()), fresh)
 }
 
 type tail struct {
@@ -108,13 +110,20 @@ type tail struct {
 	lastWrite time.Time
 	broken    bool // a write failed: the client is gone
 	unflushed bool // written since the last flush
+	ended     bool // the relayed terminal event's round is known recorded as ended
 }
 
-func (t *tail) run(ctx context.Context, end time.Time) {
+func (t *tail) run(ctx context.Context, end time.Time, fresh bool) {
 	o := t.h.o
-	checkDB := true
+	// A run this request just wrote is first looked for on the live feed
+	// (see door.Tail.Fresh): a gap or a failing feed still reads
+	// PostgreSQL, and so does the next DBCheck.
+	checkDB := !fresh || o.Feed == nil
 	staleEndAt := -1
 	var nextDBCheck, feedDownUntil time.Time
+	if !checkDB {
+		nextDBCheck = time.Now().Add(o.DBCheck)
+	}
 	defer t.flush()
 	for !t.broken && ctx.Err() == nil {
 		// What the last pass wrote goes out before the next wait: one flush
@@ -161,7 +170,7 @@ func (t *tail) run(ctx context.Context, end time.Time) {
 				checkDB = true
 				continue
 			}
-			for _, e := range entries {
+			for i, e := range entries {
 				if e.End != "" {
 					// The run ended, or an earlier round paused: the record
 					// says which. Until a newer event arrives, this marker
@@ -177,6 +186,7 @@ func (t *tail) run(ctx context.Context, end time.Time) {
 					break
 				}
 				if t.relay(e.Seq, e.Event) {
+					t.ended = door.EndFollows(entries[i+1:], e.Seq)
 					t.settle(ctx)
 					return
 				}
@@ -203,6 +213,8 @@ func (t *tail) fromDB(ctx context.Context) (done, terminal bool, err error) {
 	case err != nil:
 		return false, false, err
 	case terminal:
+		// The status, read after the events, may already say so.
+		t.ended = settled(cur.Status)
 		return true, true, nil
 	case t.broken:
 		return true, false, nil
@@ -218,8 +230,15 @@ func settled(s run.Status) bool { return s.Terminal() || s == run.InputRequired 
 // stream ended reads a settled record: an answer to an interrupt it just
 // saw finds the run input-required, the next turn finds the last one
 // completed and its messages folded onto the thread.
+//
+// The end marker the broker publishes on the live feed right after it
+// recorded the end says so without a read of the record: it usually comes
+// with the terminal event or a moment after it (endWatch).
 func (t *tail) settle(ctx context.Context) {
 	o := t.h.o
+	if t.ended || o.Feed != nil && door.WaitEnd(ctx, o.Feed, t.runID, t.after, endWatch) {
+		return
+	}
 	deadline := time.Now().Add(o.SettleWait)
 	for waited := false; ctx.Err() == nil; waited = true {
 		dctx, cancel := context.WithTimeout(ctx, door.StorageTimeout)
@@ -241,9 +260,20 @@ func (t *tail) settle(ctx context.Context) {
 		if left <= 0 {
 			return
 		}
-		door.WaitEnd(ctx, o.Feed, t.runID, t.after, min(o.PollInterval, left))
+		if door.WaitEnd(ctx, o.Feed, t.runID, t.after, min(o.PollInterval, left)) {
+			return
+		}
 	}
 }
+
+// endWatch is how long a stream that relayed a terminal event looks for
+// the end marker before it reads the record. A run's end and its last
+// events are one commit, published events first and the marker next, so
+// the marker trails the terminal event by a Redis round trip; when the
+// terminal event was stored ahead of the end (the finish frame had not
+// come), the record is read, and what was relayed is flushed, after this
+// short a wait.
+const endWatch = 10 * time.Millisecond
 
 // relay writes one stored event (SSE id = seq) and reports whether it ends
 // the stream. Known AG-UI types go out without null members; unknown types

@@ -92,8 +92,33 @@ type Tail struct {
 	Idle func()
 	// Gone reports the client is gone (a write failed); nil: never.
 	Gone func() bool
+	// Fresh: the request following the run just wrote it (store.Admitted.
+	// Created). Its first look is then at the live feed, not PostgreSQL:
+	// nothing can be relayed from the feed before it is stored (D9), the
+	// feed keeps a run's entries from seq 1, and an entry past the next
+	// seq (a gap, a trimmed start) or a failing feed sends the tail to
+	// PostgreSQL as it would any tail. A run that never reaches the feed
+	// is read from PostgreSQL at the first DBCheck.
+	Fresh bool
 
 	lastActive time.Time
+	endSeen    bool
+}
+
+// EndSeen reports that the end marker of the round whose terminal event
+// stopped the tail came in the same feed read: the broker had recorded
+// the run's end (it publishes the marker after that commit).
+func (t *Tail) EndSeen() bool { return t.endSeen }
+
+// EndFollows reports whether rest, the feed entries read after the
+// terminal event at seq, holds that round's end marker.
+func EndFollows(rest []livefeed.Entry, seq int) bool {
+	for _, e := range rest {
+		if e.End != "" && e.Seq == seq {
+			return true
+		}
+	}
+	return false
 }
 
 func (t *Tail) gone() bool { return t.Gone != nil && t.Gone() }
@@ -107,9 +132,12 @@ func (t *Tail) Run(ctx context.Context, end time.Time) TailEnd {
 	t.O = t.O.withDefaults()
 	o := t.O
 	t.lastActive = time.Now()
-	checkDB := true
+	checkDB := !t.Fresh || o.Feed == nil
 	staleEndAt := -1
 	var nextDBCheck, feedDownUntil time.Time
+	if !checkDB {
+		nextDBCheck = t.lastActive.Add(o.DBCheck)
+	}
 	for {
 		if ctx.Err() != nil || t.gone() {
 			return TailGone
@@ -150,7 +178,7 @@ func (t *Tail) Run(ctx context.Context, end time.Time) TailEnd {
 				checkDB = true
 				continue
 			}
-			for _, e := range entries {
+			for i, e := range entries {
 				if e.End != "" {
 					// The record says whether this ends the run or an
 					// earlier round; until a newer event arrives, poll.
@@ -165,6 +193,7 @@ func (t *Tail) Run(ctx context.Context, end time.Time) TailEnd {
 					break
 				}
 				if t.relay(e.Seq, e.Event) {
+					t.endSeen = EndFollows(entries[i+1:], e.Seq)
 					return TailStopped
 				}
 			}
@@ -282,21 +311,24 @@ func (t *Tail) Settle(ctx context.Context) (store.Run, error) {
 // (published right after the run's end is recorded) past seq after, so a
 // door that has relayed the terminal event reads the settled record as soon
 // as it exists instead of at its next poll. Without a feed, or when the
-// feed has only other entries, it sleeps out d.
-func WaitEnd(ctx context.Context, feed *livefeed.Feed, runID string, after int, d time.Duration) {
+// feed has only other entries, it sleeps out d. It reports whether the
+// marker came: after the round's terminal event at seq after, that says
+// the run's end is recorded.
+func WaitEnd(ctx context.Context, feed *livefeed.Feed, runID string, after int, d time.Duration) bool {
 	if feed != nil {
 		start := time.Now()
 		entries, err := feed.Read(ctx, runID, after, d)
 		if err == nil {
 			for _, e := range entries {
 				if e.End != "" {
-					return
+					return true
 				}
 			}
 		}
 		d -= time.Since(start)
 	}
 	Sleep(ctx, d)
+	return false
 }
 
 // Sleep waits d or until ctx ends.
