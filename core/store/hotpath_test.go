@@ -130,6 +130,8 @@ func driveHotPaths(t *testing.T, st *store.Store, rec *recorder) {
 	onHistory := newRun("door: create run on a thread with history", store.NewRun{
 		ThreadID: "h-t-777", CallerRequestID: "caller-req-1", MaxQueued: 8})
 	newRun("door: create run with an idempotency key", store.NewRun{IdempotencyKey: "idem-1"})
+	newRun("door: first turn naming a thread id it takes for unknown", store.NewRun{IdempotencyKey: "idem-2",
+		UnlessThread: "callers-own-thread-1"})
 	newRun("door: retried run by idempotency key", store.NewRun{IdempotencyKey: "h-k-5000"})
 	newRun("door: retried run by caller request id", store.NewRun{ThreadID: "h-t-1250", CallerRequestID: "h-c-5000"})
 	rec.setLabel("door: find retried run")

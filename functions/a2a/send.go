@@ -280,7 +280,7 @@ func (c *call) waitRecord(acc accepted, blocking bool) (rec store.RunRecord, set
 func (c *call) settleRecord(ctx context.Context, t *door.Tail) (store.RunRecord, error) {
 	o := t.O
 	deadline := time.Now().Add(o.SettleWait)
-	if !t.EndSeen() && o.Feed != nil {
+	if !t.Ended() && o.Feed != nil {
 		door.WaitEnd(ctx, o.Feed, t.RunID, t.After, min(o.PollInterval, o.SettleWait))
 	}
 	for {

@@ -102,13 +102,14 @@ type Tail struct {
 	Fresh bool
 
 	lastActive time.Time
-	endSeen    bool
+	ended      bool
 }
 
-// EndSeen reports that the end marker of the round whose terminal event
-// stopped the tail came in the same feed read: the broker had recorded
-// the run's end (it publishes the marker after that commit).
-func (t *Tail) EndSeen() bool { return t.endSeen }
+// Ended reports that when Run returned the tail knew the run's end (or
+// pause) to be recorded: the status read with the events said so, or the
+// end marker of the round whose terminal event stopped the tail came in
+// the same feed read (the broker publishes it after the end's commit).
+func (t *Tail) Ended() bool { return t.ended }
 
 // EndFollows reports whether rest, the feed entries read after the
 // terminal event at seq, holds that round's end marker.
@@ -193,7 +194,7 @@ func (t *Tail) Run(ctx context.Context, end time.Time) TailEnd {
 					break
 				}
 				if t.relay(e.Seq, e.Event) {
-					t.endSeen = EndFollows(entries[i+1:], e.Seq)
+					t.ended = EndFollows(entries[i+1:], e.Seq)
 					return TailStopped
 				}
 			}
@@ -230,10 +231,14 @@ func (t *Tail) fromDB(ctx context.Context) (TailEnd, error) {
 		}
 		return end != 0
 	})
-	if err != nil || end != 0 {
+	if err != nil {
 		return end, err
 	}
-	if Settled(cur.Status) && t.After >= cur.LastSeq {
+	t.ended = Settled(cur.Status) // read after the events: their round has ended
+	if end != 0 {
+		return end, nil
+	}
+	if t.ended && t.After >= cur.LastSeq {
 		return TailSettled, nil
 	}
 	return 0, nil

@@ -91,7 +91,7 @@ func TestFreshTailStartsOnTheLiveFeed(t *testing.T) {
 	}
 	// The end marker may or may not have come in the same read; when it
 	// did, the tail says so, and it is this round's.
-	_ = tail.EndSeen()
+	_ = tail.Ended()
 }
 
 // A fresh tail whose feed lacks the run's first entries (a publish that
