@@ -82,14 +82,16 @@ func mustPub(t *testing.T, hex string) []byte {
 
 // A blocking send in each version: the task completes with the provider's
 // text as an artifact and both sides of the exchange in history; GetTask
-// agrees; a retry with the same messageId returns the same task.
+// agrees; a known caller's retry with the same messageId returns the same
+// task (an anonymous one's does not: TestAnonymousStrangersDoNotShareATask).
 func TestBlockingSend(t *testing.T) {
 	for _, version := range []string{"", "1.0"} {
 		t.Run("v"+version, func(t *testing.T) {
 			h := nodetest.Start(t, nil)
 			p := h.Connect(0xe1, nil)
 			p.Register("echo")
-			srv := startDoor(t, h, nil)
+			caller := signer(t, 0xc3).PublicKeyHex()
+			srv := startDoor(t, h, func(o *a2a.Options) { o.AuthorizedKey = func(*http.Request) string { return caller } })
 			c := newClient(t, srv, p.Key, "echo", version)
 			done := make(chan string, 1)
 			go func() {
@@ -144,6 +146,30 @@ func TestBlockingSend(t *testing.T) {
 				t.Errorf("retry on a context made %v", again["id"])
 			}
 		})
+	}
+}
+
+// Reproduction (outside test): two anonymous callers sending the same
+// message (same messageId and text) were handed one task, and with it the
+// first caller's context. A messageId is an identifier, not a credential
+// (design.md D16): each anonymous message opening a context is its own task.
+func TestAnonymousStrangersDoNotShareATask(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	srv := startDoor(t, h, nil)
+	c := newClient(t, srv, p.Key, "echo", "")
+	go func() {
+		for range 2 {
+			f := p.Offer()
+			p.Accept(f.RunID)
+			p.Complete(f.RunID, *f.ThreadID)
+		}
+	}()
+	first := c.send(c.message("m-1", "hi", nil), nil)
+	second := c.send(c.message("m-1", "hi", nil), nil)
+	if first["id"] == second["id"] || first["contextId"] == second["contextId"] || count(t, h, "runs") != 2 {
+		t.Fatalf("two strangers: tasks %v and %v, contexts %v and %v", first["id"], second["id"], first["contextId"], second["contextId"])
 	}
 }
 

@@ -420,8 +420,11 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 	}
 	// Keys belong to their caller (D17): the Idempotency-Key within the
 	// caller key, compared with the request's hash; a messageId within its
-	// context, or — opening a new context — within the caller and the same
-	// message, so another caller's message with the same id is its own.
+	// context, or — opening a new context — within a known caller and the
+	// same message, so another caller's message with the same id is its
+	// own. An anonymous caller's messageId opening a context is not matched:
+	// it is an identifier, not a credential (D16), and anyone sending the
+	// same message would be handed this caller's new context.
 	hash := identity.SHA256Hex(append(append(append([]byte(nil), p.MessageRaw...), 0), p.Metadata...))
 	probe := store.NewRun{ProviderKey: agent.ProviderKey, AgentName: agent.Name, IdempotencyKey: door.IdempotencyScope(callerKey, idem),
 		CallerRequestID: msg.MessageID, RequestHash: hash}
@@ -429,7 +432,7 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 		probe.ThreadID = thread.ThreadID
 	} else {
 		probe.CreateThread = &store.NewThread{}
-		if idem == "" {
+		if idem == "" && callerKey != "" {
 			probe.IdempotencyKey = door.IdempotencyScope(callerKey, messageIDKeyPrefix+msg.MessageID+":"+hash)
 		}
 	}

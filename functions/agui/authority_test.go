@@ -178,11 +178,14 @@ func TestRetriedAnswerStreamsItsRound(t *testing.T) {
 
 // Reproduction (bullet 4): the same first-turn POST (invented threadId,
 // same runId, no Idempotency-Key) sent twice made two threads and two runs.
+// The caller is known (the authorizer's seat): an anonymous caller's ids
+// are not matched (TestAnonymousStrangersDoNotShareAFirstTurn).
 func TestRetriedFirstTurnRunsOnce(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe1, nil)
 	p.Register("echo")
-	srv := startDoor(t, h, nil)
+	caller := signer(t, 0xc3).PublicKeyHex()
+	srv := startDoor(t, h, func(o *agui.Options) { o.AuthorizedKey = func(*http.Request) string { return caller } })
 	body := input("client-thread-1", "client-run-1", "")
 	s := openStream(t, "POST", aguiURL(srv, p.Key, "echo"), body, nil)
 	f := p.Offer()
@@ -202,6 +205,31 @@ func TestRetriedFirstTurnRunsOnce(t *testing.T) {
 	s.rest()
 	if f2.RunID == f.RunID || runCount(t, h) != 2 {
 		t.Fatalf("another body was taken for the retry: %s", f2.RunID)
+	}
+}
+
+// Reproduction (outside test): two anonymous callers sending the same
+// first turn (the README's example body, say) were one conversation: the
+// second was handed the first's run, and with it the thread the first
+// went on with. Ids a caller chose are not credentials (design.md D16):
+// each anonymous first turn is its own run on its own thread.
+func TestAnonymousStrangersDoNotShareAFirstTurn(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	srv := startDoor(t, h, nil)
+	body := input("new", "r1", "")
+	var threads []string
+	for range 2 {
+		s := openStream(t, "POST", aguiURL(srv, p.Key, "echo"), body, nil)
+		f := p.Offer()
+		p.Accept(f.RunID)
+		p.Complete(f.RunID, *f.ThreadID)
+		s.rest()
+		threads = append(threads, *f.ThreadID)
+	}
+	if runCount(t, h) != 2 || threadCount(t, h) != 2 || threads[0] == threads[1] {
+		t.Fatalf("two strangers: %d runs, %d threads, threads %v", runCount(t, h), threadCount(t, h), threads)
 	}
 }
 

@@ -160,10 +160,13 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 			"%s must be at most %d printable characters", IdempotencyHeader, maxIdempotencyKey)
 	}
 	// Keys belong to their caller (D17): the Idempotency-Key within the
-	// caller key, compared with the request's hash; a first turn on a
-	// thread id funduq does not know (never adopted) is matched by the
-	// caller's threadId and runId with the same body, so a retried first
-	// turn streams the run it made instead of running again.
+	// caller key, compared with the request's hash; a known caller's first
+	// turn on a thread id funduq does not know (never adopted) is matched by
+	// its threadId and runId with the same body, so a retried first turn
+	// streams the run it made instead of running again. An anonymous
+	// caller's ids are not matched: they are identifiers, not credentials
+	// (D16), and anyone sending the same request would be handed this
+	// caller's new thread.
 	hash := identity.SHA256Hex(body)
 	probe := store.NewRun{ProviderKey: agent.ProviderKey, AgentName: agent.Name,
 		IdempotencyKey: door.IdempotencyScope(callerKey, idem), CallerRequestID: in.RunID, RequestHash: hash}
@@ -174,7 +177,7 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 		if guess {
 			probe.UnlessThread = in.ThreadID
 		}
-		if idem == "" && in.ThreadID != "" && in.RunID != "" {
+		if idem == "" && callerKey != "" && in.ThreadID != "" && in.RunID != "" {
 			probe.IdempotencyKey = door.IdempotencyScope(callerKey, "agui-turn:"+in.ThreadID+":"+in.RunID+":"+hash)
 		}
 	}
