@@ -38,9 +38,9 @@ const (
 	// funduq-go never writes it (D1: a pause has no deadline of funduq's); it
 	// is kept so records written by other implementations read back.
 	ReasonPausedNoResume Reason = "paused_no_resume"
-	// ReasonProviderDidNotAnswer: named by the seeds' settings table for an
-	// offer past deliver_timeout. The seeds' lane requeues such a run and
-	// counts unanswered instead, which is what funduq-go does; kept for the
+	// ReasonProviderDidNotAnswer: named by funduq's original settings for an
+	// offer past deliver_timeout. Its lane requeues such a run and counts
+	// unanswered instead (design.md §Counters), which is what funduq-go does; kept for the
 	// same reason as ReasonPausedNoResume.
 	ReasonProviderDidNotAnswer Reason = "provider_did_not_answer"
 	// ReasonStalledNoActivity: the retired silence clock ("silence is not a

@@ -302,7 +302,7 @@ func notFoundTask(id string) error {
 	return door.Refuse(http.StatusNotFound, door.CodeTaskNotFound, "no task %s for this agent", id)
 }
 
-// accept runs the send's checks in order (doors.md §3.4 with D1) and
+// accept runs the send's checks in order (design.md §The doors) and
 // writes the run, or reopens the paused one the message answers.
 func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 	h, agent, msg := c.h, c.agent, p.Message
@@ -455,7 +455,7 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 	// loser of a race is an ordinary queued run.
 	if task != nil && task.Status == run.InputRequired && task.CancelRequestedBy == nil {
 		// On a bound thread the answer carries the resolution proof over
-		// the task's open asks (doors.md §7.3), checked before anything is
+		// the task's open asks (design.md §The doors), checked before anything is
 		// written.
 		if taskThread.HeadKey != "" {
 			asks, _, err := door.OpenAsks(ctx, st, *task)

@@ -60,8 +60,8 @@ func (s TaskState) Terminal() bool {
 	return s == StateCompleted || s == StateFailed || s == StateCanceled
 }
 
-// StateMapping is the one table from run status to task state (seed 004,
-// D1). A cancel request never maps to canceled: only the settled status does.
+// StateMapping is the one table from run status to task state (design.md
+// §The doors, D1). A cancel request never maps to canceled: only the settled status does.
 var StateMapping = map[run.Status]TaskState{
 	run.Queued:        StateSubmitted,
 	run.Offering:      StateSubmitted,
@@ -79,12 +79,13 @@ func StateOf(s run.Status) TaskState { return StateMapping[s] }
 // Metadata keys funduq puts on tasks and status updates.
 const (
 	// CancelRequestedKey marks a task whose cancel was asked for and is
-	// pending (seed 004: the marker rides on the request, not the record).
+	// pending (design.md §The doors: the marker rides on the request, not
+	// the record).
 	CancelRequestedKey = "funduq/cancelRequested"
 	// InterruptKey carries a paused run's stored pause payload.
 	InterruptKey = "funduq/interrupt"
 	// OutstandingAsksKey lists a paused task's open ask ids, sorted: what
-	// an answer's resolution proof signs over (doors.md §7.3).
+	// an answer's resolution proof signs over (design.md §The doors).
 	OutstandingAsksKey = "funduq/outstandingAsks"
 	// AGUIEventKey carries an AG-UI event with no A2A counterpart, whole.
 	AGUIEventKey = "funduq/aguiEvent"

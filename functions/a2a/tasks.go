@@ -98,7 +98,7 @@ func (c *call) get() {
 	c.result(encodeTask(c.v, view))
 }
 
-// cancel is the one external cancel path (seed 004): on a bound thread the
+// cancel is the one external cancel path (design.md §The doors): on a bound thread the
 // proof is checked before anything about the run's state is said; a paused
 // or ended task is not cancelable; otherwise the request is recorded (the
 // broker asks the provider) and the task is answered with the marker.

@@ -77,7 +77,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	h.stream(w, r, out.run, out.after, out.fresh)
 }
 
-// accept runs the door's checks in order (doors.md §2.3, the first failing
+// accept runs the door's checks in order (design.md §The doors, the first failing
 // step wins) and writes the run, or reopens the paused one.
 //
 // guess lets it take a thread id funduq did not mint (a caller's first
@@ -313,8 +313,8 @@ func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Th
 	if !completes(asks, interrupts, in) {
 		return outcome{}, false, nil
 	}
-	// On a bound thread the answer carries the resolution proof (doors.md
-	// §7.3), checked before anything is written.
+	// On a bound thread the answer carries the resolution proof
+	// (design.md §The doors), checked before anything is written.
 	if thread.HeadKey != "" {
 		if _, err := door.CheckResolution(bag, paused.RunID, asks, []string{thread.HeadKey, agent.ProviderKey}); err != nil {
 			return outcome{}, true, err

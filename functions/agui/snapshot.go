@@ -11,7 +11,7 @@ import (
 	"github.com/funduq/funduq-go/functions/door"
 )
 
-// Snapshot is a thread as it stands (doors.md §2.6): its messages in thread
+// Snapshot is a thread as it stands (design.md §The doors): its messages in thread
 // order, its newest active run, and — only while a run waits for an answer —
 // that run with its outstanding ask ids. The key waiting_run is present only
 // when a run waits.

@@ -190,7 +190,7 @@ func TestTemplateFunctions(t *testing.T) {
 	if want := []string{"a2a", "agui", "kyok"}; !slices.Equal(doors, want) {
 		t.Errorf("doors in template.yaml: %v, want %v", doors, want)
 	}
-	// The routes are the doors' (spec §3 and the handlers' muxes).
+	// The routes are the doors' (the handlers' muxes).
 	want := map[string]string{
 		"POST /agui/{provider}/{name}": "agui", "GET /threads/{threadId}": "agui", "GET /runs/{runId}/events": "agui",
 		"GET /agents": "agui", "POST /a2a/{provider}/{name}": "a2a", "POST /a2a/{provider}/{name}/rpc": "a2a",
