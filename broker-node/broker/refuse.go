@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"strings"
+
 	"github.com/funduq/funduq-go/core/agui"
 	"github.com/funduq/funduq-go/core/wire"
 )
@@ -23,9 +25,13 @@ const (
 	kindFinish = "finish"
 )
 
-// refuse answers one report that was not taken.
+// refuse answers one report that was not taken. The metric is labelled
+// with the reason up to its first colon: the fixed name, never the detail
+// after it, which can quote what the provider sent and would let a
+// provider mint label values without bound.
 func (b *Broker) refuse(l Link, kind, runID, reason string) {
-	b.metrics.refusals.WithLabelValues(kind, reason).Inc()
+	label, _, _ := strings.Cut(reason, ":")
+	b.metrics.refusals.WithLabelValues(kind, label).Inc()
 	frame, err := wire.Marshal(wire.Error{Type: wire.TypeError, Message: kind + " refused: " + reason, RunID: runID})
 	if err == nil {
 		_ = l.Send(frame) // a closed link has nobody to tell
