@@ -219,6 +219,8 @@ func TestRefusals(t *testing.T) {
 	c.code(a2a.CodeTaskNotFound, "message/send", map[string]any{"message": c.message("r-2", "x", map[string]any{"taskId": "run_unknown"})})
 	c.code(a2a.CodeTaskNotFound, "message/send", map[string]any{"message": c.message("r-3", "x", map[string]any{"taskId": foreign["id"]})})
 	c.code(a2a.CodeInvalidParams, "message/send", map[string]any{"message": c.message("r-4", "x", map[string]any{"contextId": foreign["contextId"]})})
+	// A role A2A does not have (outside test: "boss" was taken for the user's).
+	c.code(a2a.CodeInvalidParams, "message/send", map[string]any{"message": c.message("r-7", "x", map[string]any{"role": "boss"})})
 	c.code(a2a.CodeContentTypeNotSupported, "message/send", map[string]any{"message": map[string]any{"messageId": "r-5", "role": "user",
 		"parts": []any{map[string]any{"kind": "file", "file": map[string]any{"uri": "x"}}}}})
 	c.code(a2a.CodeInvalidParams, "message/send", map[string]any{"message": c.message("r-6", "x", nil),

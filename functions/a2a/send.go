@@ -128,8 +128,12 @@ func parseMessage(raw json.RawMessage) (InboundMessage, *RPCError) {
 	switch strings.ToLower(role) {
 	case "agent", "role_agent":
 		m.Role = "assistant"
-	default:
+	case "user", "role_user":
 		m.Role = "user"
+	default:
+		// A2A knows two roles; anything else is refused, not taken for the
+		// user's.
+		return m, rpcErr(CodeInvalidParams, "params.message.role must be \"user\" or \"agent\" (ROLE_USER or ROLE_AGENT)")
 	}
 	if v, ok := obj["metadata"]; ok && firstByte(v) != 'n' {
 		if firstByte(v) != '{' {
