@@ -113,11 +113,14 @@ type Broker struct {
 	buckets    map[string]*bucket
 	unserved   map[AgentRef]time.Time // unserved-since, for the unserved clock
 	expected   map[AgentRef]bool      // served when the previous leader went away
-	graceOver  bool                   // the sweep has ended provider_grace's waits
-	ended      *endedRuns             // runs seen terminal lately (ended.go)
-	wake       chan struct{}
-	lastNudge  time.Time
-	lanesWG    sync.WaitGroup
+	// lostUntil: agents whose link was lost without a close frame, until
+	// the link grace ends — their key is expected back (D5).
+	lostUntil map[AgentRef]time.Time
+	graceOver bool       // the sweep has ended provider_grace's waits
+	ended     *endedRuns // runs seen terminal lately (ended.go)
+	wake      chan struct{}
+	lastNudge time.Time
+	lanesWG   sync.WaitGroup
 }
 
 // Options are New's dependencies; Store is required.
@@ -157,6 +160,7 @@ func (b *Broker) reset() {
 	b.buckets = map[string]*bucket{}
 	b.unserved = map[AgentRef]time.Time{}
 	b.expected = map[AgentRef]bool{}
+	b.lostUntil = map[AgentRef]time.Time{}
 	b.graceOver = false
 	b.ended = newEndedRuns()
 	b.wake = make(chan struct{}, 1)
@@ -446,6 +450,7 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 		}
 		b.served[ref] = ls
 		delete(b.unserved, ref)
+		delete(b.lostUntil, ref)
 		// Served under this leadership: within provider_grace its runs
 		// wait for it to come back like those of a provider expected back
 		// from the previous leader.
@@ -549,6 +554,9 @@ func (b *Broker) Detach(l Link, lost bool) {
 			delete(b.served, ref)
 			b.unserved[ref] = b.clock.Now()
 			offline = append(offline, n)
+			if lost && !ls.withdrawn && b.set.LinkGrace > 0 {
+				b.lostUntil[ref] = b.clock.Now().Add(b.set.LinkGrace)
+			}
 		}
 	}
 	for _, ln := range b.lanes {

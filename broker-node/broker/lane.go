@@ -51,7 +51,18 @@ type lane struct {
 	// the link grace passes it fails provider_left_holding_it and counts
 	// abandoned against adoptKey (D5).
 	linkLost bool
-	ended    bool
+	// reserved is the key whose bucket keeps a place for this orphan: its
+	// provider is presumed still running it (a lost link, a takeover), so
+	// a re-attached link of the key is not offered that place meanwhile —
+	// it would decline, and a decline with room counts misdeclared. The
+	// re-adoption takes the place over; forget gives it back.
+	reserved string
+	// linkWait: queued while its agent's link was lost without a close
+	// frame; it waits for the key until linkUntil (the link grace), then
+	// fails agent_offline (the sweep), as a run does around a takeover.
+	linkWait  bool
+	linkUntil time.Time
+	ended     bool
 
 	// The lane goroutine's own.
 	offer      *offerState
@@ -649,7 +660,10 @@ func (l *lane) holder(ctx context.Context, ls *linkState) string {
 	case l.orphan && ls.key == l.adoptKey:
 		l.orphan = false
 		l.claimedBy, l.claimedAt, l.offeredTo = ls, b.clock.Now(), ls
-		b.bucketFor(ls.key).inFlight++
+		if l.reserved == "" {
+			b.bucketFor(ls.key).inFlight++
+		}
+		l.reserved = "" // the kept place is the adopter's now
 		b.leaveThreadLocked(l)
 		epoch := b.epoch
 		b.mu.Unlock()
@@ -1023,10 +1037,13 @@ func (b *Broker) forget(l *lane) {
 		b.ended.add(l.id)
 	}
 	b.leaveThreadLocked(l)
+	key := l.reserved
 	if l.offeredTo != nil {
-		key := l.offeredTo.key
+		key = l.offeredTo.key
+	}
+	if key != "" {
 		b.bucketFor(key).release()
-		l.offeredTo = nil
+		l.offeredTo, l.reserved = nil, ""
 		// A freed place is news to every head waiting for that key.
 		b.nudgeHeadsOfKeyLocked(key)
 		b.wakeSweep()
@@ -1134,11 +1151,11 @@ func (l *lane) onGone(ctx context.Context, c goneCmd) {
 	hold := held && c.lost && b.set.LinkGrace > 0 && !l.reportedEnd()
 	if hold {
 		// A dropped link is not yet an abandonment (D5): the run waits
-		// for the key to re-attach and report, as at a takeover. Its
-		// place is given back; a re-adoption takes one again.
+		// for the key to re-attach and report, as at a takeover. It keeps
+		// its place: the provider is presumed to be running it still.
 		l.claimedBy, l.orphan, l.adoptKey, l.linkLost = nil, true, ls.key, true
 		if l.offeredTo != nil {
-			b.bucketFor(l.offeredTo.key).release()
+			l.reserved = l.offeredTo.key
 			l.offeredTo = nil
 		}
 		l.orphanT = b.clock.AfterFunc(b.set.LinkGrace, func() { l.q.push(orphanCmd{}) })

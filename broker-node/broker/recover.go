@@ -90,6 +90,10 @@ func (b *Broker) adoptLater(ctx context.Context, r store.Run) {
 	}
 	b.mu.Lock()
 	l.orphan, l.adoptKey = true, r.ProviderKey
+	// Its provider is presumed to be running it still: the place is kept
+	// for it until it re-adopts the run or the grace ends.
+	l.reserved = r.ProviderKey
+	b.bucketFor(r.ProviderKey).inFlight++
 	l.cancelRequested = r.CancelRequestedBy != nil
 	b.addLaneLocked(l)
 	b.lanesWG.Add(1)
@@ -169,6 +173,12 @@ func (b *Broker) take(r store.Run, readBack bool) {
 		waiting = true // no grace: read-back runs take the unserved clock
 	}
 	l.graceWait = waiting && inGrace
+	// Its agent's link was lost without a close frame moments ago: the
+	// key is expected back within the link grace (D5), so the run waits
+	// that long rather than failing agent_offline while it reconnects.
+	if until, ok := b.lostUntil[l.agent]; ok && !served && b.clock.Now().Before(until) {
+		waiting, l.linkWait, l.linkUntil = true, true, until
+	}
 	lost := readBack && b.interjectionLostLocked(l.addressed)
 	b.joinThreadLocked(l, l.queuedAt)
 	switch {

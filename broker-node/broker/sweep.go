@@ -56,6 +56,21 @@ func (b *Broker) sweepOnce(ctx context.Context) {
 		if l.ended {
 			continue
 		}
+		if l.linkWait {
+			// Waiting for a lost link's key within the link grace (D5).
+			until, ok := b.lostUntil[l.agent]
+			switch {
+			case b.served[l.agent] != nil || !ok || !until.Equal(l.linkUntil):
+				// Served again since (or lost again): the ordinary
+				// unserved clock applies from here.
+				l.linkWait = false
+			case !now.Before(until) && l.claimedBy == nil && l.offeredTo == nil && !l.orphan &&
+				(l.addressed == "" || b.lanes[l.addressed] == nil):
+				l.linkWait = false
+				l.q.push(failCmd{run.ReasonAgentOffline})
+				continue
+			}
+		}
 		if l.claimedBy != nil && !l.noted && !now.Before(l.claimedAt.Add(b.set.UndeliveredWindow)) {
 			l.noted = true
 			if l.endStored {
@@ -77,6 +92,11 @@ func (b *Broker) sweepOnce(ctx context.Context) {
 				l.expirySent = true
 				l.q.push(expireCmd{})
 			}
+		}
+	}
+	for ref, until := range b.lostUntil {
+		if !now.Before(until) {
+			delete(b.lostUntil, ref)
 		}
 	}
 	if nudge {
