@@ -282,12 +282,53 @@ func (n *Node) leadUnder(ctx context.Context) {
 	if err != nil {
 		return
 	}
+	defer n.heartbeat(ctx, epoch)()
 	defer n.kyok.Start(ctx, epoch)()
 	if n.retention != nil {
 		defer n.retention.Start(ctx)()
 	}
 	if err := n.Broker.Run(ctx, epoch, n.startIntake); err != nil {
 		n.log.Error("broker stopped leading", "err", err, "epoch", epoch)
+	}
+}
+
+// heartbeat keeps the leader's liveness visible in PostgreSQL while it
+// leads (broker_heartbeat): a door's GET /agents says online only for
+// agents served under an epoch whose heartbeat is alive, so while no node
+// leads (the leader killed, frozen or partitioned) nothing reads online
+// for longer than a lease TTL (D8, D10). Beats at a third of the TTL, on
+// real time like the lease. The returned stop says the leader stopped.
+func (n *Node) heartbeat(ctx context.Context, epoch int64) (stop func()) {
+	ttl := n.cfg.LeaseTTL
+	beat := func(ctx context.Context, d time.Duration) {
+		bctx, cancel := context.WithTimeout(ctx, max(ttl/3, time.Second))
+		defer cancel()
+		if err := n.st.Heartbeat(bctx, epoch, d); err != nil && ctx.Err() == nil {
+			n.log.Warn("leader heartbeat not written", "epoch", epoch, "err", err)
+		}
+	}
+	beat(ctx, ttl)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(max(ttl/3, 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				beat(ctx, ttl)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+		// Best effort: a leader that cannot say so is read as gone when
+		// its last beat runs out.
+		beat(context.Background(), 0)
 	}
 }
 

@@ -95,3 +95,17 @@ func fence(ctx context.Context, tx pgx.Tx, epoch int64) error {
 	}
 	return nil
 }
+
+// Heartbeat records that the leader of epoch is alive for ttl from now (the
+// broker_heartbeat row): GET /agents says online only while it is (D8).
+// An older epoch's heartbeat never overwrites a newer one's; ttl 0 says the
+// leader stopped leading.
+func (s *Store) Heartbeat(ctx context.Context, epoch int64, ttl time.Duration) error {
+	_, err := s.pool.Exec(ctx, `UPDATE broker_heartbeat SET epoch = $1,
+		alive_until = now() + make_interval(secs => $2::float8 / 1000)
+		WHERE id = 1 AND epoch <= $1`, epoch, ttl.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	return nil
+}

@@ -110,8 +110,8 @@ type ProviderRow struct {
 func (s *Store) ListProviders(ctx context.Context) ([]ProviderRow, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT p.public_key, p.fingerprint, coalesce(p.display_name, ''),
-		       coalesce(array_agg(a.name ORDER BY a.name) FILTER (WHERE a.served_epoch = l.epoch), '{}')
-		FROM providers p CROSS JOIN broker_leader l LEFT JOIN agents a ON a.provider_key = p.public_key
+		       coalesce(array_agg(a.name ORDER BY a.name) FILTER (WHERE a.served_epoch = l.epoch AND h.epoch = l.epoch AND h.alive_until > now()), '{}')
+		FROM providers p CROSS JOIN broker_leader l CROSS JOIN broker_heartbeat h LEFT JOIN agents a ON a.provider_key = p.public_key
 		GROUP BY p.public_key, p.fingerprint, p.display_name ORDER BY p.public_key`)
 	if err != nil {
 		return nil, fmt.Errorf("list providers: %w", err)

@@ -150,8 +150,8 @@ type AgentInfo struct {
 func (s *Store) ListAgents(ctx context.Context) ([]AgentInfo, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT a.provider_key, a.name, a.description, a.agent_card_extra, a.metadata, a.takes_interjections,
-		       a.served_epoch IS NOT NULL AND a.served_epoch = l.epoch
-		FROM agents a CROSS JOIN broker_leader l ORDER BY a.provider_key, a.name`)
+		       a.served_epoch IS NOT NULL AND a.served_epoch = l.epoch AND h.epoch = l.epoch AND h.alive_until > now()
+		FROM agents a CROSS JOIN broker_leader l CROSS JOIN broker_heartbeat h ORDER BY a.provider_key, a.name`)
 	if err != nil {
 		return nil, fmt.Errorf("list agents: %w", err)
 	}
