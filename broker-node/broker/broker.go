@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"time"
@@ -30,6 +31,9 @@ type Settings struct {
 	// config); 0: they fail provider_left_holding_it at once.
 	LinkGrace        time.Duration
 	QualityTolerance int // counter level that withdraws a provider; 0 disables (3)
+	// StoreRetryFor bounds how long one write is retried while PostgreSQL
+	// fails it (30s); then the leader steps down (ErrStoreUnavailable).
+	StoreRetryFor time.Duration
 	// SweepInterval is how often the sweep looks at its clocks and nudges
 	// waiting heads when nothing wakes it sooner (1s). The reference slept
 	// up to the unserved window; ticking faster only makes retries sooner.
@@ -73,6 +77,9 @@ func (s *Settings) defaults() {
 	}
 	if s.LinkGrace < 0 {
 		s.LinkGrace = 0
+	}
+	if s.StoreRetryFor <= 0 {
+		s.StoreRetryFor = 30 * time.Second
 	}
 	if s.SweepInterval <= 0 {
 		s.SweepInterval = time.Second
@@ -249,8 +256,12 @@ func (b *Broker) teardown(cause error) {
 	b.reset()
 	b.mu.Unlock()
 	reason := "funduq broker node stopped leading; reconnect"
-	if cause != nil && errors.Is(cause, store.ErrStaleEpoch) {
+	switch {
+	case cause == nil:
+	case errors.Is(cause, store.ErrStaleEpoch):
 		reason = "funduq broker node was deposed; reconnect"
+	case errors.Is(cause, ErrStoreUnavailable):
+		reason = "funduq broker node stepped down: its database did not accept writes; reconnect"
 	}
 	for _, ls := range links {
 		ls.link.Close(reason)
@@ -267,12 +278,42 @@ func (b *Broker) lost(err error) {
 	}
 }
 
+// The leader's store retries (design.md D13, "Failure, component by
+// component"): exponential backoff from writeRetryBase, doubling up to
+// writeRetryCeiling, each wait with up to 50% jitter so the lanes retrying
+// at once do not hit PostgreSQL again in step; StoreRetryFor bounds the
+// whole.
+const (
+	writeRetryBase    = 50 * time.Millisecond
+	writeRetryCeiling = 2 * time.Second
+)
+
+// ErrStoreUnavailable ends leadership when a write could not land within
+// StoreRetryFor: the leader steps down, closing its links with a reason,
+// and whoever leads next (this node again, once PostgreSQL answers) reads
+// every run back (D7). Nothing is written meanwhile, so nothing is lost
+// that the record and the providers' resends do not give back.
+var ErrStoreUnavailable = errors.New("the database did not accept the leader's writes in time")
+
+// retryDelay is the wait after failed attempt n (1, 2, …).
+func retryDelay(n int) time.Duration {
+	d := writeRetryCeiling
+	if n < 16 {
+		d = min(writeRetryBase<<(n-1), writeRetryCeiling)
+	}
+	return d + rand.N(d/2+1)
+}
+
 // write runs one store write, retrying transient failures (PostgreSQL away)
-// with backoff until it lands, the leadership ends, or it is refused. A
-// stale epoch ends leadership. Refusals (illegal transition, not found) are
-// returned for the caller to judge.
+// with bounded backoff until it lands, the leadership ends, or it is
+// refused. A stale epoch ends leadership; so does a write that has not
+// landed within StoreRetryFor (ErrStoreUnavailable). Refusals (illegal
+// transition, not found) are returned for the caller to judge. fn is
+// called again on a retry, so it must be safe to repeat: a write that may
+// have committed before its answer was lost carries a key that makes the
+// repeat a no-op (store.AppendProviderEventsOnce).
 func (b *Broker) write(ctx context.Context, what string, fn func() error) error {
-	delay := 50 * time.Millisecond
+	began := time.Now() // real time: this waits on PostgreSQL, not on a protocol deadline
 	for attempt := 1; ; attempt++ {
 		err := fn()
 		switch {
@@ -289,19 +330,24 @@ func (b *Broker) write(ctx context.Context, what string, fn func() error) error 
 		case ctx.Err() != nil:
 			return ctx.Err()
 		}
+		delay := retryDelay(attempt)
+		if time.Since(began)+delay > b.set.StoreRetryFor {
+			err = fmt.Errorf("%w: %s failed %d times in %v: %w", ErrStoreUnavailable, what, attempt,
+				time.Since(began).Round(time.Millisecond), err)
+			b.metrics.writeFailures.Inc()
+			b.log.ErrorContext(ctx, "store write did not land in time; stepping down", "op", what, "attempts", attempt,
+				"store_retry_for", b.set.StoreRetryFor.String(), "err", err)
+			b.lost(err)
+			return err
+		}
 		b.metrics.writeRetries.Inc()
-		b.log.WarnContext(ctx, "store write failed; retrying", "op", what, "attempt", attempt, "err", err)
-		// Real time, not the broker's clock: this waits on PostgreSQL, not
-		// on a protocol deadline.
+		b.log.WarnContext(ctx, "store write failed; retrying", "op", what, "attempt", attempt, "in", delay.String(), "err", err)
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
 		case <-t.C:
-		}
-		if delay < 2*time.Second {
-			delay *= 2
 		}
 	}
 }

@@ -232,12 +232,20 @@ func (l *lane) move(ctx context.Context, to run.Status) error {
 	b.mu.Lock()
 	epoch := b.epoch
 	b.mu.Unlock()
+	attempt := 0
 	err := b.write(ctx, fmt.Sprintf("move run to %s", to), func() error {
+		attempt++
 		// Offering and its requeue are read back at takeover as queued
 		// alike: they need not wait for the disk.
 		lazy := to == run.Offering || to == run.Queued
 		_, err := b.st.Transition(ctx, store.Move{RunID: l.id, To: to, Writer: run.ByBroker, Epoch: epoch, Lazy: lazy, Brief: true})
 		var te *store.TransitionError
+		if attempt > 1 && errors.As(err, &te) && te.From == to {
+			// A retry finding the run where this write puts it: the
+			// earlier attempt landed and its answer was lost (only this
+			// lane moves its run under this epoch).
+			return nil
+		}
 		if to == run.Offering && errors.As(err, &te) && te.From == run.Offering {
 			// An earlier attempt landed and its answer was lost (the
 			// takeover's read-back requeues every older epoch's offer, so
@@ -555,8 +563,9 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 	b.mu.Unlock()
 	var appended []store.Appended
 	t0 := time.Now()
+	key := store.NewWriteKey()
 	err := b.write(ctx, "claim run with its first events", func() (err error) {
-		_, appended, err = b.st.Conclude(ctx, store.Conclusion{Claim: true, ProviderEvents: a.evs,
+		_, appended, err = b.st.Conclude(ctx, store.Conclusion{Claim: true, ProviderEvents: a.evs, WriteKey: key,
 			Move: store.Move{RunID: l.id, To: run.Running, Writer: run.ByBroker, Epoch: epoch}})
 		return err
 	})
@@ -777,8 +786,11 @@ func (l *lane) store(ctx context.Context, evs []store.NewEvent, infos []agui.Inf
 	b.mu.Unlock()
 	var seqs []int
 	t0 := time.Now() // real time, for the metric: this waits on PostgreSQL
+	// One key for every attempt: a retry of an attempt that committed
+	// before its answer was lost stores nothing twice (D13).
+	key := store.NewWriteKey()
 	err := b.write(ctx, "append events", func() (err error) {
-		seqs, err = b.st.AppendProviderEvents(ctx, epoch, l.id, evs)
+		seqs, err = b.st.AppendProviderEventsOnce(ctx, epoch, l.id, key, evs)
 		return err
 	})
 	b.metrics.storeSecs.Add(time.Since(t0).Seconds())
@@ -961,6 +973,9 @@ func (l *lane) conclude(ctx context.Context, c store.Conclusion) bool {
 	epoch := b.epoch
 	b.mu.Unlock()
 	c.Move.RunID, c.Move.Writer, c.Move.Epoch = l.id, run.ByBroker, epoch
+	// One key for every attempt: a retry of an attempt that committed
+	// before its answer was lost stores nothing twice (D13).
+	c.WriteKey = store.NewWriteKey()
 	var r store.Run
 	var appended []store.Appended
 	err := b.write(ctx, "conclude run", func() (err error) {
@@ -1003,8 +1018,9 @@ func (l *lane) conclude(ctx context.Context, c store.Conclusion) bool {
 // publishes them.
 func (l *lane) storeAlone(ctx context.Context, epoch int64, evs []store.NewEvent) {
 	var seqs []int
+	key := store.NewWriteKey()
 	err := l.b.write(ctx, "append events", func() (err error) {
-		seqs, err = l.b.st.AppendProviderEvents(ctx, epoch, l.id, evs)
+		seqs, err = l.b.st.AppendProviderEventsOnce(ctx, epoch, l.id, key, evs)
 		return err
 	})
 	if err != nil {

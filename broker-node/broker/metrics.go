@@ -13,15 +13,18 @@ type Metrics struct {
 	ended        *prometheus.CounterVec
 	withdrawals  prometheus.Counter
 	writeRetries prometheus.Counter
-	backpressure prometheus.Counter
-	storeSecs    prometheus.Counter
-	publishSecs  prometheus.Counter
-	waiting      *waitingCollector
-	isLeader     prometheus.Gauge
-	epoch        prometheus.Gauge
-	lanes        *laneCollector
-	refusals     *prometheus.CounterVec
-	badEvents    *prometheus.CounterVec
+	// writeFailures: writes given up after StoreRetryFor (the leader
+	// stepped down).
+	writeFailures prometheus.Counter
+	backpressure  prometheus.Counter
+	storeSecs     prometheus.Counter
+	publishSecs   prometheus.Counter
+	waiting       *waitingCollector
+	isLeader      prometheus.Gauge
+	epoch         prometheus.Gauge
+	lanes         *laneCollector
+	refusals      *prometheus.CounterVec
+	badEvents     *prometheus.CounterVec
 }
 
 // NewMetrics makes the collectors and registers them on reg (nil: not registered).
@@ -41,6 +44,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Providers withdrawn from service at tolerance."}),
 		writeRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_store_write_retries_total",
 			Help: "Store writes retried after a transient failure."}),
+		writeFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_store_write_failures_total",
+			Help: "Store writes given up after FUNDUQ_STORE_RETRY_FOR of failures; the leader stepped down each time."}),
 		backpressure: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_link_backpressure_total",
 			Help: "Times a provider link's read loop waited because its event backlog was full."}),
 		storeSecs: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_event_store_seconds_total",
@@ -61,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Provider events that failed their run (malformed, oversized, over the per-run limit), by reason. Counts no quality counter."}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.links, m.offers, m.quality, m.events, m.ended, m.withdrawals, m.writeRetries, m.backpressure, m.storeSecs, m.publishSecs, m.waiting,
+		reg.MustRegister(m.links, m.offers, m.quality, m.events, m.ended, m.withdrawals, m.writeRetries, m.writeFailures, m.backpressure, m.storeSecs, m.publishSecs, m.waiting,
 			m.isLeader, m.epoch, m.lanes, m.refusals, m.badEvents)
 	}
 	return m

@@ -126,7 +126,7 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 		Metrics: broker.NewMetrics(reg),
 		Settings: broker.Settings{DeliverTimeout: cfg.DeliverTimeout, UnservedTimeout: cfg.UnservedTimeout,
 			UndeliveredWindow: cfg.UndeliveredWindow, ProviderGrace: cfg.ProviderGrace, LinkGrace: cfg.LinkGrace,
-			QualityTolerance: cfg.ProviderQualityTolerance, SweepInterval: o.SweepInterval,
+			QualityTolerance: cfg.ProviderQualityTolerance, StoreRetryFor: cfg.StoreRetryFor, SweepInterval: o.SweepInterval,
 			Limits:       broker.Limits{MaxEventsPerRun: cfg.MaxEventsPerRun, MaxEventBytes: cfg.MaxEventBytes},
 			EventBacklog: cfg.LinkEventBacklog, EventBacklogBytes: cfg.LinkEventBacklogBytes}})
 	n := &Node{cfg: cfg, log: log, st: st, rdb: rdb, signer: signer, tickets: tickets.New(rdb, prefix),

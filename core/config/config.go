@@ -47,6 +47,9 @@ type Waits struct {
 	// holds its runs for the same key to re-attach (D5); 0: they fail at once.
 	LinkGrace                time.Duration `env:"FUNDUQ_LINK_GRACE" envDefault:"5s"`
 	ProviderQualityTolerance int           `env:"FUNDUQ_PROVIDER_QUALITY_TOLERANCE" envDefault:"3"`
+	// StoreRetryFor bounds how long the leader retries one write that
+	// PostgreSQL keeps failing before it steps down (D13).
+	StoreRetryFor time.Duration `env:"FUNDUQ_STORE_RETRY_FOR" envDefault:"30s"`
 }
 
 // DoorLimits bound what one caller request may carry, so nothing a door
@@ -319,6 +322,7 @@ func (w Waits) validate() error {
 		{"FUNDUQ_UNDELIVERED_WINDOW", w.UndeliveredWindow, false},
 		{"FUNDUQ_PROVIDER_GRACE", w.ProviderGrace, true},
 		{"FUNDUQ_LINK_GRACE", w.LinkGrace, true},
+		{"FUNDUQ_STORE_RETRY_FOR", w.StoreRetryFor, false},
 	} {
 		if d.v < 0 || (d.v == 0 && !d.mayBeNil) {
 			errs = append(errs, fmt.Errorf("%s: must be positive, got %s", d.name, d.v))

@@ -24,7 +24,8 @@ func TestBrokerDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := config.Waits{LeaseTTL: 10 * time.Second, DeliverTimeout: 5 * time.Second, UnservedTimeout: 45 * time.Second,
-		UndeliveredWindow: 1800 * time.Second, ProviderGrace: 30 * time.Second, LinkGrace: 5 * time.Second, ProviderQualityTolerance: 3}
+		UndeliveredWindow: 1800 * time.Second, ProviderGrace: 30 * time.Second, LinkGrace: 5 * time.Second, ProviderQualityTolerance: 3,
+		StoreRetryFor: 30 * time.Second}
 	if c.Waits != want {
 		t.Fatalf("waits = %+v, want the seeds' defaults %+v", c.Waits, want)
 	}

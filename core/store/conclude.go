@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -26,6 +27,10 @@ type Conclusion struct {
 	ProviderEvents []NewEvent
 	Events         []json.RawMessage // appended before the move, in order (after ProviderEvents)
 	AgentMessages  []Message         // recorded on the run's thread, origin agent
+	// WriteKey makes the conclusion safe to repeat (NewWriteKey, one per
+	// logical write): a repeat of one that committed before its answer
+	// was lost changes nothing and answers as the first attempt did.
+	WriteKey string
 }
 
 // Appended is one event Conclude stored.
@@ -69,6 +74,9 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 			if err := rd.check(m.Epoch); err != nil {
 				return err
 			}
+			if rd.wrote(c.WriteKey) {
+				return errWritten
+			}
 			if c.Claim {
 				if !run.Legal(m.Writer, run.Status(rd.status), run.Running) {
 					return &TransitionError{RunID: m.RunID, From: run.Status(rd.status), To: run.Running, Writer: m.Writer}
@@ -86,13 +94,20 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 		func(b *pgx.Batch) {
 			appended = appended[:0]
 			ins := eventInsert{last: rd.lastSeq}
-			for i, seq := range ins.add(rd, c.ProviderEvents) {
+			seqs := ins.add(rd, c.ProviderEvents)
+			for i, seq := range seqs {
 				if seq > 0 {
 					appended = append(appended, Appended{Seq: seq, Event: c.ProviderEvents[i].Event})
 				}
 			}
 			for _, ev := range c.Events {
-				appended = append(appended, Appended{Seq: ins.push(ev, nil), Event: ev})
+				seq := ins.push(ev, nil)
+				seqs = append(seqs, seq)
+				appended = append(appended, Appended{Seq: seq, Event: ev})
+			}
+			var writeSeqs []int32
+			if c.WriteKey != "" {
+				writeSeqs = int32s(seqs)
 			}
 			ins.queue(b, m.RunID)
 			// The run's row and its thread's activity in one statement; a
@@ -112,18 +127,47 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 				-- The KYOK binding dies with the run, in the same write.
 				kyok_binding = CASE WHEN $2 IN ('completed', 'failed', 'cancelled') THEN NULL ELSE kyok_binding END,
 				kyok_llm_provider_key = CASE WHEN $2 IN ('completed', 'failed', 'cancelled') THEN NULL ELSE kyok_llm_provider_key END,
-				kyok_llm_name = CASE WHEN $2 IN ('completed', 'failed', 'cancelled') THEN NULL ELSE kyok_llm_name END
+				kyok_llm_name = CASE WHEN $2 IN ('completed', 'failed', 'cancelled') THEN NULL ELSE kyok_llm_name END,
+				write_key = coalesce($10, write_key),
+				write_seqs = CASE WHEN $10 IS NULL THEN write_seqs ELSE $11 END
 			WHERE run_id = $1
 			RETURNING `+runColumns,
 				m.RunID, string(m.To), string(m.Reason), nullJSON(m.Interrupt), m.Epoch, ins.last,
-				c.Claim, rd.threadID, rd.lastSeq).QueryRow(func(row pgx.Row) (err error) {
+				c.Claim, rd.threadID, rd.lastSeq, nullText(c.WriteKey), writeSeqs).QueryRow(func(row pgx.Row) (err error) {
 				out, err = scanRun(row)
 				return err
 			})
 			queueMessages(b, rd.threadID, m.RunID, "agent", c.AgentMessages)
 		})
+	if errors.Is(err, errWritten) {
+		// An earlier attempt of this conclusion committed: answer as it
+		// would have, from the record.
+		out, err = s.GetRun(ctx, m.RunID)
+		if err != nil {
+			return Run{}, nil, err
+		}
+		appended = appended[:0]
+		evs := make([]json.RawMessage, 0, len(c.ProviderEvents)+len(c.Events))
+		for _, e := range c.ProviderEvents {
+			evs = append(evs, e.Event)
+		}
+		evs = append(evs, c.Events...)
+		for i, seq := range rd.writeSeqs {
+			if seq > 0 && i < len(evs) {
+				appended = append(appended, Appended{Seq: seq, Event: evs[i]})
+			}
+		}
+		return out, appended, nil
+	}
 	if err != nil {
 		return Run{}, nil, err
 	}
 	return out, appended, nil
+}
+
+func nullText(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,6 +59,17 @@ type NewEvent struct {
 // returned event is durable before the call returns (D9). A stale epoch
 // changes nothing; the run must exist.
 func (s *Store) AppendProviderEvents(ctx context.Context, epoch int64, runID string, evs []NewEvent) ([]int, error) {
+	return s.AppendProviderEventsOnce(ctx, epoch, runID, "", evs)
+}
+
+// AppendProviderEventsOnce is AppendProviderEvents made safe to repeat
+// with key (NewWriteKey, one per logical write): the run records the key
+// of the write that stored its events, so a repeat of a write that
+// committed before its answer was lost (a connection dropped after COMMIT)
+// stores nothing again and returns the seqs the first attempt gave — also
+// for events without a provider seq, which dedupe cannot recognise. ""
+// records no key.
+func (s *Store) AppendProviderEventsOnce(ctx context.Context, epoch int64, runID, key string, evs []NewEvent) ([]int, error) {
 	if len(evs) == 0 {
 		return nil, nil
 	}
@@ -72,21 +85,54 @@ func (s *Store) AppendProviderEvents(ctx context.Context, epoch int64, runID str
 			if err := rd.check(epoch); err != nil {
 				return err
 			}
+			if rd.wrote(key) {
+				seqs = rd.writeSeqs
+				return errWritten
+			}
 			seqs = nil
 			return nil
 		},
 		func(b *pgx.Batch) {
 			ins := eventInsert{last: rd.lastSeq}
 			seqs = ins.add(rd, evs)
-			if ins.queue(b, runID) {
-				b.Queue(`UPDATE runs SET last_seq = $2, last_activity_at = now() WHERE run_id = $1`, runID, ins.last)
+			if !ins.queue(b, runID) {
+				return
 			}
+			if key == "" {
+				b.Queue(`UPDATE runs SET last_seq = $2, last_activity_at = now() WHERE run_id = $1`, runID, ins.last)
+				return
+			}
+			b.Queue(`UPDATE runs SET last_seq = $2, last_activity_at = now(), write_key = $3, write_seqs = $4 WHERE run_id = $1`,
+				runID, ins.last, key, int32s(seqs))
 		})
-	if err != nil {
+	if err != nil && !errors.Is(err, errWritten) {
 		return nil, err
 	}
 	return seqs, nil
 }
+
+// errWritten: the write's key is the run's last: an earlier attempt of it
+// committed. Rolled back, and answered with that attempt's result.
+var errWritten = errors.New("written already by an earlier attempt of this write")
+
+// NewWriteKey returns a fresh key for one logical write (see
+// AppendProviderEventsOnce): made once, outside the write's retries.
+func NewWriteKey() string {
+	var b [12]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func int32s(xs []int) []int32 {
+	out := make([]int32, len(xs))
+	for i, x := range xs {
+		out[i] = int32(x)
+	}
+	return out
+}
+
+// wrote reports whether key is the key of the run's last event write.
+func (rd *eventsRead) wrote(key string) bool { return key != "" && rd.writeKey == key }
 
 // eventsRead is what the first round trip of an event write reads: the
 // leader epoch (locked FOR SHARE, the fence), the run's row (locked FOR
@@ -99,6 +145,10 @@ type eventsRead struct {
 	threadID string
 	lastSeq  int
 	stored   map[int64]bool
+	// writeKey and writeSeqs are the run's last keyed event write: its key
+	// and the seqs it gave.
+	writeKey  string
+	writeSeqs []int
 }
 
 // queueLock reads the leader epoch (FOR SHARE: the fence) and the run's
@@ -106,15 +156,23 @@ type eventsRead struct {
 // the epoch is then read alone, so a stale writer still learns it is.
 func (rd *eventsRead) queueLock(b *pgx.Batch, runID string) {
 	b.Queue(`WITH l AS (SELECT epoch FROM broker_leader WHERE id = 1 FOR SHARE),
-		r AS (SELECT status, thread_id, last_seq FROM runs WHERE run_id = $1 FOR UPDATE)
-		SELECT l.epoch, r.status, r.thread_id, r.last_seq FROM l LEFT JOIN r ON true`, runID).QueryRow(func(row pgx.Row) error {
-		var status, threadID *string
+		r AS (SELECT status, thread_id, last_seq, write_key, write_seqs FROM runs WHERE run_id = $1 FOR UPDATE)
+		SELECT l.epoch, r.status, r.thread_id, r.last_seq, r.write_key, r.write_seqs FROM l LEFT JOIN r ON true`, runID).QueryRow(func(row pgx.Row) error {
+		var status, threadID, writeKey *string
 		var last *int
-		if err := row.Scan(&rd.current, &status, &threadID, &last); err != nil {
+		var writeSeqs []int32
+		if err := row.Scan(&rd.current, &status, &threadID, &last, &writeKey, &writeSeqs); err != nil {
 			return fmt.Errorf("fence: %w", err)
 		}
 		if status != nil {
 			rd.found, rd.status, rd.threadID, rd.lastSeq = true, *status, *threadID, *last
+		}
+		if writeKey != nil {
+			rd.writeKey = *writeKey
+			rd.writeSeqs = make([]int, len(writeSeqs))
+			for i, x := range writeSeqs {
+				rd.writeSeqs[i] = int(x)
+			}
 		}
 		return nil
 	})

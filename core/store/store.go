@@ -4,15 +4,31 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Store is the handle doors and the broker share. It owns its pool.
 type Store struct {
-	pool *pgxpool.Pool
-	log  *slog.Logger
+	pool   *pgxpool.Pool
+	log    *slog.Logger
+	faults atomic.Pointer[Faults]
 }
+
+// Faults inject failures into the store's driver layer, for tests that
+// need a PostgreSQL fault at an exact moment (a real commit whose answer
+// is lost): see InjectFaults. Production code never sets them.
+type Faults struct {
+	// AfterCommit is called once a pipelined write's COMMIT has succeeded
+	// (op names the write). A non-nil error closes the connection and is
+	// returned instead of success, as when a connection drops after the
+	// server committed but before its answer arrived.
+	AfterCommit func(op string) error
+}
+
+// InjectFaults sets (or, with nil, clears) the store's injected faults.
+func (s *Store) InjectFaults(f *Faults) { s.faults.Store(f) }
 
 // Options tune Open. The zero value is usable.
 type Options struct {

@@ -113,6 +113,12 @@ func (s *Store) pipelined(ctx context.Context, what string, first func(*pgx.Batc
 			rollback()
 			return errors.New("transaction still open after COMMIT")
 		}
+		if f := s.faults.Load(); f != nil && f.AfterCommit != nil {
+			if err := f.AfterCommit(what); err != nil {
+				_ = conn.Conn().Close(context.WithoutCancel(ctx))
+				return fmt.Errorf("connection lost after COMMIT (injected): %w", err)
+			}
+		}
 		return nil
 	})
 }
