@@ -48,8 +48,11 @@ func (s *Store) AdvanceEpoch(ctx context.Context, holder string, advertiseURL ..
 			return epoch, nil
 		}
 		var ended int
+		// pg_locks lists every database's locks, and databases made from
+		// one schema share broker_leader's OID: only this database's.
 		if err := s.pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l
 			WHERE l.locktype = 'relation' AND l.relation = 'broker_leader'::regclass AND l.mode = 'RowShareLock'
+			AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 			AND l.granted AND l.pid <> pg_backend_pid()`).Scan(&ended); err != nil {
 			return 0, fmt.Errorf("advance epoch for %s: end the deposed leader's transactions: %w", holder, err)
 		}

@@ -64,3 +64,43 @@ func TestTakeoverEndsAFrozenLeadersTransaction(t *testing.T) {
 		t.Fatalf("leader of record %+v, %v; want node-b at %d", l, err, cur)
 	}
 }
+
+// The takeover ends fenced transactions of its own database only. Every
+// funduq database created from one schema gives broker_leader the same
+// relation OID, and pg_locks lists the locks of every database on the
+// server: a takeover in one must not end a transaction in another (two
+// deployments sharing a server, or two tests running side by side).
+func TestTakeoverEndsOnlyItsOwnDatabasesTransactions(t *testing.T) {
+	ctx := context.Background()
+	mine, other := storetest.Store(t), storetest.Store(t)
+	if _, err := mine.AdvanceEpoch(ctx, "node-a"); err != nil {
+		t.Fatal(err)
+	}
+	open := func(pool string) pgx.Tx {
+		t.Helper()
+		c, err := pgx.Connect(ctx, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		tx, err := c.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT epoch FROM broker_leader WHERE id = 1 FOR SHARE`); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	bystander := open(other.Pool().Config().ConnString())
+	frozen := open(mine.Pool().Config().ConnString())
+	if _, err := mine.AdvanceEpoch(ctx, "node-b"); err != nil {
+		t.Fatalf("takeover with a frozen leader's transaction open: %v", err)
+	}
+	if err := frozen.Commit(ctx); err == nil {
+		t.Fatal("the deposed leader's transaction survived the takeover")
+	}
+	if err := bystander.Commit(ctx); err != nil {
+		t.Fatalf("a transaction of another database was ended by this one's takeover: %v", err)
+	}
+}
