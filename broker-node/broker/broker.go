@@ -611,10 +611,16 @@ func (b *Broker) Detach(l Link, lost bool) {
 		}
 	}
 	epoch, lctx, leading := b.epoch, b.ctx, b.leading
+	grace := time.Duration(0)
+	if lost && !ls.withdrawn {
+		grace = b.set.LinkGrace
+	}
 	b.mu.Unlock()
 	b.log.Info("provider link closed", "provider_key", ls.key, "link", ls.id, "offline", offline, "epoch", epoch)
 	if leading && len(offline) > 0 {
-		_ = b.write(lctx, "mark agents unserved", func() error { return b.st.MarkUnserved(lctx, epoch, ls.key, offline) })
+		// A lost link's agents are expected back for the link grace, by a
+		// leader taking over meanwhile too (recover reads them back).
+		_ = b.write(lctx, "mark agents unserved", func() error { return b.st.MarkLost(lctx, epoch, ls.key, offline, grace) })
 	}
 }
 

@@ -142,3 +142,34 @@ func takenOrEnded(h *nodetest.Harness, id string) {
 	})
 	h.Settle()
 }
+
+// Chaos seed 3: a provider whose link was lost without a close frame just
+// before the leader went away is expected back by the next leader too (the
+// lost link's grace is recorded with the agent), so a run for its agent
+// waits for it — at most until provider_grace ends — instead of failing
+// agent_offline at the takeover while the provider is reconnecting.
+func TestLostLinksAgentIsExpectedBackAfterATakeover(t *testing.T) {
+	a := nodetest.Start(t, func(c *configBroker) { c.ProviderGrace = 30 * time.Second; c.LinkGrace = 5 * time.Second })
+	b := a.Peer("node-b")
+	p := a.Connect(0xeb, nil)
+	p.Register("echo")
+	p.Close() // lost: no close frame
+	a.Eventually("echo is unserved in the record", func() bool {
+		as, err := a.Store.ListAgents(t.Context())
+		return err == nil && len(as) == 1 && !as[0].Online
+	})
+	a.Shutdown()
+	b.Eventually("b leads", b.Ready)
+
+	id, thread := b.Door(p.Key, "echo", "", "my provider is reconnecting")
+	takenOrEnded(b, id)
+	if got := b.Run(id).Status; got != run.Queued {
+		t.Fatalf("a run for a lost link's agent is %s after the takeover, inside the grace", got)
+	}
+	p2 := b.Connect(0xeb, nil)
+	p2.Register("echo")
+	p2.Offer()
+	p2.Accept(id)
+	p2.Complete(id, thread)
+	b.WaitStatus(id, run.Completed)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -61,7 +62,7 @@ func (s *Store) MarkServed(ctx context.Context, epoch int64, key string, names [
 		if err := fence(ctx, tx, epoch); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `UPDATE agents SET served_epoch = $3, unserved_since = NULL
+		_, err := tx.Exec(ctx, `UPDATE agents SET served_epoch = $3, unserved_since = NULL, back_until = NULL
 			WHERE provider_key = $1 AND name = ANY($2)`, key, names, epoch)
 		return err
 	})
@@ -69,6 +70,18 @@ func (s *Store) MarkServed(ctx context.Context, epoch int64, key string, names [
 
 // MarkUnserved records that nobody serves these agents of key any more.
 func (s *Store) MarkUnserved(ctx context.Context, epoch int64, key string, names []string) error {
+	return s.markUnserved(ctx, epoch, key, names, 0)
+}
+
+// MarkLost records that these agents of key went unserved because their
+// link was lost without a close frame: their provider is expected back
+// for grace (the link grace, D5), also by a leader taking over meanwhile
+// (ForgetServedBefore).
+func (s *Store) MarkLost(ctx context.Context, epoch int64, key string, names []string, grace time.Duration) error {
+	return s.markUnserved(ctx, epoch, key, names, grace)
+}
+
+func (s *Store) markUnserved(ctx context.Context, epoch int64, key string, names []string, grace time.Duration) error {
 	if len(names) == 0 {
 		return nil
 	}
@@ -76,8 +89,9 @@ func (s *Store) MarkUnserved(ctx context.Context, epoch int64, key string, names
 		if err := fence(ctx, tx, epoch); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `UPDATE agents SET served_epoch = NULL, unserved_since = now()
-			WHERE provider_key = $1 AND name = ANY($2) AND served_epoch IS NOT NULL`, key, names)
+		_, err := tx.Exec(ctx, `UPDATE agents SET served_epoch = NULL, unserved_since = now(),
+			back_until = CASE WHEN $3 > 0 THEN now() + make_interval(secs => $3::float8 / 1000) END
+			WHERE provider_key = $1 AND name = ANY($2) AND served_epoch IS NOT NULL`, key, names, grace.Milliseconds())
 		return err
 	})
 }
@@ -86,8 +100,9 @@ func (s *Store) MarkUnserved(ctx context.Context, epoch int64, key string, names
 type ServedAgent struct{ ProviderKey, Name string }
 
 // ForgetServedBefore marks unserved every agent an older epoch said it
-// served: a new leader's roster starts empty. It returns those agents (the
-// ones whose providers are expected back).
+// served: a new leader's roster starts empty. It returns those agents, and
+// those whose link was lost within its grace (MarkLost): the ones whose
+// providers are expected back.
 func (s *Store) ForgetServedBefore(ctx context.Context, epoch int64) ([]ServedAgent, error) {
 	var out []ServedAgent
 	err := s.inTx(ctx, "forget older rosters", func(tx pgx.Tx) error {
@@ -95,8 +110,10 @@ func (s *Store) ForgetServedBefore(ctx context.Context, epoch int64) ([]ServedAg
 		if err := fence(ctx, tx, epoch); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `UPDATE agents SET served_epoch = NULL, unserved_since = now()
-			WHERE served_epoch IS NOT NULL AND served_epoch <> $1 RETURNING provider_key, name`, epoch)
+		rows, err := tx.Query(ctx, `WITH f AS (UPDATE agents SET served_epoch = NULL, unserved_since = now()
+			WHERE served_epoch IS NOT NULL AND served_epoch <> $1 RETURNING provider_key, name)
+			SELECT provider_key, name FROM f
+			UNION SELECT provider_key, name FROM agents WHERE served_epoch IS NULL AND back_until > now()`, epoch)
 		if err != nil {
 			return err
 		}
