@@ -84,7 +84,14 @@ type offerState struct {
 	id    uint64
 	link  *linkState
 	timer clockwork.Timer
+	sent  time.Time // real time, to tell a broker that ran late (onLapse)
+	// rechecked: the lapse was put off once because the broker ran late.
+	rechecked bool
 }
+
+// lapseSlack is how long a lapse that fired late is put off so the link's
+// reader can hand over what the provider answered meanwhile (onLapse).
+const lapseSlack = 250 * time.Millisecond
 
 func (l *lane) stopTimers() {
 	if l.offer != nil && l.offer.timer != nil {
@@ -313,7 +320,7 @@ func (l *lane) try(ctx context.Context) {
 	// The clock starts before the frame leaves: an answer can never beat it.
 	l.offerSeq++
 	id := l.offerSeq
-	l.offer = &offerState{id: id, link: ls}
+	l.offer = &offerState{id: id, link: ls, sent: time.Now()}
 	l.offer.timer = b.clock.AfterFunc(b.set.DeliverTimeout, func() { l.q.push(lapseCmd{id}) })
 	frame, err := wire.Marshal(wire.NewRunFrame(wire.DeliveredRun{RunID: l.id, AgentName: l.agent.Name,
 		RunInput: l.input, ThreadID: &threadID}))
@@ -472,6 +479,19 @@ func (l *lane) onVerdict(ctx context.Context, c verdictCmd) {
 
 func (l *lane) onLapse(ctx context.Context, c lapseCmd) {
 	if l.offer == nil || l.offer.id != c.offer {
+		return
+	}
+	if !l.offer.rechecked && time.Since(l.offer.sent) > l.b.set.DeliverTimeout+lapseSlack {
+		// The broker itself ran late — frozen (SIGSTOP) or starved of CPU
+		// past the deadline — so an answer the provider sent in time may
+		// still be unread on its link: counting unanswered now would blame
+		// the provider for funduq's stall (D6 counts what funduq observes).
+		// Put off once, on real time, for the reader to catch up.
+		l.offer.rechecked = true
+		id := l.offer.id
+		time.AfterFunc(lapseSlack, func() { l.q.push(lapseCmd{id}) })
+		l.log.InfoContext(ctx, "offer lapsed while the broker ran late; waiting a moment for an answer already sent",
+			"late_by", (time.Since(l.offer.sent) - l.b.set.DeliverTimeout).Round(time.Millisecond).String())
 		return
 	}
 	key := l.offer.link.key
