@@ -445,6 +445,10 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 	if err != nil {
 		return err
 	}
+	// A key withdrawn on another link and registering on this one takes the
+	// way back (design.md D6): in service again, its record intact. Cleared
+	// before "registered" is sent, so nobody served reads as withdrawn.
+	_ = b.write(lctx, "end a withdrawal", func() error { return b.st.ClearWithdrawn(ctx, epoch, l.Key()) })
 	names := sortedNames(seen)
 
 	b.rosterMu.Lock()
@@ -855,7 +859,8 @@ type ProviderView struct {
 	// places taken (offers out and claimed runs).
 	Declared *int
 	InFlight int
-	// Withdrawn: a link of the key was withdrawn at tolerance.
+	// Withdrawn: every open link of the key was withdrawn at tolerance (a
+	// key that came back on a new link serves again).
 	Withdrawn bool
 	// Since is when its oldest open link attached (the broker's clock).
 	Since time.Time
@@ -880,7 +885,7 @@ func (b *Broker) Snapshot() Snapshot {
 	for _, ls := range b.links {
 		pv := byKey[ls.key]
 		if pv == nil {
-			pv = &ProviderView{Key: ls.key, Since: ls.opened}
+			pv = &ProviderView{Key: ls.key, Since: ls.opened, Withdrawn: true}
 			if bk := b.buckets[ls.key]; bk != nil {
 				pv.InFlight = bk.inFlight
 				if bk.declared != nil {
@@ -891,7 +896,7 @@ func (b *Broker) Snapshot() Snapshot {
 			byKey[ls.key] = pv
 		}
 		pv.Links++
-		pv.Withdrawn = pv.Withdrawn || ls.withdrawn
+		pv.Withdrawn = pv.Withdrawn && ls.withdrawn
 		if ls.opened.Before(pv.Since) {
 			pv.Since = ls.opened
 		}

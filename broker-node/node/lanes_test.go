@@ -475,6 +475,17 @@ func TestWithdrawalAndTheWayBack(t *testing.T) {
 	if q := h.Quality(p.Key); q.Misdeclared != 2 {
 		t.Fatalf("the record was reset: %+v", q)
 	}
+	// Back in service (outside test: the console still said withdrawn):
+	// the mark is gone, the counters stay.
+	h.Settle()
+	if q := h.Quality(p.Key); q.WithdrawnAt != nil || q.Misdeclared != 2 {
+		t.Fatalf("after the way back the record reads %+v", q)
+	}
+	for _, pv := range h.Node.Broker.Snapshot().Providers {
+		if pv.Key == p.Key && pv.Withdrawn {
+			t.Fatalf("the provider view still says withdrawn: %+v", pv)
+		}
+	}
 }
 
 var _ = store.Misdeclared

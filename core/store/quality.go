@@ -110,6 +110,20 @@ func (s *Store) SetWithdrawn(ctx context.Context, epoch int64, key string, withd
 	})
 }
 
+// ClearWithdrawn ends a key's withdrawal, under the broker's epoch, when the
+// key came back (a new link registered): its counters stay as they are
+// (design.md D6), only the mark that it is out of service goes.
+func (s *Store) ClearWithdrawn(ctx context.Context, epoch int64, key string) error {
+	return s.inTx(ctx, "end withdrawal of "+key, func(tx pgx.Tx) error {
+		if err := fence(ctx, tx, epoch); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE provider_quality SET withdrawn_at = NULL, updated_at = now()
+			WHERE provider_key = $1 AND withdrawn_at IS NOT NULL`, key)
+		return err
+	})
+}
+
 // GetQuality reads one provider's record; a provider never counted reads zero.
 func (s *Store) GetQuality(ctx context.Context, key string) (Quality, error) {
 	q, err := scanQuality(s.pool.QueryRow(ctx, `SELECT `+qualityColumns+` FROM provider_quality WHERE provider_key = $1`, key))
