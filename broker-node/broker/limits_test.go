@@ -7,7 +7,7 @@ import (
 	"github.com/funduq/funduq-go/internal/leaktest"
 )
 
-func TestMain(m *testing.M) { leaktest.Main(m) }
+func TestMain(m *testing.M) { leaktest.MainWithPools(m) }
 
 // Unset limits take config's defaults, so a broker built without a parsed
 // configuration is bounded too.

@@ -1,0 +1,317 @@
+package broker
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// Issue #19, deliverable 2: each lane phase driven alone — a fake link, a
+// fake clock, the real store — with the expectations broker-node/node's
+// tests hold for the same behaviours through a whole node. The status
+// machine, the counters and the timers are design.md's.
+
+var answerTypes = []string{"RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "RUN_FINISHED"}
+
+func checkEvents(t *testing.T, h *harness, id string, want []string) {
+	t.Helper()
+	if got := h.events(id); !slices.Equal(got, want) {
+		t.Fatalf("events of %s: %v, want %v", id, got, want)
+	}
+}
+
+func checkInFlight(t *testing.T, h *harness, key string, want int) {
+	t.Helper()
+	h.settle()
+	if got := h.b.Snapshot().InFlight[key]; got != want {
+		t.Fatalf("in flight %d, want %d", got, want)
+	}
+}
+
+func checkQuality(t *testing.T, h *harness, key string, want store.Quality) {
+	t.Helper()
+	h.settle()
+	q := h.quality(key)
+	for _, c := range []store.Counter{store.Misdeclared, store.Unanswered, store.AnsweredLate, store.Abandoned, store.Undelivered} {
+		if q.Get(c) != want.Get(c) {
+			t.Fatalf("quality %+v, want %+v", q, want)
+		}
+	}
+}
+
+// Offer → accept → events → finish: the run is offered to the link serving
+// its agent, claimed on the accept, its events stored in order, and it
+// ends completed with its place given back and nothing counted.
+func TestLaneOfferAcceptRelayFinish(t *testing.T) {
+	h := newHarness(t, Settings{})
+	p := h.connect(0xe1, limit(1))
+	p.register("echo")
+	id, thread := h.door(p.key, "echo", "hi")
+	if got := p.offer(); got != id {
+		t.Fatalf("offered %s, want %s", got, id)
+	}
+	h.waitStatus(id, run.Offering)
+	checkInFlight(t, h, p.key, 1)
+	p.accept(id)
+	h.waitStatus(id, run.Running)
+	p.complete(id, thread)
+	h.waitStatus(id, run.Completed)
+	checkEvents(t, h, id, answerTypes)
+	checkInFlight(t, h, p.key, 0)
+	checkQuality(t, h, p.key, store.Quality{})
+	p.none()
+	if _, ok := h.b.Snapshot().Lanes[id]; ok {
+		t.Fatal("the completed run's lane is still open")
+	}
+}
+
+// A decline hands the run back to queued and gives its place back; a
+// decline while funduq believed the provider had room counts misdeclared.
+// Nothing re-offers it until something changes (here a register).
+func TestLaneDecline(t *testing.T) {
+	h := newHarness(t, Settings{})
+	p := h.connect(0xe1, nil)
+	p.register("echo")
+	id, _ := h.door(p.key, "echo", "hi")
+	p.offer()
+	p.decline(id)
+	h.waitStatus(id, run.Queued)
+	h.eventually("misdeclared counted", func() bool { return h.quality(p.key).Misdeclared == 1 })
+	p.none() // not offered again: the clock has not moved and the roster has not changed
+	checkInFlight(t, h, p.key, 0)
+	checkQuality(t, h, p.key, store.Quality{Misdeclared: 1})
+	p.register("echo") // something changed
+	if got := p.offer(); got != id {
+		t.Fatalf("offered %s, want %s", got, id)
+	}
+}
+
+// A refusal fails the run with the provider's reason, verbatim, and one
+// RUN_ERROR; nothing is counted.
+func TestLaneRefuseWithReason(t *testing.T) {
+	h := newHarness(t, Settings{})
+	p := h.connect(0xe1, nil)
+	p.register("echo")
+	id, _ := h.door(p.key, "echo", "hi")
+	p.offer()
+	reason := "frame does not validate as a DeliveredRun: state — Field required"
+	p.refuse(id, reason)
+	r := h.waitStatus(id, run.Failed)
+	if r.FailureReason != reason {
+		t.Fatalf("reason %q, want %q", r.FailureReason, reason)
+	}
+	checkEvents(t, h, id, []string{"RUN_ERROR"})
+	checkInFlight(t, h, p.key, 0)
+	checkQuality(t, h, p.key, store.Quality{})
+	p.none()
+}
+
+// An offer left unanswered for deliver_timeout goes back to queued and
+// counts unanswered. It is not offered again at once; the sweep's nudge
+// (every unserved window) offers it again.
+func TestLaneOfferTimeout(t *testing.T) {
+	h := newHarness(t, Settings{})
+	p := h.connect(0xe1, nil)
+	p.register("echo")
+	id, _ := h.door(p.key, "echo", "hi")
+	p.offer()
+	h.waitStatus(id, run.Offering)
+	h.advance(5 * time.Second) // deliver_timeout
+	h.waitStatus(id, run.Queued)
+	h.eventually("unanswered counted", func() bool { return h.quality(p.key).Unanswered == 1 })
+	p.none() // requeued, not offered again
+	checkInFlight(t, h, p.key, 0)
+	h.advance(45 * time.Second) // the sweep's nudge
+	if got := p.offer(); got != id {
+		t.Fatalf("offered %s, want %s", got, id)
+	}
+	h.waitStatus(id, run.Offering)
+	checkQuality(t, h, p.key, store.Quality{Unanswered: 1})
+}
+
+// An ack after the offer lapsed is a late ack from the key serving the
+// agent: the run is claimed and answered_late is counted besides the
+// unanswered; its events are all stored.
+func TestLaneLateAck(t *testing.T) {
+	h := newHarness(t, Settings{})
+	p := h.connect(0xe1, nil)
+	p.register("echo")
+	id, thread := h.door(p.key, "echo", "hi")
+	p.offer()
+	h.waitStatus(id, run.Offering)
+	h.advance(5 * time.Second)
+	h.waitStatus(id, run.Queued)
+	h.eventually("unanswered counted", func() bool { return h.quality(p.key).Unanswered == 1 })
+	p.accept(id)
+	h.waitStatus(id, run.Running)
+	h.eventually("answered_late counted", func() bool { return h.quality(p.key).AnsweredLate == 1 })
+	p.complete(id, thread)
+	h.waitStatus(id, run.Completed)
+	checkEvents(t, h, id, answerTypes)
+	checkInFlight(t, h, p.key, 0)
+	checkQuality(t, h, p.key, store.Quality{Unanswered: 1, AnsweredLate: 1})
+	p.none() // the late ack was taken, not refused
+}
+
+// A cancel while an offer is out waits for the answer: accepted, the run
+// goes cancelling and the cancel is passed on; declined, it is cancelled.
+func TestLaneCancelDuringOffer(t *testing.T) {
+	for _, accept := range []bool{true, false} {
+		t.Run(fmt.Sprint("accept=", accept), func(t *testing.T) {
+			h := newHarness(t, Settings{})
+			p := h.connect(0xe1, nil)
+			p.register("echo")
+			id, thread := h.door(p.key, "echo", "hi")
+			p.offer()
+			h.waitStatus(id, run.Offering)
+			h.cancel(id)
+			h.settle()
+			if got := h.run(id).Status; got != run.Offering {
+				t.Fatalf("status %s while the answer is out; the cancel must wait", got)
+			}
+			if !accept {
+				p.decline(id)
+				h.waitStatus(id, run.Cancelled)
+				p.none()
+				checkEvents(t, h, id, []string{})
+				checkInFlight(t, h, p.key, 0)
+				return
+			}
+			p.accept(id)
+			p.expect(wire.TypeCancel)
+			h.waitStatus(id, run.Cancelling)
+			// The provider stops without its end: cancelled.
+			p.event(id, started(id, thread))
+			p.finish(id)
+			h.waitStatus(id, run.Cancelled)
+			checkInFlight(t, h, p.key, 0)
+			p.none()
+		})
+	}
+}
+
+// A link lost without a close frame holds its runs for the link grace: the
+// same key re-attaching and reporting carries on (completed, nothing
+// counted); a run nobody comes back for fails provider_left_holding_it once
+// the grace passes, and only then counts abandoned. A goodbye fails its
+// held run at once.
+func TestLaneLinkLossWhileHolding(t *testing.T) {
+	h := newHarness(t, Settings{LinkGrace: 5 * time.Second})
+	p := h.connect(0xe1, limit(2))
+	p.register("echo")
+	kept, keptThread := h.door(p.key, "echo", "kept")
+	p.offer()
+	p.accept(kept)
+	p.event(kept, started(kept, keptThread))
+	lost, _ := h.door(p.key, "echo", "lost")
+	p.offer()
+	p.accept(lost)
+	h.waitStatus(lost, run.Running)
+	h.eventually("first event stored", func() bool { return len(h.events(kept)) == 1 })
+
+	p.lost()
+	h.settle()
+	for _, id := range []string{kept, lost} {
+		if got := h.run(id).Status; got != run.Running {
+			t.Fatalf("a run of a lost link is %s inside the link grace", got)
+		}
+	}
+	checkInFlight(t, h, p.key, 2) // their places are kept for the provider
+
+	p2 := h.connect(0xe1, limit(2))
+	p2.register("echo")
+	p2.answer(kept, keptThread)
+	h.waitStatus(kept, run.Completed)
+	checkEvents(t, h, kept, answerTypes)
+	checkQuality(t, h, p.key, store.Quality{})
+	checkInFlight(t, h, p.key, 1)
+
+	h.advance(5 * time.Second) // the link grace
+	r := h.waitStatus(lost, run.Failed)
+	if r.FailureReason != string(run.ReasonProviderLeftHoldingIt) {
+		t.Fatalf("reason %q", r.FailureReason)
+	}
+	checkEvents(t, h, lost, []string{"RUN_ERROR"})
+	h.eventually("abandoned counted once the grace passed", func() bool { return h.quality(p.key).Abandoned == 1 })
+	checkInFlight(t, h, p.key, 0)
+
+	bye, _ := h.door(p.key, "echo", "bye")
+	if got := p2.offer(); got != bye {
+		t.Fatalf("offered %s, want %s", got, bye)
+	}
+	p2.accept(bye)
+	h.waitStatus(bye, run.Running)
+	p2.goodbye()
+	r = h.waitStatus(bye, run.Failed)
+	if r.FailureReason != string(run.ReasonProviderLeftHoldingIt) {
+		t.Fatalf("reason %q", r.FailureReason)
+	}
+	h.eventually("abandoned counted at the goodbye", func() bool { return h.quality(p.key).Abandoned == 2 })
+	checkInFlight(t, h, p.key, 0)
+	checkQuality(t, h, p.key, store.Quality{Abandoned: 2})
+	p.none()
+}
+
+// A run left running by a previous epoch is read back at takeover and
+// re-adopted when its provider re-registers and reports for it: it carries
+// on under the new epoch. One nobody re-adopts within provider_grace fails
+// orphaned_by_funduq_restart. A takeover counts nothing.
+func TestLaneTakeoverReadoption(t *testing.T) {
+	h := newHarness(t, Settings{ProviderGrace: 30 * time.Second})
+	p := h.connect(0xe1, limit(2))
+	p.register("echo")
+	adopted, thread := h.door(p.key, "echo", "adopted")
+	p.offer()
+	p.accept(adopted)
+	p.event(adopted, started(adopted, thread))
+	orphan, _ := h.door(p.key, "echo", "orphan")
+	p.offer()
+	p.accept(orphan)
+	h.waitStatus(orphan, run.Running)
+	h.eventually("first event stored", func() bool { return len(h.events(adopted)) == 1 })
+	before := h.epoch
+
+	h.shutdown() // the leader goes away; its links are closed
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed == "" {
+		t.Fatal("the old leader's link was not closed")
+	}
+	h.lead()
+	if h.epoch <= before {
+		t.Fatalf("epoch %d after %d", h.epoch, before)
+	}
+	h.settle()
+	for _, id := range []string{adopted, orphan} {
+		if got := h.run(id).Status; got != run.Running {
+			t.Fatalf("a held run is %s after the takeover, inside provider_grace", got)
+		}
+	}
+	checkInFlight(t, h, p.key, 2) // kept for the provider presumed running them
+
+	p2 := h.connect(0xe1, limit(2))
+	p2.register("echo")
+	p2.answer(adopted, thread)
+	r := h.waitStatus(adopted, run.Completed)
+	if r.OwnerEpoch != h.epoch {
+		t.Fatalf("completed under epoch %d, want %d", r.OwnerEpoch, h.epoch)
+	}
+	checkEvents(t, h, adopted, answerTypes)
+	checkInFlight(t, h, p.key, 1)
+
+	h.advance(30 * time.Second) // provider_grace
+	r = h.waitStatus(orphan, run.Failed)
+	if r.FailureReason != string(run.ReasonOrphanedByRestart) {
+		t.Fatalf("reason %q", r.FailureReason)
+	}
+	checkEvents(t, h, orphan, []string{"RUN_ERROR"})
+	checkInFlight(t, h, p.key, 0)
+	checkQuality(t, h, p.key, store.Quality{})
+	p2.none()
+}
