@@ -190,6 +190,26 @@ func (h *harness) quality(key string) store.Quality {
 // expects, then settles, before it claims that nothing else happened.
 func (h *harness) advance(d time.Duration) { h.clock.Advance(d) }
 
+// sweepAt moves the fake clock by d and waits until the sweep has looked at
+// the new time: the sweep re-arms its timer only after a pass, so with
+// timers the clock's waiters when the sweep is idle (its own timer and
+// any lane timers that d does not fire), the count falling and coming back
+// is the barrier. Then it settles what the pass pushed to the lanes.
+func (h *harness) sweepAt(d time.Duration, timers int) {
+	h.t.Helper()
+	h.settle()
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	defer cancel()
+	if err := h.clock.BlockUntilContext(ctx, timers); err != nil {
+		h.t.Fatalf("the sweep is not waiting on the clock: %v", err)
+	}
+	h.clock.Advance(d)
+	if err := h.clock.BlockUntilContext(ctx, timers); err != nil {
+		h.t.Fatalf("the sweep did not come back to the clock: %v", err)
+	}
+	h.settle()
+}
+
 // fakeLink is a provider's link as the broker sees it: Send and SendNow
 // record the frame (the broker's call returns once it is recorded, so a
 // settled broker has recorded everything its lanes sent).

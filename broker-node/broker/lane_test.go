@@ -72,7 +72,8 @@ func TestLaneOfferAcceptRelayFinish(t *testing.T) {
 
 // A decline hands the run back to queued and gives its place back; a
 // decline while funduq believed the provider had room counts misdeclared.
-// Nothing re-offers it until something changes (here a register).
+// Nothing re-offers it until something changes (here a register), however
+// often the sweep passes.
 func TestLaneDecline(t *testing.T) {
 	h := newHarness(t, Settings{})
 	p := h.connect(0xe1, nil)
@@ -82,7 +83,10 @@ func TestLaneDecline(t *testing.T) {
 	p.decline(id)
 	h.waitStatus(id, run.Queued)
 	h.eventually("misdeclared counted", func() bool { return h.quality(p.key).Misdeclared == 1 })
-	p.none() // not offered again: the clock has not moved and the roster has not changed
+	for range 10 {
+		h.sweepAt(time.Second, 1) // sweep passes: a declined run is not spun on
+	}
+	p.none() // not offered again: nothing changed and the nudge's window has not passed
 	checkInFlight(t, h, p.key, 0)
 	checkQuality(t, h, p.key, store.Quality{Misdeclared: 1})
 	p.register("echo") // something changed
