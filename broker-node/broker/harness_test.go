@@ -115,18 +115,29 @@ func (h *harness) settle() {
 	h.eventually("the broker settles", h.b.Settled)
 }
 
-// door inserts a run as a door does (one transaction: thread, run, its
-// message) and notifies the broker as the intake listener would.
+// door inserts a run on a new thread as a door does (one transaction:
+// thread, run, its message) and notifies the broker as the intake listener
+// would.
 func (h *harness) door(key, agent, text string) (runID, threadID string) {
 	h.t.Helper()
-	runID, threadID = run.NewRunID(), run.NewThreadID()
-	in, err := runinput.Build(runinput.Request{ThreadID: threadID, RunID: runID,
+	threadID = run.NewThreadID()
+	return h.doorOn(key, agent, threadID, "", text, true), threadID
+}
+
+// doorOn is door on thread (created when create), for a run addressing the
+// live run addressed when it is not "" (an interjection).
+func (h *harness) doorOn(key, agent, thread, addressed, text string, create bool) string {
+	h.t.Helper()
+	runID := run.NewRunID()
+	in, err := runinput.Build(runinput.Request{ThreadID: thread, RunID: runID, AddressedRunID: addressed,
 		Messages: []json.RawMessage{json.RawMessage(fmt.Sprintf(`{"id":"c1","role":"user","content":%q}`, text))}})
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	nr := store.NewRun{RunID: runID, ThreadID: threadID, ProviderKey: key, AgentName: agent, RunInput: in.Bytes,
-		CreateThread: &store.NewThread{}}
+	nr := store.NewRun{RunID: runID, ThreadID: thread, ProviderKey: key, AgentName: agent, RunInput: in.Bytes}
+	if create {
+		nr.CreateThread = &store.NewThread{}
+	}
 	for i, id := range in.MessageIDs {
 		nr.Messages = append(nr.Messages, store.Message{MessageID: id, Message: in.Input.Messages[i]})
 	}
@@ -134,7 +145,7 @@ func (h *harness) door(key, agent, text string) (runID, threadID string) {
 		h.t.Fatal(err)
 	}
 	h.b.Notify(context.Background(), intake.Notice{Kind: intake.Queued, RunID: runID})
-	return runID, threadID
+	return runID
 }
 
 // cancel requests a cancel as a door does, and notifies the broker.
@@ -268,6 +279,12 @@ func (l *fakeLink) register(names ...string) {
 	for i, n := range names {
 		regs[i] = wire.Registration{Name: n}
 	}
+	l.registerAs(regs...)
+}
+
+// registerAs is register with whole registrations.
+func (l *fakeLink) registerAs(regs ...wire.Registration) {
+	l.t.Helper()
 	err := l.h.b.Register(context.Background(), l, regs, "", func(names []string) {
 		f, _ := wire.Marshal(wire.Registered{Type: wire.TypeRegistered, Names: names})
 		_ = l.Send(f)

@@ -198,3 +198,47 @@ func TestLaneRefusedReportsAreAnswered(t *testing.T) {
 	p.none()
 	stranger.none()
 }
+
+// The thread's queue and interjections: a thread's second turn is offered
+// only once its first is claimed; an interjection addressing the thread's
+// running run goes straight to the link holding it, past a turn waiting at
+// the head, when the agent takes interjections — otherwise it waits its
+// turn like any run.
+func TestLaneThreadQueueAndInterjection(t *testing.T) {
+	for _, takes := range []bool{true, false} {
+		t.Run(fmt.Sprint("takes=", takes), func(t *testing.T) {
+			h := newHarness(t, Settings{})
+			p := h.connect(0xe1, nil)
+			p.registerAs(wire.Registration{Name: "echo", TakesInterjections: takes})
+			first, thread := h.door(p.key, "echo", "one")
+			second := h.doorOn(p.key, "echo", thread, "", "two", false)
+			if got := p.offer(); got != first {
+				t.Fatalf("offered %s, want the thread's first turn %s", got, first)
+			}
+			p.none() // the second waits for the first's claim
+			p.accept(first)
+			h.waitStatus(first, run.Running)
+			if got := p.offer(); got != second {
+				t.Fatalf("offered %s, want %s", got, second)
+			}
+			p.decline(second) // it waits at the head of the thread
+			h.waitStatus(second, run.Queued)
+			inter := h.doorOn(p.key, "echo", thread, first, "also this", false)
+			if !takes {
+				h.eventually("the interjection is taken", func() bool { _, ok := h.b.Snapshot().Lanes[inter]; return ok })
+				p.none()
+				return
+			}
+			var f wire.RunFrame
+			if err := json.Unmarshal(p.expect(wire.TypeRun), &f); err != nil {
+				t.Fatal(err)
+			}
+			if f.RunID != inter {
+				t.Fatalf("offered %s, want the interjection %s", f.RunID, inter)
+			}
+			if addressedRunID(f.RunInput) != first {
+				t.Fatalf("the provider was not told what it addresses: %s", f.RunInput)
+			}
+		})
+	}
+}
