@@ -53,8 +53,12 @@ func testLogger() *slog.Logger {
 
 // newHarness starts a broker leading on a fresh database. set's zero
 // fields take the broker's defaults (design.md: deliver 5s, unserved 45s).
+//
+// Each harness has its own database, broker and clock, so the lane tests
+// run in parallel: their time is mostly PostgreSQL's commits.
 func newHarness(t *testing.T, set Settings) *harness {
 	t.Helper()
+	t.Parallel()
 	st := storetest.Store(t)
 	h := &harness{t: t, st: st, set: set,
 		clock: clockwork.NewFakeClockAt(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))}
