@@ -1,7 +1,7 @@
 // Package broker is the heart of the broker node: the roster of provider
 // links and their capacity buckets, one lane per active run, intake from the
-// shared database, the sweep and the quality counters (seed 000 "The
-// agent-provider lane"). Every run owns one goroutine whose only wait is its
+// shared database, the sweep and the quality counters (design.md §The
+// shape, §Counters, §Timers). Every run owns one goroutine whose only wait is its
 // own command queue; everything that happens to a run — a chance to be
 // offered, an answer, an event, a finish, a cancel, its provider leaving, a
 // verdict of the sweep — is said into that queue, and the run decides. All of

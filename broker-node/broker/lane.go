@@ -434,7 +434,7 @@ func (l *lane) onVerdict(ctx context.Context, c verdictCmd) {
 		// Not an answer to an offer: the provider saying it holds the
 		// run — read as a report (D15): it re-adopts a run held across a
 		// takeover (D7), and claims one nobody holds when it comes from
-		// the key serving the agent (seed 000's late ack).
+		// the key serving the agent (the late-ack rule, D15).
 		if why := l.holder(ctx, c.link); why != "" {
 			l.refuseCmd(c, why)
 		}
@@ -457,7 +457,7 @@ func (l *lane) onVerdict(ctx context.Context, c verdictCmd) {
 		l.b.metrics.offers.WithLabelValues("declined").Inc()
 		// A link that took the agent out of service after the offer
 		// left (deleteAgent, a register without it) declines what it no
-		// longer serves: not a misdeclaration (seed 004).
+		// longer serves: not a misdeclaration (design.md §Counters).
 		l.b.mu.Lock()
 		serving := l.b.served[l.agent] == c.link
 		l.b.mu.Unlock()
@@ -1229,7 +1229,7 @@ func (l *lane) onOrphanTimeout(ctx context.Context) {
 	}
 	if lost {
 		// The link grace passed and the key did not come back: now it is
-		// certain it left holding the run (seed 003).
+		// certain it left holding the run (D18, design.md §Counters).
 		l.b.mu.Lock()
 		l.noted = true
 		l.b.mu.Unlock()

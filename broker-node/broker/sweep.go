@@ -8,7 +8,7 @@ import (
 	"github.com/funduq/funduq-go/core/store"
 )
 
-// sweep is two clocks and a nudge (seed 000). It notes claimed runs their
+// sweep is two clocks and a nudge (design.md §Timers). It notes claimed runs their
 // provider has not delivered within the window (counted, never settled),
 // tells queued runs whose agent has gone unserved too long that nobody took
 // them (their lanes decide), and now and then asks every waiting head to try

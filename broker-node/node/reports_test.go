@@ -168,7 +168,7 @@ func TestMalformedEventsDoNotWithdrawTheProvider(t *testing.T) {
 // Issue #21, third bullet (the broker's side): a provider that takes its
 // agent out of service (deleteAgent) while an offer is out, and declines
 // that offer, is not charged misdeclared — it no longer serves the agent
-// (seed 004). The run waits queued.
+// (design.md §Counters). The run waits queued.
 func TestDeclineAfterLeavingServiceIsNotMisdeclared(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe1, nil)

@@ -1,5 +1,5 @@
 // Package scaling is the scaling acceptance suite of the split deployment
-// (issue 4, item 6; ../shared/spec/scaling-scenarios.md §2–§3). It holds no
+// (issue 4, item 6; design.md D7, D10, D11). It holds no
 // product code: its tests build the real binaries (broker-node and the
 // local doors server), run two or three broker nodes and two door servers
 // as OS processes on loopback over one PostgreSQL and one Redis, attach

@@ -589,7 +589,7 @@ func TestX10PlannedHandover(t *testing.T) {
 	}
 	at, _ := bk.firstSeen(fresh.runID)
 	takeover := at.Sub(termAt)
-	t.Logf("MEASURED takeover after SIGTERM (SIGTERM → first new run offered by %s): %s; %s led after %s (spec bound: well under the TTL %v)",
+	t.Logf("MEASURED takeover after SIGTERM (SIGTERM → first new run offered by %s): %s; %s led after %s (bound: well under the TTL %v)",
 		s.name, ttlMultiple(takeover), s.name, ttlMultiple(leadAt), leaseTTL)
 	if leadAt >= leaseTTL {
 		t.Errorf("the standby led %v after SIGTERM: not before the TTL (%v) would have expired", leadAt, leaseTTL)

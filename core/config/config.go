@@ -36,7 +36,7 @@ type Logging struct {
 	LogLevel slog.Level `env:"FUNDUQ_LOG_LEVEL" envDefault:"info"`
 }
 
-// Waits are the broker's clocks (D14), with the seeds' defaults.
+// Waits are the broker's clocks, with design.md D14's defaults.
 type Waits struct {
 	LeaseTTL          time.Duration `env:"FUNDUQ_LEASE_TTL" envDefault:"10s"`
 	DeliverTimeout    time.Duration `env:"FUNDUQ_DELIVER_TIMEOUT" envDefault:"5s"`

@@ -27,7 +27,7 @@ func TestBrokerDefaults(t *testing.T) {
 		UndeliveredWindow: 1800 * time.Second, ProviderGrace: 30 * time.Second, LinkGrace: 5 * time.Second, ProviderQualityTolerance: 3,
 		StoreRetryFor: 30 * time.Second}
 	if c.Waits != want {
-		t.Fatalf("waits = %+v, want the seeds' defaults %+v", c.Waits, want)
+		t.Fatalf("waits = %+v, want design.md D14's defaults %+v", c.Waits, want)
 	}
 	if c.ConsoleToken != "" {
 		t.Fatalf("console token %q: the console must be off by default", c.ConsoleToken)
