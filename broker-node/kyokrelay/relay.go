@@ -250,7 +250,14 @@ func (r *Relay) consume(ctx context.Context, log *slog.Logger) {
 				raw, _ := m.Values[kyok.FieldRequest].(string)
 				var req kyok.Request
 				if err := json.Unmarshal([]byte(raw), &req); err != nil || req.RequestID == "" || req.ReplyKey == "" {
-					log.WarnContext(ctx, "unreadable kyok request dropped", "id", m.ID)
+					if req.ReplyKey != "" {
+						// The door can still be told, on the key it waits on.
+						r.reply(ctx, req.ReplyKey, kyok.Reply{Kind: kyok.ReplyError, Message: "funduq could not read the completion request"})
+						continue
+					}
+					// Nowhere to answer: the door waiting for it times out
+					// and answers its caller itself.
+					log.ErrorContext(ctx, "kyok request without a reply key, unanswerable", "id", m.ID)
 					continue
 				}
 				r.dispatch(ctx, req)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/identity"
@@ -325,4 +326,26 @@ func TestCallForAQueuedRunIsServed(t *testing.T) {
 		t.Fatalf("%d %s", code, b)
 	}
 	l.request()
+}
+
+// A completion request the relay cannot read but can answer (a reply key,
+// no request id) is answered with an error on that key, not dropped with a
+// log line: the door waiting on it hears at once.
+func TestUnreadableRequestIsAnswered(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	replyKey := e.H.Prefix + "kyok:reply:test-unreadable"
+	if err := e.rdb.XAdd(ctx, &redis.XAddArgs{Stream: kyok.RequestStream(e.H.Prefix),
+		Values: []any{kyok.FieldRequest, `{"replyKey":"` + replyKey + `"}`}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{replyKey, "0-0"}, Block: guard}).Result()
+	if err != nil || len(res) != 1 || len(res[0].Messages) != 1 {
+		t.Fatalf("no reply: %v %v", res, err)
+	}
+	var rep kyok.Reply
+	raw, _ := res[0].Messages[0].Values[kyok.FieldReply].(string)
+	if err := json.Unmarshal([]byte(raw), &rep); err != nil || rep.Kind != kyok.ReplyError {
+		t.Fatalf("reply %s (%v)", raw, err)
+	}
 }
