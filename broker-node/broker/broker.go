@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/funduq/funduq-go/core/backoff"
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/livefeed"
 	"github.com/funduq/funduq-go/core/run"
@@ -295,14 +295,12 @@ const (
 // that the record and the providers' resends do not give back.
 var ErrStoreUnavailable = errors.New("the database did not accept the leader's writes in time")
 
+// writeRetry is the backoff of the leader's store retries: the jitter is
+// added on top, so a wait at the ceiling may reach 3 s.
+var writeRetry = backoff.Policy{Min: writeRetryBase, Max: writeRetryCeiling, Jitter: 0.5, Spread: backoff.Over}
+
 // retryDelay is the wait after failed attempt n (1, 2, …).
-func retryDelay(n int) time.Duration {
-	d := writeRetryCeiling
-	if n < 16 {
-		d = min(writeRetryBase<<(n-1), writeRetryCeiling)
-	}
-	return d + rand.N(d/2+1)
-}
+func retryDelay(n int) time.Duration { return writeRetry.Delay(n) }
 
 // write runs one store write, retrying transient failures (PostgreSQL away)
 // with bounded backoff until it lands, the leadership ends, or it is

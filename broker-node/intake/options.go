@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"time"
+
+	backoffpkg "github.com/funduq/funduq-go/core/backoff"
 )
 
 // Options tunes a Listener. Zero (or negative) fields take their defaults.
@@ -59,18 +61,14 @@ func (o Options) withDefaults() Options {
 
 // backoff returns the delay before reconnect attempt number attempt (1 for
 // the first after a failure): min·2^(attempt-1) capped at max, then jittered
-// down to a uniformly random point in its upper half, never below min.
-// jitter(n) must return a value in [0, n).
+// down to a uniformly random point in its upper half ("equal jitter"), never
+// below min. jitter(n) must return a value in [0, n).
 func backoff(attempt int, lo, hi time.Duration, jitter func(n int64) int64) time.Duration {
-	d := lo
-	for i := 1; i < attempt && d < hi; i++ {
-		d *= 2
-	}
-	d = min(d, hi)
-	if half := d / 2; half > 0 {
-		d = half + time.Duration(jitter(int64(half)+1))
-	}
-	return max(d, lo)
+	return backoffpkg.Policy{
+		Min: lo, Max: hi,
+		Jitter: 0.5, Spread: backoffpkg.Under, AtLeastMin: true,
+		Rand: jitter,
+	}.Delay(attempt)
 }
 
 // randJitter is backoff's jitter source in production.

@@ -32,6 +32,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/broker-node/handshake"
+	"github.com/funduq/funduq-go/core/backoff"
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/kyok"
 	"github.com/funduq/funduq-go/core/store"
@@ -216,14 +217,14 @@ func (r *Relay) lost(err error) {
 func (r *Relay) consume(ctx context.Context, log *slog.Logger) {
 	stream := kyok.RequestStream(r.Prefix)
 	last := ""
-	delay := 50 * time.Millisecond
+	failures := 0
 	for ctx.Err() == nil {
 		if last == "" {
 			// Start after the newest entry: older requests' doors have given up.
 			msgs, err := r.Redis.XRevRangeN(ctx, stream, "+", "-", 1).Result()
 			if err != nil {
 				log.WarnContext(ctx, "kyok request stream unreadable; retrying", "err", err)
-				sleep(ctx, &delay)
+				sleep(ctx, &failures)
 				continue
 			}
 			last = "0-0"
@@ -240,10 +241,10 @@ func (r *Relay) consume(ctx context.Context, log *slog.Logger) {
 				return
 			}
 			log.WarnContext(ctx, "kyok request stream read failed; retrying", "err", err)
-			sleep(ctx, &delay)
+			sleep(ctx, &failures)
 			continue
 		}
-		delay = 50 * time.Millisecond
+		failures = 0
 		for _, s := range res {
 			for _, m := range s.Messages {
 				last = m.ID
@@ -266,15 +267,18 @@ func (r *Relay) consume(ctx context.Context, log *slog.Logger) {
 	}
 }
 
-func sleep(ctx context.Context, delay *time.Duration) {
-	t := time.NewTimer(*delay)
+// readBackoff paces re-reads of the request stream after a failure: 50 ms
+// doubling to 1.6 s, without jitter; a read that succeeds starts it over.
+var readBackoff = backoff.Policy{Min: 50 * time.Millisecond, Max: 1600 * time.Millisecond}
+
+// sleep waits out the backoff after one more failure, counted in *failures.
+func sleep(ctx context.Context, failures *int) {
+	*failures++
+	t := time.NewTimer(readBackoff.Delay(*failures))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 	case <-t.C:
-	}
-	if *delay < time.Second {
-		*delay *= 2
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/funduq/funduq-go/broker-node/link"
 	"github.com/funduq/funduq-go/broker-node/retention"
 	"github.com/funduq/funduq-go/broker-node/tickets"
+	"github.com/funduq/funduq-go/core/backoff"
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/livefeed"
@@ -332,10 +333,13 @@ func (n *Node) heartbeat(ctx context.Context, epoch int64) (stop func()) {
 	}
 }
 
-// retry runs fn until it succeeds or ctx ends, backing off up to a second.
+// retryBackoff paces retry: 50 ms doubling to 1.6 s, without jitter (one
+// node retries alone, nothing to spread out).
+var retryBackoff = backoff.Policy{Min: 50 * time.Millisecond, Max: 1600 * time.Millisecond}
+
+// retry runs fn until it succeeds or ctx ends, backing off up to 1.6 s.
 func retry(ctx context.Context, fn func() error) error {
-	delay := 50 * time.Millisecond
-	for {
+	for n := 1; ; n++ {
 		err := fn()
 		if err == nil || ctx.Err() != nil {
 			return err
@@ -343,10 +347,7 @@ func retry(ctx context.Context, fn func() error) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(delay):
-		}
-		if delay < time.Second {
-			delay *= 2
+		case <-time.After(retryBackoff.Delay(n)):
 		}
 	}
 }

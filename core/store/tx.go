@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/funduq/funduq-go/core/backoff"
 )
 
 // maxAttempts bounds retries of a whole transaction (seed 002: at most three).
@@ -26,12 +27,11 @@ func retryable(err error) bool {
 	return pgconn.SafeToRetry(err)
 }
 
-// backoff is the wait before attempt n (n ≥ 2): 50 ms, 200 ms, … with up to
-// 50% jitter so retrying writers do not collide again in step.
-func backoff(n int) time.Duration {
-	base := 50 * time.Millisecond << (2 * (n - 2))
-	return base + time.Duration(rand.Int64N(int64(base/2)+1))
-}
+// txBackoff paces the retries of a transient failure: the wait before
+// attempt n (n ≥ 2) is Delay(n-1), 50 ms, 200 ms, … (×4) with up to 50%
+// jitter added so retrying writers do not collide again in step. With
+// maxAttempts = 3 only 50 ms and 200 ms are ever waited; Max is that last.
+var txBackoff = backoff.Policy{Min: 50 * time.Millisecond, Max: 200 * time.Millisecond, Factor: 4, Jitter: 0.5, Spread: backoff.Over}
 
 // inTx runs fn in a transaction, committing when it returns nil. Transient
 // failures are retried with backoff; fn must therefore be safe to repeat.
@@ -46,7 +46,7 @@ func (s *Store) retry(ctx context.Context, what string, attempt func() error) er
 	var err error
 	for n := 1; n <= maxAttempts; n++ {
 		if n > 1 {
-			t := time.NewTimer(backoff(n))
+			t := time.NewTimer(txBackoff.Delay(n - 1))
 			select {
 			case <-ctx.Done():
 				t.Stop()
