@@ -85,14 +85,27 @@ func (s *Store) CurrentLeader(ctx context.Context) (Leader, error) {
 	return l, nil
 }
 
+// fenceSQL is the fence (D10), the one locking read of the leader's epoch
+// every broker write makes: FOR SHARE, so a takeover's AdvanceEpoch waits
+// for the writing transaction and no write lands under an epoch already
+// replaced. fence runs it alone; the event writes and the moves embed it
+// as a CTE in their first statement, so it costs no round trip of its own.
+const fenceSQL = `SELECT epoch FROM broker_leader WHERE id = 1 FOR SHARE`
+
 // fence is the first statement of every broker write transaction: it locks
 // the leader row FOR SHARE (so a takeover waits for this transaction) and
 // refuses the write when epoch is no longer the leader's.
 func fence(ctx context.Context, tx pgx.Tx, epoch int64) error {
 	var current int64
-	if err := tx.QueryRow(ctx, `SELECT epoch FROM broker_leader WHERE id = 1 FOR SHARE`).Scan(&current); err != nil {
+	if err := tx.QueryRow(ctx, fenceSQL).Scan(&current); err != nil {
 		return fmt.Errorf("fence: %w", err)
 	}
+	return fenced(epoch, current)
+}
+
+// fenced is the fence's verdict: a writer holding epoch may write while the
+// leader row reads current.
+func fenced(epoch, current int64) error {
 	if current != epoch || epoch <= 0 {
 		return &StaleEpochError{Have: epoch, Current: current}
 	}

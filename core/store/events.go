@@ -155,7 +155,7 @@ type eventsRead struct {
 // row (FOR UPDATE) in one statement. A missing run leaves found false;
 // the epoch is then read alone, so a stale writer still learns it is.
 func (rd *eventsRead) queueLock(b *pgx.Batch, runID string) {
-	b.Queue(`WITH l AS (SELECT epoch FROM broker_leader WHERE id = 1 FOR SHARE),
+	b.Queue(`WITH l AS (`+fenceSQL+`),
 		r AS (SELECT status, thread_id, last_seq, write_key, write_seqs FROM runs WHERE run_id = $1 FOR UPDATE)
 		SELECT l.epoch, r.status, r.thread_id, r.last_seq, r.write_key, r.write_seqs FROM l LEFT JOIN r ON true`, runID).QueryRow(func(row pgx.Row) error {
 		var status, threadID, writeKey *string
@@ -210,8 +210,8 @@ func (rd *eventsRead) queueDedupe(b *pgx.Batch, runID string, evs []NewEvent) {
 
 // check is the fence's verdict and the run's existence.
 func (rd *eventsRead) check(epoch int64) error {
-	if rd.current != epoch || epoch <= 0 {
-		return &StaleEpochError{Have: epoch, Current: rd.current}
+	if err := fenced(epoch, rd.current); err != nil {
+		return err
 	}
 	if !rd.found {
 		return ErrNotFound

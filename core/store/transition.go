@@ -121,8 +121,8 @@ var transitionSQL = func() (q [2][2][2]string) {
 					where += ` AND EXISTS (SELECT 1 FROM lazy WHERE v = 'off')`
 				}
 				if f == 1 {
-					with = append(with, `lead AS (SELECT 1 FROM broker_leader WHERE id = 1 AND epoch = $7::bigint FOR SHARE)`)
-					where += ` AND EXISTS (SELECT 1 FROM lead)`
+					with = append(with, `lead AS (`+fenceSQL+`)`)
+					where += ` AND EXISTS (SELECT 1 FROM lead WHERE epoch = $7::bigint)`
 				}
 				stmt := ""
 				if len(with) > 0 {
