@@ -48,6 +48,10 @@ type Settings struct {
 	// EventBacklogBytes bounds the same events' bytes (4 MiB); one event
 	// is always let in when none waits.
 	EventBacklogBytes int
+	// QueuePage bounds the queued runs one read takes at takeover and in
+	// each catch-up (500): the queue is read in pages of it, oldest first,
+	// so a long queue is never one query.
+	QueuePage int
 }
 
 // The backlog's defaults: deep enough that a lane's batch amortizes its
@@ -89,6 +93,9 @@ func (s *Settings) defaults() {
 	}
 	if s.EventBacklogBytes <= 0 {
 		s.EventBacklogBytes = DefaultEventBacklogBytes
+	}
+	if s.QueuePage <= 0 {
+		s.QueuePage = 500
 	}
 }
 

@@ -57,18 +57,11 @@ func (b *Broker) recover(ctx context.Context) error {
 		b.adoptLater(ctx, r)
 		orphans++
 	}
-	var queued []store.Run
-	err = b.write(ctx, "list queued runs", func() (err error) {
-		queued, err = b.st.RunsInStatus(ctx, string(run.Queued))
-		return err
-	})
+	queued, err := b.takeQueued(ctx, true, func(read func() error) error { return b.write(ctx, "list queued runs", read) })
 	if err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
-	for _, r := range queued {
-		b.take(r, true)
-	}
-	b.log.InfoContext(ctx, "runs read back", "queued", len(queued), "offers_requeued", requeued,
+	b.log.InfoContext(ctx, "runs read back", "queued", queued, "offers_requeued", requeued,
 		"held_awaiting_provider", orphans, "provider_grace", b.set.ProviderGrace.String(), "epoch", epoch)
 	return nil
 }
@@ -81,12 +74,20 @@ func (b *Broker) adoptLater(ctx context.Context, r store.Run) {
 	// What this round already stored: a provider that streamed its
 	// terminal event before the old leader died has said how the run ends,
 	// even if its finish frame was lost with the old leader.
-	evs, err := b.st.EventsAfter(ctx, r.RunID, r.RoundSeq, 1<<20)
-	if err != nil {
-		b.log.WarnContext(ctx, "could not read a held run's events back", "run_id", r.RunID, "err", err)
-	}
-	for _, e := range evs {
-		l.observe(e.Event)
+	// Read in pages: a long round is never one query nor one slice.
+	for after := r.RoundSeq; ; {
+		evs, err := b.st.EventsAfter(ctx, r.RunID, after, readBackEventsPage)
+		if err != nil {
+			b.log.WarnContext(ctx, "could not read a held run's events back", "run_id", r.RunID, "err", err)
+			break
+		}
+		for _, e := range evs {
+			l.observe(e.Event)
+		}
+		if len(evs) < readBackEventsPage {
+			break
+		}
+		after = evs[len(evs)-1].Seq
 	}
 	b.mu.Lock()
 	l.orphan, l.adoptKey = true, r.ProviderKey
@@ -242,16 +243,43 @@ func (b *Broker) takeByID(ctx context.Context, runID string) {
 	b.take(r, false)
 }
 
+// readBackEventsPage bounds the events one read takes when a held run's
+// round is read back at takeover.
+const readBackEventsPage = 1000
+
+// takeQueued takes every queued run (take skips those already in a lane),
+// reading the queue in pages of QueuePage, oldest first, and says how many
+// it read. Each page's read goes through read: the takeover's is retried
+// as the leader's writes are, a catch-up's is not (the next one retries).
+func (b *Broker) takeQueued(ctx context.Context, readBack bool, read func(func() error) error) (int, error) {
+	var after store.QueueCursor
+	n := 0
+	for {
+		var page []store.Run
+		err := read(func() (err error) {
+			page, err = b.st.QueuedRuns(ctx, after, b.set.QueuePage)
+			return err
+		})
+		if err != nil {
+			return n, err
+		}
+		for _, r := range page {
+			b.take(r, readBack)
+		}
+		n += len(page)
+		if len(page) < b.set.QueuePage {
+			return n, nil
+		}
+		after = page[len(page)-1].QueueCursor()
+	}
+}
+
 // CatchUp finds what notifications may have missed: queued runs not in a
 // lane, and cancel requests the lanes have not heard.
 func (b *Broker) CatchUp(ctx context.Context, reason string) {
-	queued, err := b.st.RunsInStatus(ctx, string(run.Queued))
-	if err != nil {
+	if _, err := b.takeQueued(ctx, false, func(read func() error) error { return read() }); err != nil {
 		b.log.WarnContext(ctx, "catch-up failed", "reason", reason, "err", err)
 		return
-	}
-	for _, r := range queued {
-		b.take(r, false)
 	}
 	ids, err := b.st.CancelRequestedActive(ctx)
 	if err != nil {

@@ -221,7 +221,11 @@ func driveHotPaths(t *testing.T, st *store.Store, rec *recorder) {
 		{"door: tail", func() error { _, _, err := st.EventsAndRun(ctx, "h-r-3600", 0, 500); return err }},
 		{"door: events after", func() error { _, err := st.EventsAfter(ctx, "h-r-3600", 1, 1000); return err }},
 		{"kyok: run", func() error { _, err := st.GetKyokRun(ctx, "h-r-3600"); return err }},
-		{"broker: catch-up", func() error { _, err := st.QueuedRuns(ctx, 100); return err }},
+		{"broker: catch-up", func() error { _, err := st.QueuedRuns(ctx, store.QueueCursor{}, 100); return err }},
+		{"broker: catch-up (next page)", func() error {
+			_, err := st.QueuedRuns(ctx, fresh.QueueCursor(), 100)
+			return err
+		}},
 		{"broker: recovery (queued)", func() error { _, err := st.RunsInStatus(ctx, string(run.Queued)); return err }},
 		{"broker: recovery (held)", func() error {
 			_, err := st.RunsInStatus(ctx, string(run.Offering), string(run.Running), string(run.Cancelling))

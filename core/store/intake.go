@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -361,11 +362,25 @@ func (s *Store) findRetried(ctx context.Context, nr NewRun) (Retried, bool, erro
 	return r, true, nil
 }
 
-// QueuedRuns lists runs waiting in queued, oldest first: the broker's
-// catch-up read on every (re)connect and at takeover.
-func (s *Store) QueuedRuns(ctx context.Context, limit int) ([]Run, error) {
+// QueueCursor is where a paged read of the queue stopped: the last run it
+// gave, in the queue's order (queued_at, run_id). The zero cursor is the
+// queue's head.
+type QueueCursor struct {
+	QueuedAt time.Time
+	RunID    string
+}
+
+// QueueCursor is r's place in the queue: the cursor of the page after it.
+func (r Run) QueueCursor() QueueCursor { return QueueCursor{QueuedAt: r.QueuedAt, RunID: r.RunID} }
+
+// QueuedRuns lists up to limit runs waiting in queued after the cursor,
+// oldest first: the broker's catch-up and takeover read, one bounded page
+// at a time (a keyset on runs_active_idx, so a page costs the same however
+// deep in the queue it starts).
+func (s *Store) QueuedRuns(ctx context.Context, after QueueCursor, limit int) ([]Run, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+runColumns+` FROM runs WHERE status = $1
-		ORDER BY queued_at, run_id LIMIT $2`, string(run.Queued), limit)
+		AND (queued_at, run_id) > ($2, $3) ORDER BY queued_at, run_id LIMIT $4`,
+		string(run.Queued), after.QueuedAt, after.RunID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list queued runs: %w", err)
 	}
