@@ -248,8 +248,8 @@ func (b *Broker) takeByID(ctx context.Context, runID string) {
 const readBackEventsPage = 1000
 
 // takeQueued takes every queued run (take skips those already in a lane),
-// reading the queue in pages of QueuePage, oldest first, and says how many
-// it read. Each page's read goes through read: the takeover's is retried
+// reading the queue in pages of QueuePage, oldest first, each after the
+// last run of the one before (design.md D7), and says how many it read. Each page's read goes through read: the takeover's is retried
 // as the leader's writes are, a catch-up's is not (the next one retries).
 func (b *Broker) takeQueued(ctx context.Context, readBack bool, read func(func() error) error) (int, error) {
 	var after store.QueueCursor
