@@ -26,6 +26,10 @@ type Settings struct {
 	UnservedTimeout   time.Duration // a queued run's wait for anyone to serve its agent (45s)
 	UndeliveredWindow time.Duration // a claimed run's window before undelivered is counted (1800s)
 	ProviderGrace     time.Duration // re-attach window after a takeover (30s)
+	// LeaseTTL is the leader lease's TTL: at a takeover, how long before it
+	// the previous leader may have gone away (a link grace running then
+	// still counts its provider as expected back).
+	LeaseTTL time.Duration
 	// LinkGrace is how long a link lost without the provider's close frame
 	// holds its runs for the same key to re-attach and report (D5, 5s in
 	// config); 0: they fail provider_left_holding_it at once.

@@ -101,9 +101,12 @@ type ServedAgent struct{ ProviderKey, Name string }
 
 // ForgetServedBefore marks unserved every agent an older epoch said it
 // served: a new leader's roster starts empty. It returns those agents, and
-// those whose link was lost within its grace (MarkLost): the ones whose
-// providers are expected back.
-func (s *Store) ForgetServedBefore(ctx context.Context, epoch int64) ([]ServedAgent, error) {
+// those whose link was lost within its grace (MarkLost) when the previous
+// leader went away: the ones whose providers are expected back. That
+// moment is up to lookback (the lease TTL) before now, since the new
+// leader took over only once the old lease had lapsed; a grace still
+// running then counts even if it ended during the wait for the lease.
+func (s *Store) ForgetServedBefore(ctx context.Context, epoch int64, lookback time.Duration) ([]ServedAgent, error) {
 	var out []ServedAgent
 	err := s.inTx(ctx, "forget older rosters", func(tx pgx.Tx) error {
 		out = nil
@@ -113,7 +116,8 @@ func (s *Store) ForgetServedBefore(ctx context.Context, epoch int64) ([]ServedAg
 		rows, err := tx.Query(ctx, `WITH f AS (UPDATE agents SET served_epoch = NULL, unserved_since = now()
 			WHERE served_epoch IS NOT NULL AND served_epoch <> $1 RETURNING provider_key, name)
 			SELECT provider_key, name FROM f
-			UNION SELECT provider_key, name FROM agents WHERE served_epoch IS NULL AND back_until > now()`, epoch)
+			UNION SELECT provider_key, name FROM agents WHERE served_epoch IS NULL
+				AND back_until > now() - make_interval(secs => $2::float8 / 1000)`, epoch, lookback.Milliseconds())
 		if err != nil {
 			return err
 		}
