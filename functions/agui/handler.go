@@ -16,12 +16,12 @@ import (
 // Defaults of Options.
 const (
 	DefaultMaxBody        = 1 << 20 // 1 MiB
-	DefaultHeartbeat      = 15 * time.Second
-	DefaultLiveBlock      = 2 * time.Second
-	DefaultPollInterval   = 250 * time.Millisecond
-	DefaultDBCheck        = 5 * time.Second
+	DefaultHeartbeat      = door.DefaultHeartbeat
+	DefaultLiveBlock      = door.DefaultLiveBlock
+	DefaultPollInterval   = door.DefaultPollInterval
+	DefaultDBCheck        = door.DefaultDBCheck
 	DefaultDeadlineMargin = 3 * time.Second
-	DefaultSettleWait     = 5 * time.Second
+	DefaultSettleWait     = door.DefaultSettleWait
 )
 
 // Options configure a Handler. Store, Funduq and TokenSecret are required.
@@ -75,9 +75,10 @@ type Options struct {
 
 // Handler is the AG-UI door's http.Handler.
 type Handler struct {
-	o   Options
-	log *slog.Logger
-	mux *http.ServeMux
+	o    Options
+	tail door.TailOptions // the stream's pacing, from o
+	log  *slog.Logger
+	mux  *http.ServeMux
 }
 
 // New builds the door.
@@ -92,28 +93,16 @@ func New(o Options) (*Handler, error) {
 	if o.MaxBody <= 0 {
 		o.MaxBody = o.Limits.MaxBody
 	}
-	if o.Heartbeat <= 0 {
-		o.Heartbeat = DefaultHeartbeat
-	}
-	if o.LiveBlock <= 0 {
-		o.LiveBlock = DefaultLiveBlock
-	}
-	if o.PollInterval <= 0 {
-		o.PollInterval = DefaultPollInterval
-	}
-	if o.DBCheck <= 0 {
-		o.DBCheck = DefaultDBCheck
-	}
 	if o.DeadlineMargin <= 0 {
 		o.DeadlineMargin = DefaultDeadlineMargin
-	}
-	if o.SettleWait <= 0 {
-		o.SettleWait = DefaultSettleWait
 	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	h := &Handler{o: o, log: o.Log}
+	// Unset pacing takes door.TailOptions' defaults.
+	tail := door.TailOptions{Store: o.Store, Feed: o.Feed, Log: o.Log, LiveBlock: o.LiveBlock,
+		PollInterval: o.PollInterval, DBCheck: o.DBCheck, Heartbeat: o.Heartbeat, SettleWait: o.SettleWait}
+	h := &Handler{o: o, log: o.Log, tail: tail}
 	h.mux = http.NewServeMux()
 	h.mux.HandleFunc("/agui/{provider}/{name}", h.methods(http.MethodPost, h.post))
 	h.mux.HandleFunc("/threads/{threadId}", h.methods(http.MethodGet, h.getThread))

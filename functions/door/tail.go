@@ -92,6 +92,10 @@ type Tail struct {
 	Idle func()
 	// Gone reports the client is gone (a write failed); nil: never.
 	Gone func() bool
+	// Flush, when set, is called before each wait on the feed or a poll:
+	// a door that buffers its writes sends what the pass before relayed
+	// in one flush per batch, not one per event.
+	Flush func()
 	// Fresh: the request following the run just wrote it (store.Admitted.
 	// Created). Its first look is then at the live feed, not PostgreSQL:
 	// nothing can be relayed from the feed before it is stored (D9), the
@@ -142,6 +146,11 @@ func (t *Tail) Run(ctx context.Context, end time.Time) TailEnd {
 	for {
 		if ctx.Err() != nil || t.gone() {
 			return TailGone
+		}
+		if t.Flush != nil {
+			if t.Flush(); t.gone() {
+				return TailGone
+			}
 		}
 		now := time.Now()
 		if !end.IsZero() && !now.Before(end) {
@@ -311,6 +320,56 @@ func (t *Tail) Settle(ctx context.Context) (store.Run, error) {
 		WaitEnd(ctx, o.Feed, t.RunID, t.After, min(o.PollInterval, left))
 	}
 }
+
+// AwaitEnd waits, after Run stopped on a terminal event, until the broker
+// has recorded the run's end (or SettleWait passes), so a client whose
+// stream ended reads a settled record: an answer to an interrupt it just
+// saw finds the run input-required, the next turn finds the last one
+// completed and its messages folded onto the thread. Unlike Settle it
+// needs no record back: the end marker the broker publishes right after
+// recording the end says so without a read (it usually comes with the
+// terminal event or a moment after it, endWatch), and so does Ended.
+//
+// slow, when set, is called before each wait after the first read found
+// the run unsettled: the end is slow to be recorded (the broker is busy or
+// gone), so the caller sends what it relayed meanwhile and only its close
+// waits. Usually the marker wakes the first wait and the events and the
+// close go out together (a client that stops reading at the terminal
+// event then still finds the stream ended, and its connection is reused).
+func (t *Tail) AwaitEnd(ctx context.Context, slow func()) {
+	t.O = t.O.withDefaults()
+	o := t.O
+	if t.ended || o.Feed != nil && WaitEnd(ctx, o.Feed, t.RunID, t.After, endWatch) {
+		return
+	}
+	deadline := time.Now().Add(o.SettleWait)
+	for waited := false; ctx.Err() == nil; waited = true {
+		dctx, cancel := context.WithTimeout(ctx, StorageTimeout)
+		cur, err := o.Store.GetRun(dctx, t.RunID)
+		cancel()
+		if err == nil && Settled(cur.Status) {
+			return
+		}
+		if waited && slow != nil {
+			slow()
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return
+		}
+		if WaitEnd(ctx, o.Feed, t.RunID, t.After, min(o.PollInterval, left)) {
+			return
+		}
+	}
+}
+
+// endWatch is how long AwaitEnd looks for the end marker before it reads
+// the record. A run's end and its last events are one commit, published
+// events first and the marker next, so the marker trails the terminal
+// event by a Redis round trip; when the terminal event was stored ahead of
+// the end (the finish frame had not come), the record is read after this
+// short a wait.
+const endWatch = 10 * time.Millisecond
 
 // WaitEnd waits up to d for the broker's end marker on a run's live feed
 // (published right after the run's end is recorded) past seq after, so a
