@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/funduq/funduq-go/core/kyok"
 	"net/http"
 	"strings"
 	"time"
@@ -19,7 +18,7 @@ import (
 
 // IdempotencyHeader: a retried POST repeating it returns the original run
 // (D13), like the A2A messageId does.
-const IdempotencyHeader = "Idempotency-Key"
+const IdempotencyHeader = door.IdempotencyHeader
 
 // messageIDKeyPrefix scopes an A2A messageId used as the agent-wide
 // idempotency key of a send that opens a new context (a messageId on a
@@ -315,14 +314,11 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 	// The caller's bag: the request metadata. A KYOK opt-in's context is
 	// for the LLM provider alone: it leaves the bag before anything is
 	// stored or relayed, and travels sealed with the run.
-	kyokOpt, kyokOK, _ := kyok.ParseOptIn(p.Metadata)
-	if kyokOK {
-		p.Metadata = kyok.StripContext(p.Metadata)
-	}
-	bag, err := door.ReadCallerBag(p.Metadata, "metadata")
+	bag, err := door.ReadBag(p.Metadata, "metadata")
 	if err != nil {
 		return accepted{}, err
 	}
+	p.Metadata = bag.Raw
 	if err := door.CheckKyokOptIn(ctx, st, bag.Kyok); err != nil {
 		return accepted{}, err
 	}
@@ -342,15 +338,11 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 
 	// The caller: an actor chain needs its presenter (D12); the caller key
 	// also scopes the request's idempotency keys (D17).
-	callerKey := door.CallerKey(c.r, c.body, h.o.AuthorizedKey, h.o.Now())
-	chain, err := door.VerifyCaller(bag, callerKey)
+	caller, err := door.ReadCaller(c.r, c.body, h.o.AuthorizedKey, h.o.Now(), bag)
 	if err != nil {
 		return accepted{}, err
 	}
-	head := ""
-	if chain != nil {
-		head = chain.Head()
-	}
+	callerKey, chain, head := caller.Key, caller.Chain, caller.Head()
 	// A named task must be this agent's; it fixes the context.
 	var task *store.Run
 	var taskThread store.Thread
@@ -361,7 +353,7 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 		}
 		// A stranger naming a bound task (to answer it, say) learns nothing:
 		// exactly an unknown task's answer (D16).
-		if th.HeadKey != "" && head != th.HeadKey && head != agent.ProviderKey && !door.MayRead(th, door.Viewer{Caller: callerKey}) {
+		if !door.MayWrite(th, agent, head) && !door.MayRead(th, door.Viewer{Caller: callerKey}) {
 			return accepted{}, notFoundTask(msg.TaskID)
 		}
 
@@ -386,12 +378,8 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 		if err != nil {
 			return accepted{}, err
 		}
-		if t.ProviderKey != agent.ProviderKey || t.AgentName != agent.Name {
-			return accepted{}, door.Refuse(http.StatusConflict, door.CodeThreadMismatch, "context %s belongs to another agent", t.ThreadID)
-		}
-		if t.HeadKey != "" && head != t.HeadKey && head != agent.ProviderKey {
-			return accepted{}, door.Refuse(http.StatusForbidden, door.CodeMembershipRequired,
-				"context %s is bound to an authority (its responsibility segment); present a chain headed by it", t.ThreadID)
+		if err := door.CheckThread(t, agent, head, "context", " (its responsibility segment)"); err != nil {
+			return accepted{}, err
 		}
 		thread = &t
 	}
@@ -418,34 +406,22 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 	}
 
 	// A retried send returns the original task (D13).
-	idem := c.r.Header.Get(IdempotencyHeader)
-	if len(idem) > 255 || strings.ContainsFunc(idem, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-		return accepted{}, door.Refuse(http.StatusBadRequest, door.CodeBadRequest, "%s must be at most 255 printable characters", IdempotencyHeader)
+	idem, err := door.IdempotencyKey(c.r)
+	if err != nil {
+		return accepted{}, err
 	}
-	// Keys belong to their caller (D17): the Idempotency-Key within the
-	// caller key, compared with the request's hash; a messageId within its
-	// context, or — opening a new context — within a known caller and the
-	// same message, so another caller's message with the same id is its
-	// own. An anonymous caller's messageId opening a context is not matched:
-	// it is an identifier, not a credential (D16), and anyone sending the
-	// same message would be handed this caller's new context.
+	// Keys belong to their caller (D17, door.Probe): a messageId within
+	// its context, or — opening a new context — within a known caller and
+	// the same message, so another caller's message with the same id is
+	// its own.
 	hash := identity.SHA256Hex(append(append(append([]byte(nil), p.MessageRaw...), 0), p.Metadata...))
-	probe := store.NewRun{ProviderKey: agent.ProviderKey, AgentName: agent.Name, IdempotencyKey: door.IdempotencyScope(callerKey, idem),
-		CallerRequestID: msg.MessageID, RequestHash: hash}
-	if thread != nil {
-		probe.ThreadID = thread.ThreadID
-	} else {
-		probe.CreateThread = &store.NewThread{}
-		if idem == "" && callerKey != "" {
-			probe.IdempotencyKey = door.IdempotencyScope(callerKey, messageIDKeyPrefix+msg.MessageID+":"+hash)
-		}
-	}
+	probe := door.Probe(agent, thread, caller, idem, msg.MessageID, hash, messageIDKeyPrefix+msg.MessageID+":"+hash)
 	// A retried answer finds the task it reopened before it could reopen
 	// the task again (it may have paused anew); any other retry is answered
 	// by the insert's own look-up (store.Admit), a round trip fewer.
 	if task != nil && task.Status == run.InputRequired && task.CancelRequestedBy == nil {
 		if prior, ok, err := st.FindRetriedRun(ctx, probe); err != nil {
-			return accepted{}, reusedKey(err, idem)
+			return accepted{}, door.ReusedKey(err, idem, reusedWhat)
 		} else if ok {
 			return accepted{run: prior.Run, after: prior.After}, nil
 		}
@@ -466,7 +442,7 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 			if err != nil {
 				return accepted{}, err
 			}
-			if _, err := door.CheckResolution(bag, task.RunID, asks, []string{taskThread.HeadKey, agent.ProviderKey}); err != nil {
+			if _, err := door.CheckResolution(bag.CallerBag, task.RunID, asks, []string{taskThread.HeadKey, agent.ProviderKey}); err != nil {
 				return accepted{}, err
 			}
 		}
@@ -475,7 +451,7 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 		if err != nil {
 			return accepted{}, err
 		}
-		reopened, err := st.ReopenRun(ctx, store.Reopen{RunID: task.RunID, RunInput: built.Bytes, Messages: messagesOf(built),
+		reopened, err := st.ReopenRun(ctx, store.Reopen{RunID: task.RunID, RunInput: built.Bytes, Messages: door.Messages(built),
 			CallerRequestID: msg.MessageID, RequestHash: hash})
 		switch {
 		case err == nil:
@@ -495,38 +471,17 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 	if err != nil {
 		return accepted{}, err
 	}
-	nr := probe
-	nr.RunID, nr.ThreadID, nr.RunInput = runID, threadID, built.Bytes
-	if built.RelayedChain != nil {
-		nr.ActorChain, _ = json.Marshal(built.RelayedChain)
-	}
-	if thread == nil {
-		nr.CreateThread = &store.NewThread{ParentThreadID: parentThread, HeadKey: head, Metadata: bag.Metadata()}
-		if chain != nil {
-			nr.CreateThread.PresenterKey = callerKey
-		}
-	}
-	nr.Messages = messagesOf(built)
-	if bag.Kyok != nil && kyokOK {
-		sealed, err := kyok.Seal(h.o.TokenSecret, kyokOpt.Binding())
-		if err != nil {
-			return accepted{}, err
-		}
-		nr.Kyok = &store.KyokBindingRow{LLMProviderKey: bag.Kyok.ProviderKey, LLMName: bag.Kyok.Name, Sealed: sealed}
-	}
-	nr.MaxQueued = c.h.o.Limits.MaxQueuedPerThread
-	adm, err := st.Admit(ctx, nr)
-	if errors.Is(err, store.ErrKeyReused) {
-		return accepted{}, reusedKey(err, idem)
-	}
-	if errors.Is(err, store.ErrThreadMismatch) {
-		return accepted{}, door.Refuse(http.StatusConflict, door.CodeThreadMismatch, "context %s belongs to another agent", threadID)
-	}
+	adm, err := door.Create(ctx, st, door.NewTurn{Agent: agent, Probe: probe, Built: built, Bag: bag, Caller: caller,
+		RunID: runID, ThreadID: threadID, ParentThreadID: parentThread,
+		Idem: idem, What: reusedWhat, Noun: "context", TokenSecret: h.o.TokenSecret, MaxQueued: h.o.Limits.MaxQueuedPerThread})
 	if err != nil {
-		return accepted{}, door.AgentGone(err, agent)
+		return accepted{}, err
 	}
 	return accepted{run: adm.Run, after: adm.After, fresh: adm.Created}, nil
 }
+
+// reusedWhat names the caller's own request id in a reuse refusal.
+const reusedWhat = "this messageId"
 
 // build makes the run input with the one builder (D4), minting the KYOK
 // grant when the caller opted in.
@@ -541,25 +496,6 @@ func (c *call) build(req runinput.Request) (runinput.Built, error) {
 		return runinput.Built{}, door.Refuse(http.StatusUnprocessableEntity, door.CodeInvalidRunInput, "%v", err)
 	}
 	return built, err
-}
-
-// reusedKey maps store.ErrKeyReused to its refusal; other errors pass.
-func reusedKey(err error, idem string) error {
-	if !errors.Is(err, store.ErrKeyReused) {
-		return err
-	}
-	if idem != "" {
-		return door.KeyReused("this " + IdempotencyHeader)
-	}
-	return door.KeyReused("this messageId")
-}
-
-func messagesOf(b runinput.Built) []store.Message {
-	out := make([]store.Message, len(b.MessageIDs))
-	for i, id := range b.MessageIDs {
-		out[i] = store.Message{MessageID: id, Message: b.Input.Messages[i]}
-	}
-	return out
 }
 
 // typeOf is an event's "type" string ("" when it has none).

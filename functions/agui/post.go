@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/funduq/funduq-go/core/kyok"
 	"io"
 	"net/http"
-	"strings"
 
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/run"
@@ -17,9 +15,7 @@ import (
 )
 
 // IdempotencyHeader names the header a retried POST repeats (D13).
-const IdempotencyHeader = "Idempotency-Key"
-
-const maxIdempotencyKey = 255
+const IdempotencyHeader = door.IdempotencyHeader
 
 // outcome is what a POST resolves to: a run to stream (from after), or a
 // thread snapshot to return.
@@ -95,28 +91,18 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 	// 2. The caller: an actor chain needs its presenter (D12). A KYOK
 	// opt-in's context is for the LLM provider alone: it leaves the bag
 	// here, before anything is stored or relayed, and travels sealed.
-	kyokOpt, kyokOK, _ := kyok.ParseOptIn(in.ForwardedProps)
-	if kyokOK {
-		in.ForwardedProps = kyok.StripContext(in.ForwardedProps)
-	}
-	bag, err := door.ReadCallerBag(in.ForwardedProps, "forwardedProps")
+	bag, err := door.ReadBag(in.ForwardedProps, "forwardedProps")
 	if err != nil {
 		return outcome{}, err
 	}
+	in.ForwardedProps = bag.Raw
 	// The caller key (authorizer seat or presenter proof) scopes the
 	// request's idempotency key and is the presenter of a chain.
-	callerKey := door.CallerKey(r, body, h.o.AuthorizedKey, h.o.Now())
-	var chain *identity.Chain
-	if bag.ActorChain != nil {
-		chain, err = door.VerifyCaller(bag, callerKey)
-		if err != nil {
-			return outcome{}, err
-		}
+	caller, err := door.ReadCaller(r, body, h.o.AuthorizedKey, h.o.Now(), bag)
+	if err != nil {
+		return outcome{}, err
 	}
-	head := ""
-	if chain != nil {
-		head = chain.Head()
-	}
+	callerKey, chain, head := caller.Key, caller.Chain, caller.Head()
 
 	// 3. KYOK opt-in.
 	if err := door.CheckKyokOptIn(ctx, h.o.Store, bag.Kyok); err != nil {
@@ -138,48 +124,35 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 		}
 	}
 	if thread != nil {
-		if thread.ProviderKey != agent.ProviderKey || thread.AgentName != agent.Name {
-			return outcome{}, door.Refuse(http.StatusConflict, door.CodeThreadMismatch,
-				"thread %s belongs to another agent", thread.ThreadID)
-		}
-		if thread.HeadKey != "" && head != thread.HeadKey && head != agent.ProviderKey {
-			if len(in.ResumeEntries) > 0 && !door.MayRead(*thread, door.Viewer{Caller: callerKey}) {
+		if err := door.CheckThread(*thread, agent, head, "thread", ""); err != nil {
+			var refusal *door.Error
+			if errors.As(err, &refusal) && refusal.Code == door.CodeMembershipRequired && len(in.ResumeEntries) > 0 &&
+				!door.MayRead(*thread, door.Viewer{Caller: callerKey}) {
 				// A stranger's answer learns nothing: exactly an unknown
 				// thread's refusal (D16).
 				return outcome{}, unknownResumeThread(in.ThreadID)
 			}
-			return outcome{}, door.Refuse(http.StatusForbidden, door.CodeMembershipRequired,
-				"thread %s is bound to an authority; present a chain headed by it", thread.ThreadID)
+			return outcome{}, err
 		}
 	}
 
 	// A retried request returns the original run (D13).
-	idem := r.Header.Get(IdempotencyHeader)
-	if len(idem) > maxIdempotencyKey || strings.ContainsFunc(idem, func(c rune) bool { return c < 0x20 || c == 0x7f }) {
-		return outcome{}, door.Refuse(http.StatusBadRequest, door.CodeBadRequest,
-			"%s must be at most %d printable characters", IdempotencyHeader, maxIdempotencyKey)
+	idem, err := door.IdempotencyKey(r)
+	if err != nil {
+		return outcome{}, err
 	}
-	// Keys belong to their caller (D17): the Idempotency-Key within the
-	// caller key, compared with the request's hash; a known caller's first
-	// turn on a thread id funduq does not know (never adopted) is matched by
-	// its threadId and runId with the same body, so a retried first turn
-	// streams the run it made instead of running again. An anonymous
-	// caller's ids are not matched: they are identifiers, not credentials
-	// (D16), and anyone sending the same request would be handed this
-	// caller's new thread.
+	// Keys belong to their caller (D17, door.Probe): a known caller's first
+	// turn on a thread id funduq does not know (never adopted) is matched
+	// by its threadId and runId with the same body, so a retried first turn
+	// streams the run it made instead of running again.
 	hash := identity.SHA256Hex(body)
-	probe := store.NewRun{ProviderKey: agent.ProviderKey, AgentName: agent.Name,
-		IdempotencyKey: door.IdempotencyScope(callerKey, idem), CallerRequestID: in.RunID, RequestHash: hash}
-	if thread != nil {
-		probe.ThreadID = thread.ThreadID
-	} else {
-		probe.CreateThread = &store.NewThread{}
-		if guess {
-			probe.UnlessThread = in.ThreadID
-		}
-		if idem == "" && callerKey != "" && in.ThreadID != "" && in.RunID != "" {
-			probe.IdempotencyKey = door.IdempotencyScope(callerKey, "agui-turn:"+in.ThreadID+":"+in.RunID+":"+hash)
-		}
+	firstTurn := ""
+	if in.ThreadID != "" && in.RunID != "" {
+		firstTurn = "agui-turn:" + in.ThreadID + ":" + in.RunID + ":" + hash
+	}
+	probe := door.Probe(agent, thread, caller, idem, in.RunID, hash, firstTurn)
+	if thread == nil && guess {
+		probe.UnlessThread = in.ThreadID
 	}
 	// 5. Is this an answer to a paused run (D1)?
 	if len(in.ResumeEntries) > 0 || in.HasToolMessages() {
@@ -188,7 +161,7 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 		// is answered by the insert's own look-up (store.Admit), which
 		// saves a round trip per run.
 		if prior, ok, err := h.o.Store.FindRetriedRun(ctx, probe); err != nil {
-			return outcome{}, reusedKey(err, idem)
+			return outcome{}, door.ReusedKey(err, idem, reusedWhat)
 		} else if ok {
 			return outcome{run: prior.Run, after: prior.After}, nil
 		}
@@ -197,7 +170,7 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 				return outcome{}, unknownResumeThread(in.ThreadID)
 			}
 		} else {
-			out, answered, err := h.answer(ctx, agent, *thread, in, bag, chain, hash)
+			out, answered, err := h.answer(ctx, agent, *thread, in, bag.CallerBag, chain, hash)
 			if err != nil || answered {
 				return out, err
 			}
@@ -216,67 +189,27 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 	if thread != nil {
 		threadID = thread.ThreadID
 	}
-	built, err := h.build(agent, threadID, runID, in.ParentRunID, in, bag, chain)
+	built, err := h.build(agent, threadID, runID, in.ParentRunID, in, bag.CallerBag, chain)
 	if err != nil {
 		return outcome{}, err
 	}
-	nr := probe
-	nr.RunID, nr.ThreadID, nr.RunInput, nr.ParentRunID = runID, threadID, built.Bytes, in.ParentRunID
-	if built.RelayedChain != nil {
-		nr.ActorChain, _ = json.Marshal(built.RelayedChain)
-	}
-	if thread == nil {
-		nr.CreateThread = &store.NewThread{HeadKey: head, Metadata: bag.Metadata()}
-		if chain != nil {
-			nr.CreateThread.PresenterKey = callerKey
-		}
-	}
-	nr.Messages = messagesOf(built)
-	if bag.Kyok != nil && kyokOK {
-		sealed, err := kyok.Seal(h.o.TokenSecret, kyokOpt.Binding())
-		if err != nil {
-			return outcome{}, err
-		}
-		nr.Kyok = &store.KyokBindingRow{LLMProviderKey: bag.Kyok.ProviderKey, LLMName: bag.Kyok.Name, Sealed: sealed}
-	}
-	nr.MaxQueued = h.o.Limits.MaxQueuedPerThread
-	adm, err := h.o.Store.Admit(ctx, nr)
-	if errors.Is(err, store.ErrKeyReused) {
-		return outcome{}, reusedKey(err, idem)
-	}
-	if errors.Is(err, store.ErrThreadMismatch) {
-		return outcome{}, door.Refuse(http.StatusConflict, door.CodeThreadMismatch, "thread %s belongs to another agent", threadID)
-	}
+	adm, err := door.Create(ctx, h.o.Store, door.NewTurn{Agent: agent, Probe: probe, Built: built, Bag: bag, Caller: caller,
+		RunID: runID, ThreadID: threadID, ParentRunID: in.ParentRunID,
+		Idem: idem, What: reusedWhat, Noun: "thread", TokenSecret: h.o.TokenSecret, MaxQueued: h.o.Limits.MaxQueuedPerThread})
 	if err != nil {
-		return outcome{}, door.AgentGone(err, agent)
+		return outcome{}, err
 	}
 	return outcome{run: adm.Run, after: adm.After, fresh: adm.Created}, nil
 }
+
+// reusedWhat names the caller's own request id in a reuse refusal.
+const reusedWhat = "this runId"
 
 // unknownResumeThread is the refusal of a resume naming a thread funduq
 // does not know, or one the caller may not know of.
 func unknownResumeThread(id string) error {
 	return door.Refuse(http.StatusNotFound, door.CodeThreadNotFound,
 		"a resume must name the funduq thread of the paused run; thread %q is unknown", id)
-}
-
-// reusedKey maps store.ErrKeyReused to its 422; other errors pass.
-func reusedKey(err error, idem string) error {
-	if !errors.Is(err, store.ErrKeyReused) {
-		return err
-	}
-	if idem != "" {
-		return door.KeyReused("this " + IdempotencyHeader)
-	}
-	return door.KeyReused("this runId")
-}
-
-func messagesOf(b runinput.Built) []store.Message {
-	out := make([]store.Message, len(b.MessageIDs))
-	for i, id := range b.MessageIDs {
-		out[i] = store.Message{MessageID: id, Message: b.Input.Messages[i]}
-	}
-	return out
 }
 
 // build makes the run's input with the one builder (D4).
@@ -324,7 +257,7 @@ func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Th
 	if err != nil {
 		return outcome{}, true, err
 	}
-	reopened, err := h.o.Store.ReopenRun(ctx, store.Reopen{RunID: paused.RunID, RunInput: built.Bytes, Messages: messagesOf(built),
+	reopened, err := h.o.Store.ReopenRun(ctx, store.Reopen{RunID: paused.RunID, RunInput: built.Bytes, Messages: door.Messages(built),
 		CallerRequestID: in.RunID, RequestHash: hash})
 	if errors.Is(err, store.ErrIllegalTransition) {
 		// Another answer landed first: there is no second resume to watch.
