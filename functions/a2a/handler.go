@@ -19,8 +19,8 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultMaxBody        = 1 << 20
-	DefaultDeadlineMargin = 3 * time.Second
+	DefaultMaxBody        = door.DefaultMaxBody
+	DefaultDeadlineMargin = door.DefaultDeadlineMargin
 	DefaultBlockBudget    = 10 * time.Minute
 )
 
@@ -68,34 +68,20 @@ type Handler struct {
 
 // New builds the door.
 func New(o Options) (*Handler, error) {
-	if o.Store == nil || o.Funduq == nil || len(o.TokenSecret) == 0 {
-		return nil, errors.New("a2a: Options.Store, Funduq and TokenSecret are required")
-	}
-	if o.Log == nil {
-		o.Log = slog.New(slog.DiscardHandler)
-	}
-	o.Limits = door.Limits(o.Limits)
-	if o.MaxBody <= 0 {
-		o.MaxBody = o.Limits.MaxBody
-	}
-	if o.DeadlineMargin <= 0 {
-		o.DeadlineMargin = DefaultDeadlineMargin
+	if err := door.Setup("a2a", o.Store, o.Funduq, o.TokenSecret,
+		&o.Log, &o.Limits, &o.MaxBody, &o.DeadlineMargin, &o.Now); err != nil {
+		return nil, err
 	}
 	if o.BlockBudget <= 0 {
 		o.BlockBudget = DefaultBlockBudget
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
 	o.Tail.Store, o.Tail.Feed, o.Tail.Log = o.Store, o.Feed, o.Log
 	o.PublicURL = strings.TrimRight(o.PublicURL, "/")
 	h := &Handler{o: o, log: o.Log, mux: http.NewServeMux()}
-	h.mux.HandleFunc("/a2a/{provider}/{name}", h.only(http.MethodPost, h.rpc))
-	h.mux.HandleFunc("/a2a/{provider}/{name}/rpc", h.only(http.MethodPost, h.rpc))
-	h.mux.HandleFunc("/a2a/{provider}/{name}/.well-known/agent-card.json", h.only(http.MethodGet, h.card))
-	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		door.WriteError(w, r, nil, door.Refuse(http.StatusNotFound, door.CodeNotFound, "no such route: %s %s", r.Method, r.URL.Path))
-	})
+	h.mux.HandleFunc("/a2a/{provider}/{name}", door.Only(http.MethodPost, h.rpc))
+	h.mux.HandleFunc("/a2a/{provider}/{name}/rpc", door.Only(http.MethodPost, h.rpc))
+	h.mux.HandleFunc("/a2a/{provider}/{name}/.well-known/agent-card.json", door.Only(http.MethodGet, h.card))
+	h.mux.HandleFunc("/", door.NoRoute)
 	return h, nil
 }
 
@@ -118,18 +104,6 @@ func ForDeps(d *door.Deps, log *slog.Logger) http.Handler {
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
-
-func (h *Handler) only(method string, fn http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != method {
-			w.Header().Set("Allow", method)
-			door.WriteError(w, r, nil, door.Refuse(http.StatusMethodNotAllowed, door.CodeMethodNotAllowed,
-				"%s is not allowed here; use %s", r.Method, method))
-			return
-		}
-		fn(w, r)
-	}
-}
 
 // call is one JSON-RPC request in flight.
 type call struct {
@@ -288,16 +262,7 @@ func (h *Handler) toRPC(r *http.Request, err error) *RPCError {
 	return &RPCError{Code: CodeInternalError, Message: "internal error"}
 }
 
-// streamEnd is when a stream must end; zero for none.
+// streamEnd is when a stream must end (door.StreamEnd); zero for none.
 func (h *Handler) streamEnd(ctx context.Context, budget time.Duration) time.Time {
-	var end time.Time
-	if budget > 0 {
-		end = time.Now().Add(budget)
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		if d := dl.Add(-h.o.DeadlineMargin); end.IsZero() || d.Before(end) {
-			end = d
-		}
-	}
-	return end
+	return door.StreamEnd(ctx, budget, h.o.DeadlineMargin)
 }

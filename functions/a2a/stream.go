@@ -3,9 +3,7 @@ package a2a
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -17,15 +15,13 @@ import (
 
 // LastEventIDHeader resumes a stream: its value is the SSE id (the run
 // event seq) of the last item received.
-const LastEventIDHeader = "Last-Event-ID"
+const LastEventIDHeader = door.LastEventIDHeader
 
-// sse writes JSON-RPC responses as server-sent events.
+// sse writes JSON-RPC responses as server-sent events, each flushed at
+// once.
 type sse struct {
-	w         http.ResponseWriter
-	rc        *http.ResponseController
-	id        json.RawMessage
-	broken    bool
-	lastWrite time.Time
+	*door.SSE
+	id json.RawMessage
 }
 
 func (s *sse) item(seq int, result any) {
@@ -36,23 +32,13 @@ func (s *sse) item(seq int, result any) {
 	b.WriteString("data: ")
 	b.Write(marshalResponse(s.id, result, nil))
 	b.WriteString("\n\n")
-	s.write(b.String())
+	s.Write(b.String())
+	s.Flush()
 }
 
-func (s *sse) comment(text string) { s.write(": " + text + "\n\n") }
-
-func (s *sse) write(str string) {
-	if s.broken {
-		return
-	}
-	if _, err := s.w.Write([]byte(str)); err != nil {
-		s.broken = true
-		return
-	}
-	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		s.broken = true
-	}
-	s.lastWrite = time.Now()
+func (s *sse) comment(text string) {
+	s.Comment(text)
+	s.Flush()
 }
 
 // stream answers a streaming send or a resubscribe: the task as it stood
@@ -69,12 +55,7 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 		return
 	}
 	view.History = applyHistoryLength(view.History, historyLength)
-	hd := c.w.Header()
-	hd.Set("Content-Type", "text/event-stream")
-	hd.Set("Cache-Control", "no-cache")
-	hd.Set("X-Accel-Buffering", "no")
-	c.w.WriteHeader(http.StatusOK)
-	out := &sse{w: c.w, rc: http.NewResponseController(c.w), id: c.req.ID}
+	out := &sse{SSE: door.StartSSE(c.w), id: c.req.ID}
 	v, taskID, ctxID := c.v, rn.RunID, rn.ThreadID
 	out.item(0, streamTask(v, view))
 
@@ -84,7 +65,7 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 	}
 	lastSeq := after
 	t := &door.Tail{O: c.h.o.Tail, RunID: rn.RunID, After: after,
-		Gone: func() bool { return out.broken },
+		Gone: out.Broken,
 		Idle: func() { out.comment("keep-alive") },
 		Relay: func(seq int, ev json.RawMessage) bool {
 			lastSeq = seq

@@ -14,9 +14,6 @@ import (
 	"github.com/funduq/funduq-go/functions/door"
 )
 
-// IdempotencyHeader names the header a retried POST repeats (D13).
-const IdempotencyHeader = door.IdempotencyHeader
-
 // outcome is what a POST resolves to: a run to stream (from after), or a
 // thread snapshot to return.
 type outcome struct {
@@ -201,6 +198,9 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 	}
 	return outcome{run: adm.Run, after: adm.After, fresh: adm.Created}, nil
 }
+
+// IdempotencyHeader names the header a retried POST repeats (D13).
+const IdempotencyHeader = door.IdempotencyHeader
 
 // reusedWhat names the caller's own request id in a reuse refusal.
 const reusedWhat = "this runId"

@@ -1,0 +1,56 @@
+package agui
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/functions/door"
+)
+
+func (h *Handler) getEvents(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("runId")
+	after := 0
+	raw := r.Header.Get(LastEventIDHeader)
+	if raw == "" {
+		raw = r.URL.Query().Get("after")
+	}
+	if raw = strings.TrimSpace(raw); raw != "" {
+		n, ok := door.ParseLastEventID(raw)
+		if !ok {
+			door.WriteError(w, r, h.log, door.Refuse(http.StatusBadRequest, door.CodeBadRequest,
+				"%s must be the non-negative integer id of an event received", LastEventIDHeader))
+			return
+		}
+		after = n
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), door.StorageTimeout)
+	rn, err := h.o.Store.GetRun(ctx, id)
+	if err == nil {
+		// A bound thread's run answers only its parties; anyone else gets
+		// exactly what an unknown id gets (D16).
+		var th store.Thread
+		th, err = h.o.Store.GetThread(ctx, rn.ThreadID)
+		if err == nil && !door.MayRead(th, door.ViewerOf(r, nil, id, h.o.AuthorizedKey, h.o.Now())) {
+			err = store.ErrNotFound
+		}
+	}
+	cancel()
+	if errors.Is(err, store.ErrNotFound) {
+		err = door.Refuse(http.StatusNotFound, door.CodeRunNotFound, "no run %s", id)
+	}
+	if err != nil {
+		door.WriteError(w, r, h.log, err)
+		return
+	}
+	h.stream(w, r, rn, after, false)
+}
+
+// streamEnd is when a stream must end: its own budget, or the request's
+// deadline (Lambda's) less the margin (door.StreamEnd); zero for none.
+func (h *Handler) streamEnd(ctx context.Context) time.Time {
+	return door.StreamEnd(ctx, h.o.StreamBudget, h.o.DeadlineMargin)
+}
