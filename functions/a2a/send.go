@@ -499,13 +499,4 @@ func (c *call) build(req runinput.Request) (runinput.Built, error) {
 }
 
 // typeOf is an event's "type" string ("" when it has none).
-func typeOf(ev json.RawMessage) string {
-	var v struct {
-		Type any `json:"type"`
-	}
-	if json.Unmarshal(ev, &v) != nil {
-		return ""
-	}
-	s, _ := v.Type.(string)
-	return s
-}
+func typeOf(ev json.RawMessage) string { return door.TypeOf(ev) }
