@@ -12,7 +12,7 @@ import (
 	"github.com/funduq/funduq-go/core/backoff"
 )
 
-// maxAttempts bounds retries of a whole transaction (seed 002: at most three).
+// maxAttempts bounds retries of a whole transaction (design.md D13: at most three).
 const maxAttempts = 3
 
 // retryable reports whether err is a transient failure after which the whole
