@@ -27,6 +27,7 @@ import (
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/redistest"
 	"github.com/funduq/funduq-go/core/store/storetest"
+	"github.com/funduq/funduq-go/functions/door"
 )
 
 // The cluster's settings. Every bound a scenario asserts is derived from
@@ -39,6 +40,12 @@ const (
 	// margin absorbs process scheduling on a loaded 2-core machine (the
 	// suite runs beside the rest of go test ./...). It is a hang guard.
 	margin = 4 * time.Second
+	// afterFailover bounds a caller's stream closing once its run is
+	// terminal, across a leader's death: a leader SIGKILLed between a
+	// write's commit and its publish leaves those events (or the end) on
+	// no live feed, and the door's tail finds them at its next PostgreSQL
+	// check (door.DefaultDBCheck; design.md D9).
+	afterFailover = margin + door.DefaultDBCheck
 	// boot bounds a process becoming live.
 	boot = 20 * time.Second
 )

@@ -66,7 +66,7 @@ func TestX1LeaseExpiresDuringOffer(t *testing.T) {
 	bk.mu.Lock()
 	t.Logf("run %s: offered %d times, handler started %d time(s), completed under epoch %d", f.RunID, bk.offers[f.RunID], bk.starts[f.RunID], r.Epoch)
 	bk.mu.Unlock()
-	checkStream(t, "the caller's stream", st.waitClosed(t, margin), 0, true)
+	checkStream(t, "the caller's stream", st.waitClosed(t, afterFailover), 0, true)
 	c.checkLedger(f.RunID)
 	bk.checkOnce(t)
 }
@@ -107,7 +107,7 @@ func TestX2SplitBrainFrozenLeader(t *testing.T) {
 	}
 	t.Logf("all %d runs terminal within %v (bound 2 × TTL + grace + 2 margins)", len(ids), bound)
 	for i, st := range streams {
-		checkStream(t, fmt.Sprint("stream ", i), st.waitClosed(t, margin), 0, true)
+		checkStream(t, fmt.Sprint("stream ", i), st.waitClosed(t, afterFailover), 0, true)
 	}
 	time.Sleep(leaseTTL) // the woken node must not renew its old lease
 	if c.leader() != s || c.epoch() != epoch {
@@ -157,7 +157,7 @@ func TestX3NotifyLostDuringReconnect(t *testing.T) {
 	var ids []string
 	for id, st := range started {
 		ids = append(ids, id)
-		checkStream(t, "run "+id, st.waitClosed(t, margin), 0, true)
+		checkStream(t, "run "+id, st.waitClosed(t, afterFailover), 0, true)
 		if r, _ := c.waitTerminal(id, margin); r.Status != "completed" {
 			t.Errorf("run %s ended %s/%s", id, r.Status, r.Reason)
 		}
@@ -189,7 +189,7 @@ func TestX3NotifyLostDuringReconnect(t *testing.T) {
 	p.event(f.RunID, 9, finishedEv(*f.ThreadID, f.RunID))
 	p.finish(f.RunID)
 	last := first[len(first)-1].ID
-	rest := c.follow(c.doors[1], f.RunID, last).waitClosed(t, margin)
+	rest := c.follow(c.doors[1], f.RunID, last).waitClosed(t, afterFailover)
 	all := append(first, rest...)
 	checkStream(t, "cut at d1 and resumed at d2", all, 0, true)
 	t.Logf("stream cut after id %d at d1, resumed at d2: %s", last, describe(all))
@@ -240,7 +240,7 @@ func TestX4DoorInsertsWithoutLeader(t *testing.T) {
 	if r, _ := c.waitTerminal(served.runID, margin); r.Status != "completed" {
 		t.Errorf("the served run ended %s/%s", r.Status, r.Reason)
 	}
-	checkStream(t, "the served run's stream", served.waitClosed(t, margin), 0, true)
+	checkStream(t, "the served run's stream", served.waitClosed(t, afterFailover), 0, true)
 	wbound := leaseTTL + margin + max(unservedTimeout, providerGrace) + margin
 	r, _ := c.waitTerminal(orphan.runID, wbound)
 	t.Logf("the run whose provider never returned: %s/%s %v after SIGKILL (bound TTL + margin + unserved %v + margin = %v)",
@@ -248,7 +248,7 @@ func TestX4DoorInsertsWithoutLeader(t *testing.T) {
 	if r.Status != "failed" || r.Reason == "" {
 		t.Errorf("the unserved run ended %s/%q, want failed with a reason", r.Status, r.Reason)
 	}
-	checkStream(t, "the unserved run's stream", orphan.waitClosed(t, margin), 0, true)
+	checkStream(t, "the unserved run's stream", orphan.waitClosed(t, afterFailover), 0, true)
 	// An agent the current leader knows to be unserved, after the grace that
 	// follows a takeover, fails at once.
 	time.Sleep(time.Until(killed.Add(leadAt + providerGrace + 200*time.Millisecond)))
@@ -330,7 +330,7 @@ func TestX5ProviderReconnectsToNewLeader(t *testing.T) {
 	if r, _ := c.waitTerminal(held.runID, margin); r.Status != "completed" {
 		t.Errorf("the held run ended %s/%s", r.Status, r.Reason)
 	}
-	checkStream(t, "the held run's stream", held.waitClosed(t, margin), 0, true)
+	checkStream(t, "the held run's stream", held.waitClosed(t, afterFailover), 0, true)
 	fresh := c.start(c.doors[1], sg.PublicKeyHex(), "idle", "after")
 	if r, _ := c.waitTerminal(fresh.runID, deliverTimeout+margin); r.Status != "completed" {
 		t.Errorf("a new run after re-attach ended %s/%s", r.Status, r.Reason)
@@ -402,7 +402,7 @@ func x6(t testing.TB, c *cluster) {
 		ids = append(ids, id)
 		r, _ := c.waitTerminal(id, bound)
 		counts[r.Status+"/"+r.Reason]++
-		checkStream(t, fmt.Sprint("stream ", i), st.waitClosed(t, margin), 0, true)
+		checkStream(t, fmt.Sprint("stream ", i), st.waitClosed(t, afterFailover), 0, true)
 	}
 	t.Logf("%d runs, outcomes %v, all terminal %v after the first start (bound 2 × (TTL + margin) + grace + unserved + margin = %v)",
 		len(ids), counts, time.Since(began).Round(time.Millisecond), bound)
@@ -465,7 +465,7 @@ func TestX7CancelFromAnyDoor(t *testing.T) {
 		if r.Status != "cancelled" {
 			t.Errorf("the run cancelled through d2 ended %s/%s", r.Status, r.Reason)
 		}
-		checkStream(t, "the run cancelled through d2", run.waitClosed(t, margin), 0, true)
+		checkStream(t, "the run cancelled through d2", run.waitClosed(t, afterFailover), 0, true)
 	}
 
 	// The broker side, with the cancel written to shared storage exactly as
@@ -481,7 +481,7 @@ func TestX7CancelFromAnyDoor(t *testing.T) {
 	if r.Status != "cancelled" {
 		t.Errorf("cancelled run ended %s/%s", r.Status, r.Reason)
 	}
-	checkStream(t, "the cancelled run's stream", r1.waitClosed(t, margin), 0, true)
+	checkStream(t, "the cancelled run's stream", r1.waitClosed(t, afterFailover), 0, true)
 
 	// During a failover.
 	r2 := c.start(c.doors[1], sg.PublicKeyHex(), "slow", "cancel me during the failover")
@@ -501,7 +501,7 @@ func TestX7CancelFromAnyDoor(t *testing.T) {
 	if r.Status != "cancelled" {
 		t.Errorf("the run cancelled during the failover ended %s/%s", r.Status, r.Reason)
 	}
-	checkStream(t, "the run cancelled during the failover", r2.waitClosed(t, margin), 0, true)
+	checkStream(t, "the run cancelled during the failover", r2.waitClosed(t, afterFailover), 0, true)
 	c.checkLedger(r1.runID, r2.runID)
 	bk.checkOnce(t)
 }
@@ -537,7 +537,7 @@ func TestX9DoorDiesMidStream(t *testing.T) {
 	st := c.start(c.doors[0], sg.PublicKeyHex(), "ticker", "stream me")
 	first := st.waitEvents(t, 5, margin)
 	c.doors[0].kill(t)
-	got := st.waitClosed(t, margin)
+	got := st.waitClosed(t, afterFailover)
 	if len(got) > len(first) {
 		first = got
 	}
@@ -605,7 +605,7 @@ func TestX10PlannedHandover(t *testing.T) {
 		if r.Status != "completed" {
 			t.Errorf("held run %d ended %s/%s (a planned deploy failed it)", i, r.Status, r.Reason)
 		}
-		checkStream(t, fmt.Sprint("held run ", i), st.waitClosed(t, margin), 0, true)
+		checkStream(t, fmt.Sprint("held run ", i), st.waitClosed(t, afterFailover), 0, true)
 		ids = append(ids, st.runID)
 	}
 	if r, _ := c.waitTerminal(fresh.runID, margin); r.Status != "completed" {
