@@ -24,7 +24,8 @@
 //  5. growth: ANALYZE after priming, then each door alone (AG-UI, then
 //     A2A), closed loop: runs/s, committed transactions, PostgreSQL rows
 //     read and CPU per run; with -preseed N the same again after N prior
-//     runs of history are written in SQL and ANALYZEd;
+//     runs of history are written in SQL and VACUUM (ANALYZE)d, as
+//     autovacuum would have done by then;
 //  6. idle links (-links n): n provider links held open to the broker node,
 //     its memory per link and its CPU at idle.
 //
