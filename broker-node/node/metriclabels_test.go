@@ -19,12 +19,7 @@ func TestRefusalLabelsDoNotQuoteTheProvider(t *testing.T) {
 	p := h.Connect(0xe1, nil)
 	p.Register("echo")
 	for i := range 3 {
-		id, thread := h.Door(p.Key, "echo", "", fmt.Sprint("bad ", i))
-		p.Offer()
-		p.Accept(id)
-		p.Event(id, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, id))
-		p.Event(id, fmt.Sprintf(`{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"attacker-chosen-%d"}`, i))
-		h.WaitStatus(id, run.Failed)
+		id, _ := runWithBadEvent(h, p, i, fmt.Sprintf(`{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"attacker-chosen-%d"}`, i))
 		expectRefusal(t, p, id, "event refused: "+string(run.ReasonMalformedEvent)+": ")
 	}
 	h.Settle()

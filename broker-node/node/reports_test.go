@@ -8,6 +8,7 @@ import (
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/core/wire"
 )
 
@@ -128,6 +129,17 @@ func TestEveryRefusedReportIsAnswered(t *testing.T) {
 	expectRefusal(t, p, id, "finish refused") // unknown run, or the run has ended while its lane closes
 }
 
+// runWithBadEvent plays run i of p's echo agent up to bad, an event that
+// fails validation, and waits until the run has failed.
+func runWithBadEvent(h *nodetest.Harness, p *nodetest.Prov, i int, bad string) (string, store.Run) {
+	id, thread := h.Door(p.Key, "echo", "", fmt.Sprint("bad ", i))
+	p.Offer()
+	p.Accept(id)
+	p.Event(id, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, id))
+	p.Event(id, bad)
+	return id, h.WaitStatus(id, run.Failed)
+}
+
 // Issue #21, second bullet: a handler that emits a known AG-UI type failing
 // validation fails its run (named reason, a terminal RUN_ERROR) and is told
 // so, but counts nothing: three such runs do not withdraw the key, and its
@@ -138,12 +150,7 @@ func TestMalformedEventsDoNotWithdrawTheProvider(t *testing.T) {
 	p := h.Connect(0xe1, nil)
 	p.Register("echo")
 	for i := range 3 {
-		id, thread := h.Door(p.Key, "echo", "", fmt.Sprint("bad ", i))
-		p.Offer()
-		p.Accept(id)
-		p.Event(id, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, id))
-		p.Event(id, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1"}`) // no delta
-		r := h.WaitStatus(id, run.Failed)
+		id, r := runWithBadEvent(h, p, i, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1"}`) // no delta
 		if r.FailureReason != string(run.ReasonMalformedEvent) {
 			t.Fatalf("reason %q", r.FailureReason)
 		}
