@@ -1,13 +1,26 @@
 package broker
 
-// endedRuns remembers the last runs this broker saw reach a terminal
-// status, so a late read of one as queued — a catch-up query or a notice
-// processed after its lane already ran it to the end — opens no lane. A
-// terminal run never runs again, so remembering it can only be right; the
-// bound keeps it small (the lane's own first write, refused for a settled
-// run, covers what has been forgotten here).
+import (
+	"time"
+
+	"github.com/funduq/funduq-go/core/store"
+)
+
+// endedRuns remembers the last rounds this broker saw end: a run's last,
+// when it reached a terminal status, or the round a run paused on
+// (input-required), by the queued_at it was queued with. A late read of
+// the run as queued — a catch-up page read before its lane claimed it, or
+// a notice processed after its lane already ran the round — then opens no
+// lane: an offer of a round that is over would reach the provider before
+// its offering write is refused, and be withdrawn. An answer reopens a
+// paused run with a later queued_at (store.ReopenRun), so its round is
+// taken. Remembering an ended round can only be right; the bound keeps the
+// set small (the lane's own first write, refused for a settled run,
+// covers what has been forgotten here).
 type endedRuns struct {
-	ids  map[string]struct{}
+	// ids maps a run to the queued_at of the round that paused; the zero
+	// time: the run ended for good.
+	ids  map[string]time.Time
 	ring []string
 	next int
 }
@@ -15,22 +28,36 @@ type endedRuns struct {
 const endedRunsKept = 4096
 
 func newEndedRuns() *endedRuns {
-	return &endedRuns{ids: make(map[string]struct{}, endedRunsKept), ring: make([]string, endedRunsKept)}
+	return &endedRuns{ids: make(map[string]time.Time, endedRunsKept), ring: make([]string, endedRunsKept)}
 }
 
-func (e *endedRuns) add(id string) {
+// add remembers that run id reached a terminal status.
+func (e *endedRuns) add(id string) { e.remember(id, time.Time{}) }
+
+// paused remembers that the round of run id queued at queuedAt paused.
+func (e *endedRuns) paused(id string, queuedAt time.Time) { e.remember(id, queuedAt) }
+
+func (e *endedRuns) remember(id string, queuedAt time.Time) {
 	if _, ok := e.ids[id]; ok {
+		e.ids[id] = queuedAt // a later round, or the run's end
 		return
 	}
 	if old := e.ring[e.next]; old != "" {
 		delete(e.ids, old)
 	}
 	e.ring[e.next] = id
-	e.ids[id] = struct{}{}
+	e.ids[id] = queuedAt
 	e.next = (e.next + 1) % len(e.ring)
 }
 
+// has reports whether a round of run id is remembered as ended.
 func (e *endedRuns) has(id string) bool {
 	_, ok := e.ids[id]
 	return ok
+}
+
+// over reports whether r, read as queued, is a round already ended here.
+func (e *endedRuns) over(r store.Run) bool {
+	at, ok := e.ids[r.RunID]
+	return ok && (at.IsZero() || !r.QueuedAt.After(at))
 }

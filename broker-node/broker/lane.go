@@ -31,8 +31,11 @@ type lane struct {
 	addressed string
 	readBack  bool      // taken at takeover from an earlier leader's rows
 	queuedAt  time.Time // broker clock: when this round entered dispatch
-	q         *queue
-	log       *slog.Logger
+	// roundQueuedAt is the round's queued_at as read from its row: what
+	// tells this round from the next one of the same run (ended.go).
+	roundQueuedAt time.Time
+	q             *queue
+	log           *slog.Logger
 
 	// Guarded by b.mu: read by the roster, the sweep and intake.
 	status          run.Status
@@ -1069,8 +1072,11 @@ func (b *Broker) forget(l *lane) {
 	l.stopTimers()
 	delete(b.lanes, l.id)
 	b.unaddressLocked(l)
-	if l.status.Terminal() {
+	switch {
+	case l.status.Terminal():
 		b.ended.add(l.id)
+	case l.status == run.InputRequired:
+		b.ended.paused(l.id, l.roundQueuedAt)
 	}
 	b.leaveThreadLocked(l)
 	key := l.reserved

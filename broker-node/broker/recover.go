@@ -117,7 +117,8 @@ func (b *Broker) ctxOf() context.Context {
 
 func (b *Broker) newLane(r store.Run) *lane {
 	return &lane{b: b, id: r.RunID, threadID: r.ThreadID, agent: AgentRef{r.ProviderKey, r.AgentName},
-		input: r.RunInput, addressed: addressedRunID(r.RunInput), queuedAt: b.clock.Now(), q: newQueue(), status: r.Status,
+		input: r.RunInput, addressed: addressedRunID(r.RunInput), queuedAt: b.clock.Now(), roundQueuedAt: r.QueuedAt,
+		q: newQueue(), status: r.Status,
 		log: b.log.With("run_id", r.RunID, "thread_id", r.ThreadID, "agent", r.AgentName, "provider_key", r.ProviderKey)}
 }
 
@@ -145,7 +146,7 @@ func (b *Broker) take(r store.Run, readBack bool) {
 	if r.Status != run.Queued {
 		return
 	}
-	open := func() bool { return b.leading && b.lanes[r.RunID] == nil && !b.ended.has(r.RunID) }
+	open := func() bool { return b.leading && b.lanes[r.RunID] == nil && !b.ended.over(r) }
 	b.mu.Lock()
 	ok := open()
 	b.mu.Unlock()
