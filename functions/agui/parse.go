@@ -12,7 +12,7 @@ import (
 // body. Keys the door does not use (protocolVersion, …) are ignored.
 type RunAgentInput struct {
 	ThreadID    string
-	RunID       string // the caller's run id: never adopted, only an idempotency key
+	CallerRunID string // the caller's run id: never adopted, only an idempotency key
 	ParentRunID string
 	State       json.RawMessage
 	Messages    []json.RawMessage
@@ -75,7 +75,7 @@ func ParseRunAgentInput(body []byte) (RunAgentInput, error) {
 	if in.ThreadID, err = requiredString(obj, "threadId"); err != nil {
 		return in, err
 	}
-	if in.RunID, err = requiredString(obj, "runId"); err != nil {
+	if in.CallerRunID, err = requiredString(obj, "runId"); err != nil {
 		return in, err
 	}
 	if raw, ok := present(obj, "parentRunId"); ok {

@@ -144,10 +144,10 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 	// streams the run it made instead of running again.
 	hash := identity.SHA256Hex(body)
 	firstTurn := ""
-	if in.ThreadID != "" && in.RunID != "" {
-		firstTurn = "agui-turn:" + in.ThreadID + ":" + in.RunID + ":" + hash
+	if in.ThreadID != "" && in.CallerRunID != "" {
+		firstTurn = "agui-turn:" + in.ThreadID + ":" + in.CallerRunID + ":" + hash
 	}
-	probe := door.Probe(agent, thread, caller, idem, in.RunID, hash, firstTurn)
+	probe := door.Probe(agent, thread, caller, idem, in.CallerRunID, hash, firstTurn)
 	if thread == nil && guess {
 		probe.UnlessThread = in.ThreadID
 	}
@@ -258,7 +258,7 @@ func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Th
 		return outcome{}, true, err
 	}
 	reopened, err := h.o.Store.ReopenRun(ctx, store.Reopen{RunID: paused.RunID, RunInput: built.Bytes, Messages: door.Messages(built),
-		CallerRequestID: in.RunID, RequestHash: hash})
+		CallerRequestID: in.CallerRunID, RequestHash: hash})
 	if errors.Is(err, store.ErrIllegalTransition) {
 		// Another answer landed first: there is no second resume to watch.
 		snap, err := h.snapshot(ctx, thread.ThreadID)
