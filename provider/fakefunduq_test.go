@@ -382,7 +382,7 @@ func (p *peer) expectEvent(t testing.TB, runID string, seq int64) map[string]any
 	if err := json.Unmarshal(raw, &ev); err != nil || ev.Type != wire.TypeEvent {
 		t.Fatalf("peer %d: expected event %d of %s, got %s", p.n, seq, runID, raw)
 	}
-	if ev.RunID != runID || ev.Seq == nil || *ev.Seq != seq {
+	if ev.RunID != runID || ev.ProviderSeq == nil || *ev.ProviderSeq != seq {
 		t.Fatalf("peer %d: expected event seq %d of %s, got %s", p.n, seq, runID, raw)
 	}
 	var body map[string]any

@@ -173,7 +173,7 @@ func (s *Server) handle(ctx context.Context, c *Conn, frame any, querySlots chan
 		s.Broker.Ack(c, f.RunID, v, reason)
 	case wire.Event:
 		// What the broker does not take it answers itself (D15).
-		s.Broker.Event(c, f.RunID, f.Event, f.Seq)
+		s.Broker.Event(c, f.RunID, f.Event, f.ProviderSeq)
 	case wire.Finish:
 		s.Broker.Finish(c, f.RunID)
 	case wire.Query:

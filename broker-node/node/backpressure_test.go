@@ -74,7 +74,7 @@ func TestEventBacklogStopsReadingTheLink(t *testing.T) {
 	pad := strings.Repeat("x", size)
 	frame := func(i int) wire.Event {
 		s := int64(i + 1)
-		return wire.Event{Type: wire.TypeEvent, RunID: id, Seq: &s,
+		return wire.Event{Type: wire.TypeEvent, RunID: id, ProviderSeq: &s,
 			Event: json.RawMessage(fmt.Sprintf(`{"type":"CUSTOM","name":"tick","value":%d,"pad":%q}`, i, pad))}
 	}
 	var sent atomic.Int64

@@ -38,9 +38,9 @@ func TestAcceptBurstIsRecordedInOrder(t *testing.T) {
 			fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, thread, id),
 		}
 		for j, ev := range evs {
-			p.Send(wire.Event{Type: wire.TypeEvent, RunID: id, Event: json.RawMessage(ev), Seq: seq(int64(j + 1))})
+			p.Send(wire.Event{Type: wire.TypeEvent, RunID: id, Event: json.RawMessage(ev), ProviderSeq: seq(int64(j + 1))})
 			if j == 2 { // a resend inside the burst
-				p.Send(wire.Event{Type: wire.TypeEvent, RunID: id, Event: json.RawMessage(ev), Seq: seq(int64(j + 1))})
+				p.Send(wire.Event{Type: wire.TypeEvent, RunID: id, Event: json.RawMessage(ev), ProviderSeq: seq(int64(j + 1))})
 			}
 		}
 		p.Finish(id)

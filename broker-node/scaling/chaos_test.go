@@ -778,7 +778,7 @@ func (p *rawProv) script(r *rawRun, n int, delays []time.Duration) {
 			time.Sleep(delays[min(i-1, len(delays)-1)])
 		}
 		seq := int64(i + 1)
-		b, _ := json.Marshal(wire.Event{Type: wire.TypeEvent, RunID: r.id, Seq: &seq, Event: json.RawMessage(ev)})
+		b, _ := json.Marshal(wire.Event{Type: wire.TypeEvent, RunID: r.id, ProviderSeq: &seq, Event: json.RawMessage(ev)})
 		p.report(r, b, report{run: r.id, seq: seq})
 	}
 	b, _ := json.Marshal(wire.Finish{Type: wire.TypeFinish, RunID: r.id})

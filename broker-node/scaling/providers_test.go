@@ -376,7 +376,7 @@ func (p *wprov) adopt(id string) {
 func (p *wprov) event(id string, seq int64, ev string) {
 	fr := wire.Event{Type: wire.TypeEvent, RunID: id, Event: json.RawMessage(ev)}
 	if seq > 0 {
-		fr.Seq = &seq
+		fr.ProviderSeq = &seq
 	}
 	p.send(fr)
 }

@@ -143,14 +143,16 @@ func (a Ack) Verdict() (Verdict, string) {
 	return Declined, ""
 }
 
-// Event carries one AG-UI event of a run. Seq is funduq-go's optional
-// extension (D7): a provider-side sequence number so a resent event is
-// stored once; providers that do not send it are unaffected.
+// Event carries one AG-UI event of a run. ProviderSeq (the frame's "seq")
+// is funduq-go's optional extension (design.md D7): the provider's own
+// sequence number, so a resent event is stored once; providers that do
+// not send it are unaffected. It is not funduq's seq, the event's place
+// in the run's stored record.
 type Event struct {
-	Type  string          `json:"type"`
-	RunID string          `json:"runId"`
-	Event json.RawMessage `json:"event"`
-	Seq   *int64          `json:"seq,omitempty"`
+	Type        string          `json:"type"`
+	RunID       string          `json:"runId"`
+	Event       json.RawMessage `json:"event"`
+	ProviderSeq *int64          `json:"seq,omitempty"`
 }
 
 // Finish says a run's stream ended.
