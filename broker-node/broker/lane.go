@@ -31,8 +31,9 @@ type lane struct {
 	addressed string
 	readBack  bool      // taken at takeover from an earlier leader's rows
 	queuedAt  time.Time // broker clock: when this round entered dispatch
-	// roundQueuedAt is the round's queued_at as read from its row: what
-	// tells this round from the next one of the same run (ended.go).
+	// roundQueuedAt is the round's queued_at as its row says (zero when
+	// the lane came from a notice's payload, until its end is written):
+	// what tells this round from the next one of the same run (ended.go).
 	roundQueuedAt time.Time
 	q             *queue
 	log           *slog.Logger
@@ -1028,7 +1029,7 @@ func (l *lane) conclude(ctx context.Context, c store.Conclusion) bool {
 		}
 		// A terminal move dropped the KYOK binding in the same transaction.
 		b.mu.Lock()
-		l.status = r.Status
+		l.status, l.roundQueuedAt = r.Status, r.QueuedAt
 		b.mu.Unlock()
 		b.metrics.ended.WithLabelValues(string(r.Status)).Inc()
 		l.log.InfoContext(ctx, "run ended", "status", string(r.Status), "reason", r.FailureReason)
@@ -1075,7 +1076,7 @@ func (b *Broker) forget(l *lane) {
 	switch {
 	case l.status.Terminal():
 		b.ended.add(l.id)
-	case l.status == run.InputRequired:
+	case l.status == run.InputRequired && !l.roundQueuedAt.IsZero():
 		b.ended.paused(l.id, l.roundQueuedAt)
 	}
 	b.leaveThreadLocked(l)

@@ -2,13 +2,46 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/funduq/funduq-go/broker-node/intake"
 	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/runinput"
 	"github.com/funduq/funduq-go/core/store"
 )
+
+func pauseRound(p *fakeLink, id, thread string) {
+	p.event(id, started(id, thread))
+	p.event(id, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"int_1","reason":"confirm"}]}}`, thread, id))
+	p.finish(id)
+}
+
+// doorWithPayload inserts a run as h.door does, but notifies the broker as
+// the listener does for a door's queued notice that carries the row
+// (store.QueuedPayload): the lane is born without the row's queued_at.
+func doorWithPayload(h *harness, key, agent string) (runID, threadID string) {
+	h.t.Helper()
+	runID, threadID = run.NewRunID(), run.NewThreadID()
+	in, err := runinput.Build(runinput.Request{ThreadID: threadID, RunID: runID,
+		Messages: []json.RawMessage{json.RawMessage(`{"id":"c1","role":"user","content":"hi"}`)}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	nr := store.NewRun{RunID: runID, ThreadID: threadID, ProviderKey: key, AgentName: agent, RunInput: in.Bytes,
+		CreateThread: &store.NewThread{}}
+	if _, _, err := h.st.CreateRun(context.Background(), nr); err != nil {
+		h.t.Fatal(err)
+	}
+	id, row, err := store.ParseQueuedPayload(store.QueuedPayload(nr))
+	if err != nil || row == nil || id != runID {
+		h.t.Fatalf("payload %v %v", row, err)
+	}
+	h.b.Notify(context.Background(), intake.Notice{Kind: intake.Queued, RunID: id, Run: row})
+	return runID, threadID
+}
 
 // A read of a run as queued can arrive after its lane has already run the
 // round: a catch-up page read before the claim, or a door's notice
@@ -20,22 +53,25 @@ import (
 // withdrawn, and the provider's next "offer" was that stale frame.
 func TestLaneStaleReadOfASettledRound(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		finish func(p *fakeLink, id, thread string)
-		want   run.Status
+		name    string
+		payload bool // the lane is born from a notice carrying the row
+		finish  func(p *fakeLink, id, thread string)
+		want    run.Status
 	}{
-		{"paused", func(p *fakeLink, id, thread string) {
-			p.event(id, started(id, thread))
-			p.event(id, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"int_1","reason":"confirm"}]}}`, thread, id))
-			p.finish(id)
-		}, run.InputRequired},
-		{"completed", func(p *fakeLink, id, thread string) { p.complete(id, thread) }, run.Completed},
+		{"paused", false, pauseRound, run.InputRequired},
+		{"paused, born from a notice's row", true, pauseRound, run.InputRequired},
+		{"completed", false, func(p *fakeLink, id, thread string) { p.complete(id, thread) }, run.Completed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, Settings{})
 			p := h.connect(0xe1, nil)
 			p.register("echo")
-			id, thread := h.door(p.key, "echo", "hi")
+			var id, thread string
+			if tc.payload {
+				id, thread = doorWithPayload(h, p.key, "echo")
+			} else {
+				id, thread = h.door(p.key, "echo", "hi")
+			}
 			queuedRow := h.run(id) // as a catch-up page read it, before the offer
 			if queuedRow.Status != run.Queued && queuedRow.Status != run.Offering {
 				t.Fatalf("read as %s", queuedRow.Status)
@@ -50,7 +86,9 @@ func TestLaneStaleReadOfASettledRound(t *testing.T) {
 			h.settle()
 
 			// The stale reads, by both routes.
-			h.b.Notify(context.Background(), intake.Notice{Kind: intake.Queued, RunID: id, Run: &queuedRow})
+			noticeRow := queuedRow
+			noticeRow.QueuedAt = time.Time{} // a notice's row carries no queued_at
+			h.b.Notify(context.Background(), intake.Notice{Kind: intake.Queued, RunID: id, Run: &noticeRow})
 			h.b.take(queuedRow, false)
 			p.none()
 			if got := h.run(id).Status; got != tc.want {
