@@ -27,6 +27,7 @@ import (
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/functions/door"
 	"github.com/funduq/funduq-go/internal/lambdatest"
+	"github.com/funduq/funduq-go/internal/procout"
 )
 
 // The Lambda seat, checked without AWS: each function's real bootstrap — built by scripts/build-lambdas exactly
@@ -109,24 +110,6 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// syncBuffer collects a process's output for the failure report.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // emulator is one Lambda execution environment: the emulator process and
 // the bootstrap it starts on the first invoke. Like a real environment it
 // serves one invocation at a time (mu).
@@ -134,7 +117,7 @@ type emulator struct {
 	t    *testing.T
 	name string
 	url  string
-	out  *syncBuffer
+	out  *procout.Buffer
 	mu   sync.Mutex
 }
 
@@ -143,7 +126,7 @@ type emulator struct {
 func startEmulator(t *testing.T, rie, bootstrap, name string, env []string) *emulator {
 	t.Helper()
 	invokeAddr, runtimeAddr := freeAddr(t), freeAddr(t)
-	e := &emulator{t: t, name: name, url: "http://" + invokeAddr + "/2015-03-31/functions/function/invocations", out: &syncBuffer{}}
+	e := &emulator{t: t, name: name, url: "http://" + invokeAddr + "/2015-03-31/functions/function/invocations", out: &procout.Buffer{}}
 	cmd := exec.Command(rie, "--log-level", "error",
 		"--runtime-interface-emulator-address", invokeAddr, "--runtime-api-address", runtimeAddr, bootstrap)
 	cmd.Dir = filepath.Dir(bootstrap)

@@ -1,0 +1,36 @@
+// Package procout collects a child process's output for a test's failure
+// report. exec.Cmd copies a process's stderr from its own goroutine until
+// Wait, and a test that fails first reads the output while that copy may
+// still run: Buffer is safe to write and read at once.
+package procout
+
+import (
+	"bytes"
+	"sync"
+)
+
+// Buffer is a bytes.Buffer guarded for one writer and concurrent readers.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Bytes returns a copy of what was written so far.
+func (s *Buffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.b.Bytes())
+}
