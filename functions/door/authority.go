@@ -117,7 +117,7 @@ func CheckResolution(bag CallerBag, root string, asks []string, allowed []string
 	}
 	var p ResolutionProof
 	if err := json.Unmarshal(raw, &p); err != nil {
-		return bad("resolution: %v", err)
+		return bad("resolution must be {publicKey: 64-hex string, signature: 128-hex string}")
 	}
 	pub, err := identity.ParsePublicKey(p.PublicKey)
 	if err != nil {

@@ -213,7 +213,7 @@ func CheckCancelProof(raw json.RawMessage, runID string, allowed []string, now t
 	}
 	var p CancelProof
 	if err := json.Unmarshal(raw, &p); err != nil {
-		return bad("metadata.cancel: %v", err)
+		return bad("metadata.cancel must be {publicKey: 64-hex string, timestamp: integer unix seconds, signature: 128-hex string}")
 	}
 	pub, err := identity.ParsePublicKey(p.PublicKey)
 	if err != nil {
