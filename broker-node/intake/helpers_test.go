@@ -1,7 +1,6 @@
 package intake_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +17,8 @@ import (
 
 	"github.com/funduq/funduq-go/broker-node/intake"
 	"github.com/funduq/funduq-go/core/store/storetest"
+
+	"github.com/funduq/funduq-go/internal/syncbuf"
 )
 
 // guard bounds every wait. It is a hang detector, not a timing assertion.
@@ -212,16 +213,7 @@ func start(t *testing.T, l *intake.Listener) (stop func()) {
 }
 
 // logBuffer collects the JSON log lines of a Listener.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
+type logBuffer struct{ syncbuf.Buffer }
 
 func newLogger(t *testing.T) (*slog.Logger, *logBuffer) {
 	b := &logBuffer{}
@@ -231,12 +223,6 @@ func newLogger(t *testing.T) (*slog.Logger, *logBuffer) {
 		}
 	})
 	return slog.New(slog.NewJSONHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug})), b
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // records returns the decoded log records whose msg is msg.

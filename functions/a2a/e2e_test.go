@@ -16,7 +16,7 @@ import (
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/wire"
-	"github.com/funduq/funduq-go/internal/procout"
+	"github.com/funduq/funduq-go/internal/syncbuf"
 )
 
 // reply completes a run with text as the assistant's message.
@@ -72,7 +72,7 @@ func TestA2AClientEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr procout.Buffer // read on failure while the process may still write
+	var stderr syncbuf.Buffer // read on failure while the process may still write
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
-	"github.com/funduq/funduq-go/internal/procout"
+	"github.com/funduq/funduq-go/internal/syncbuf"
 	"github.com/funduq/funduq-go/provider"
 )
 
@@ -236,7 +236,7 @@ func TestAGUIClientEndToEnd(t *testing.T) {
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "FUNDUQ_DOOR="+srv.URL, "FUNDUQ_PROVIDER="+signer.PublicKeyHex(),
 		"FUNDUQ_OFFLINE="+gone.Key, "FUNDUQ_ASKER="+asker.Key, "NODE_ENV=test")
-	var stdout, stderr procout.Buffer // read on failure while the process may still write
+	var stdout, stderr syncbuf.Buffer // read on failure while the process may still write
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

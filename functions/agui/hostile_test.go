@@ -4,7 +4,6 @@ package agui_test
 // refusal here is asserted to write no row.
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
@@ -15,7 +14,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/funduq/funduq-go/broker-node/node"
@@ -26,6 +24,8 @@ import (
 	"github.com/funduq/funduq-go/core/wire"
 	"github.com/funduq/funduq-go/functions/agui"
 	"github.com/funduq/funduq-go/functions/door"
+
+	"github.com/funduq/funduq-go/internal/syncbuf"
 )
 
 // The bad-request catalogue beyond TestBadInputs: what encoding/json would
@@ -239,31 +239,13 @@ func TestEventLimits(t *testing.T) {
 	s.rest()
 }
 
-// syncBuf is a log sink shared by the node's and the door's loggers.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // Secrets never reach a log line or an error body: a full run — a chain
 // with a presenter, a KYOK opt-in with a secret context, a refusal or two —
 // with the broker's and the door's slog JSON captured at debug, grepped for
 // the identity seed, the token secret, the database password, the KYOK
 // token and the caller's KYOK context.
 func TestSecretsStayOutOfLogs(t *testing.T) {
-	logs := &syncBuf{}
+	logs := &syncbuf.Buffer{} // the node's and the door's loggers share it
 	jsonLog := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	h := nodetest.StartWith(t, nil, func(o *node.Options) { o.Logger = jsonLog })
 	p := h.Connect(0xe1, nil)

@@ -27,7 +27,7 @@ import (
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/functions/door"
 	"github.com/funduq/funduq-go/internal/lambdatest"
-	"github.com/funduq/funduq-go/internal/procout"
+	"github.com/funduq/funduq-go/internal/syncbuf"
 )
 
 // The Lambda seat, checked without AWS: each function's real bootstrap — built by scripts/build-lambdas exactly
@@ -117,7 +117,7 @@ type emulator struct {
 	t    *testing.T
 	name string
 	url  string
-	out  *procout.Buffer
+	out  *syncbuf.Buffer
 	mu   sync.Mutex
 }
 
@@ -126,7 +126,7 @@ type emulator struct {
 func startEmulator(t *testing.T, rie, bootstrap, name string, env []string) *emulator {
 	t.Helper()
 	invokeAddr, runtimeAddr := freeAddr(t), freeAddr(t)
-	e := &emulator{t: t, name: name, url: "http://" + invokeAddr + "/2015-03-31/functions/function/invocations", out: &procout.Buffer{}}
+	e := &emulator{t: t, name: name, url: "http://" + invokeAddr + "/2015-03-31/functions/function/invocations", out: &syncbuf.Buffer{}}
 	cmd := exec.Command(rie, "--log-level", "error",
 		"--runtime-interface-emulator-address", invokeAddr, "--runtime-api-address", runtimeAddr, bootstrap)
 	cmd.Dir = filepath.Dir(bootstrap)

@@ -1,8 +1,8 @@
-// Package procout collects a child process's output for a test's failure
-// report. exec.Cmd copies a process's stderr from its own goroutine until
-// Wait, and a test that fails first reads the output while that copy may
-// still run: Buffer is safe to write and read at once.
-package procout
+// Package syncbuf holds a byte buffer a test reads while something else
+// still writes it: a child process's output (exec.Cmd copies it from its
+// own goroutine until Wait, and a test that fails first reads it on the
+// way out) or a logger's sink shared by goroutines.
+package syncbuf
 
 import (
 	"bytes"
