@@ -221,11 +221,7 @@ func (h *Handler) toRPC(r *http.Request, err error) *RPCError {
 	if errors.As(err, &re) {
 		return re
 	}
-	var de *door.Error
-	if errors.Is(err, store.ErrThreadQueueFull) && !errors.As(err, &de) {
-		de = door.QueueFull(err)
-	}
-	if de != nil || errors.As(err, &de) {
+	if de, ok := door.Refusal(err); ok {
 		e := &RPCError{Message: de.Message, Data: map[string]any{"reason": de.Code}}
 		switch de.Code {
 		case door.CodePresenterRequired, door.CodeInvalidChain:

@@ -80,11 +80,9 @@ type envelope struct {
 // says; a storage failure (see Unavailable) becomes 503 with Retry-After; any
 // other error is logged and answered 500 with a generic message.
 func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
-	var de *Error
-	if !errors.As(err, &de) {
-		if errors.Is(err, store.ErrThreadQueueFull) {
-			de = QueueFull(err)
-		} else if Unavailable(err) {
+	de, ok := Refusal(err)
+	if !ok {
+		if Unavailable(err) {
 			de = &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 				Message: "storage is unreachable; retry shortly", RetryAfter: 1, Err: err}
 		} else {
@@ -106,6 +104,36 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		w.Header().Set("Retry-After", strconv.Itoa(de.RetryAfter))
 	}
 	WriteJSON(w, de.Status, body)
+}
+
+// Refusal returns the refusal err stands for: an *Error as it is, and the
+// store's answers that are the caller's doing (a full thread queue, text
+// PostgreSQL cannot hold). ok is false for anything else: storage trouble
+// or a bug, which each door answers its own way.
+func Refusal(err error) (de *Error, ok bool) {
+	if errors.As(err, &de) {
+		return de, true
+	}
+	if errors.Is(err, store.ErrThreadQueueFull) {
+		return QueueFull(err), true
+	}
+	if de := badText(err); de != nil {
+		return de, true
+	}
+	return nil, false
+}
+
+// badText is the refusal of an id or text that PostgreSQL's text type
+// cannot hold — a NUL character (SQLSTATE 22P05 from a JSON escape, 22021
+// otherwise) or bytes that are not UTF-8 (22021). No stored id can hold
+// one, so for a look-up it says nothing about what exists.
+func badText(err error) *Error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "22021" && pgErr.Code != "22P05" {
+		return nil
+	}
+	return &Error{Status: http.StatusBadRequest, Code: CodeBadRequest,
+		Message: "an id or text in the request holds a NUL character or bytes that are not UTF-8", Err: err}
 }
 
 // QueueFull is the refusal of a run whose thread has too many runs waiting
