@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jonboulle/clockwork"
 
 	"github.com/funduq/funduq-go/core/backoff"
@@ -17,6 +19,7 @@ import (
 	"github.com/funduq/funduq-go/core/livefeed"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/strictjson"
 	"github.com/funduq/funduq-go/core/wire"
 )
 
@@ -336,6 +339,12 @@ func (b *Broker) write(ctx context.Context, what string, fn func() error) error 
 			errors.Is(err, store.ErrDuplicateEvent), errors.Is(err, store.ErrAgentInUse),
 			errors.Is(err, store.ErrFingerprintTaken):
 			return err
+		case refusedData(err):
+			// The data, not the database: retrying cannot land it, and
+			// stepping down would cost every run its leader for one
+			// report the admission checks should have refused.
+			b.log.ErrorContext(ctx, "store write refused its data", "op", what, "err", err)
+			return err
 		case ctx.Err() != nil:
 			return ctx.Err()
 		}
@@ -359,6 +368,14 @@ func (b *Broker) write(ctx context.Context, what string, fn func() error) error 
 		case <-t.C:
 		}
 	}
+}
+
+// refusedData reports a PostgreSQL refusal of the values written — a data
+// exception (SQLSTATE class 22: text it cannot hold, a number out of range)
+// or an integrity violation (class 23) — which no retry can change.
+func refusedData(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && len(pgErr.Code) == 5 && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23")
 }
 
 // ---- links and the roster ----
@@ -416,6 +433,9 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 	if len(agents) == 0 {
 		return &RegisterError{"register needs at least one agent"}
 	}
+	if strings.ContainsRune(providerName, 0) {
+		return &RegisterError{"providerName holds a NUL character (\\u0000), which funduq cannot store"}
+	}
 	seen := map[string]bool{}
 	rows := make([]store.Agent, 0, len(agents))
 	for i, a := range agents {
@@ -424,6 +444,9 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 		}
 		if seen[a.Name] {
 			return &RegisterError{fmt.Sprintf("agents[%d].name %q is listed twice", i, a.Name)}
+		}
+		if strings.ContainsRune(a.Description, 0) || strictjson.HasNULEscape(a.AgentCardExtra) || strictjson.HasNULEscape(a.Metadata) {
+			return &RegisterError{fmt.Sprintf("agents[%d] (%s) holds a NUL character (\\u0000), which funduq cannot store", i, a.Name)}
 		}
 		seen[a.Name] = true
 		rows = append(rows, store.Agent{ProviderKey: l.Key(), Name: a.Name, Description: a.Description,

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/funduq/funduq-go/core/strictjson"
 )
 
 // ErrMalformed is wrapped by every error Validate (and Fold) returns: the
@@ -51,6 +54,15 @@ func Validate(raw json.RawMessage) (Info, error) {
 func validate(raw json.RawMessage) (Info, map[string]json.RawMessage, error) {
 	if !json.Valid(raw) {
 		return Info{}, nil, fmt.Errorf("%w: not valid JSON", ErrMalformed)
+	}
+	// Valid JSON that PostgreSQL cannot hold: its jsonb (a pause's
+	// interrupts) refuses \u0000 and its text refuses bytes that are not
+	// UTF-8, so a write carrying them could never land.
+	if !utf8.Valid(raw) {
+		return Info{}, nil, fmt.Errorf("%w: not valid UTF-8", ErrMalformed)
+	}
+	if strictjson.HasNULEscape(raw) {
+		return Info{}, nil, fmt.Errorf("%w: holds a NUL character (\\u0000), which funduq cannot store", ErrMalformed)
 	}
 	obj, ok := decodeObject(raw)
 	if !ok {

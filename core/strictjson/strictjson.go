@@ -116,3 +116,21 @@ func truncate(s string) string {
 	}
 	return ""
 }
+
+// HasNULEscape reports whether JSON raw holds the escape \u0000: valid
+// JSON that PostgreSQL cannot store, since jsonb refuses it and its text
+// decoded holds a NUL, which text columns refuse. A backslash occurs only
+// inside strings and always starts an escape, so skipping each escaped
+// character finds every escape exactly once.
+func HasNULEscape(raw []byte) bool {
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		if i+5 < len(raw) && raw[i+1] == 'u' && string(raw[i+2:i+6]) == "0000" {
+			return true
+		}
+		i++ // the escaped character: a second backslash is not a new escape
+	}
+	return false
+}
