@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strings"
 
 	"github.com/funduq/funduq-go/functions/door"
 )
@@ -99,6 +100,13 @@ func ParseRunAgentInput(body []byte) (RunAgentInput, error) {
 		if r, ok := msg["role"]; !ok || firstByte(r) != '"' || json.Unmarshal(r, &role) != nil || role == "" {
 			return in, invalid("messages[%d].role must be a non-empty string", i)
 		}
+		want, known := contentKinds[role]
+		if !known {
+			return in, invalid("messages[%d].role %q is not an AG-UI role (user, assistant, system, developer, tool, activity, reasoning)", i, role)
+		}
+		if c, ok := msg["content"]; ok && firstByte(c) != 'n' && !strings.ContainsRune(want, rune(firstByte(c))) {
+			return in, invalid("messages[%d].content of a %s message must be %s", i, role, contentNames[want])
+		}
 		if role == "tool" {
 			if r, ok := msg["toolCallId"]; !ok || firstByte(r) != '"' {
 				return in, invalid("messages[%d].toolCallId must be a string on a tool message", i)
@@ -182,3 +190,12 @@ func firstByte(raw []byte) byte {
 	}
 	return raw[0]
 }
+
+// contentKinds is, for each AG-UI message role, the first bytes its
+// content may start with when present and not null: a string, a user's
+// multimodal parts (an array), an activity's object.
+var contentKinds = map[string]string{
+	"user": `"[`, "assistant": `"`, "system": `"`, "developer": `"`, "tool": `"`, "reasoning": `"`, "activity": `{`,
+}
+
+var contentNames = map[string]string{`"[`: "a string or an array of parts", `"`: "a string", `{`: "an object"}
