@@ -82,12 +82,15 @@ func TestStalledLinkKeptWhileFunduqPings(t *testing.T) {
 	f := newFakeFunduq(t)
 	first, resume := stallFirstLink(t, f, true)
 	cfg := baseConfig(t, f, streamer(n))
-	cfg.PingInterval = 400 * time.Millisecond // a 1 s pong wait, for a loaded machine
+	// A 2.5 s pong wait: on a loaded machine (CI runs every package's
+	// tests at once under -race) a 1 s wait timed out after the resume
+	// while the stalled backlog was read.
+	cfg.PingInterval = time.Second
 	c, _ := startClient(t, cfg)
 	p := <-first
 	p.send(t, runFrame("r1", "stream", "t1", "go"))
 
-	for range 80 { // 4 s: four pong waits
+	for range 200 { // 10 s: four pong waits
 		time.Sleep(50 * time.Millisecond)
 		if !c.Connected() || f.conns() != 1 {
 			t.Fatalf("the client dropped a link whose funduq pings (connected %v, %d links)", c.Connected(), f.conns())
