@@ -3,7 +3,6 @@ package procstack
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -157,7 +156,7 @@ func (s *Stack) waitReady(ctx context.Context, p *Proc, path string) error {
 	defer cancel()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	var last error = errors.New("no answer yet")
+	var last error
 	for {
 		if code, err := s.get(ctx, p.URL+path); err != nil {
 			last = err
