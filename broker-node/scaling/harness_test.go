@@ -4,17 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,6 +23,7 @@ import (
 	"github.com/funduq/funduq-go/core/redistest"
 	"github.com/funduq/funduq-go/core/store/storetest"
 	"github.com/funduq/funduq-go/functions/door"
+	"github.com/funduq/funduq-go/internal/procstack"
 )
 
 // The cluster's settings. Every bound a scenario asserts is derived from
@@ -59,7 +55,7 @@ var (
 	binDir    string
 	buildOnce sync.Once
 	buildErr  error
-	bins      struct{ broker, doors string }
+	bins      procstack.Binaries
 	// prefix is the Redis key prefix (FUNDUQ_REDIS_PREFIX) of this test
 	// process, shared by its brokers and doors. Scenarios run one after
 	// another and every scenario wipes the prefix's keys once its
@@ -88,36 +84,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// build compiles the binaries once per test run (never with -race: they are
-// the system under test, not the test).
+// build compiles the binaries once per test run (procstack.Build: never
+// with -race, they are the system under test, not the test).
 func build(t testing.TB) {
 	t.Helper()
 	buildOnce.Do(func() {
 		began := time.Now()
 		defer func() { fmt.Printf("scaling: built the binaries in %v\n", time.Since(began).Round(time.Millisecond)) }()
-		gobin := filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-		if _, err := os.Stat(gobin); err != nil {
-			gobin = "go"
-			if p, err := exec.LookPath("go"); err == nil {
-				gobin = p
-			}
-		}
-		bins.broker = filepath.Join(binDir, "broker-node")
-		bins.doors = filepath.Join(binDir, "doors-local")
-		for _, b := range []struct{ out, pkg, ldflags string }{
-			{bins.broker, "github.com/funduq/funduq-go/broker-node", ""},
-			{bins.doors, "github.com/funduq/funduq-go/functions/local", ""},
-		} {
-			args := []string{"build", "-o", b.out}
-			if b.ldflags != "" {
-				args = append(args, "-ldflags", b.ldflags)
-			}
-			cmd := exec.Command(gobin, append(args, b.pkg)...)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
-				return
-			}
-		}
+		bins, buildErr = procstack.Build(context.Background(), binDir)
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -126,31 +100,19 @@ func build(t testing.TB) {
 
 // ---------------------------------------------------------------- processes
 
+// proc is one process of the cluster (procstack.Proc) with the suite's
+// ways to fault it, each ending the test when the process does not obey
+// within boot.
 type proc struct {
-	name    string
-	kind    string // "broker" or "door"
-	url     string
-	logPath string
-	cmd     *exec.Cmd
-	done    chan struct{}
-	mu      sync.Mutex
-	stopped bool // SIGSTOPped
+	*procstack.Proc
+	name, kind, url, logPath string
 }
 
-func (p *proc) alive() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-func (p *proc) signal(sig syscall.Signal) {
-	if p.alive() {
-		_ = p.cmd.Process.Signal(sig)
-	}
-}
+func (p *proc) signal(sig syscall.Signal) { p.Signal(sig) }
+func (p *proc) freeze()                   { p.Freeze() }
+func (p *proc) thaw()                     { p.Thaw() }
+func (p *proc) tail(n int) string         { return p.Tail(n) }
+func (p *proc) grep(s string) string      { return p.Grep(s) }
 
 // kill is SIGKILL: no clean-up of any kind.
 func (p *proc) kill(t testing.TB) {
@@ -166,56 +128,13 @@ func (p *proc) term(t testing.TB) {
 	p.wait(t, boot)
 }
 
-func (p *proc) freeze() {
-	p.mu.Lock()
-	p.stopped = true
-	p.mu.Unlock()
-	p.signal(syscall.SIGSTOP)
-}
-
-func (p *proc) thaw() {
-	p.mu.Lock()
-	p.stopped = false
-	p.mu.Unlock()
-	p.signal(syscall.SIGCONT)
-}
-
 func (p *proc) wait(t testing.TB, d time.Duration) {
 	t.Helper()
-	select {
-	case <-p.done:
-	case <-time.After(d):
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if p.Wait(ctx) != nil {
 		t.Fatalf("%s did not exit within %v", p.name, d)
 	}
-}
-
-func (p *proc) tail(n int) string {
-	b, err := os.ReadFile(p.logPath)
-	if err != nil {
-		return err.Error()
-	}
-	var lines []string
-	for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
-		if !strings.Contains(l, `"level":"DEBUG"`) {
-			lines = append(lines, l)
-		}
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// grep returns the log lines containing s.
-func (p *proc) grep(s string) string {
-	b, _ := os.ReadFile(p.logPath)
-	var out []string
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.Contains(l, s) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 // ---------------------------------------------------------------- cluster
@@ -225,12 +144,13 @@ type cluster struct {
 	dbURL   string
 	db      *pgxpool.Pool
 	rdb     *redis.Client
-	env     []string
+	stack   *procstack.Stack
 	brokers []*proc
 	doors   []*proc
 	key     string // funduq's public key (the same on every node)
 	http    *http.Client
 	procs   []*proc
+	of      map[*procstack.Proc]*proc
 	logDir  string
 }
 
@@ -250,31 +170,26 @@ func newCluster(t testing.TB, nbrokers, ndoors int) *cluster {
 		t.Fatal(err)
 	}
 	c := &cluster{t: t, dbURL: dbURL, db: pool, rdb: rdb, key: signer.PublicKeyHex(),
-		http: &http.Client{Timeout: 2 * time.Second}, logDir: t.TempDir()}
-	c.env = []string{
-		"FUNDUQ_DATABASE_URL=" + dbURL, "FUNDUQ_REDIS_URL=" + redistest.URL(), "FUNDUQ_REDIS_PREFIX=" + prefix,
-		"FUNDUQ_IDENTITY_KEY=" + identitySeed, "FUNDUQ_TOKEN_SECRET=" + tokenSecret,
-		"FUNDUQ_LEASE_TTL=" + leaseTTL.String(), "FUNDUQ_PROVIDER_GRACE=" + providerGrace.String(),
-		"FUNDUQ_DELIVER_TIMEOUT=" + deliverTimeout.String(), "FUNDUQ_UNSERVED_TIMEOUT=" + unservedTimeout.String(),
-		"FUNDUQ_LOG_LEVEL=debug", "PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
+		http: &http.Client{Timeout: 2 * time.Second}, logDir: t.TempDir(), of: map[*procstack.Proc]*proc{}}
+	c.stack, err = procstack.New(procstack.Config{
+		Binaries: bins, DatabaseURL: dbURL, RedisURL: redistest.URL(), RedisPrefix: prefix,
+		IdentityKey: identitySeed, TokenSecret: tokenSecret,
+		Env: append([]string{
+			"FUNDUQ_LEASE_TTL=" + leaseTTL.String(), "FUNDUQ_PROVIDER_GRACE=" + providerGrace.String(),
+			"FUNDUQ_DELIVER_TIMEOUT=" + deliverTimeout.String(), "FUNDUQ_UNSERVED_TIMEOUT=" + unservedTimeout.String(),
+			"FUNDUQ_LOG_LEVEL=debug",
+		}, clusterEnv...),
+		LogDir: c.logDir, Boot: boot, ProbeTimeout: 400 * time.Millisecond,
+		StopGrace: 0, // SIGKILL: a scenario's end cleans nothing up
+	})
+	if err != nil {
+		pool.Close()
+		t.Fatal(err)
 	}
-	c.env = append(c.env, clusterEnv...)
 	// Cleanups run last-in first-out: the processes go before the database
 	// and the Redis prefix are dropped.
 	t.Cleanup(func() {
-		for _, p := range c.procs {
-			p.mu.Lock()
-			stopped := p.stopped
-			p.mu.Unlock()
-			if stopped {
-				p.signal(syscall.SIGCONT)
-			}
-			p.signal(syscall.SIGKILL)
-			select {
-			case <-p.done:
-			case <-time.After(boot):
-			}
-		}
+		c.stack.Close()
 		if t.Failed() {
 			for _, p := range c.procs {
 				t.Logf("---- last log lines of %s (%s) ----\n%s", p.name, p.logPath, p.tail(15))
@@ -303,168 +218,79 @@ func newCluster(t testing.TB, nbrokers, ndoors int) *cluster {
 	return c
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func (c *cluster) spawn(name, kind, bin string, extra []string, url string) *proc {
+// started records a process the stack started, or ends the test with its
+// last log lines.
+func (c *cluster) started(sp *procstack.Proc, err error) *proc {
 	c.t.Helper()
-	logPath := filepath.Join(c.logDir, name+".log")
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
+		var pe *procstack.ProcError
+		if errors.As(err, &pe) {
+			c.t.Fatalf("%v:\n%s", err, procstack.TailFile(pe.Log, 30))
+		}
 		c.t.Fatal(err)
 	}
-	cmd := exec.Command(bin)
-	cmd.Env = append(append([]string{}, c.env...), extra...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		c.t.Fatal(err)
-	}
-	p := &proc{name: name, kind: kind, url: url, logPath: logPath, cmd: cmd, done: make(chan struct{})}
-	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	p := &proc{Proc: sp, name: sp.Name, kind: string(sp.Kind), url: sp.URL, logPath: sp.LogPath}
 	c.procs = append(c.procs, p)
+	c.of[sp] = p
 	return p
 }
 
 // startBroker starts a broker node and waits until it answers /livez.
 func (c *cluster) startBroker(name string) *proc {
 	c.t.Helper()
-	addr := freeAddr(c.t)
-	p := c.spawn(name, "broker", bins.broker, []string{"FUNDUQ_HTTP_ADDR=" + addr, "FUNDUQ_NODE_ID=" + name}, "http://"+addr)
+	p := c.started(c.stack.StartBroker(context.Background(), name))
 	c.brokers = append(c.brokers, p)
-	c.waitHTTP(p, "/livez")
 	return p
 }
 
 // startDoor starts a local doors server and waits until /health is 200.
 func (c *cluster) startDoor(name string) *proc {
 	c.t.Helper()
-	addr := freeAddr(c.t)
-	p := c.spawn(name, "door", bins.doors, []string{"FUNDUQ_DOORS_ADDR=" + addr}, "http://"+addr)
+	p := c.started(c.stack.StartDoor(context.Background(), name))
 	c.doors = append(c.doors, p)
-	c.waitHTTP(p, "/health")
 	return p
 }
 
-func (c *cluster) waitHTTP(p *proc, path string) {
-	c.t.Helper()
-	deadline := time.Now().Add(boot)
-	for {
-		if !p.alive() {
-			c.t.Fatalf("%s exited while starting:\n%s", p.name, p.tail(30))
-		}
-		resp, err := c.http.Get(p.url + path)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("%s: %s not 200 within %v:\n%s", p.name, path, boot, p.tail(30))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-type readyz struct {
-	Status int
-	Role   string `json:"role"`
-	Epoch  int64  `json:"epoch"`
-	Leader string `json:"leader"`
-	Node   string `json:"node"`
-}
-
-var quick = &http.Client{Timeout: 400 * time.Millisecond}
+type readyz = procstack.Readyz
 
 func (c *cluster) readyz(p *proc) (readyz, error) {
-	var r readyz
-	resp, err := quick.Get(p.url + "/readyz")
-	if err != nil {
-		return r, err
-	}
-	defer resp.Body.Close()
-	r.Status = resp.StatusCode
-	err = json.NewDecoder(resp.Body).Decode(&r)
-	return r, err
+	return c.stack.Readyz(context.Background(), p.Proc)
 }
 
 // leader returns the broker whose /readyz is 200, or nil.
 func (c *cluster) leader() *proc {
-	for _, p := range c.brokers {
-		if !p.alive() {
-			continue
-		}
-		p.mu.Lock()
-		stopped := p.stopped
-		p.mu.Unlock()
-		if stopped {
-			continue
-		}
-		if r, err := c.readyz(p); err == nil && r.Status == 200 && r.Role == "leader" {
-			return p
-		}
-	}
-	return nil
+	return c.of[c.stack.Leader(context.Background())]
 }
 
 // waitLeader waits (at most bound) for a leader other than the brokers in
 // not, and returns it.
 func (c *cluster) waitLeader(bound time.Duration, not ...*proc) *proc {
 	c.t.Helper()
-	deadline := time.Now().Add(bound)
-	for {
-		if l := c.leader(); l != nil && !containsProc(not, l) {
-			return l
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("no new leader within %v", bound)
-		}
-		time.Sleep(10 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	var ps []*procstack.Proc
+	for _, p := range not {
+		ps = append(ps, p.Proc)
 	}
+	l, err := c.stack.WaitLeader(ctx, ps...)
+	if err != nil {
+		c.t.Fatalf("no new leader within %v", bound)
+	}
+	return c.of[l]
 }
 
-func containsProc(ps []*proc, p *proc) bool {
-	for _, q := range ps {
-		if q == p {
-			return true
-		}
-	}
-	return false
-}
-
-// balancer stands in for the load balancer in front of the broker nodes:
-// a request goes to the node whose /readyz is 200, or to the first live
-// standby when nobody leads (which then answers 503 naming the leader or
-// "no leader yet"). WebSocket upgrades pass through.
+// balancer stands in for the load balancer in front of the broker nodes
+// (procstack.Balancer): a request goes to the node whose /readyz is 200,
+// or to the first live standby when nobody leads (which then answers 503
+// naming the leader or "no leader yet"). WebSocket upgrades pass through.
 func (c *cluster) balancer() string {
 	c.t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		target := c.leader()
-		if target == nil {
-			for _, p := range c.brokers {
-				if p.alive() {
-					target = p
-					break
-				}
-			}
-		}
-		if target == nil {
-			http.Error(w, "no broker", http.StatusBadGateway)
-			return
-		}
-		u, _ := url.Parse(target.url)
-		httputil.NewSingleHostReverseProxy(u).ServeHTTP(w, r)
-	}))
-	c.t.Cleanup(srv.Close)
-	return srv.URL
+	b, err := c.stack.Balancer()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(b.Close)
+	return b.URL
 }
 
 // ---------------------------------------------------------------- storage reads

@@ -595,7 +595,7 @@ func TestX10PlannedHandover(t *testing.T) {
 		t.Errorf("the standby led %v after SIGTERM: not before the TTL (%v) would have expired", leadAt, leaseTTL)
 	}
 	l.wait(t, boot)
-	if code := l.cmd.ProcessState.ExitCode(); code != 0 {
+	if code := l.ExitCode(); code != 0 {
 		t.Errorf("the handing-over leader exited %d", code)
 	}
 	close(release)

@@ -180,20 +180,9 @@ func (p *Proc) Log() string {
 	return string(b)
 }
 
-// Tail is the last n lines of the log, without debug records (the
-// JSON handler's "level":"DEBUG"), to say why a process failed.
-func (p *Proc) Tail(n int) string {
-	var lines []string
-	for _, l := range strings.Split(strings.TrimRight(p.Log(), "\n"), "\n") {
-		if !strings.Contains(l, `"level":"DEBUG"`) {
-			lines = append(lines, l)
-		}
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
+// Tail is the last n lines of the log, without debug records; see
+// TailFile.
+func (p *Proc) Tail(n int) string { return TailFile(p.LogPath, n) }
 
 // Grep is the log lines containing s.
 func (p *Proc) Grep(s string) string {
@@ -205,4 +194,24 @@ func (p *Proc) Grep(s string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TailFile is the last n lines of a process's log at path, without debug
+// records (the JSON handler's "level":"DEBUG"), to say why it failed; a
+// *ProcError names the path.
+func TailFile(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var lines []string
+	for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		if !strings.Contains(l, `"level":"DEBUG"`) {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
