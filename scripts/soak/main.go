@@ -28,10 +28,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -49,6 +46,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/internal/procstack"
 	"github.com/funduq/funduq-go/internal/testservers"
 	"github.com/funduq/funduq-go/provider"
 )
@@ -117,233 +115,37 @@ func main() {
 
 // ---------------------------------------------------------------- processes
 
-type proc struct {
-	name, kind, url, logPath string
-	incarnation              int
-	cmd                      *exec.Cmd
-	done                     chan struct{}
-}
-
-func (p *proc) alive() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
+// stack is the soak's processes (internal/procstack) and what its callers
+// and providers need of them.
 type stack struct {
-	log       *slog.Logger
-	bins      struct{ broker, doors string }
-	env       []string
-	logDir    string
-	mu        sync.Mutex
-	brokers   map[string]*proc
-	doors     []*proc
-	provs     []*proc // SDK provider processes (this program, "provider" mode)
-	all       []*proc
-	http      *http.Client
-	lbConns   sync.Map // net.Conn → struct{}: connections through the balancer
-	lbURL     string
+	*procstack.Stack
+	doors     []*procstack.Proc // door servers never restart: fixed once started
+	lb        *procstack.Balancer
 	funduqKey string
-}
-
-func (s *stack) spawn(name, kind, bin string, args, extra []string, u string, inc int) (*proc, error) {
-	logPath := filepath.Join(s.logDir, fmt.Sprintf("%s.%d.log", name, inc))
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("log of %s: %w", name, err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(append([]string{}, s.env...), extra...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, kind: kind, url: u, logPath: logPath, cmd: cmd, done: make(chan struct{}), incarnation: inc}
-	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
-	s.mu.Lock()
-	s.all = append(s.all, p)
-	s.mu.Unlock()
-	return p, nil
-}
-
-func (s *stack) waitHTTP(p *proc, path string) error {
-	deadline := time.Now().Add(boot)
-	for {
-		if !p.alive() {
-			return fmt.Errorf("%s exited while starting (log %s)", p.name, p.logPath)
-		}
-		if resp, err := s.http.Get(p.url + path); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: %s not 200 within %v (log %s)", p.name, path, boot, p.logPath)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (s *stack) startBroker(name string, inc int) (*proc, error) {
-	port, err := testservers.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p, err := s.spawn(name, "broker", s.bins.broker, nil, []string{"FUNDUQ_HTTP_ADDR=" + addr, "FUNDUQ_NODE_ID=" + name}, "http://"+addr, inc)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.waitHTTP(p, "/livez"); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	s.brokers[name] = p
-	s.mu.Unlock()
-	return p, nil
-}
-
-func (s *stack) startDoor(name string) (*proc, error) {
-	port, err := testservers.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p, err := s.spawn(name, "door", s.bins.doors, nil, []string{"FUNDUQ_DOORS_ADDR=" + addr}, "http://"+addr, 1)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.waitHTTP(p, "/health"); err != nil {
-		return nil, err
-	}
-	s.doors = append(s.doors, p)
-	return p, nil
 }
 
 // startProviderProc runs this program in provider mode: an SDK client
 // serving agents(), with /metrics and /connected on its own port.
-func (s *stack) startProviderProc(name string, seed byte) (*proc, error) {
+func (s *stack) startProviderProc(ctx context.Context, name string, seed byte) (*procstack.Proc, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find this program: %w", err)
 	}
-	port, err := testservers.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p, err := s.spawn(name, "provider", self, []string{"provider", "-seed", strconv.Itoa(int(seed)),
-		"-broker", s.lbURL, "-funduq-key", s.funduqKey, "-addr", addr}, nil, "http://"+addr, 1)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.waitHTTP(p, "/connected"); err != nil {
-		return nil, err
-	}
-	s.provs = append(s.provs, p)
-	return p, nil
+	return s.Start(ctx, procstack.Spec{Name: name, Kind: procstack.KindProvider, Path: self,
+		Args: []string{"provider", "-seed", strconv.Itoa(int(seed)), "-broker", s.lb.URL, "-funduq-key", s.funduqKey},
+		AddrFlag: "-addr", Ready: "/connected"})
 }
 
 var quick = &http.Client{Timeout: time.Second}
 
-// leader is the broker whose /readyz says it leads, or nil.
-func (s *stack) leader() *proc {
-	s.mu.Lock()
-	var bs []*proc
-	for _, p := range s.brokers {
-		bs = append(bs, p)
-	}
-	s.mu.Unlock()
-	for _, p := range bs {
-		if !p.alive() {
-			continue
-		}
-		resp, err := quick.Get(p.url + "/readyz")
-		if err != nil {
-			continue
-		}
-		var r struct {
-			Role string `json:"role"`
-		}
-		_ = json.NewDecoder(resp.Body).Decode(&r)
-		resp.Body.Close()
-		if resp.StatusCode == 200 && r.Role == "leader" {
-			return p
-		}
-	}
-	return nil
-}
-
-func (s *stack) waitLeader(bound time.Duration, not *proc) (*proc, time.Duration, error) {
+// waitLeader waits at most bound for a leader other than not, and says
+// how long it took.
+func (s *stack) waitLeader(bound time.Duration, not ...*procstack.Proc) (*procstack.Proc, time.Duration, error) {
 	start := time.Now()
-	for {
-		if l := s.leader(); l != nil && l != not {
-			return l, time.Since(start), nil
-		}
-		if time.Since(start) > bound {
-			return nil, time.Since(start), fmt.Errorf("no leader within %v", bound)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// balancer stands in for the load balancer in front of the broker nodes:
-// everything goes to the leader (or, with none, to a live standby, which
-// answers 503). Its connections are tracked so a storm can cut them all.
-func (s *stack) balancer() (func(), error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("balancer: %w", err)
-	}
-	s.lbURL = "http://" + ln.Addr().String()
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		target := s.leader()
-		if target == nil {
-			s.mu.Lock()
-			for _, p := range s.brokers {
-				if p.alive() {
-					target = p
-					break
-				}
-			}
-			s.mu.Unlock()
-		}
-		if target == nil {
-			http.Error(w, "no broker", http.StatusBadGateway)
-			return
-		}
-		u, _ := url.Parse(target.url)
-		rp := httputil.NewSingleHostReverseProxy(u)
-		rp.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, _ error) { w.WriteHeader(http.StatusBadGateway) }
-		rp.ServeHTTP(w, r)
-	}), ConnState: func(c net.Conn, st http.ConnState) {
-		switch st {
-		case http.StateNew, http.StateHijacked:
-			s.lbConns.Store(c, struct{}{})
-		case http.StateClosed:
-			s.lbConns.Delete(c)
-		}
-	}}
-	go func() { _ = srv.Serve(ln) }()
-	return func() { _ = srv.Close() }, nil
-}
-
-// cutLinks closes every connection through the balancer: every provider
-// link drops at once, as when a load balancer node is replaced.
-func (s *stack) cutLinks() int {
-	n := 0
-	s.lbConns.Range(func(k, _ any) bool {
-		_ = k.(net.Conn).Close()
-		s.lbConns.Delete(k)
-		n++
-		return true
-	})
-	return n
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	l, err := s.WaitLeader(ctx, not...)
+	return l, time.Since(start), err
 }
 
 // ---------------------------------------------------------------- metrics
@@ -487,9 +289,9 @@ type caller struct {
 
 var streamClient = &http.Client{Timeout: 2 * time.Minute}
 
-func (c *caller) door() *proc { return c.s.doors[c.rng.IntN(len(c.s.doors))] }
+func (c *caller) door() *procstack.Proc { return c.s.doors[c.rng.IntN(len(c.s.doors))] }
 
-func (c *caller) other(d *proc) *proc {
+func (c *caller) other(d *procstack.Proc) *procstack.Proc {
 	for _, p := range c.s.doors {
 		if p != d {
 			return p
@@ -523,7 +325,7 @@ func (c *caller) agui(agent string, resume bool) {
 	key := c.keys[c.rng.IntN(len(c.keys))]
 	thread := fmt.Sprintf("soak-%d-%d-%d", c.id, c.n, time.Now().UnixNano())
 	body := fmt.Sprintf(`{"threadId":%q,"runId":%q,"messages":[{"id":"u1","role":"user","content":"soak %d"}]}`, thread, "c-"+thread, c.n)
-	req, _ := http.NewRequest(http.MethodPost, d.url+"/agui/"+key+"/"+agent, strings.NewReader(body))
+	req, _ := http.NewRequest(http.MethodPost, d.URL+"/agui/"+key+"/"+agent, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
 	resp, err := streamClient.Do(req)
@@ -604,8 +406,8 @@ func lastID(evs []sseEvent) int {
 	return n
 }
 
-func (c *caller) follow(d *proc, runID string, last int) ([]sseEvent, error) {
-	req, _ := http.NewRequest(http.MethodGet, d.url+"/runs/"+runID+"/events", nil)
+func (c *caller) follow(d *procstack.Proc, runID string, last int) ([]sseEvent, error) {
+	req, _ := http.NewRequest(http.MethodGet, d.URL+"/runs/"+runID+"/events", nil)
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("Last-Event-ID", strconv.Itoa(last))
 	resp, err := streamClient.Do(req)
@@ -626,7 +428,7 @@ func (c *caller) a2a() {
 	key := c.keys[c.rng.IntN(len(c.keys))]
 	msgID := fmt.Sprintf("soak-a2a-%d-%d-%d", c.id, c.n, time.Now().UnixNano())
 	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"kind":"message","messageId":%q,"role":"user","parts":[{"kind":"text","text":"soak"}]}}}`, msgID)
-	resp, err := streamClient.Post(d.url+"/a2a/"+key+"/echo", "application/json", strings.NewReader(body))
+	resp, err := streamClient.Post(d.URL+"/a2a/"+key+"/echo", "application/json", strings.NewReader(body))
 	if err != nil {
 		c.l.refuse("a2a: transport error")
 		return
@@ -660,7 +462,7 @@ func (c *caller) a2a() {
 }
 
 func (c *caller) read() {
-	resp, err := quick.Get(c.door().url + "/agents")
+	resp, err := quick.Get(c.door().URL + "/agents")
 	if err != nil {
 		c.l.refuse("agents: transport error")
 		return
@@ -687,7 +489,7 @@ func (s *stack) startProvider(seed byte, agents []provider.Agent) (*sdk, error) 
 	if err != nil {
 		return nil, err
 	}
-	cl, err := provider.New(provider.Config{BaseURL: s.lbURL, Signer: sg, FunduqKey: s.funduqKey, Agents: agents,
+	cl, err := provider.New(provider.Config{BaseURL: s.lb.URL, Signer: sg, FunduqKey: s.funduqKey, Agents: agents,
 		Backoff:      provider.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second},
 		PingInterval: 2 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -829,20 +631,6 @@ type footprintRow struct {
 	End     sample `json:"end"`
 }
 
-func build(dir string) (broker, doors string, err error) {
-	broker, doors = filepath.Join(dir, "broker-node"), filepath.Join(dir, "doors-local")
-	for _, b := range []struct{ out, pkg string }{
-		{broker, "github.com/funduq/funduq-go/broker-node"},
-		{doors, "github.com/funduq/funduq-go/functions/local"},
-	} {
-		out, err := exec.Command("go", "build", "-o", b.out, b.pkg).CombinedOutput()
-		if err != nil {
-			return "", "", fmt.Errorf("go build %s: %w\n%s", b.pkg, err, out)
-		}
-	}
-	return broker, doors, nil
-}
-
 func run(ctx context.Context, o options, log *slog.Logger) (bool, error) {
 	began := time.Now()
 	if o.logDir == "" {
@@ -855,9 +643,8 @@ func run(ctx context.Context, o options, log *slog.Logger) (bool, error) {
 		return false, err
 	}
 	log.Info("soak: building the binaries", "logs", o.logDir)
-	s := &stack{log: log, logDir: o.logDir, brokers: map[string]*proc{}, http: &http.Client{Timeout: 2 * time.Second}}
-	var err error
-	if s.bins.broker, s.bins.doors, err = build(o.logDir); err != nil {
+	bins, err := procstack.Build(ctx, o.logDir)
+	if err != nil {
 		return false, err
 	}
 	if o.dbURL == "" {
@@ -884,55 +671,42 @@ func run(ctx context.Context, o options, log *slog.Logger) (bool, error) {
 		log.Info("soak: private Redis", "port", rs.Port)
 	}
 	signer, _ := identity.NewSignerFromSeedHex(identitySeed)
-	s.funduqKey = signer.PublicKeyHex()
-	s.env = []string{
-		"FUNDUQ_DATABASE_URL=" + o.dbURL, "FUNDUQ_REDIS_URL=" + o.redisURL, "FUNDUQ_REDIS_PREFIX=soak:",
-		"FUNDUQ_IDENTITY_KEY=" + identitySeed, "FUNDUQ_TOKEN_SECRET=" + tokenSecret,
-		"FUNDUQ_LEASE_TTL=" + o.leaseTTL.String(), "FUNDUQ_PROVIDER_GRACE=15s",
-		"FUNDUQ_DELIVER_TIMEOUT=5s", "FUNDUQ_UNSERVED_TIMEOUT=30s", "FUNDUQ_LOG_LEVEL=info",
-		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
-	}
-	defer func() {
-		s.mu.Lock()
-		all := append([]*proc(nil), s.all...)
-		s.mu.Unlock()
-		for _, p := range all {
-			if p.alive() {
-				_ = p.cmd.Process.Signal(syscall.SIGTERM)
-				select {
-				case <-p.done:
-				case <-time.After(10 * time.Second):
-					_ = p.cmd.Process.Kill()
-					<-p.done
-				}
-			}
-		}
-	}()
-	incarnations := map[string]int{"n1": 1, "n2": 1}
-	if _, err := s.startBroker("n1", 1); err != nil {
-		return false, err
-	}
-	if _, _, err := s.waitLeader(boot, nil); err != nil {
-		return false, err
-	}
-	if _, err := s.startBroker("n2", 1); err != nil {
-		return false, err
-	}
-	for _, n := range []string{"d1", "d2"} {
-		if _, err := s.startDoor(n); err != nil {
-			return false, err
-		}
-	}
-	closeLB, err := s.balancer()
+	ps, err := procstack.New(procstack.Config{
+		Binaries: bins, DatabaseURL: o.dbURL, RedisURL: o.redisURL, RedisPrefix: "soak:",
+		IdentityKey: identitySeed, TokenSecret: tokenSecret,
+		Env: []string{"FUNDUQ_LEASE_TTL=" + o.leaseTTL.String(), "FUNDUQ_PROVIDER_GRACE=15s",
+			"FUNDUQ_DELIVER_TIMEOUT=5s", "FUNDUQ_UNSERVED_TIMEOUT=30s", "FUNDUQ_LOG_LEVEL=info"},
+		LogDir: o.logDir, Boot: boot, StopGrace: 10 * time.Second,
+	})
 	if err != nil {
 		return false, err
 	}
-	defer closeLB()
+	defer ps.Close() // before the private servers go
+	s := &stack{Stack: ps, funduqKey: signer.PublicKeyHex()}
+	if _, err := s.StartBroker(ctx, "n1"); err != nil {
+		return false, err
+	}
+	if _, _, err := s.waitLeader(boot); err != nil {
+		return false, err
+	}
+	if _, err := s.StartBroker(ctx, "n2"); err != nil {
+		return false, err
+	}
+	for _, n := range []string{"d1", "d2"} {
+		d, err := s.StartDoor(ctx, n)
+		if err != nil {
+			return false, err
+		}
+		s.doors = append(s.doors, d)
+	}
+	if s.lb, err = s.Balancer(); err != nil {
+		return false, err
+	}
 
 	var keys []string
 	for i := range o.providers {
 		seed := byte(0x40 + i)
-		if _, err := s.startProviderProc(fmt.Sprintf("p%d", i+1), seed); err != nil {
+		if _, err := s.startProviderProc(ctx, fmt.Sprintf("p%d", i+1), seed); err != nil {
 			return false, err
 		}
 		sg, _ := identity.NewSignerFromSeedHex(seedHex(seed))
@@ -956,24 +730,16 @@ func run(ctx context.Context, o options, log *slog.Logger) (bool, error) {
 
 	sampleAll := func() {
 		at := time.Since(t0).Round(time.Second)
-		s.mu.Lock()
-		var live []*proc
-		for _, p := range s.brokers {
-			live = append(live, p)
-		}
-		live = append(live, s.doors...)
-		live = append(live, s.provs...)
-		s.mu.Unlock()
 		var got []sample
-		for _, p := range live {
-			if !p.alive() {
+		for _, p := range s.Current() {
+			if !p.Alive() {
 				continue
 			}
-			g, r, err := scrape(p.url)
+			g, r, err := scrape(p.URL)
 			if err != nil {
 				continue
 			}
-			got = append(got, sample{At: at, Process: p.name, Incarnation: p.incarnation, Goroutines: g, RSSBytes: r})
+			got = append(got, sample{At: at, Process: p.Name, Incarnation: p.Incarnation, Goroutines: g, RSSBytes: r})
 		}
 		got = append(got, sample{At: at, Process: "soak (callers, storm providers)", Incarnation: 1,
 			Goroutines: float64(runtime.NumGoroutine()), RSSBytes: selfRSS()})
@@ -1010,7 +776,7 @@ func run(ctx context.Context, o options, log *slog.Logger) (bool, error) {
 				sampleAll()
 			case <-foT.C:
 				n := fo.Add(1)
-				old := s.leader()
+				old := s.Leader(loadCtx)
 				if old == nil {
 					note("failover", "skipped: no leader to fail over")
 					continue
@@ -1021,31 +787,29 @@ func run(ctx context.Context, o options, log *slog.Logger) (bool, error) {
 					how, sig = "SIGKILL", syscall.SIGKILL
 				}
 				began := time.Now()
-				_ = old.cmd.Process.Signal(sig)
+				old.Signal(sig)
 				nl, took, err := s.waitLeader(boot, old)
 				res := ""
 				if err != nil {
 					res = "FAILED: " + err.Error()
 				} else {
-					res = fmt.Sprintf("%s leads after %v", nl.name, took.Round(time.Millisecond))
+					res = fmt.Sprintf("%s leads after %v", nl.Name, took.Round(time.Millisecond))
 				}
-				select {
-				case <-old.done:
-				case <-time.After(boot):
-					_ = old.cmd.Process.Kill()
-					<-old.done
+				gone, cancel := context.WithTimeout(context.Background(), boot)
+				if old.Wait(gone) != nil {
+					_ = old.Kill(context.Background())
 				}
-				incarnations[old.name]++
-				if _, err := s.startBroker(old.name, incarnations[old.name]); err != nil {
+				cancel()
+				if _, err := s.Restart(context.Background(), old); err != nil {
 					res += "; restart FAILED: " + err.Error()
 				} else {
-					res += fmt.Sprintf("; %s restarted as a standby (%v after the signal)", old.name, time.Since(began).Round(time.Millisecond))
+					res += fmt.Sprintf("; %s restarted as a standby (%v after the signal)", old.Name, time.Since(began).Round(time.Millisecond))
 				}
-				note(fmt.Sprintf("failover %d: %s on leader %s#%d", n, how, old.name, old.incarnation), res)
+				note(fmt.Sprintf("failover %d: %s on leader %s#%d", n, how, old.Name, old.Incarnation), res)
 			case <-stormAt:
 				stormAt = time.After(o.stormEvery)
 				n := storms.Add(1)
-				cut := s.cutLinks()
+				cut := s.lb.CutLinks()
 				// Extra providers join in the same moment, and leave again.
 				var extra []*sdk
 				for j := range o.stormProviders {
@@ -1053,10 +817,11 @@ func run(ctx context.Context, o options, log *slog.Logger) (bool, error) {
 						extra = append(extra, p)
 					}
 				}
-				ok, took := waitAll(s.provs, extra, boot)
+				provs := s.Of(procstack.KindProvider)
+				ok, took := waitAll(provs, extra, boot)
 				res := fmt.Sprintf("%d connections cut; %d providers joined", cut, len(extra))
 				if ok {
-					res += fmt.Sprintf("; all %d providers registered again after %v", len(s.provs)+len(extra), took.Round(time.Millisecond))
+					res += fmt.Sprintf("; all %d providers registered again after %v", len(provs)+len(extra), took.Round(time.Millisecond))
 				} else {
 					res += fmt.Sprintf("; NOT all providers registered within %v", boot)
 				}
@@ -1151,7 +916,7 @@ func run(ctx context.Context, o options, log *slog.Logger) (bool, error) {
 	return ok, nil
 }
 
-func waitAll(procs []*proc, sdks []*sdk, bound time.Duration) (bool, time.Duration) {
+func waitAll(procs []*procstack.Proc, sdks []*sdk, bound time.Duration) (bool, time.Duration) {
 	start := time.Now()
 	time.Sleep(100 * time.Millisecond) // let the cut links be noticed
 	for {
@@ -1166,7 +931,7 @@ func waitAll(procs []*proc, sdks []*sdk, bound time.Duration) (bool, time.Durati
 			if !all {
 				break
 			}
-			resp, err := quick.Get(p.url + "/connected")
+			resp, err := quick.Get(p.URL + "/connected")
 			if err != nil {
 				all = false
 				break
