@@ -1,19 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -27,6 +23,7 @@ import (
 	"github.com/funduq/funduq-go/functions/a2a"
 	"github.com/funduq/funduq-go/functions/agui"
 	"github.com/funduq/funduq-go/functions/door"
+	"github.com/funduq/funduq-go/internal/procstack"
 )
 
 // roleEnv makes this binary (or the test binary) a broker node child.
@@ -114,50 +111,33 @@ func startStack(ctx context.Context, c Config, logf func(string, ...any)) (*stac
 	if err != nil {
 		return fail(err)
 	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), roleEnv+"=broker",
-		"FUNDUQ_DATABASE_URL="+withParam(st.dbURL, os.Getenv("FUNDUQ_LOAD_BROKER_DSN_PARAMS")), "FUNDUQ_REDIS_URL="+c.RedisURL, "FUNDUQ_REDIS_PREFIX="+prefix,
-		"FUNDUQ_IDENTITY_KEY="+identityKey, "FUNDUQ_TOKEN_SECRET="+secret,
-		"FUNDUQ_HTTP_ADDR=127.0.0.1:0", "FUNDUQ_NODE_ID=load-broker", "FUNDUQ_LOG_LEVEL=error",
-		"FUNDUQ_LEASE_TTL=10s", "FUNDUQ_PPROF_ADDR="+st.pprofAddr)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	logDir, err := os.MkdirTemp("", "funduq-load-")
 	if err != nil {
 		return fail(err)
 	}
-	if err := cmd.Start(); err != nil {
+	closers = append(closers, func() { _ = os.RemoveAll(logDir) })
+	// The broker node is this binary (brokerChild), started and stopped by
+	// the shared process stack; its output goes to stderr as before.
+	ps, err := procstack.New(procstack.Config{
+		Binaries: procstack.Binaries{Broker: self}, DatabaseURL: st.dbURL, RedisURL: c.RedisURL, RedisPrefix: prefix,
+		IdentityKey: identityKey, TokenSecret: secret, Inherit: true,
+		Env:    []string{roleEnv + "=broker", "FUNDUQ_LOG_LEVEL=error", "FUNDUQ_LEASE_TTL=10s", "FUNDUQ_PPROF_ADDR=" + st.pprofAddr},
+		LogDir: logDir, Echo: os.Stderr, Boot: 30 * time.Second, StopGrace: 10 * time.Second,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	closers = append(closers, ps.Close)
+	broker, err := ps.StartBroker(ctx, "load-broker",
+		"FUNDUQ_DATABASE_URL="+withParam(st.dbURL, os.Getenv("FUNDUQ_LOAD_BROKER_DSN_PARAMS")))
+	if err != nil {
 		return fail(fmt.Errorf("start broker node: %w", err))
 	}
-	st.brokerPID = cmd.Process.Pid
-	closers = append(closers, func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "LISTEN "); ok {
-				addr <- a
-			}
-		}
-	}()
-	select {
-	case a := <-addr:
-		st.brokerURL = "http://" + a
-	case <-time.After(30 * time.Second):
-		return fail(errors.New("broker node did not start"))
-	case <-ctx.Done():
-		return fail(ctx.Err())
-	}
-	if err := waitHTTP(ctx, st.brokerURL+"/readyz", 30*time.Second); err != nil {
+	st.brokerPID, st.brokerURL = broker.PID(), broker.URL
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	_, err = ps.WaitLeader(lctx)
+	cancel()
+	if err != nil {
 		return fail(fmt.Errorf("broker node never led: %w", err))
 	}
 
@@ -210,31 +190,8 @@ func withParam(u, extra string) string {
 	return u + "?" + extra
 }
 
-func waitHTTP(ctx context.Context, u string, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		resp, err := http.Get(u)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
-			}
-			err = fmt.Errorf("%s: %s", u, resp.Status)
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-// brokerChild serves a broker node from the environment until SIGTERM,
-// printing "LISTEN <addr>" once it listens.
+// brokerChild serves a broker node from the environment (procstack sets
+// FUNDUQ_HTTP_ADDR) until SIGTERM.
 func brokerChild() int {
 	raiseNoFile()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -257,7 +214,6 @@ func brokerChild() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	fmt.Printf("LISTEN %s\n", ln.Addr())
 	if err := n.Run(ctx, ln); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
