@@ -395,7 +395,7 @@ func (c *cluster) chaosSDK(s *identity.Signer, base string, capacity int, logPat
 		}
 		return r.Emit(ctx, map[string]any{"type": "RUN_FINISHED", "threadId": r.ThreadID, "runId": r.ID})
 	}}
-	cl, err := provider.New(provider.Config{
+	c.runSDK(provider.Config{
 		BaseURL: base, Signer: s, FunduqKey: c.key, Agents: []provider.Agent{agent},
 		MaxConcurrentRuns: &capacity,
 		Backoff:           provider.Backoff{Min: 50 * time.Millisecond, Max: 300 * time.Millisecond},
@@ -406,24 +406,6 @@ func (c *cluster) chaosSDK(s *identity.Signer, base string, capacity int, logPat
 		HTTPClient: &http.Client{Timeout: time.Second},
 		Logger:     slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = cl.Run(ctx) }()
-	c.t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(boot):
-		}
-	})
-	select {
-	case <-cl.Ready():
-	case <-time.After(boot):
-		c.t.Fatalf("the SDK provider did not register within %v", boot)
-	}
 }
 
 // ---------------------------------------------------------------- the raw-wire provider

@@ -24,6 +24,7 @@ import (
 	"github.com/funduq/funduq-go/core/store/storetest"
 	"github.com/funduq/funduq-go/functions/door"
 	"github.com/funduq/funduq-go/internal/procstack"
+	"github.com/funduq/funduq-go/provider"
 )
 
 // The cluster's settings. Every bound a scenario asserts is derived from
@@ -291,6 +292,27 @@ func (c *cluster) balancer() string {
 	}
 	c.t.Cleanup(b.Close)
 	return b.URL
+}
+
+// runSDK runs an SDK provider until the test ends (procstack.SDK) and
+// returns once it has registered.
+func (c *cluster) runSDK(cfg provider.Config) *procstack.SDK {
+	c.t.Helper()
+	p, err := c.stack.RunSDK(cfg)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), boot)
+		defer cancel()
+		_ = p.Stop(ctx)
+	})
+	select {
+	case <-p.Client.Ready():
+	case <-time.After(boot):
+		c.t.Fatalf("the SDK provider did not register within %v", boot)
+	}
+	return p
 }
 
 // ---------------------------------------------------------------- storage reads

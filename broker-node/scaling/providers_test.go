@@ -17,6 +17,7 @@ import (
 
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/wire"
+	"github.com/funduq/funduq-go/internal/procstack"
 	"github.com/funduq/funduq-go/provider"
 )
 
@@ -404,40 +405,16 @@ func (p *wprov) complete(id, thread string, seq int64) {
 
 // ---------------------------------------------------------------- SDK provider
 
-// sdk runs a provider built with our Go SDK until the test ends.
-type sdk struct {
-	client *provider.Client
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
-func (c *cluster) sdkProvider(s *identity.Signer, base string, agents ...provider.Agent) *sdk {
+// sdkProvider runs a provider built with our Go SDK until the test ends
+// and returns once it has registered.
+func (c *cluster) sdkProvider(s *identity.Signer, base string, agents ...provider.Agent) *procstack.SDK {
 	c.t.Helper()
-	cl, err := provider.New(provider.Config{
+	return c.runSDK(provider.Config{
 		BaseURL: base, Signer: s, FunduqKey: c.key, Agents: agents,
 		Backoff:      provider.Backoff{Min: 50 * time.Millisecond, Max: 300 * time.Millisecond},
 		PingInterval: 400 * time.Millisecond,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &sdk{client: cl, cancel: cancel, done: make(chan struct{})}
-	go func() { defer close(p.done); _ = cl.Run(ctx) }()
-	c.t.Cleanup(func() {
-		cancel()
-		select {
-		case <-p.done:
-		case <-time.After(boot):
-		}
-	})
-	select {
-	case <-cl.Ready():
-	case <-time.After(boot):
-		c.t.Fatalf("the SDK provider did not register within %v", boot)
-	}
-	return p
 }
 
 // holdAgent is an SDK agent that records its start, emits RUN_STARTED and

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -13,7 +14,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/internal/leaktest"
+	"github.com/funduq/funduq-go/provider"
 )
 
 // helperEnv makes the test binary a stand-in process: "serve" answers
@@ -237,5 +240,32 @@ func TestAClosedStackStartsNothing(t *testing.T) {
 	}
 	if _, err := s.Balancer(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("balancer after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestCloseStopsAnSDKProviderAndRefusesANewOne(t *testing.T) {
+	s, err := New(testConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sg, err := identity.NewSignerFromSeedHex(strings.Repeat("cd", 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := provider.Config{BaseURL: "http://127.0.0.1:1", Signer: sg, FunduqKey: sg.PublicKeyHex(),
+		Agents: []provider.Agent{{Name: "a", Handler: func(context.Context, *provider.Run) error { return nil }}},
+		Logger: slog.New(slog.DiscardHandler)}
+	p, err := s.RunSDK(cfg) // dials nothing that answers: it retries until stopped
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	select {
+	case <-p.Done():
+	default:
+		t.Fatal("Close returned with the SDK provider still running")
+	}
+	if _, err := s.RunSDK(cfg); !errors.Is(err, ErrClosed) {
+		t.Fatalf("RunSDK after Close: %v, want ErrClosed", err)
 	}
 }

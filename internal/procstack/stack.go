@@ -25,6 +25,7 @@ type Stack struct {
 	current   []*Proc // the live incarnation of each name, in start order
 	all       []*Proc // every incarnation ever started
 	balancers []*Balancer
+	sdks      []*SDK
 }
 
 // New validates cfg and returns a Stack with nothing started yet.
@@ -284,17 +285,20 @@ func contains(ps []*Proc, p *Proc) bool {
 	return false
 }
 
-// Close closes the balancers, then stops every process (see the package
-// comment) and returns once all have exited. Start fails with ErrClosed
+// Close closes the balancers, stops the SDK providers, then stops every
+// process (see the package comment) and returns once all have exited. Start fails with ErrClosed
 // from the moment Close begins.
 func (s *Stack) Close() {
 	s.mu.Lock()
 	s.closed = true
-	bs, all := s.balancers, append([]*Proc(nil), s.all...)
-	s.balancers = nil
+	bs, sdks, all := s.balancers, s.sdks, append([]*Proc(nil), s.all...)
+	s.balancers, s.sdks = nil, nil
 	s.mu.Unlock()
 	for _, b := range bs {
 		b.Close()
+	}
+	for _, p := range sdks {
+		_ = p.Stop(context.Background()) // Run returns once cancelled
 	}
 	var wg sync.WaitGroup
 	for _, p := range all {

@@ -476,37 +476,18 @@ func (c *caller) read() {
 
 // ---------------------------------------------------------------- providers
 
-type sdk struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	client *provider.Client
-}
-
 func seedHex(b byte) string { return strings.Repeat(fmt.Sprintf("%02x", b), 32) }
 
-func (s *stack) startProvider(seed byte, agents []provider.Agent) (*sdk, error) {
+// startProvider runs an SDK provider in this process (a storm's extra
+// providers); the stack stops it at the latest when the soak ends.
+func (s *stack) startProvider(seed byte, agents []provider.Agent) (*procstack.SDK, error) {
 	sg, err := identity.NewSignerFromSeedHex(seedHex(seed))
 	if err != nil {
 		return nil, err
 	}
-	cl, err := provider.New(provider.Config{BaseURL: s.lb.URL, Signer: sg, FunduqKey: s.funduqKey, Agents: agents,
+	return s.RunSDK(provider.Config{BaseURL: s.lb.URL, Signer: sg, FunduqKey: s.funduqKey, Agents: agents,
 		Backoff:      provider.Backoff{Min: 100 * time.Millisecond, Max: 2 * time.Second},
 		PingInterval: 2 * time.Second, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	p := &sdk{cancel: cancel, done: make(chan struct{}), client: cl}
-	go func() { defer close(p.done); _ = cl.Run(ctx) }()
-	return p, nil
-}
-
-func (p *sdk) stop() {
-	p.cancel()
-	select {
-	case <-p.done:
-	case <-time.After(boot):
-	}
 }
 
 func agents() []provider.Agent {
@@ -811,7 +792,7 @@ func run(ctx context.Context, o options, log *slog.Logger) (bool, error) {
 				n := storms.Add(1)
 				cut := s.lb.CutLinks()
 				// Extra providers join in the same moment, and leave again.
-				var extra []*sdk
+				var extra []*procstack.SDK
 				for j := range o.stormProviders {
 					if p, err := s.startProvider(byte(0x80+j), agents()[:1]); err == nil {
 						extra = append(extra, p)
@@ -826,7 +807,9 @@ func run(ctx context.Context, o options, log *slog.Logger) (bool, error) {
 					res += fmt.Sprintf("; NOT all providers registered within %v", boot)
 				}
 				for _, p := range extra {
-					p.stop()
+					stopCtx, cancel := context.WithTimeout(context.Background(), boot)
+					_ = p.Stop(stopCtx)
+					cancel()
 				}
 				note(fmt.Sprintf("reconnect storm %d", n), res)
 			}
@@ -916,13 +899,13 @@ func run(ctx context.Context, o options, log *slog.Logger) (bool, error) {
 	return ok, nil
 }
 
-func waitAll(procs []*procstack.Proc, sdks []*sdk, bound time.Duration) (bool, time.Duration) {
+func waitAll(procs []*procstack.Proc, sdks []*procstack.SDK, bound time.Duration) (bool, time.Duration) {
 	start := time.Now()
 	time.Sleep(100 * time.Millisecond) // let the cut links be noticed
 	for {
 		all := true
 		for _, p := range sdks {
-			if !p.client.Connected() {
+			if !p.Client.Connected() {
 				all = false
 				break
 			}
