@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/internal/leaktest"
@@ -268,4 +271,45 @@ func TestCloseStopsAnSDKProviderAndRefusesANewOne(t *testing.T) {
 	if _, err := s.RunSDK(cfg); !errors.Is(err, ErrClosed) {
 		t.Fatalf("RunSDK after Close: %v, want ErrClosed", err)
 	}
+}
+
+func TestCreateDatabaseMigratesAndDropRemovesIt(t *testing.T) {
+	if _, err := CreateDatabase(context.Background(), "postgres://x/y", "Bad-Name"); !isConfigError(err, "database name") {
+		t.Fatalf("a bad name: %v, want a *ConfigError", err)
+	}
+	admin := os.Getenv("FUNDUQ_TEST_DATABASE_URL")
+	if admin == "" {
+		admin = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	}
+	ctx := context.Background()
+	name := fmt.Sprintf("procstack_test_%d", os.Getpid())
+	d, err := CreateDatabase(ctx, admin, name)
+	if err != nil {
+		var de *DatabaseError
+		if errors.As(err, &de) && de.Op == "create" && os.Getenv("CI") != "true" {
+			t.Skipf("no PostgreSQL to create a database on: %v", err)
+		}
+		t.Fatal(err)
+	}
+	c, err := pgx.Connect(ctx, d.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs int
+	err = c.QueryRow(ctx, "SELECT count(*) FROM runs").Scan(&runs)
+	c.Close(ctx)
+	if err != nil || runs != 0 {
+		t.Fatalf("the new database's runs table: %d, %v", runs, err)
+	}
+	if err := d.Drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pgx.Connect(ctx, d.URL); err == nil {
+		t.Fatal("the database is still there after Drop")
+	}
+}
+
+func isConfigError(err error, field string) bool {
+	var ce *ConfigError
+	return errors.As(err, &ce) && ce.Field == field
 }

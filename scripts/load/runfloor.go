@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/internal/procstack"
 )
 
 // runStoreFloor is what PostgreSQL alone does for a whole run, measured
@@ -45,25 +44,12 @@ func runStoreFloor(ctx context.Context, adminURL string, conc, events, size int,
 type offerPath struct{ NoticeP50, NoticeP99, OfferP50, OfferP99 float64 }
 
 func runStoreFloors(ctx context.Context, adminURL string, conc, events, size int, d time.Duration) (float64, *hist, *hist, error) {
-	admin, err := pgx.Connect(ctx, adminURL)
+	db, err := procstack.CreateDatabase(ctx, adminURL, fmt.Sprintf("funduq_load_floor_%d_%s", os.Getpid(), randHex(3)))
 	if err != nil {
-		return 0, nil, nil, err
+		return 0, nil, nil, fmt.Errorf("run store floor: %w", err)
 	}
-	defer admin.Close(context.Background())
-	dbName := fmt.Sprintf("funduq_load_floor_%d_%s", os.Getpid(), randHex(3))
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+dbName); err != nil {
-		return 0, nil, nil, fmt.Errorf("run store floor: create database: %w", err)
-	}
-	defer admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+dbName+" WITH (FORCE)") //nolint:errcheck // best effort
-	u, err := url.Parse(adminURL)
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	u.Path = "/" + dbName
-	if err := store.Migrate(ctx, u.String(), slog.New(slog.DiscardHandler)); err != nil {
-		return 0, nil, nil, fmt.Errorf("run store floor: migrate: %w", err)
-	}
-	st, err := store.Open(ctx, u.String(), store.Options{MaxConns: int32(conc)})
+	defer db.Drop(context.Background()) //nolint:errcheck // best effort
+	st, err := store.Open(ctx, db.URL, store.Options{MaxConns: int32(conc)})
 	if err != nil {
 		return 0, nil, nil, err
 	}
@@ -113,7 +99,7 @@ func runStoreFloors(ctx context.Context, adminURL string, conc, events, size int
 		_, err := st.GetRun(ctx, runID)
 		return err
 	}
-	notice, offer, err := offerFloor(ctx, st, u.String(), key, epoch, min(d, 3*time.Second))
+	notice, offer, err := offerFloor(ctx, st, db.URL, key, epoch, min(d, 3*time.Second))
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("run store floor: offer path: %w", err)
 	}

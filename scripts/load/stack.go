@@ -8,18 +8,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/funduq/funduq-go/broker-node/node"
 	"github.com/funduq/funduq-go/core/config"
-	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/functions/a2a"
 	"github.com/funduq/funduq-go/functions/agui"
 	"github.com/funduq/funduq-go/functions/door"
@@ -61,39 +57,24 @@ func startStack(ctx context.Context, c Config, logf func(string, ...any)) (*stac
 	fail := func(err error) (*stack, error) { st.close(); return nil, err }
 
 	dbName := fmt.Sprintf("funduq_load_%d_%s", os.Getpid(), randHex(3))
-	admin, err := pgx.Connect(ctx, c.PostgresURL)
+	db, err := procstack.CreateDatabase(ctx, c.PostgresURL, dbName)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: %w", err)
-	}
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+dbName); err != nil {
-		admin.Close(ctx)
-		return nil, fmt.Errorf("create database: %w", err)
+		return nil, err
 	}
 	closers = append(closers, func() {
-		bg := context.Background()
 		if os.Getenv("FUNDUQ_LOAD_KEEP_DB") != "" { // for a look at the rows afterwards
 			logf("kept database %s", dbName)
-			admin.Close(bg)
 			return
 		}
-		if _, err := admin.Exec(bg, "DROP DATABASE IF EXISTS "+dbName+" WITH (FORCE)"); err != nil {
-			logf("drop database %s: %v", dbName, err)
+		if err := db.Drop(context.Background()); err != nil {
+			logf("%v", err)
 		}
-		admin.Close(bg)
 	})
-	u, err := url.Parse(c.PostgresURL)
-	if err != nil {
-		return fail(err)
-	}
-	u.Path = "/" + dbName
-	st.dbURL = u.String()
-	if err := store.Migrate(ctx, st.dbURL, slog.New(slog.DiscardHandler)); err != nil {
-		return fail(fmt.Errorf("migrate: %w", err))
-	}
+	st.dbURL = db.URL
 	if os.Getenv("FUNDUQ_LOAD_LOG_STATEMENTS") != "" {
 		// Every statement of this database's sessions (opened from now on)
 		// goes to the server's log, to see where a run's transactions go.
-		if _, err := admin.Exec(ctx, "ALTER DATABASE "+dbName+" SET log_statement = 'all'"); err != nil {
+		if err := db.Admin(ctx, "ALTER DATABASE "+dbName+" SET log_statement = 'all'"); err != nil {
 			return fail(fmt.Errorf("log statements: %w", err))
 		}
 		logf("logging every statement of database %s", dbName)
