@@ -2,8 +2,9 @@
 // (issue 4, item 6; design.md D7, D10, D11). It holds no
 // product code: its tests build the real binaries (broker-node and the
 // local doors server), run two or three broker nodes and two door servers
-// as OS processes on loopback over one PostgreSQL and one Redis, attach
-// providers (our Go SDK, and a scripted one speaking the real wire), and
+// as OS processes on loopback (internal/procstack) over one PostgreSQL
+// and one Redis, attach providers (our Go SDK, and a scripted one
+// speaking the real wire), and
 // make faults with SIGKILL, SIGSTOP/SIGCONT, SIGTERM and
 // pg_terminate_backend.
 //

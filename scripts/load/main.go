@@ -4,8 +4,9 @@
 //	go run ./scripts/load --help
 //	go run ./scripts/load -duration 10s -providers 4 -callers 8 -json load.json
 //
-// It starts a stack of its own (a fresh database, a Redis key prefix, a
-// broker node as a child process, the doors in this process) unless
+// It starts a stack of its own (internal/procstack: a fresh database, a
+// Redis key prefix, a broker node as a child process; the doors in this
+// process) unless
 // -broker and -doors name running ones, then:
 //
 //  1. floors: PostgreSQL insert+NOTIFY transactions/s and the NOTIFY round

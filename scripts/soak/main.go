@@ -9,8 +9,9 @@
 //
 //	go run ./scripts/soak --duration 30m --out /work/soak-report.txt
 //
-// It starts a private PostgreSQL and Redis (internal/testservers) unless
-// --database-url and --redis-url are given. It is not part of the test
+// The processes, the balancer and the storm's in-process providers are an
+// internal/procstack stack. It starts a private PostgreSQL and Redis
+// (internal/testservers) unless --database-url and --redis-url are given. It is not part of the test
 // command. The exit code is 0 when every run was accounted for (each run
 // in the database reached a terminal or paused status, none stuck) and no
 // caller saw a stream out of order; 1 otherwise.
@@ -132,7 +133,7 @@ func (s *stack) startProviderProc(ctx context.Context, name string, seed byte) (
 		return nil, fmt.Errorf("find this program: %w", err)
 	}
 	return s.Start(ctx, procstack.Spec{Name: name, Kind: procstack.KindProvider, Path: self,
-		Args: []string{"provider", "-seed", strconv.Itoa(int(seed)), "-broker", s.lb.URL, "-funduq-key", s.funduqKey},
+		Args:     []string{"provider", "-seed", strconv.Itoa(int(seed)), "-broker", s.lb.URL, "-funduq-key", s.funduqKey},
 		AddrFlag: "-addr", Ready: "/connected"})
 }
 
