@@ -60,14 +60,6 @@ func (s *Stack) Start(ctx context.Context, spec Spec) (*Proc, error) {
 	if spec.Name == "" || spec.Path == "" {
 		return nil, &ConfigError{Field: "Spec", Problem: "needs Name and Path (is the binary in Config.Binaries?)"}
 	}
-	s.mu.Lock()
-	for _, p := range s.current {
-		if p.Name == spec.Name && p.Alive() {
-			s.mu.Unlock()
-			return nil, &ConfigError{Field: "Spec.Name", Problem: spec.Name + " is already running"}
-		}
-	}
-	s.mu.Unlock()
 	return s.start(ctx, spec, 1)
 }
 
@@ -123,6 +115,13 @@ func (s *Stack) start(ctx context.Context, spec Spec, inc int) (*Proc, error) {
 		s.mu.Unlock()
 		f.Close()
 		return fail("start", ErrClosed)
+	}
+	for _, q := range s.current {
+		if q.Name == p.Name && q.Alive() {
+			s.mu.Unlock()
+			f.Close()
+			return nil, &ConfigError{Field: "Spec.Name", Problem: p.Name + " is already running"}
+		}
 	}
 	if err := cmd.Start(); err != nil {
 		s.mu.Unlock()
