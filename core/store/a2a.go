@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -73,11 +74,78 @@ const threadRunsSQL = `SELECT ` + runColumns + ` FROM runs
 		AND EXISTS (SELECT 1 FROM threads WHERE thread_id = $1 AND provider_key = $2 AND agent_name = $3)
 		ORDER BY created_at, run_id`
 
-// RunRecord is a run as read with everything it recorded.
+// RunRecord is a run as read with (a page of) what it recorded.
 type RunRecord struct {
 	Run      Run
-	Events   []Event      // every event, in seq order
+	Events   []Event      // the page of events asked for, in seq order
 	Messages []RunMessage // its thread messages, oldest first
+}
+
+// RecordRead names the part of a run's record ReadRecord reads.
+type RecordRead struct {
+	RunID string
+	// Run reads the run's row first, so that a settled run's events up
+	// to its LastSeq are all stored when the events are read after it.
+	Run bool
+	// After, UpTo and Limit page the events: at most Limit of those with
+	// After < seq <= UpTo (UpTo < 0: no upper bound), in seq order. Limit
+	// 0 reads none. The next page is EventsBetween from the last seq read.
+	After, UpTo, Limit int
+}
+
+// ReadRecord reads what q names — the run, one bounded page of its events,
+// its thread messages — in one round trip (one implicit transaction): what
+// an A2A task view is built from, a page at a time (keyset pages on
+// (run_id, seq)), so no read of a long run is unbounded. ErrNotFound for an
+// unknown run when q.Run.
+func (s *Store) ReadRecord(ctx context.Context, q RecordRead) (RunRecord, error) {
+	var rec RunRecord
+	b := &pgx.Batch{}
+	if q.Run {
+		b.Queue(`SELECT `+runColumns+` FROM runs WHERE run_id = $1`, q.RunID).QueryRow(func(row pgx.Row) (err error) {
+			rec.Run, err = scanRun(row)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return ErrNotFound
+			}
+			return err
+		})
+	}
+	if q.Limit > 0 && (q.UpTo < 0 || q.UpTo > q.After) {
+		b.Queue(eventsBetweenSQL, q.RunID, q.After, upper(q.UpTo), q.Limit).Query(func(rows pgx.Rows) (err error) {
+			rec.Events, err = collectEvents(rows)
+			return err
+		})
+	}
+	b.Queue(runMessagesSQL, q.RunID).Query(func(rows pgx.Rows) (err error) {
+		rec.Messages, err = collectRunMessages(rows)
+		return err
+	})
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return RunRecord{}, fmt.Errorf("read record of run %s: %w", q.RunID, err)
+	}
+	return rec, nil
+}
+
+// EventsBetween reads at most limit of a run's events with after < seq <=
+// upTo (upTo < 0: no upper bound), in order: ReadRecord's next page.
+func (s *Store) EventsBetween(ctx context.Context, runID string, after, upTo, limit int) ([]Event, error) {
+	rows, err := s.pool.Query(ctx, eventsBetweenSQL, runID, after, upper(upTo), limit)
+	if err != nil {
+		return nil, fmt.Errorf("read events of run %s: %w", runID, err)
+	}
+	return collectEvents(rows)
+}
+
+const eventsBetweenSQL = `SELECT run_id, seq, event, created_at FROM run_events
+		WHERE run_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4`
+
+// upper is an events page's upper bound as the statement takes it (seq is
+// an integer column).
+func upper(upTo int) int {
+	if upTo < 0 {
+		return math.MaxInt32
+	}
+	return upTo
 }
 
 // ReadRunRecord reads run runID, then all of its events and its thread

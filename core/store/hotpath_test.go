@@ -216,7 +216,15 @@ func driveHotPaths(t *testing.T, st *store.Store, rec *recorder) {
 			return err
 		}},
 		{"a2a: task history", func() error { _, err := st.RunMessages(ctx, "h-r-3600"); return err }},
-		{"a2a: task record", func() error { _, err := st.ReadRunRecord(ctx, "h-r-3600"); return err }},
+		{"a2a: task record", func() error {
+			_, err := st.ReadRecord(ctx, store.RecordRead{RunID: "h-r-3600", Run: true, UpTo: -1, Limit: 500})
+			return err
+		}},
+		{"a2a: task record (events up to a seq)", func() error {
+			_, err := st.ReadRecord(ctx, store.RecordRead{RunID: "h-r-3600", UpTo: 2, Limit: 500})
+			return err
+		}},
+		{"a2a: task record's next page", func() error { _, err := st.EventsBetween(ctx, "h-r-3600", 1, -1, 500); return err }},
 		{"a2a: context's tasks", func() error { _, err := st.ThreadRuns(ctx, "h-t-900", testProviderKey, testAgent); return err }},
 		{"door: tail", func() error { _, _, err := st.EventsAndRun(ctx, "h-r-3600", 0, 500); return err }},
 		{"door: events after", func() error { _, err := st.EventsAfter(ctx, "h-r-3600", 1, 1000); return err }},
