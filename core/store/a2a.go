@@ -147,31 +147,3 @@ func upper(upTo int) int {
 	}
 	return upTo
 }
-
-// ReadRunRecord reads run runID, then all of its events and its thread
-// messages, in one round trip (one implicit transaction): what an A2A
-// task view is built from. The run is read first, so a settled run's
-// events are all among those read. ErrNotFound for an unknown run.
-func (s *Store) ReadRunRecord(ctx context.Context, runID string) (RunRecord, error) {
-	var rec RunRecord
-	b := &pgx.Batch{}
-	b.Queue(`SELECT `+runColumns+` FROM runs WHERE run_id = $1`, runID).QueryRow(func(row pgx.Row) (err error) {
-		rec.Run, err = scanRun(row)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotFound
-		}
-		return err
-	})
-	b.Queue(eventsAfterSQL, runID, 0, nil).Query(func(rows pgx.Rows) (err error) {
-		rec.Events, err = collectEvents(rows)
-		return err
-	})
-	b.Queue(runMessagesSQL, runID).Query(func(rows pgx.Rows) (err error) {
-		rec.Messages, err = collectRunMessages(rows)
-		return err
-	})
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		return RunRecord{}, fmt.Errorf("read record of run %s: %w", runID, err)
-	}
-	return rec, nil
-}

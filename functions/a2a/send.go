@@ -226,11 +226,11 @@ func (c *call) send(streaming bool) {
 		return
 	}
 	var view taskView
-	if rec, settled := c.waitRecord(acc, p.Blocking); settled {
-		view = projectRecord(rec, -1)
+	if v, rn, settled := c.waitRecord(acc, p.Blocking); settled {
+		view = v
 	} else {
 		ctx, cancel = context.WithTimeout(c.r.Context(), 2*door.StorageTimeout)
-		view, err = c.h.project(ctx, rec.Run, -1)
+		view, _, err = c.h.project(ctx, rn, -1)
 		cancel()
 		if err != nil {
 			c.fail(err)
@@ -243,59 +243,82 @@ func (c *call) send(streaming bool) {
 
 // waitRecord, for a blocking send, follows the run until it settles
 // (terminal or input-required), the block budget or the request's deadline
-// passes. settled reports that rec is the settled run's whole record (its
-// events and messages, read in the same round trip as its status); else
-// rec.Run is the run as read last, or as accepted.
-func (c *call) waitRecord(acc accepted, blocking bool) (rec store.RunRecord, settled bool) {
+// passes. settled reports that view is the settled run's task view; else
+// rn is the run as read last, or as accepted.
+//
+// The tail's events are folded as they are relayed, so the settled view
+// reads only what the tail did not: the run, its messages, and its events
+// up to where the tail started (none for a run this request wrote) — each
+// stored event is read once (issue #19).
+func (c *call) waitRecord(acc accepted, blocking bool) (view taskView, rn store.Run, settled bool) {
 	if !blocking {
-		return store.RunRecord{Run: acc.run}, false
+		return taskView{}, acc.run, false
 	}
 	ctx := c.r.Context()
+	tailed := newFold(-1, true)
 	t := &door.Tail{O: c.h.o.Tail, RunID: acc.run.RunID, After: acc.after, Fresh: acc.fresh,
-		Relay: func(_ int, ev json.RawMessage) bool {
-			typ := typeOf(ev)
+		Relay: func(seq int, ev json.RawMessage) bool {
+			typ := tailed.add(seq, ev).Type
 			return typ == agui.TypeRunFinished || typ == agui.TypeRunError
 		}}
 	end := t.Run(ctx, c.h.streamEnd(ctx, c.h.o.BlockBudget))
 	if end == door.TailStopped || end == door.TailSettled {
-		if rec, err := c.settleRecord(ctx, t); err == nil {
-			return rec, door.Settled(rec.Run.Status)
+		if v, cur, err := c.settleRecord(ctx, t, acc.after, tailed); err == nil {
+			return v, cur, door.Settled(cur.Status)
 		}
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), door.StorageTimeout)
 	defer cancel()
 	if cur, err := c.h.o.Store.GetRun(rctx, acc.run.RunID); err == nil {
-		return store.RunRecord{Run: cur}, false
+		return taskView{}, cur, false
 	}
-	return store.RunRecord{Run: acc.run}, false
+	return taskView{}, acc.run, false
 }
 
-// settleRecord is door.Tail.Settle reading the whole record each time: it
-// waits, after a terminal event, until the broker has recorded the run's
-// outcome or the settle wait passes, and returns the record as read last —
-// so a settled answer costs one read, not a status read and then its
-// events and messages. t has run (its options carry their defaults).
+// settleRecord is door.Tail.Settle reading the rest of the record each
+// time: it waits, after a terminal event, until the broker has recorded
+// the run's outcome or the settle wait passes, and returns the task view
+// of the run as read last — so a settled answer costs one read, not a
+// status read and then its events and messages. t has run (its options
+// carry their defaults) from seq after; tailed folded what it relayed.
 //
 // The first read waits for the round's end marker on the live feed
 // (published right after the end's commit; it usually trails the terminal
 // event by a Redis round trip, or came with it): read before the end is
 // recorded, the record would have to be read again.
-func (c *call) settleRecord(ctx context.Context, t *door.Tail) (store.RunRecord, error) {
-	o := t.O
+func (c *call) settleRecord(ctx context.Context, t *door.Tail, after int, tailed *eventFold) (taskView, store.Run, error) {
+	o, st := t.O, c.h.o.Store
 	deadline := time.Now().Add(o.SettleWait)
 	if !t.Ended() && o.Feed != nil {
 		door.WaitEnd(ctx, o.Feed, t.RunID, t.After, min(o.PollInterval, o.SettleWait))
 	}
 	for {
 		dctx, cancel := context.WithTimeout(ctx, 2*door.StorageTimeout)
-		rec, err := o.Store.ReadRunRecord(dctx, t.RunID)
-		cancel()
+		// The run first, then the events before the tail's (a settled
+		// run's are all stored by then), then its messages.
+		rec, err := st.ReadRecord(dctx, store.RecordRead{RunID: t.RunID, Run: true, UpTo: after, Limit: recordPage})
 		if err == nil && door.Settled(rec.Run.Status) {
-			return rec, nil
+			f := newFold(-1, true)
+			if f.page(rec.Events) {
+				err = f.rest(dctx, st, t.RunID, f.last, after)
+			}
+			f.then(tailed)
+			// Nothing is stored after a run's terminal event (design.md
+			// §The status machine), where the tail stopped; should a
+			// record say otherwise, its view has the rest.
+			if err == nil && rec.Run.LastSeq > f.last {
+				err = f.rest(dctx, st, t.RunID, f.last, rec.Run.LastSeq)
+			}
+			cancel()
+			if err == nil {
+				return f.view(rec.Run, rec.Messages), rec.Run, nil
+			}
+		} else {
+			cancel()
 		}
 		left := time.Until(deadline)
 		if left <= 0 || ctx.Err() != nil {
-			return rec, err
+			return taskView{}, rec.Run, err
 		}
 		door.WaitEnd(ctx, o.Feed, t.RunID, t.After, min(o.PollInterval, left))
 	}
@@ -497,6 +520,3 @@ func (c *call) build(req runinput.Request) (runinput.Built, error) {
 	}
 	return built, err
 }
-
-// typeOf is an event's "type" string ("" when it has none).
-func typeOf(ev json.RawMessage) string { return door.TypeOf(ev) }

@@ -48,7 +48,10 @@ func (s *sse) comment(text string) {
 func (c *call) stream(rn store.Run, after, historyLength int) {
 	ctx := c.r.Context()
 	pctx, cancel := context.WithTimeout(ctx, 2*door.StorageTimeout)
-	view, err := c.h.project(pctx, rn, after)
+	// The projection reads the events up to after, the tail those after
+	// it, and the final status comes from what both folded: each stored
+	// event is read once.
+	view, fold, err := c.h.project(pctx, rn, after)
 	cancel()
 	if err != nil {
 		c.fail(err)
@@ -69,15 +72,14 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 		Idle: func() { out.comment("keep-alive") },
 		Relay: func(seq int, ev json.RawMessage) bool {
 			lastSeq = seq
-			switch typ := typeOf(ev); typ {
+			switch e := fold.add(seq, ev); e.Type {
 			case agui.TypeRunFinished, agui.TypeRunError:
 				return true // the final status comes from the record
 			case agui.TypeRunStarted:
 				out.item(seq, streamStatus(v, taskID, ctxID, StateWorking, nil, time.Now(), false, nil))
 			case agui.TypeTextMessageContent, agui.TypeTextMessageChunk:
-				id, delta, _ := textDelta(ev)
-				out.item(seq, streamArtifact(v, taskID, ctxID, artifact{ID: id, Text: delta}, seen[id]))
-				seen[id] = true
+				out.item(seq, streamArtifact(v, taskID, ctxID, artifact{ID: e.ID, Text: e.Delta}, seen[e.ID]))
+				seen[e.ID] = true
 			default:
 				out.item(seq, streamStatus(v, taskID, ctxID, StateWorking, nil, time.Now(), false,
 					map[string]any{AGUIEventKey: ev}))
@@ -97,11 +99,7 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 		c.h.log.WarnContext(ctx, "a2a stream: reading the settled run failed", "run_id", rn.RunID, "err", err)
 		return
 	}
-	evs, err := c.h.allEvents(ctx, rn.RunID)
-	if err != nil {
-		evs = nil
-	}
-	state, msg, meta := statusOf(cur, evs)
+	state, msg, meta := fold.status(cur)
 	seq := 0
 	if lastSeq > after {
 		seq = lastSeq

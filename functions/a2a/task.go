@@ -9,7 +9,6 @@ import (
 	"github.com/funduq/funduq-go/core/agui"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
-	"github.com/funduq/funduq-go/functions/door"
 )
 
 // TaskState is an A2A task state, independent of the wire version.
@@ -124,8 +123,10 @@ type taskView struct {
 	Meta      map[string]any
 }
 
-// statusOf is the task status a run's record shows.
-func statusOf(r store.Run, evs []store.Event) (TaskState, *textMessage, map[string]any) {
+// statusWith is the task status run r shows, lastErr being its last
+// RUN_ERROR's code (else its message): the failure's text when the run
+// recorded no reason.
+func statusWith(r store.Run, lastErr string) (TaskState, *textMessage, map[string]any) {
 	st := StateOf(r.Status)
 	meta := map[string]any{}
 	// The marker says a cancel is pending: only while the run is still
@@ -140,49 +141,11 @@ func statusOf(r store.Run, evs []store.Event) (TaskState, *textMessage, map[stri
 	if r.Status == run.Failed {
 		reason := r.FailureReason
 		if reason == "" {
-			reason = lastRunError(evs)
+			reason = lastErr
 		}
 		msg = &textMessage{ID: r.RunID + "-error", Role: "agent", Text: reason, ContextID: r.ThreadID, TaskID: r.RunID}
 	}
 	return st, msg, meta
-}
-
-func lastRunError(evs []store.Event) string {
-	for i := len(evs) - 1; i >= 0; i-- {
-		var e struct {
-			Type    string `json:"type"`
-			Message string `json:"message"`
-			Code    string `json:"code"`
-		}
-		if json.Unmarshal(evs[i].Event, &e) == nil && e.Type == agui.TypeRunError {
-			if e.Code != "" {
-				return e.Code
-			}
-			return e.Message
-		}
-	}
-	return ""
-}
-
-// artifactsOf folds TEXT_MESSAGE_CONTENT/CHUNK deltas per message id, in
-// order of first appearance.
-func artifactsOf(evs []store.Event) []artifact {
-	var out []artifact
-	idx := map[string]int{}
-	for _, e := range evs {
-		id, delta, ok := textDelta(e.Event)
-		if !ok {
-			continue
-		}
-		i, seen := idx[id]
-		if !seen {
-			i = len(out)
-			idx[id] = i
-			out = append(out, artifact{ID: id})
-		}
-		out[i].Text += delta
-	}
-	return out
 }
 
 // textDelta reads a text event's artifact id and delta.
@@ -257,59 +220,30 @@ func applyHistoryLength(h []textMessage, n int) []textMessage {
 	return slices.Clone(h[len(h)-n:])
 }
 
-// project reads what a task view needs from the store. evsUpTo, when >= 0,
-// limits the artifacts to events with seq <= evsUpTo (a stream's opening
-// snapshot as of where its tail starts).
-// Its events and messages are read in one round trip, after r was.
-func (h *Handler) project(ctx context.Context, r store.Run, evsUpTo int) (taskView, error) {
-	rec, err := h.o.Store.ReadRunRecord(ctx, r.RunID)
+// project reads what a task view of run r needs from the store: its
+// messages and its events, in one round trip for a run of up to
+// recordPage events and a page per round trip beyond (keyset pages, each
+// event read once). evsUpTo, when >= 0, limits the artifacts to events
+// with seq <= evsUpTo (a stream's opening snapshot as of where its tail
+// starts); the fold it returns has read the events up to there, so a tail
+// from evsUpTo carries it on without reading any of them again.
+//
+// Events are read up to evsUpTo alone unless r's status is told by later
+// ones: a pause's open asks, a failure with no recorded reason.
+func (h *Handler) project(ctx context.Context, r store.Run, evsUpTo int) (taskView, *eventFold, error) {
+	upTo := evsUpTo
+	if r.Status == run.InputRequired || r.Status == run.Failed && r.FailureReason == "" {
+		upTo = -1
+	}
+	f := newFold(evsUpTo, r.Status == run.InputRequired)
+	rec, err := h.o.Store.ReadRecord(ctx, store.RecordRead{RunID: r.RunID, UpTo: upTo, Limit: recordPage})
 	if err != nil {
-		return taskView{}, err
+		return taskView{}, nil, err
 	}
-	rec.Run = r
-	return projectRecord(rec, evsUpTo), nil
-}
-
-// projectRecord is the task view of a run as recorded in rec.
-func projectRecord(rec store.RunRecord, evsUpTo int) taskView {
-	r, evs, msgs := rec.Run, rec.Events, rec.Messages
-	state, smsg, meta := statusOf(r, evs)
-	if state == StateInputRequired {
-		raw := make([]json.RawMessage, len(evs))
-		for i, e := range evs {
-			raw[i] = e.Event
-		}
-		asks, _ := door.AsksOf(r, raw)
-		if asks == nil {
-			asks = []string{}
-		}
-		meta[OutstandingAsksKey] = asks
-	}
-	arts := evs
-	if evsUpTo >= 0 {
-		arts = nil
-		for _, e := range evs {
-			if e.Seq <= evsUpTo {
-				arts = append(arts, e)
-			}
+	if f.page(rec.Events) {
+		if err := f.rest(ctx, h.o.Store, r.RunID, f.last, upTo); err != nil {
+			return taskView{}, nil, err
 		}
 	}
-	return taskView{ID: r.RunID, ContextID: r.ThreadID, State: state, StatusMsg: smsg, Timestamp: r.LastActivityAt,
-		Artifacts: artifactsOf(arts), History: historyOf(r, msgs), Meta: meta}
-}
-
-func (h *Handler) allEvents(ctx context.Context, runID string) ([]store.Event, error) {
-	var out []store.Event
-	after := 0
-	for {
-		page, err := h.o.Store.EventsAfter(ctx, runID, after, 1000)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, page...)
-		if len(page) < 1000 {
-			return out, nil
-		}
-		after = page[len(page)-1].Seq
-	}
+	return f.view(r, rec.Messages), f, nil
 }

@@ -89,7 +89,7 @@ func (c *call) get() {
 		c.fail(err)
 		return
 	}
-	view, err := c.h.project(ctx, rn, -1)
+	view, _, err := c.h.project(ctx, rn, -1)
 	if err != nil {
 		c.fail(err)
 		return
@@ -142,7 +142,7 @@ func (c *call) cancel() {
 		c.fail(err)
 		return
 	}
-	view, err := c.h.project(ctx, updated, -1)
+	view, _, err := c.h.project(ctx, updated, -1)
 	if err != nil {
 		c.fail(err)
 		return
@@ -280,7 +280,7 @@ func (c *call) list() {
 	sort.SliceStable(match, func(i, j int) bool { return match[i].LastActivityAt.After(match[j].LastActivityAt) })
 	out := page{Tasks: []wireTask{}, TotalSize: len(match)}
 	for i := offset; i < len(match) && i < offset+size; i++ {
-		view, err := c.h.project(ctx, match[i], -1)
+		view, _, err := c.h.project(ctx, match[i], -1)
 		if err != nil {
 			c.fail(err)
 			return
