@@ -29,7 +29,8 @@ type eventFold struct {
 	// two). A fold that will not show a pause's asks keeps no event.
 	asks       bool
 	round      []foldedEvent
-	lastFinish int // index in round of its last RUN_FINISHED; -1: none
+	lastFinish int  // index in round of its last RUN_FINISHED; -1: none
+	trimmed    bool // round starts after a RUN_FINISHED it no longer holds
 }
 
 type foldedEvent struct {
@@ -129,6 +130,7 @@ func (f *eventFold) addRound(e foldedEvent) {
 		// A second RUN_FINISHED: what came before the first is an
 		// earlier round's, which AsksOf never reads.
 		f.round = append([]foldedEvent(nil), f.round[f.lastFinish+1:]...)
+		f.trimmed = true
 	}
 	f.lastFinish = len(f.round) - 1
 }
@@ -141,8 +143,13 @@ func (f *eventFold) then(g *eventFold) {
 	if g.lastErr != "" {
 		f.lastErr = g.lastErr
 	}
-	for _, e := range g.round {
-		f.addRound(e)
+	if g.trimmed {
+		// g saw two RUN_FINISHEDs: its window is the whole window.
+		f.round, f.lastFinish, f.trimmed = append([]foldedEvent(nil), g.round...), g.lastFinish, true
+	} else {
+		for _, e := range g.round {
+			f.addRound(e)
+		}
 	}
 	f.last = max(f.last, g.last)
 }
