@@ -818,37 +818,6 @@ func (b *Broker) withdraw(ctx context.Context, key string, q store.Quality) {
 	_ = b.write(ctx, "mark withdrawn agents unserved", func() error { return b.st.MarkUnserved(ctx, epoch, key, names) })
 }
 
-// ---- nudges ----
-
-// nudgeLocked asks l to try once; several reasons at once coalesce into one
-// try in its queue. Caller holds b.mu.
-func (b *Broker) nudgeLocked(l *lane) {
-	if l.ended || l.dispatchPending {
-		return
-	}
-	l.dispatchPending = true
-	l.q.push(tryCmd{})
-}
-
-// nudgeHeadsOfKeyLocked asks the thread heads of key's agents to try: a
-// place freed on key (its bucket) is news to them alone. Caller holds b.mu.
-func (b *Broker) nudgeHeadsOfKeyLocked(key string) {
-	for _, dq := range b.threads {
-		if len(dq) > 0 && dq[0].agent.Key == key {
-			b.nudgeLocked(dq[0])
-		}
-	}
-}
-
-// nudgeHeadsLocked asks every thread's head to try. Caller holds b.mu.
-func (b *Broker) nudgeHeadsLocked() {
-	for _, dq := range b.threads {
-		if len(dq) > 0 {
-			b.nudgeLocked(dq[0])
-		}
-	}
-}
-
 func (b *Broker) wakeSweep() {
 	select {
 	case b.wake <- struct{}{}:

@@ -200,16 +200,6 @@ func (b *Broker) take(r store.Run, readBack bool) {
 	go l.loop(ctx)
 }
 
-// interjectionLostLocked reports whether a run addressing another (its
-// forwardedProps.funduq.addressedRunId) lost it: the target is not live now.
-func (b *Broker) interjectionLostLocked(addressed string) bool {
-	if addressed == "" {
-		return false
-	}
-	target := b.lanes[addressed]
-	return target == nil || target.ended
-}
-
 // ---- intake: the broker is the listener's handler ----
 
 var _ intake.Handler = (*Broker)(nil)

@@ -1,0 +1,239 @@
+package broker
+
+import (
+	"context"
+	"time"
+
+	"github.com/funduq/funduq-go/core/agui"
+	"github.com/funduq/funduq-go/core/livefeed"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+)
+
+// claim records that ls accepted the run (from offering, or queued for a
+// late ack): it leaves its thread's queue and the next utterance is offered.
+// With queued, what the link sent right behind its accept — events, and
+// its finish — is written with the claim, in one transaction.
+func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued bool) {
+	var batch []eventCmd
+	finish := false
+	if queued && len(l.deferred) == 0 {
+		batch = l.q.takeEvents(ls, maxEventBatch)
+		finish = l.q.takeFinish(ls)
+	}
+	if len(batch) == 0 && !finish {
+		// The record says running before the next utterance can be offered.
+		if l.move(ctx, run.Running) == nil {
+			l.tookClaim(ctx, ls, from)
+			if l.cancelRequested {
+				l.onCancel(ctx)
+			}
+		}
+		return
+	}
+	l.events = nil // a new round: the per-run limits count from here
+	a := l.admit(batch)
+	if a.stop != "" || l.readBack {
+		// A refused event fails the run after what precedes it is stored:
+		// the claim goes alone, then the batch as any other.
+		if l.move(ctx, run.Running) != nil {
+			ls.release(batch...)
+			return
+		}
+		l.tookClaim(ctx, ls, from)
+		if l.cancelRequested {
+			l.onCancel(ctx)
+		}
+		l.onEvents(ctx, ls, batch, finish)
+		return
+	}
+	if finish {
+		// The whole round at once: claim, events, end.
+		l.tookClaim(ctx, ls, from)
+		l.lastPSeq = a.pseq
+		for i, e := range a.evs {
+			l.note(e.Event, a.infos[i])
+		}
+		l.b.metrics.events.Add(float64(len(a.evs)))
+		l.settleEvents(ctx, a.evs, true)
+		ls.release(batch...)
+		return
+	}
+	// The run's terminal event with no finish behind it yet is held back
+	// to go with the end (the finish follows it on the link), so no door
+	// sees the round's last event before its end is recorded.
+	var held []eventCmd
+	if j := terminalAt(a.infos); j >= 0 {
+		held, batch = batch[a.idx[j]:], batch[:a.idx[j]]
+		a.evs, a.infos, a.pseq = a.evs[:j], a.infos[:j], l.lastPSeq
+		for _, e := range a.evs {
+			if e.ProviderSeq != nil && *e.ProviderSeq > a.pseq {
+				a.pseq = *e.ProviderSeq
+			}
+		}
+	}
+	if len(a.evs) == 0 {
+		if l.move(ctx, run.Running) != nil {
+			ls.release(append(batch, held...)...)
+			return
+		}
+		l.tookClaim(ctx, ls, from)
+		if l.cancelRequested {
+			l.onCancel(ctx)
+		}
+		ls.release(batch...)
+		l.onEvents(ctx, ls, held, l.q.takeFinish(ls))
+		return
+	}
+	b := l.b
+	b.mu.Lock()
+	epoch := b.epoch
+	b.mu.Unlock()
+	var appended []store.Appended
+	t0 := time.Now()
+	key := store.NewWriteKey()
+	err := b.write(ctx, "claim run with its first events", func() (err error) {
+		_, appended, err = b.st.Conclude(ctx, store.Conclusion{Claim: true, ProviderEvents: a.evs, WriteKey: key,
+			Move: store.Move{RunID: l.id, To: run.Running, Writer: run.ByBroker, Epoch: epoch}})
+		return err
+	})
+	b.metrics.storeSecs.Add(time.Since(t0).Seconds())
+	ls.release(batch...)
+	if err != nil {
+		ls.release(held...)
+		if ctx.Err() == nil {
+			l.log.ErrorContext(ctx, "claim refused", "err", err)
+		}
+		return
+	}
+	b.mu.Lock()
+	l.status = run.Running
+	b.mu.Unlock()
+	l.tookClaim(ctx, ls, from)
+	l.lastPSeq = a.pseq
+	for i, e := range a.evs {
+		l.note(e.Event, a.infos[i])
+	}
+	pub := make([]livefeed.Published, len(appended))
+	for i, ap := range appended {
+		pub[i] = livefeed.Published{Seq: ap.Seq, Event: ap.Event}
+	}
+	b.metrics.events.Add(float64(len(pub)))
+	l.publishBatch(ctx, pub)
+	if l.cancelRequested {
+		l.onCancel(ctx)
+	}
+	switch {
+	case len(held) == 0:
+	case l.isEnded():
+		ls.release(held...)
+	default:
+		l.onEvents(ctx, ls, held, l.q.takeFinish(ls))
+	}
+}
+
+// terminalAt is the index of the first RUN_FINISHED or RUN_ERROR among
+// infos, or -1.
+func terminalAt(infos []agui.Info) int {
+	for i, in := range infos {
+		if in.RunFinished || in.RunError {
+			return i
+		}
+	}
+	return -1
+}
+
+// claimed is the lane's side of a claim the record holds (or is about to,
+// in the same transaction as the run's end): the run leaves its thread's
+// queue, the next utterance and interjections waiting for it are nudged.
+func (l *lane) tookClaim(ctx context.Context, ls *linkState, from run.Status) {
+	b := l.b
+	b.mu.Lock()
+	l.claimedBy = ls
+	l.claimedAt = b.clock.Now()
+	b.leaveThreadLocked(l)
+	for _, other := range b.addressing[l.id] { // interjections waiting for this run to be live
+		b.nudgeLocked(other)
+	}
+	b.mu.Unlock()
+	l.events = nil
+	l.log.InfoContext(ctx, "run claimed", "provider_key", ls.key, "link", ls.id, "from", string(from))
+}
+
+// holder decides whether a report from ls may speak for the run, claiming it
+// when the report is itself the answer: an event or finish from the link an
+// offer is out to accepts it; from the key now serving the agent, for a run
+// no one holds, it is a late ack — claimed even when the key's bucket is
+// full (the provider chose to run it; the place is counted), answered_late
+// only when an offer to that key had lapsed; from the key that held the run
+// before a takeover or a lost link, it re-adopts it (D7). It returns ""
+// when ls holds the run, or the reason the report is refused.
+func (l *lane) holder(ctx context.Context, ls *linkState) string {
+	b := l.b
+	if l.offer != nil && l.offer.link == ls {
+		l.offer.timer.Stop()
+		l.offer = nil
+		b.metrics.offers.WithLabelValues("accepted").Inc()
+		l.claim(ctx, ls, run.Offering, false) // the report in hand comes first
+		return ""
+	}
+	b.mu.Lock()
+	switch {
+	case l.claimedBy == ls:
+		b.mu.Unlock()
+		return ""
+	case l.claimedBy != nil && l.claimedBy.key == ls.key && (l.claimedBy.replaced || b.links[l.claimedBy.link] != l.claimedBy):
+		// The link holding it was replaced by this newer link of the key
+		// (or is gone and its loss not yet read): the key carries on here.
+		old := l.claimedBy
+		l.claimedBy, l.offeredTo = ls, ls // same key: the place stays taken
+		b.mu.Unlock()
+		l.log.InfoContext(ctx, "run passed to the newer link of its key", "provider_key", ls.key, "from", old.id, "link", ls.id)
+		return ""
+	case l.claimedBy != nil:
+		b.mu.Unlock()
+		l.log.WarnContext(ctx, "report from a link that does not hold the run; refused", "provider_key", ls.key, "link", ls.id)
+		return l.strangerSafe(ls, refusedOtherLink)
+	case l.orphan && ls.key == l.adoptKey:
+		l.orphan = false
+		l.claimedBy, l.claimedAt, l.offeredTo = ls, b.clock.Now(), ls
+		if l.reserved == "" {
+			b.bucketFor(ls.key).inFlight++
+		}
+		l.reserved = "" // the kept place is the adopter's now
+		b.leaveThreadLocked(l)
+		epoch := b.epoch
+		b.mu.Unlock()
+		if l.orphanT != nil {
+			l.orphanT.Stop()
+		}
+		err := b.write(ctx, "adopt run", func() error { _, err := b.st.Adopt(ctx, epoch, l.id); return err })
+		if err != nil {
+			l.log.ErrorContext(ctx, "could not re-adopt run", "err", err)
+			return refusedEnded
+		}
+		l.log.InfoContext(ctx, "run re-adopted by its provider", "provider_key", ls.key, "link", ls.id)
+		if l.cancelRequested {
+			l.sendCancel(ctx)
+		}
+		return ""
+	case !l.orphan && l.offeredTo == nil && b.served[l.agent] != nil && b.served[l.agent].key == ls.key:
+		b.bucketFor(ls.key).inFlight++
+		l.offeredTo = ls
+		b.mu.Unlock()
+		late := l.gaveUpOn == ls.key
+		if late {
+			l.log.WarnContext(ctx, "late ack: the provider reported for a run whose offer had lapsed", "provider_key", ls.key)
+		} else {
+			l.log.InfoContext(ctx, "the provider reported for a queued run it was not offered: claimed", "provider_key", ls.key)
+		}
+		l.claim(ctx, ls, run.Queued, false)
+		if late {
+			b.count(ctx, ls.key, store.AnsweredLate)
+		}
+		return ""
+	}
+	b.mu.Unlock()
+	l.log.WarnContext(ctx, "report for a run nobody holds; refused", "provider_key", ls.key, "link", ls.id)
+	return refusedUnknown
+}

@@ -1,0 +1,200 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/funduq/funduq-go/core/agui"
+	"github.com/funduq/funduq-go/core/livefeed"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+)
+
+// settle is the finish funnel, first match wins: an interrupt outcome
+// pauses (input-required); RUN_FINISHED completes; a requested cancel
+// cancels; anything else fails.
+func (l *lane) settle(ctx context.Context) { l.settleEvents(ctx, nil, false) }
+
+// settleEvents is settle with the provider's last events (validated and
+// noted) stored first, in the same transaction; with claim, the claim
+// that starts the round is written first in it too.
+func (l *lane) settleEvents(ctx context.Context, evs []store.NewEvent, claim bool) {
+	c := store.Conclusion{ProviderEvents: evs, Claim: claim}
+	switch {
+	case l.interrupts != nil:
+		interrupt, _ := json.Marshal(map[string]json.RawMessage{"interrupts": l.interrupts})
+		c.Move = store.Move{To: run.InputRequired, Interrupt: interrupt}
+		c.AgentMessages = l.folded(ctx)
+	case l.sawFinish:
+		c.Move = store.Move{To: run.Completed}
+		c.AgentMessages = l.folded(ctx)
+	case l.cancelRequested:
+		c.Move = store.Move{To: run.Cancelled}
+	case l.sawError:
+		reason := l.errReason
+		if reason == "" {
+			reason = "the provider reported RUN_ERROR"
+		}
+		c.Move = store.Move{To: run.Failed, Reason: run.Reason(reason)}
+	default:
+		c.Move = store.Move{To: run.Failed, Reason: run.ReasonStreamEndedWithoutFinishing}
+		c.Events = []json.RawMessage{agui.RunError(run.StreamEndedMessage, string(run.ReasonStreamEndedWithoutFinishing))}
+	}
+	l.conclude(ctx, c)
+}
+
+func (l *lane) folded(ctx context.Context) []store.Message {
+	msgs, err := agui.Fold(l.events)
+	if err != nil {
+		l.log.WarnContext(ctx, "could not fold the run's events into messages", "err", err)
+		return nil
+	}
+	out := make([]store.Message, len(msgs))
+	for i, m := range msgs {
+		out[i] = store.Message{MessageID: run.NewMessageID(), Message: m}
+	}
+	return out
+}
+
+// fail ends the run failed with reason; a run that never sent its own
+// RUN_ERROR gets one. countAbandoned counts abandoned against the holder of
+// a claimed run (once per run).
+//
+// A run whose terminal event is stored has said how it ends: it settles by
+// the finish funnel instead, nothing is stored after that event, and nothing
+// is counted (D15) — on every path that would fail it (link loss, grace,
+// takeover, the sweep).
+func (l *lane) fail(ctx context.Context, reason run.Reason, countAbandoned bool) bool {
+	if l.offer != nil {
+		l.offer.timer.Stop()
+		l.offer = nil
+	}
+	if l.reportedEnd() {
+		l.log.InfoContext(ctx, "run reported its end before it would fail; settled from what is stored", "reason", string(reason))
+		l.settle(ctx)
+		return true
+	}
+	c := store.Conclusion{Move: store.Move{To: run.Failed, Reason: reason}}
+	if !l.sawError {
+		c.Events = []json.RawMessage{agui.RunError(run.Sentence(reason), string(reason))}
+	}
+	b := l.b
+	b.mu.Lock()
+	var abandonedBy string
+	if countAbandoned && l.claimedBy != nil && !l.noted {
+		l.noted = true
+		abandonedBy = l.claimedBy.key
+	}
+	b.mu.Unlock()
+	l.log.WarnContext(ctx, "run failed", "reason", string(reason))
+	ok := l.conclude(ctx, c)
+	if ok && abandonedBy != "" {
+		b.count(ctx, abandonedBy, store.Abandoned)
+	}
+	return ok
+}
+
+// conclude writes the run's end and forgets it. A refused write (the run was
+// not where the lane thought) still forgets it: the record is the truth.
+func (l *lane) conclude(ctx context.Context, c store.Conclusion) bool {
+	b := l.b
+	b.mu.Lock()
+	epoch := b.epoch
+	b.mu.Unlock()
+	c.Move.RunID, c.Move.Writer, c.Move.Epoch = l.id, run.ByBroker, epoch
+	// One key for every attempt: a retry of an attempt that committed
+	// before its answer was lost stores nothing twice (D13).
+	c.WriteKey = store.NewWriteKey()
+	var r store.Run
+	var appended []store.Appended
+	err := b.write(ctx, "conclude run", func() (err error) {
+		r, appended, err = b.st.Conclude(ctx, c)
+		return err
+	})
+	if ctx.Err() != nil {
+		return false // leadership ended mid-write: the next leader settles it
+	}
+	if err != nil {
+		l.log.ErrorContext(ctx, "run's end was refused", "to", string(c.Move.To), "err", err)
+		if len(c.ProviderEvents) > 0 && !c.Claim && errors.Is(err, store.ErrIllegalTransition) {
+			// The end was refused, not the events carried with it: store
+			// them as relay would have.
+			l.storeAlone(ctx, epoch, c.ProviderEvents)
+		}
+	} else {
+		pub := make([]livefeed.Published, len(appended))
+		for i, a := range appended {
+			pub[i] = livefeed.Published{Seq: a.Seq, Event: a.Event}
+		}
+		l.publishBatch(ctx, pub)
+		if b.feed != nil {
+			if err := b.feed.End(ctx, l.id, r.LastSeq, string(r.Status)); err != nil {
+				l.log.WarnContext(ctx, "live feed end failed", "err", err)
+			}
+		}
+		// A terminal move dropped the KYOK binding in the same transaction.
+		b.mu.Lock()
+		l.status, l.roundQueuedAt = r.Status, r.QueuedAt
+		b.mu.Unlock()
+		b.metrics.ended.WithLabelValues(string(r.Status)).Inc()
+		l.log.InfoContext(ctx, "run ended", "status", string(r.Status), "reason", r.FailureReason)
+	}
+	b.forget(l)
+	return err == nil
+}
+
+// storeAlone stores events that were to ride with a refused conclude, and
+// publishes them.
+func (l *lane) storeAlone(ctx context.Context, epoch int64, evs []store.NewEvent) {
+	var seqs []int
+	key := store.NewWriteKey()
+	err := l.b.write(ctx, "append events", func() (err error) {
+		seqs, err = l.b.st.AppendProviderEventsOnce(ctx, epoch, l.id, key, evs)
+		return err
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			l.log.ErrorContext(ctx, "could not store events", "events", len(evs), "err", err)
+		}
+		return
+	}
+	pub := make([]livefeed.Published, 0, len(evs))
+	for i, seq := range seqs {
+		if seq > 0 {
+			pub = append(pub, livefeed.Published{Seq: seq, Event: evs[i].Event})
+		}
+	}
+	l.publishBatch(ctx, pub)
+}
+
+// forget is the one funnel that releases everything a run held.
+func (b *Broker) forget(l *lane) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if l.ended {
+		return
+	}
+	l.ended = true
+	l.stopTimers()
+	delete(b.lanes, l.id)
+	b.unaddressLocked(l)
+	switch {
+	case l.status.Terminal():
+		b.ended.add(l.id)
+	case l.status == run.InputRequired && !l.roundQueuedAt.IsZero():
+		b.ended.paused(l.id, l.roundQueuedAt)
+	}
+	b.leaveThreadLocked(l)
+	key := l.reserved
+	if l.offeredTo != nil {
+		key = l.offeredTo.key
+	}
+	if key != "" {
+		b.bucketFor(key).release()
+		l.offeredTo, l.reserved = nil, ""
+		// A freed place is news to every head waiting for that key.
+		b.nudgeHeadsOfKeyLocked(key)
+		b.wakeSweep()
+	}
+}

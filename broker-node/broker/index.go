@@ -1,0 +1,116 @@
+package broker
+
+import (
+	"slices"
+	"sort"
+	"time"
+)
+
+// interjectionTargetLocked returns the link an interjection goes straight
+// to: the one holding the run it addresses, while that run is claimed and
+// its agent takes interjections. Otherwise nil: the run is an ordinary
+// turn (a target that settled first degrades it to one). Caller holds b.mu.
+func (b *Broker) interjectionTargetLocked(l *lane) *linkState {
+	if l.addressed == "" {
+		return nil
+	}
+	t := b.lanes[l.addressed]
+	if t == nil || t.ended || t.claimedBy == nil || t.threadID != l.threadID {
+		return nil
+	}
+	ls := t.claimedBy
+	if b.served[l.agent] != ls || !ls.interjections[l.agent.Name] {
+		return nil
+	}
+	return ls
+}
+
+// addLaneLocked registers a lane, and an interjection under the run it
+// addresses (a claim then nudges only those, not every lane). Caller holds
+// b.mu.
+func (b *Broker) addLaneLocked(l *lane) {
+	b.lanes[l.id] = l
+	if l.addressed != "" {
+		b.addressing[l.addressed] = append(b.addressing[l.addressed], l)
+	}
+}
+
+// unaddressLocked drops a forgotten interjection from addressing. Caller
+// holds b.mu.
+func (b *Broker) unaddressLocked(l *lane) {
+	if l.addressed == "" {
+		return
+	}
+	ls := slices.DeleteFunc(b.addressing[l.addressed], func(x *lane) bool { return x == l })
+	if len(ls) == 0 {
+		delete(b.addressing, l.addressed)
+	} else {
+		b.addressing[l.addressed] = ls
+	}
+}
+
+// leaveThreadLocked takes l out of its thread's queue and nudges the new head.
+func (b *Broker) leaveThreadLocked(l *lane) {
+	dq := b.threads[l.threadID]
+	for i, x := range dq {
+		if x == l {
+			dq = append(dq[:i:i], dq[i+1:]...)
+			break
+		}
+	}
+	if len(dq) == 0 {
+		delete(b.threads, l.threadID)
+		return
+	}
+	b.threads[l.threadID] = dq
+	b.nudgeLocked(dq[0])
+}
+
+// joinThreadLocked puts l into its thread's queue in arrival order.
+func (b *Broker) joinThreadLocked(l *lane, arrival time.Time) {
+	dq := b.threads[l.threadID]
+	i := sort.Search(len(dq), func(i int) bool { return dq[i].queuedAt.After(arrival) })
+	dq = append(dq, nil)
+	copy(dq[i+1:], dq[i:])
+	dq[i] = l
+	b.threads[l.threadID] = dq
+}
+
+// interjectionLostLocked reports whether a run addressing another (its
+// forwardedProps.funduq.addressedRunId) lost it: the target is not live now.
+func (b *Broker) interjectionLostLocked(addressed string) bool {
+	if addressed == "" {
+		return false
+	}
+	target := b.lanes[addressed]
+	return target == nil || target.ended
+}
+
+// nudgeLocked asks l to try once; several reasons at once coalesce into one
+// try in its queue. Caller holds b.mu.
+func (b *Broker) nudgeLocked(l *lane) {
+	if l.ended || l.dispatchPending {
+		return
+	}
+	l.dispatchPending = true
+	l.q.push(tryCmd{})
+}
+
+// nudgeHeadsOfKeyLocked asks the thread heads of key's agents to try: a
+// place freed on key (its bucket) is news to them alone. Caller holds b.mu.
+func (b *Broker) nudgeHeadsOfKeyLocked(key string) {
+	for _, dq := range b.threads {
+		if len(dq) > 0 && dq[0].agent.Key == key {
+			b.nudgeLocked(dq[0])
+		}
+	}
+}
+
+// nudgeHeadsLocked asks every thread's head to try. Caller holds b.mu.
+func (b *Broker) nudgeHeadsLocked() {
+	for _, dq := range b.threads {
+		if len(dq) > 0 {
+			b.nudgeLocked(dq[0])
+		}
+	}
+}

@@ -1,0 +1,211 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// try is the try predicate and, when it holds, the offer: not dispatched,
+// its thread's head, its agent served, and a place on the provider — the
+// place taken in the same step as the check.
+func (l *lane) try(ctx context.Context) {
+	b := l.b
+	b.mu.Lock()
+	l.dispatchPending = false
+	if l.ended || l.offeredTo != nil || l.claimedBy != nil || l.orphan {
+		b.mu.Unlock()
+		return
+	}
+	ls := b.interjectionTargetLocked(l)
+	if ls == nil {
+		dq := b.threads[l.threadID]
+		if len(dq) == 0 || dq[0] != l {
+			b.mu.Unlock()
+			return
+		}
+		ls = b.served[l.agent]
+	}
+	if ls == nil {
+		b.mu.Unlock()
+		return
+	}
+	bk := b.bucketFor(ls.key)
+	if !bk.hasRoom() {
+		b.mu.Unlock()
+		return
+	}
+	bk.inFlight++
+	l.offeredTo = ls
+	b.mu.Unlock()
+
+	threadID := l.threadID
+	// The clock starts before the frame leaves: an answer can never beat it.
+	l.offerSeq++
+	id := l.offerSeq
+	l.offer = &offerState{id: id, link: ls, sent: time.Now()}
+	l.offer.timer = b.clock.AfterFunc(b.set.DeliverTimeout, func() { l.q.push(lapseCmd{id}) })
+	frame, err := wire.Marshal(wire.NewRunFrame(wire.DeliveredRun{RunID: l.id, AgentName: l.agent.Name,
+		RunInput: l.input, ThreadID: &threadID}))
+	if err == nil {
+		// Written by this goroutine when the link is idle: the writer's
+		// wake-up was the longest step between the notice and the frame.
+		err = ls.link.SendNow(frame)
+	}
+	if err != nil {
+		l.log.WarnContext(ctx, "offer could not be sent; the run stays queued", "link", ls.id, "err", err)
+		l.dropOffer()
+		return
+	}
+	// The frame leaves before the offering write is made, so the two go
+	// out side by side and the provider does not wait for PostgreSQL.
+	// Nothing the provider answers is read before the write has returned
+	// (the lane reads its queue after try), so every verdict still meets
+	// the run as offering.
+	if err := l.move(ctx, run.Offering); err != nil {
+		l.dropOffer()
+		l.withdraw(ctx, ls, err)
+		if settledAlready(run.Offering, err) {
+			// The run is not waiting any more (read as queued after its
+			// lane had already run it): the record is the truth.
+			l.log.InfoContext(ctx, "run is no longer queued; its lane closes", "err", err)
+			b.forget(l)
+		}
+		return
+	}
+	b.metrics.offers.WithLabelValues("sent").Inc()
+	l.log.DebugContext(ctx, "run offered", "link", ls.id)
+}
+
+// dropOffer ends an offer that never counted: its clock stops and its
+// place comes back; the record was not moved.
+func (l *lane) dropOffer() {
+	l.offer.timer.Stop()
+	l.offer = nil
+	l.releasePlace()
+}
+
+// withdraw takes back an offer whose offering write was refused: the
+// provider is asked to cancel the run (a cancel for a run it never took
+// is a no-op for it), and whatever it answers finds no offer out. A
+// broker that lost its epoch or its context closes the links instead.
+func (l *lane) withdraw(ctx context.Context, ls *linkState, err error) {
+	if ctx.Err() != nil || errors.Is(err, store.ErrStaleEpoch) {
+		return
+	}
+	l.b.metrics.offers.WithLabelValues("withdrawn").Inc()
+	frame, _ := wire.Marshal(wire.Cancel{Type: wire.TypeCancel, RunID: l.id})
+	if err := ls.link.Send(frame); err != nil {
+		l.log.WarnContext(ctx, "offer withdrawal could not be sent", "link", ls.id, "err", err)
+		return
+	}
+	l.log.InfoContext(ctx, "offer withdrawn: the record refused it", "provider_key", ls.key, "link", ls.id)
+}
+
+func (l *lane) releasePlace() {
+	b := l.b
+	b.mu.Lock()
+	if l.offeredTo != nil {
+		b.bucketFor(l.offeredTo.key).release()
+		l.offeredTo = nil
+	}
+	b.mu.Unlock()
+}
+
+// handBack ends the offer without a claim: the place comes back and the run
+// is queued again. Nothing re-nudges it; it waits for something to change.
+// It reports whether the provider had room after the release.
+func (l *lane) handBack(ctx context.Context) (room bool) {
+	if l.offer != nil {
+		l.offer.timer.Stop()
+		l.offer = nil
+	}
+	b := l.b
+	b.mu.Lock()
+	if l.offeredTo != nil {
+		bk := b.bucketFor(l.offeredTo.key)
+		bk.release()
+		room = bk.hasRoom()
+		l.offeredTo = nil
+	}
+	b.mu.Unlock()
+	_ = l.move(ctx, run.Queued)
+	return room
+}
+
+func (l *lane) onVerdict(ctx context.Context, c verdictCmd) {
+	if l.offer == nil && c.v == wire.Accepted {
+		// Not an answer to an offer: the provider saying it holds the
+		// run — read as a report (D15): it re-adopts a run held across a
+		// takeover (D7), and claims one nobody holds when it comes from
+		// the key serving the agent (the late-ack rule, D15).
+		if why := l.holder(ctx, c.link); why != "" {
+			l.refuseCmd(c, why)
+		}
+		return
+	}
+	if l.offer == nil || c.link != l.offer.link {
+		// An answer to an offer that is no longer out (it lapsed, or
+		// went to another link).
+		l.refuseCmd(c, l.strangerSafe(c.link, refusedNoOffer))
+		return
+	}
+	key := c.link.key
+	switch c.v {
+	case wire.Accepted:
+		l.offer.timer.Stop()
+		l.offer = nil
+		l.b.metrics.offers.WithLabelValues("accepted").Inc()
+		l.claim(ctx, c.link, run.Offering, true)
+	case wire.Declined:
+		l.b.metrics.offers.WithLabelValues("declined").Inc()
+		// A link that took the agent out of service after the offer
+		// left (deleteAgent, a register without it) declines what it no
+		// longer serves: not a misdeclaration (design.md §Counters).
+		l.b.mu.Lock()
+		serving := l.b.served[l.agent] == c.link
+		l.b.mu.Unlock()
+		if l.handBack(ctx) && serving {
+			// It declined while funduq believed it had room: counted,
+			// not believed — its declaration stands.
+			l.log.WarnContext(ctx, "provider declined with room", "provider_key", key)
+			l.b.count(ctx, key, store.Misdeclared)
+		}
+	case wire.Refused:
+		l.offer.timer.Stop()
+		l.offer = nil
+		l.b.metrics.offers.WithLabelValues("refused").Inc()
+		l.log.InfoContext(ctx, "provider refused the run", "provider_key", key, "reason", c.reason)
+		// The place stays held until the run is forgotten.
+		l.fail(ctx, run.Reason(c.reason), false)
+	}
+}
+
+func (l *lane) onLapse(ctx context.Context, c lapseCmd) {
+	if l.offer == nil || l.offer.id != c.offer {
+		return
+	}
+	if !l.offer.rechecked && time.Since(l.offer.sent) > l.b.set.DeliverTimeout+lapseSlack {
+		// The broker itself ran late — frozen (SIGSTOP) or starved of CPU
+		// past the deadline — so an answer the provider sent in time may
+		// still be unread on its link: counting unanswered now would blame
+		// the provider for funduq's stall (D6 counts what funduq observes).
+		// Put off once, on real time, for the reader to catch up.
+		l.offer.rechecked = true
+		id := l.offer.id
+		time.AfterFunc(lapseSlack, func() { l.q.push(lapseCmd{id}) })
+		l.log.InfoContext(ctx, "offer lapsed while the broker ran late; waiting a moment for an answer already sent",
+			"late_by", (time.Since(l.offer.sent) - l.b.set.DeliverTimeout).Round(time.Millisecond).String())
+		return
+	}
+	key := l.offer.link.key
+	l.b.metrics.offers.WithLabelValues("unanswered").Inc()
+	l.gaveUpOn = key
+	l.handBack(ctx)
+	l.log.WarnContext(ctx, "offer unanswered; run back to queued", "provider_key", key)
+	l.b.count(ctx, key, store.Unanswered)
+}
