@@ -7,6 +7,11 @@ import (
 	"github.com/funduq/funduq-go/core/wire"
 )
 
+// command is what a lane's queue holds: one of the structs below, and
+// nothing else (the unexported method seals the set), so the lane's switch
+// over them is over a closed list.
+type command interface{ laneCommand() }
+
 // The commands a lane receives. Outsiders say what happened; the lane decides.
 type (
 	tryCmd     struct{} // a chance to be offered (coalesced)
@@ -34,3 +39,15 @@ type (
 	// its terminal event; its finish was lost with the old leader.
 	storedEndCmd struct{}
 )
+
+func (tryCmd) laneCommand()       {}
+func (verdictCmd) laneCommand()   {}
+func (lapseCmd) laneCommand()     {}
+func (eventCmd) laneCommand()     {}
+func (finishCmd) laneCommand()    {}
+func (cancelCmd) laneCommand()    {}
+func (goneCmd) laneCommand()      {}
+func (failCmd) laneCommand()      {}
+func (expireCmd) laneCommand()    {}
+func (orphanCmd) laneCommand()    {}
+func (storedEndCmd) laneCommand() {}

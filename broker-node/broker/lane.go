@@ -66,7 +66,7 @@ type lane struct {
 	// The lane goroutine's own.
 	offer      *offerState
 	offerSeq   uint64
-	deferred   []any
+	deferred   []command
 	orphanT    clockwork.Timer
 	sawFinish  bool
 	sawError   bool
@@ -132,7 +132,7 @@ func (l *lane) isEnded() bool {
 
 // handle applies one command. While an offer is out, only its answer (or
 // what stands for one) is read; the rest waits behind it, in order.
-func (l *lane) handle(ctx context.Context, c any) {
+func (l *lane) handle(ctx context.Context, c command) {
 	if l.offer != nil && !l.answers(c) {
 		l.deferred = append(l.deferred, c)
 		return
@@ -197,7 +197,7 @@ func (l *lane) handle(ctx context.Context, c any) {
 }
 
 // answers reports whether c speaks to the offer that is out.
-func (l *lane) answers(c any) bool {
+func (l *lane) answers(c command) bool {
 	switch c := c.(type) {
 	case verdictCmd, lapseCmd:
 		return true

@@ -9,7 +9,7 @@ import (
 // busy lane, and read by the lane alone.
 type queue struct {
 	mu     sync.Mutex
-	items  []any
+	items  []command
 	busy   bool // an item was popped and its handling is not done
 	closed bool // the lane stopped reading: push refuses
 	signal chan struct{}
@@ -19,7 +19,7 @@ func newQueue() *queue { return &queue{signal: make(chan struct{}, 1)} }
 
 // push appends c; it reports false when the lane has stopped reading (c was
 // not queued).
-func (q *queue) push(c any) bool {
+func (q *queue) push(c command) bool {
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -68,7 +68,7 @@ func (q *queue) takeFinish(link *linkState) bool {
 }
 
 // close refuses every later push and returns what was still queued.
-func (q *queue) close() []any {
+func (q *queue) close() []command {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.closed = true
@@ -78,7 +78,7 @@ func (q *queue) close() []any {
 }
 
 // pop waits for the next command; ok is false when ctx ends first.
-func (q *queue) pop(ctx context.Context) (any, bool) {
+func (q *queue) pop(ctx context.Context) (command, bool) {
 	for {
 		q.mu.Lock()
 		if len(q.items) > 0 {

@@ -40,7 +40,7 @@ func (b *Broker) refuse(l Link, kind, runID, reason string) {
 
 // refuseCmd answers a report the lane read and did not take, and gives an
 // event's place in its link's backlog back.
-func (l *lane) refuseCmd(c any, reason string) {
+func (l *lane) refuseCmd(c command, reason string) {
 	switch c := c.(type) {
 	case eventCmd:
 		c.link.release(c)
