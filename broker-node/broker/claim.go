@@ -86,15 +86,12 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 		return
 	}
 	b := l.b
-	b.mu.Lock()
-	epoch := b.epoch
-	b.mu.Unlock()
 	var appended []store.Appended
 	t0 := time.Now()
 	key := store.NewWriteKey()
 	err := b.write(ctx, "claim run with its first events", func() (err error) {
 		_, appended, err = b.st.Conclude(ctx, store.Conclusion{Claim: true, ProviderEvents: a.evs, WriteKey: key,
-			Move: store.Move{RunID: l.id, To: run.Running, Writer: run.ByBroker, Epoch: epoch}})
+			Move: store.Move{RunID: l.id, To: run.Running, Writer: run.ByBroker, Epoch: l.epoch}})
 		return err
 	})
 	b.metrics.storeSecs.Add(time.Since(t0).Seconds())
@@ -202,12 +199,11 @@ func (l *lane) holder(ctx context.Context, ls *linkState) string {
 		}
 		l.reserved = "" // the kept place is the adopter's now
 		b.leaveThreadLocked(l)
-		epoch := b.epoch
 		b.mu.Unlock()
 		if l.orphanT != nil {
 			l.orphanT.Stop()
 		}
-		err := b.write(ctx, "adopt run", func() error { _, err := b.st.Adopt(ctx, epoch, l.id); return err })
+		err := b.write(ctx, "adopt run", func() error { _, err := b.st.Adopt(ctx, l.epoch, l.id); return err })
 		if err != nil {
 			l.log.ErrorContext(ctx, "could not re-adopt run", "err", err)
 			return refusedEnded

@@ -99,10 +99,7 @@ func (l *lane) fail(ctx context.Context, reason run.Reason, countAbandoned bool)
 // not where the lane thought) still forgets it: the record is the truth.
 func (l *lane) conclude(ctx context.Context, c store.Conclusion) bool {
 	b := l.b
-	b.mu.Lock()
-	epoch := b.epoch
-	b.mu.Unlock()
-	c.Move.RunID, c.Move.Writer, c.Move.Epoch = l.id, run.ByBroker, epoch
+	c.Move.RunID, c.Move.Writer, c.Move.Epoch = l.id, run.ByBroker, l.epoch
 	// One key for every attempt: a retry of an attempt that committed
 	// before its answer was lost stores nothing twice (D13).
 	c.WriteKey = store.NewWriteKey()
@@ -120,7 +117,7 @@ func (l *lane) conclude(ctx context.Context, c store.Conclusion) bool {
 		if len(c.ProviderEvents) > 0 && !c.Claim && errors.Is(err, store.ErrIllegalTransition) {
 			// The end was refused, not the events carried with it: store
 			// them as relay would have.
-			l.storeAlone(ctx, epoch, c.ProviderEvents)
+			l.storeAlone(ctx, c.ProviderEvents)
 		}
 	} else {
 		pub := make([]livefeed.Published, len(appended))
@@ -146,11 +143,11 @@ func (l *lane) conclude(ctx context.Context, c store.Conclusion) bool {
 
 // storeAlone stores events that were to ride with a refused conclude, and
 // publishes them.
-func (l *lane) storeAlone(ctx context.Context, epoch int64, evs []store.NewEvent) {
+func (l *lane) storeAlone(ctx context.Context, evs []store.NewEvent) {
 	var seqs []int
 	key := store.NewWriteKey()
 	err := l.b.write(ctx, "append events", func() (err error) {
-		seqs, err = l.b.st.AppendProviderEventsOnce(ctx, epoch, l.id, key, evs)
+		seqs, err = l.b.st.AppendProviderEventsOnce(ctx, l.epoch, l.id, key, evs)
 		return err
 	})
 	if err != nil {

@@ -25,10 +25,12 @@ func (b *Broker) interjectionTargetLocked(l *lane) *linkState {
 	return ls
 }
 
-// addLaneLocked registers a lane, and an interjection under the run it
+// addLaneLocked registers a lane under the leadership it is born into (its
+// epoch, fixed for its life), and an interjection under the run it
 // addresses (a claim then nudges only those, not every lane). Caller holds
 // b.mu.
 func (b *Broker) addLaneLocked(l *lane) {
+	l.epoch = b.epoch
 	b.lanes[l.id] = l
 	if l.addressed != "" {
 		b.addressing[l.addressed] = append(b.addressing[l.addressed], l)

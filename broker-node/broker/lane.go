@@ -32,6 +32,10 @@ type lane struct {
 	roundQueuedAt time.Time
 	q             *queue
 	log           *slog.Logger
+	// epoch is the leadership the lane was born under (addLaneLocked): a
+	// lane lives within one leadership (teardown stops every lane), so
+	// every write it makes is fenced by this one epoch (D10).
+	epoch int64
 
 	// Guarded by b.mu: read by the roster, the sweep and intake.
 	status          run.Status
@@ -211,19 +215,16 @@ func (l *lane) answers(c command) bool {
 	return false
 }
 
-// move writes a status under the broker's epoch.
+// move writes a status under the lane's epoch.
 func (l *lane) move(ctx context.Context, to run.Status) error {
 	b := l.b
-	b.mu.Lock()
-	epoch := b.epoch
-	b.mu.Unlock()
 	attempt := 0
 	err := b.write(ctx, fmt.Sprintf("move run to %s", to), func() error {
 		attempt++
 		// Offering and its requeue are read back at takeover as queued
 		// alike: they need not wait for the disk.
 		lazy := to == run.Offering || to == run.Queued
-		_, err := b.st.Transition(ctx, store.Move{RunID: l.id, To: to, Writer: run.ByBroker, Epoch: epoch, Lazy: lazy, Brief: true})
+		_, err := b.st.Transition(ctx, store.Move{RunID: l.id, To: to, Writer: run.ByBroker, Epoch: l.epoch, Lazy: lazy, Brief: true})
 		var te *store.TransitionError
 		if attempt > 1 && errors.As(err, &te) && te.From == to {
 			// A retry finding the run where this write puts it: the

@@ -102,16 +102,13 @@ func (l *lane) relay(ctx context.Context, batch []eventCmd, stored func()) {
 // write landed.
 func (l *lane) store(ctx context.Context, evs []store.NewEvent, infos []agui.Info, pseq int64, stored func()) bool {
 	b := l.b
-	b.mu.Lock()
-	epoch := b.epoch
-	b.mu.Unlock()
 	var seqs []int
 	t0 := time.Now() // real time, for the metric: this waits on PostgreSQL
 	// One key for every attempt: a retry of an attempt that committed
 	// before its answer was lost stores nothing twice (D13).
 	key := store.NewWriteKey()
 	err := b.write(ctx, "append events", func() (err error) {
-		seqs, err = b.st.AppendProviderEventsOnce(ctx, epoch, l.id, key, evs)
+		seqs, err = b.st.AppendProviderEventsOnce(ctx, l.epoch, l.id, key, evs)
 		return err
 	})
 	b.metrics.storeSecs.Add(time.Since(t0).Seconds())
