@@ -18,7 +18,7 @@ func (l *lane) onCancel(ctx context.Context) {
 	case orphan:
 		// Sent again once its provider re-adopts it.
 	case !claimed:
-		l.conclude(ctx, store.Conclusion{Move: store.Move{To: run.Cancelled}})
+		l.conclude(ctx, roundWrite{end: &store.Conclusion{Move: store.Move{To: run.Cancelled}}})
 	case status == run.Running:
 		if l.move(ctx, run.Cancelling) == nil {
 			l.sendCancel(ctx)

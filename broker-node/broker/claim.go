@@ -2,10 +2,8 @@ package broker
 
 import (
 	"context"
-	"time"
 
 	"github.com/funduq/funduq-go/core/agui"
-	"github.com/funduq/funduq-go/core/livefeed"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
 )
@@ -15,6 +13,7 @@ import (
 // With queued, what the link sent right behind its accept — events, and
 // its finish — is written with the claim, in one transaction.
 func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued bool) {
+	l.events = nil // a new round: the per-run limits count from here
 	var batch []eventCmd
 	finish := false
 	if queued && len(l.deferred) == 0 {
@@ -23,7 +22,7 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 	}
 	if len(batch) == 0 && !finish {
 		// The record says running before the next utterance can be offered.
-		if l.move(ctx, run.Running) == nil {
+		if _, _, err := l.persist(ctx, roundWrite{claim: true}); err == nil {
 			l.tookClaim(ctx, ls, from)
 			if l.cancelRequested {
 				l.onCancel(ctx)
@@ -31,12 +30,11 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 		}
 		return
 	}
-	l.events = nil // a new round: the per-run limits count from here
 	a := l.admit(batch)
 	if a.stop != "" || l.readBack {
 		// A refused event fails the run after what precedes it is stored:
 		// the claim goes alone, then the batch as any other.
-		if l.move(ctx, run.Running) != nil {
+		if _, _, err := l.persist(ctx, roundWrite{claim: true}); err != nil {
 			ls.release(batch...)
 			return
 		}
@@ -44,18 +42,13 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 		if l.cancelRequested {
 			l.onCancel(ctx)
 		}
-		l.onEvents(ctx, ls, batch, finish)
+		l.relay(ctx, ls, batch, a, finish)
 		return
 	}
 	if finish {
 		// The whole round at once: claim, events, end.
 		l.tookClaim(ctx, ls, from)
-		l.lastPSeq = a.pseq
-		for i, e := range a.evs {
-			l.note(e.Event, a.infos[i])
-		}
-		l.b.metrics.events.Add(float64(len(a.evs)))
-		l.settleEvents(ctx, a.evs, true)
+		l.endWith(ctx, true, a)
 		ls.release(batch...)
 		return
 	}
@@ -63,59 +56,21 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 	// to go with the end (the finish follows it on the link), so no door
 	// sees the round's last event before its end is recorded.
 	var held []eventCmd
+	var heldA admitted
 	if j := terminalAt(a.infos); j >= 0 {
 		held, batch = batch[a.idx[j]:], batch[:a.idx[j]]
-		a.evs, a.infos, a.pseq = a.evs[:j], a.infos[:j], l.lastPSeq
-		for _, e := range a.evs {
-			if e.ProviderSeq != nil && *e.ProviderSeq > a.pseq {
-				a.pseq = *e.ProviderSeq
-			}
-		}
+		a, heldA = a.split(j, l.lastPSeq)
 	}
-	if len(a.evs) == 0 {
-		if l.move(ctx, run.Running) != nil {
-			ls.release(append(batch, held...)...)
-			return
-		}
-		l.tookClaim(ctx, ls, from)
-		if l.cancelRequested {
-			l.onCancel(ctx)
-		}
-		ls.release(batch...)
-		l.onEvents(ctx, ls, held, l.q.takeFinish(ls))
-		return
-	}
-	b := l.b
-	var appended []store.Appended
-	t0 := time.Now()
-	key := store.NewWriteKey()
-	err := b.write(ctx, "claim run with its first events", func() (err error) {
-		_, appended, err = b.st.Conclude(ctx, store.Conclusion{Claim: true, ProviderEvents: a.evs, WriteKey: key,
-			Move: store.Move{RunID: l.id, To: run.Running, Writer: run.ByBroker, Epoch: l.epoch}})
-		return err
-	})
-	b.metrics.storeSecs.Add(time.Since(t0).Seconds())
+	_, pub, err := l.persist(ctx, roundWrite{claim: true, events: a})
 	ls.release(batch...)
 	if err != nil {
 		ls.release(held...)
-		if ctx.Err() == nil {
+		if len(a.evs) > 0 && ctx.Err() == nil {
 			l.log.ErrorContext(ctx, "claim refused", "err", err)
 		}
 		return
 	}
-	b.mu.Lock()
-	l.status = run.Running
-	b.mu.Unlock()
 	l.tookClaim(ctx, ls, from)
-	l.lastPSeq = a.pseq
-	for i, e := range a.evs {
-		l.note(e.Event, a.infos[i])
-	}
-	pub := make([]livefeed.Published, len(appended))
-	for i, ap := range appended {
-		pub[i] = livefeed.Published{Seq: ap.Seq, Event: ap.Event}
-	}
-	b.metrics.events.Add(float64(len(pub)))
 	l.publishBatch(ctx, pub)
 	if l.cancelRequested {
 		l.onCancel(ctx)
@@ -125,7 +80,7 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 	case l.isEnded():
 		ls.release(held...)
 	default:
-		l.onEvents(ctx, ls, held, l.q.takeFinish(ls))
+		l.relay(ctx, ls, held, heldA, l.q.takeFinish(ls))
 	}
 }
 
@@ -153,7 +108,6 @@ func (l *lane) tookClaim(ctx context.Context, ls *linkState, from run.Status) {
 		b.nudgeLocked(other)
 	}
 	b.mu.Unlock()
-	l.events = nil
 	l.log.InfoContext(ctx, "run claimed", "provider_key", ls.key, "link", ls.id, "from", string(from))
 }
 

@@ -3,10 +3,8 @@ package broker
 import (
 	"context"
 	"encoding/json"
-	"errors"
 
 	"github.com/funduq/funduq-go/core/agui"
-	"github.com/funduq/funduq-go/core/livefeed"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
 )
@@ -14,13 +12,20 @@ import (
 // settle is the finish funnel, first match wins: an interrupt outcome
 // pauses (input-required); RUN_FINISHED completes; a requested cancel
 // cancels; anything else fails.
-func (l *lane) settle(ctx context.Context) { l.settleEvents(ctx, nil, false) }
+func (l *lane) settle(ctx context.Context) { l.conclude(ctx, roundWrite{end: l.funnel(ctx)}) }
 
-// settleEvents is settle with the provider's last events (validated and
-// noted) stored first, in the same transaction; with claim, the claim
-// that starts the round is written first in it too.
-func (l *lane) settleEvents(ctx context.Context, evs []store.NewEvent, claim bool) {
-	c := store.Conclusion{ProviderEvents: evs, Claim: claim}
+// endWith ends the run by the finish funnel with the provider's last
+// events a stored first, in the same write; with claim, the claim that
+// starts the round is written first in it too. The events are taken in
+// before the funnel reads them.
+func (l *lane) endWith(ctx context.Context, claim bool, a admitted) {
+	l.kept(a, nil)
+	l.conclude(ctx, roundWrite{claim: claim, events: a, end: l.funnel(ctx)})
+}
+
+// funnel is the end the run's stored events and its cancel say.
+func (l *lane) funnel(ctx context.Context) *store.Conclusion {
+	c := &store.Conclusion{}
 	switch {
 	case l.interrupts != nil:
 		interrupt, _ := json.Marshal(map[string]json.RawMessage{"interrupts": l.interrupts})
@@ -41,7 +46,7 @@ func (l *lane) settleEvents(ctx context.Context, evs []store.NewEvent, claim boo
 		c.Move = store.Move{To: run.Failed, Reason: run.ReasonStreamEndedWithoutFinishing}
 		c.Events = []json.RawMessage{agui.RunError(run.StreamEndedMessage, string(run.ReasonStreamEndedWithoutFinishing))}
 	}
-	l.conclude(ctx, c)
+	return c
 }
 
 func (l *lane) folded(ctx context.Context) []store.Message {
@@ -75,7 +80,7 @@ func (l *lane) fail(ctx context.Context, reason run.Reason, countAbandoned bool)
 		l.settle(ctx)
 		return true
 	}
-	c := store.Conclusion{Move: store.Move{To: run.Failed, Reason: reason}}
+	c := &store.Conclusion{Move: store.Move{To: run.Failed, Reason: reason}}
 	if !l.sawError {
 		c.Events = []json.RawMessage{agui.RunError(run.Sentence(reason), string(reason))}
 	}
@@ -88,81 +93,37 @@ func (l *lane) fail(ctx context.Context, reason run.Reason, countAbandoned bool)
 	}
 	b.mu.Unlock()
 	l.log.WarnContext(ctx, "run failed", "reason", string(reason))
-	ok := l.conclude(ctx, c)
+	ok := l.conclude(ctx, roundWrite{end: c})
 	if ok && abandonedBy != "" {
 		b.count(ctx, abandonedBy, store.Abandoned)
 	}
 	return ok
 }
 
-// conclude writes the run's end and forgets it. A refused write (the run was
-// not where the lane thought) still forgets it: the record is the truth.
-func (l *lane) conclude(ctx context.Context, c store.Conclusion) bool {
+// conclude writes the run's end (w.end) and forgets it. A refused write
+// (the run was not where the lane thought) still forgets it: the record is
+// the truth.
+func (l *lane) conclude(ctx context.Context, w roundWrite) bool {
 	b := l.b
-	c.Move.RunID, c.Move.Writer, c.Move.Epoch = l.id, run.ByBroker, l.epoch
-	// One key for every attempt: a retry of an attempt that committed
-	// before its answer was lost stores nothing twice (D13).
-	c.WriteKey = store.NewWriteKey()
-	var r store.Run
-	var appended []store.Appended
-	err := b.write(ctx, "conclude run", func() (err error) {
-		r, appended, err = b.st.Conclude(ctx, c)
-		return err
-	})
+	r, pub, err := l.persist(ctx, w)
 	if ctx.Err() != nil {
 		return false // leadership ended mid-write: the next leader settles it
 	}
 	if err != nil {
-		l.log.ErrorContext(ctx, "run's end was refused", "to", string(c.Move.To), "err", err)
-		if len(c.ProviderEvents) > 0 && !c.Claim && errors.Is(err, store.ErrIllegalTransition) {
-			// The end was refused, not the events carried with it: store
-			// them as relay would have.
-			l.storeAlone(ctx, c.ProviderEvents)
-		}
+		l.log.ErrorContext(ctx, "run's end was refused", "to", string(w.end.Move.To), "err", err)
+		l.publishBatch(ctx, pub) // the events that rode with it, stored alone
 	} else {
-		pub := make([]livefeed.Published, len(appended))
-		for i, a := range appended {
-			pub[i] = livefeed.Published{Seq: a.Seq, Event: a.Event}
-		}
 		l.publishBatch(ctx, pub)
 		if b.feed != nil {
 			if err := b.feed.End(ctx, l.id, r.LastSeq, string(r.Status)); err != nil {
 				l.log.WarnContext(ctx, "live feed end failed", "err", err)
 			}
 		}
-		// A terminal move dropped the KYOK binding in the same transaction.
-		b.mu.Lock()
-		l.status, l.roundQueuedAt = r.Status, r.QueuedAt
-		b.mu.Unlock()
 		b.metrics.ended.WithLabelValues(string(r.Status)).Inc()
 		l.log.InfoContext(ctx, "run ended", "status", string(r.Status), "reason", r.FailureReason)
 	}
 	b.forget(l)
 	return err == nil
-}
-
-// storeAlone stores events that were to ride with a refused conclude, and
-// publishes them.
-func (l *lane) storeAlone(ctx context.Context, evs []store.NewEvent) {
-	var seqs []int
-	key := store.NewWriteKey()
-	err := l.b.write(ctx, "append events", func() (err error) {
-		seqs, err = l.b.st.AppendProviderEventsOnce(ctx, l.epoch, l.id, key, evs)
-		return err
-	})
-	if err != nil {
-		if ctx.Err() == nil {
-			l.log.ErrorContext(ctx, "could not store events", "events", len(evs), "err", err)
-		}
-		return
-	}
-	pub := make([]livefeed.Published, 0, len(evs))
-	for i, seq := range seqs {
-		if seq > 0 {
-			pub = append(pub, livefeed.Published{Seq: seq, Event: evs[i].Event})
-		}
-	}
-	l.publishBatch(ctx, pub)
 }
 
 // forget is the one funnel that releases everything a run held.

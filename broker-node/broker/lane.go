@@ -3,15 +3,12 @@ package broker
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 
 	"github.com/funduq/funduq-go/core/run"
-	"github.com/funduq/funduq-go/core/store"
 )
 
 // lane is one run's owner. Its goroutine reads only its own queue.
@@ -213,49 +210,4 @@ func (l *lane) answers(c command) bool {
 		return c.link == l.offer.link
 	}
 	return false
-}
-
-// move writes a status under the lane's epoch.
-func (l *lane) move(ctx context.Context, to run.Status) error {
-	b := l.b
-	attempt := 0
-	err := b.write(ctx, fmt.Sprintf("move run to %s", to), func() error {
-		attempt++
-		// Offering and its requeue are read back at takeover as queued
-		// alike: they need not wait for the disk.
-		lazy := to == run.Offering || to == run.Queued
-		_, err := b.st.Transition(ctx, store.Move{RunID: l.id, To: to, Writer: run.ByBroker, Epoch: l.epoch, Lazy: lazy, Brief: true})
-		var te *store.TransitionError
-		if attempt > 1 && errors.As(err, &te) && te.From == to {
-			// A retry finding the run where this write puts it: the
-			// earlier attempt landed and its answer was lost (only this
-			// lane moves its run under this epoch).
-			return nil
-		}
-		if to == run.Offering && errors.As(err, &te) && te.From == run.Offering {
-			// An earlier attempt landed and its answer was lost (the
-			// takeover's read-back requeues every older epoch's offer, so
-			// no other writer leaves a run offering under this epoch).
-			return nil
-		}
-		return err
-	})
-	if err == nil {
-		b.mu.Lock()
-		l.status = to
-		b.mu.Unlock()
-	} else if ctx.Err() == nil && !settledAlready(to, err) {
-		l.log.ErrorContext(ctx, "status write refused", "to", string(to), "err", err)
-	}
-	return err
-}
-
-// settledAlready reports whether err refused an offering write because the
-// run has settled (or is gone): a late read of it as queued, not a fault.
-func settledAlready(to run.Status, err error) bool {
-	if to != run.Offering {
-		return false
-	}
-	var te *store.TransitionError
-	return errors.Is(err, store.ErrNotFound) || (errors.As(err, &te) && (te.From.Terminal() || te.From == run.InputRequired))
 }

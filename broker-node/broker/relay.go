@@ -4,33 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/funduq/funduq-go/core/agui"
-	"github.com/funduq/funduq-go/core/livefeed"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
 )
 
-// onEvents stores a batch of events from the run's holder and, when its
-// finish came right behind them, settles the run — in the conclude's
-// transaction when that is safe.
+// onEvents stores a batch of events from the run's holder, admitted once
+// here, and ends the run when its finish came right behind them.
 func (l *lane) onEvents(ctx context.Context, link *linkState, batch []eventCmd, finish bool) {
-	if finish && l.settleWith(ctx, batch) {
-		link.release(batch...)
-		return
-	}
-	// The backlog counts events not yet stored: it is given back as soon
-	// as the batch is, so the link is read again while the batch is
-	// published.
-	released := false
-	l.relay(ctx, batch, func() { released = true; link.release(batch...) })
-	if !released {
-		link.release(batch...)
-	}
-	if finish && !l.isEnded() && l.holder(ctx, link) == "" {
-		l.settle(ctx)
-	}
+	l.relay(ctx, link, batch, l.admit(batch), finish)
 }
 
 // admitted is a batch of provider events read in order: what to store
@@ -75,16 +58,55 @@ func (l *lane) admit(batch []eventCmd) admitted {
 	return a
 }
 
-// relay stores a batch of events from the run's holder in one fenced
-// transaction, then publishes them and notes them, in order. Every event is
-// stored before it is published (D9). An event that is malformed or breaks
-// the run's limits fails the run after the events before it are stored.
-func (l *lane) relay(ctx context.Context, batch []eventCmd, stored func()) {
-	a := l.admit(batch)
-	if len(a.evs) > 0 && !l.store(ctx, a.evs, a.infos, a.pseq, stored) {
+// split cuts a at its j-th event: what comes before it and the rest, each
+// as admit would have read it alone after the events before it were
+// stored (the provider seqs only grow along a, so each part's highest is
+// its last).
+func (a admitted) split(j int, base int64) (before, rest admitted) {
+	before = admitted{evs: a.evs[:j], infos: a.infos[:j], idx: a.idx[:j], pseq: base}
+	for _, e := range before.evs {
+		if e.ProviderSeq != nil && *e.ProviderSeq > before.pseq {
+			before.pseq = *e.ProviderSeq
+		}
+	}
+	rest = admitted{evs: a.evs[j:], infos: a.infos[j:], pseq: a.pseq}
+	for _, i := range a.idx[j:] {
+		rest.idx = append(rest.idx, i-a.idx[j])
+	}
+	return before, rest
+}
+
+// relay writes a batch of events from the run's holder, admitted as a, and
+// publishes what was stored. Every event is stored before it is published
+// (D9). With finish, the run ends right behind them: in the same write
+// when that is safe — every event well-formed, and the lane has seen every
+// event this round stored (not read back at takeover, where a resend is
+// only known by the store). An event that is malformed or breaks the run's
+// limits fails the run after the events before it are stored.
+func (l *lane) relay(ctx context.Context, link *linkState, batch []eventCmd, a admitted, finish bool) {
+	if finish && !l.readBack && a.stop == "" {
+		l.endWith(ctx, false, a)
+		link.release(batch...)
 		return
 	}
-	if a.stop != "" {
+	stored := true
+	if len(a.evs) > 0 {
+		_, pub, err := l.persist(ctx, roundWrite{events: a})
+		// The backlog counts events not yet stored: it is given back as
+		// soon as the batch is, so the link is read again while the batch
+		// is published.
+		link.release(batch...)
+		if err != nil {
+			stored = false
+			if ctx.Err() == nil {
+				l.log.ErrorContext(ctx, "could not store events", "events", len(a.evs), "err", err)
+			}
+		}
+		l.publishBatch(ctx, pub)
+	} else {
+		link.release(batch...)
+	}
+	if stored && a.stop != "" {
 		// The run fails with the event's reason; the provider did not stop
 		// serving, so nothing that withdraws is counted (D18).
 		l.log.WarnContext(ctx, "provider event refused; failing the run", "provider_key", a.stopFrom.key, "reason", string(a.stop), "err", a.stopErr)
@@ -95,65 +117,25 @@ func (l *lane) relay(ctx context.Context, batch []eventCmd, stored func()) {
 		}
 		l.fail(ctx, a.stop, false)
 	}
+	if finish && !l.isEnded() && l.holder(ctx, link) == "" {
+		l.settle(ctx)
+	}
 }
 
-// store writes evs (validated, infos theirs) and publishes what was stored;
-// pseq is the highest provider seq among them. It reports whether the
-// write landed.
-func (l *lane) store(ctx context.Context, evs []store.NewEvent, infos []agui.Info, pseq int64, stored func()) bool {
-	b := l.b
-	var seqs []int
-	t0 := time.Now() // real time, for the metric: this waits on PostgreSQL
-	// One key for every attempt: a retry of an attempt that committed
-	// before its answer was lost stores nothing twice (D13).
-	key := store.NewWriteKey()
-	err := b.write(ctx, "append events", func() (err error) {
-		seqs, err = b.st.AppendProviderEventsOnce(ctx, l.epoch, l.id, key, evs)
-		return err
-	})
-	b.metrics.storeSecs.Add(time.Since(t0).Seconds())
-	if err != nil {
-		if ctx.Err() == nil {
-			l.log.ErrorContext(ctx, "could not store events", "events", len(evs), "err", err)
-		}
-		return false
-	}
-	l.lastPSeq = pseq
-	stored()
-	pub := make([]livefeed.Published, 0, len(evs))
-	for i, seq := range seqs {
-		if seq == 0 {
+// kept takes in the events of a that the store took now — seqs[i] > 0, or
+// every one with nil seqs: the end funnel notes them, the round's highest
+// provider seq moves on, and they count as relayed.
+func (l *lane) kept(a admitted, seqs []int) {
+	l.lastPSeq = a.pseq
+	n := 0
+	for i, e := range a.evs {
+		if seqs != nil && seqs[i] == 0 {
 			continue // already stored: a resend
 		}
-		pub = append(pub, livefeed.Published{Seq: seq, Event: evs[i].Event})
-		l.note(evs[i].Event, infos[i])
+		l.note(e.Event, a.infos[i])
+		n++
 	}
-	b.metrics.events.Add(float64(len(pub)))
-	l.publishBatch(ctx, pub)
-	return true
-}
-
-// settleWith stores the run's final batch with its end, in the conclude's
-// transaction, when it can: every event well-formed, and the lane has
-// seen every event this round stored (not read back at takeover, where a
-// resend is only known by the store). It reports false, having done
-// nothing, otherwise.
-func (l *lane) settleWith(ctx context.Context, batch []eventCmd) bool {
-	if l.readBack {
-		return false
-	}
-	a := l.admit(batch)
-	if a.stop != "" {
-		return false // relay stores what precedes it, then fails the run
-	}
-	evs, infos, pseq := a.evs, a.infos, a.pseq
-	l.lastPSeq = pseq
-	for i, e := range evs {
-		l.note(e.Event, infos[i])
-	}
-	l.b.metrics.events.Add(float64(len(evs)))
-	l.settleEvents(ctx, evs, false)
-	return true
+	l.b.metrics.events.Add(float64(n))
 }
 
 // observe notes a stored event of this round (read back at takeover).
@@ -181,18 +163,5 @@ func (l *lane) note(ev json.RawMessage, info agui.Info) {
 		if l.errReason == "" {
 			l.errReason = info.ErrorMessage
 		}
-	}
-}
-
-func (l *lane) publishBatch(ctx context.Context, evs []livefeed.Published) {
-	if l.b.feed == nil || len(evs) == 0 {
-		return
-	}
-	t0 := time.Now()
-	err := l.b.feed.PublishBatch(ctx, l.id, evs)
-	l.b.metrics.publishSecs.Add(time.Since(t0).Seconds())
-	if err != nil {
-		// The stored events are the record; a live reader falls back to them.
-		l.log.WarnContext(ctx, "live feed publish failed", "events", len(evs), "err", err)
 	}
 }
