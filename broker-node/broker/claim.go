@@ -111,15 +111,17 @@ func (l *lane) tookClaim(ctx context.Context, ls *linkState, from run.Status) {
 	l.log.InfoContext(ctx, "run claimed", "provider_key", ls.key, "link", ls.id, "from", string(from))
 }
 
-// holder decides whether a report from ls may speak for the run, claiming it
-// when the report is itself the answer: an event or finish from the link an
+// claimByReport makes ls the run's holder when a report from it may speak for
+// the run — claiming, passing or re-adopting the run, with the writes and
+// the counting that come with it — or says why the report is refused. A
+// report is itself the answer: an event or finish from the link an
 // offer is out to accepts it; from the key now serving the agent, for a run
 // no one holds, it is a late ack — claimed even when the key's bucket is
 // full (the provider chose to run it; the place is counted), answered_late
 // only when an offer to that key had lapsed; from the key that held the run
 // before a takeover or a lost link, it re-adopts it (D7). It returns ""
 // when ls holds the run, or the reason the report is refused.
-func (l *lane) holder(ctx context.Context, ls *linkState) string {
+func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 	b := l.b
 	if l.offer != nil && l.offer.link == ls {
 		l.offer.timer.Stop()

@@ -146,7 +146,7 @@ func (l *lane) handle(ctx context.Context, c command) {
 	case lapseCmd:
 		l.onLapse(ctx, c)
 	case eventCmd:
-		if why := l.holder(ctx, c.link); why != "" {
+		if why := l.claimByReport(ctx, c.link); why != "" {
 			l.refuseCmd(c, why)
 			break
 		}
@@ -167,7 +167,7 @@ func (l *lane) handle(ctx context.Context, c command) {
 		}
 		l.onEvents(ctx, c.link, l.cutAfterEnd(batch), finish)
 	case finishCmd:
-		if why := l.holder(ctx, c.link); why != "" {
+		if why := l.claimByReport(ctx, c.link); why != "" {
 			l.refuseCmd(c, why)
 		} else {
 			l.settle(ctx)

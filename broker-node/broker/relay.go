@@ -117,7 +117,7 @@ func (l *lane) relay(ctx context.Context, link *linkState, batch []eventCmd, a a
 		}
 		l.fail(ctx, a.stop, false)
 	}
-	if finish && !l.isEnded() && l.holder(ctx, link) == "" {
+	if finish && !l.isEnded() && l.claimByReport(ctx, link) == "" {
 		l.settle(ctx)
 	}
 }
