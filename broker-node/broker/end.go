@@ -9,10 +9,10 @@ import (
 	"github.com/funduq/funduq-go/core/store"
 )
 
-// settle is the finish funnel, first match wins: an interrupt outcome
-// pauses (input-required); RUN_FINISHED completes; a requested cancel
-// cancels; anything else fails.
-func (l *lane) settle(ctx context.Context) { l.conclude(ctx, roundWrite{end: l.funnel(ctx)}) }
+// endByFunnel ends the run by the finish funnel, first match wins: an
+// interrupt outcome pauses (input-required); RUN_FINISHED completes; a
+// requested cancel cancels; anything else fails.
+func (l *lane) endByFunnel(ctx context.Context) { l.conclude(ctx, roundWrite{end: l.funnel(ctx)}) }
 
 // endWith ends the run by the finish funnel with the provider's last
 // events a stored first, in the same write; with claim, the claim that
@@ -66,7 +66,7 @@ func (l *lane) folded(ctx context.Context) []store.Message {
 // RUN_ERROR gets one. countAbandoned counts abandoned against the holder of
 // a claimed run (once per run).
 //
-// A run whose terminal event is stored has said how it ends: it settles by
+// A run whose terminal event is stored has said how it ends: it ends by
 // the finish funnel instead, nothing is stored after that event, and nothing
 // is counted (D15) — on every path that would fail it (link loss, grace,
 // takeover, the sweep).
@@ -76,8 +76,8 @@ func (l *lane) fail(ctx context.Context, reason run.Reason, countAbandoned bool)
 		l.offer = nil
 	}
 	if l.reportedEnd() {
-		l.log.InfoContext(ctx, "run reported its end before it would fail; settled from what is stored", "reason", string(reason))
-		l.settle(ctx)
+		l.log.InfoContext(ctx, "run reported its end before it would fail; ended from what is stored", "reason", string(reason))
+		l.endByFunnel(ctx)
 		return true
 	}
 	c := &store.Conclusion{Move: store.Move{To: run.Failed, Reason: reason}}
@@ -107,7 +107,7 @@ func (l *lane) conclude(ctx context.Context, w roundWrite) bool {
 	b := l.b
 	r, pub, err := l.persist(ctx, w)
 	if ctx.Err() != nil {
-		return false // leadership ended mid-write: the next leader settles it
+		return false // leadership ended mid-write: the next leader ends it
 	}
 	if err != nil {
 		l.log.ErrorContext(ctx, "run's end was refused", "to", string(w.end.Move.To), "err", err)

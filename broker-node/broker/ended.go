@@ -15,7 +15,7 @@ import (
 // its offering write is refused, and be withdrawn. An answer reopens a
 // paused run with a later queued_at (store.ReopenRun), so its round is
 // taken. Remembering an ended round can only be right; the bound keeps the
-// set small (the lane's own first write, refused for a settled run,
+// set small (the lane's own first write, refused for an ended run,
 // covers what has been forgotten here).
 type endedRuns struct {
 	// ids maps a run to the queued_at of the round that paused; the zero

@@ -9,7 +9,7 @@ import (
 // interjectionTargetLocked returns the link an interjection goes straight
 // to: the one holding the run it addresses, while that run is claimed and
 // its agent takes interjections. Otherwise nil: the run is an ordinary
-// turn (a target that settled first degrades it to one). Caller holds b.mu.
+// turn (a target that ended first degrades it to one). Caller holds b.mu.
 func (b *Broker) interjectionTargetLocked(l *lane) *linkState {
 	if l.addressed == "" {
 		return nil

@@ -170,7 +170,7 @@ func (l *lane) handle(ctx context.Context, c command) {
 		if why := l.claimByReport(ctx, c.link); why != "" {
 			l.refuseCmd(c, why)
 		} else {
-			l.settle(ctx)
+			l.endByFunnel(ctx)
 		}
 	case cancelCmd:
 		l.onCancel(ctx)
@@ -184,11 +184,11 @@ func (l *lane) handle(ctx context.Context, c command) {
 		l.onOrphanTimeout(ctx)
 	case storedEndCmd:
 		if l.reportedEnd() {
-			l.log.InfoContext(ctx, "run's terminal event is stored and its finish did not come: settling it")
-			l.settle(ctx)
+			l.log.InfoContext(ctx, "run's terminal event is stored and its finish did not come: ending it")
+			l.endByFunnel(ctx)
 		}
 	}
-	// A verdict settles the offer: what waited behind it is read now, in
+	// A verdict closes the offer: what waited behind it is read now, in
 	// order, unless a new offer went out meanwhile.
 	for l.offer == nil && len(l.deferred) > 0 && !l.isEnded() {
 		next := l.deferred[0]

@@ -118,7 +118,7 @@ func (l *lane) relay(ctx context.Context, link *linkState, batch []eventCmd, a a
 		l.fail(ctx, a.stop, false)
 	}
 	if finish && !l.isEnded() && l.claimByReport(ctx, link) == "" {
-		l.settle(ctx)
+		l.endByFunnel(ctx)
 	}
 }
 
@@ -145,7 +145,7 @@ func (l *lane) observe(ev json.RawMessage) {
 	}
 }
 
-// note keeps what the settle funnel needs from one stored event.
+// note keeps what the finish funnel needs from one stored event.
 func (l *lane) note(ev json.RawMessage, info agui.Info) {
 	l.events = append(l.events, ev)
 	if info.RunFinished || info.RunError {

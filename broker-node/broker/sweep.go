@@ -9,11 +9,11 @@ import (
 )
 
 // sweep is two clocks and a nudge (design.md §Timers). It notes claimed runs their
-// provider has not delivered within the window (counted, never settled),
+// provider has not delivered within the window (counted, never ended),
 // tells queued runs whose agent has gone unserved too long that nobody took
 // them (their lanes decide), and now and then asks every waiting head to try
 // again. It
-// dispatches nothing and settles nothing itself.
+// dispatches nothing and ends nothing itself.
 func (b *Broker) sweep(ctx context.Context) {
 	for {
 		b.sweepOnce(ctx)
@@ -75,7 +75,7 @@ func (b *Broker) sweepOnce(ctx context.Context) {
 			l.noted = true
 			if l.endStored {
 				// It delivered its end; only the finish frame is missing.
-				// Settled from what is stored, never counted (D15).
+				// Ended from what is stored, never counted (D15).
 				l.q.push(storedEndCmd{})
 				continue
 			}
