@@ -69,7 +69,7 @@ func (l *lane) try(ctx context.Context) {
 	if err := l.move(ctx, run.Offering); err != nil {
 		l.dropOffer()
 		l.withdraw(ctx, ls, err)
-		if settledAlready(run.Offering, err) {
+		if noLongerQueued(run.Offering, err) {
 			// The run is not waiting any more (read as queued after its
 			// lane had already run it): the record is the truth.
 			l.log.InfoContext(ctx, "run is no longer queued; its lane closes", "err", err)

@@ -131,15 +131,16 @@ func (l *lane) move(ctx context.Context, to run.Status) error {
 		b.mu.Lock()
 		l.status = to
 		b.mu.Unlock()
-	} else if ctx.Err() == nil && !settledAlready(to, err) {
+	} else if ctx.Err() == nil && !noLongerQueued(to, err) {
 		l.log.ErrorContext(ctx, "status write refused", "to", string(to), "err", err)
 	}
 	return err
 }
 
-// settledAlready reports whether err refused an offering write because the
-// run has settled (or is gone): a late read of it as queued, not a fault.
-func settledAlready(to run.Status, err error) bool {
+// noLongerQueued reports whether err refused an offering write because the
+// run is no longer queued — it ended or paused, or is gone: a late read of
+// it as queued, not a fault.
+func noLongerQueued(to run.Status, err error) bool {
 	if to != run.Offering {
 		return false
 	}
