@@ -825,9 +825,9 @@ func (b *Broker) wakeSweep() {
 	}
 }
 
-// Settled reports whether every lane is idle with an empty queue: nothing
+// Idle reports whether every lane is idle with an empty queue: nothing
 // is about to happen until something from outside does (tests wait on it).
-func (b *Broker) Settled() bool {
+func (b *Broker) Idle() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, l := range b.lanes {

@@ -113,10 +113,10 @@ func (h *harness) eventually(what string, cond func() bool) {
 }
 
 // settle waits until every lane has handled everything in its queue
-// (Broker.Settled): the barrier before a negative claim.
+// (Broker.Idle): the barrier before a negative claim.
 func (h *harness) settle() {
 	h.t.Helper()
-	h.eventually("the broker settles", h.b.Settled)
+	h.eventually("the broker settles", h.b.Idle)
 }
 
 // door inserts a run on a new thread as a door does (one transaction:

@@ -169,7 +169,7 @@ func (h *Harness) Eventually(what string, cond func() bool) {
 // settle waits until every lane has handled everything in its queue.
 func (h *Harness) Settle() {
 	h.t.Helper()
-	h.Eventually("the broker settles", h.Node.Broker.Settled)
+	h.Eventually("the broker settles", h.Node.Broker.Idle)
 }
 
 // taken waits until the broker has taken run id into a lane.
