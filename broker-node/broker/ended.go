@@ -12,7 +12,7 @@ import (
 // the run as queued — a catch-up page read before its lane claimed it, or
 // a notice processed after its lane already ran the round — then opens no
 // lane: an offer of a round that is over would reach the provider before
-// its offering write is refused, and be withdrawn. An answer reopens a
+// its offering write is refused, and be retracted. An answer reopens a
 // paused run with a later queued_at (store.ReopenRun), so its round is
 // taken. Remembering an ended round can only be right; the bound keeps the
 // set small (the lane's own first write, refused for an ended run,

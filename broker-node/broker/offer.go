@@ -68,7 +68,7 @@ func (l *lane) try(ctx context.Context) {
 	// the run as offering.
 	if err := l.move(ctx, run.Offering); err != nil {
 		l.dropOffer()
-		l.withdraw(ctx, ls, err)
+		l.retractOffer(ctx, ls, err)
 		if noLongerQueued(run.Offering, err) {
 			// The run is not waiting any more (read as queued after its
 			// lane had already run it): the record is the truth.
@@ -89,21 +89,22 @@ func (l *lane) dropOffer() {
 	l.releasePlace()
 }
 
-// withdraw takes back an offer whose offering write was refused: the
+// retractOffer takes back an offer whose offering write was refused: the
 // provider is asked to cancel the run (a cancel for a run it never took
 // is a no-op for it), and whatever it answers finds no offer out. A
 // broker that lost its epoch or its context closes the links instead.
-func (l *lane) withdraw(ctx context.Context, ls *linkState, err error) {
+func (l *lane) retractOffer(ctx context.Context, ls *linkState, err error) {
 	if ctx.Err() != nil || errors.Is(err, store.ErrStaleEpoch) {
 		return
 	}
+	// The metric's label predates the word; dashboards read it.
 	l.b.metrics.offers.WithLabelValues("withdrawn").Inc()
 	frame, _ := wire.Marshal(wire.Cancel{Type: wire.TypeCancel, RunID: l.id})
 	if err := ls.link.Send(frame); err != nil {
-		l.log.WarnContext(ctx, "offer withdrawal could not be sent", "link", ls.id, "err", err)
+		l.log.WarnContext(ctx, "offer retraction could not be sent", "link", ls.id, "err", err)
 		return
 	}
-	l.log.InfoContext(ctx, "offer withdrawn: the record refused it", "provider_key", ls.key, "link", ls.id)
+	l.log.InfoContext(ctx, "offer retracted: the record refused it", "provider_key", ls.key, "link", ls.id)
 }
 
 func (l *lane) releasePlace() {
