@@ -34,7 +34,8 @@ type lane struct {
 	// every write it makes is fenced by this one epoch (D10).
 	epoch int64
 
-	// Guarded by b.mu: read by the roster, the sweep and intake.
+	// Guarded by b.mu: read by the roster, the sweep and take (a queued
+	// run entering its lane).
 	status          run.Status
 	dispatchPending bool
 	offeredTo       *linkState // a place is held on this link's key

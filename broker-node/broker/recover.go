@@ -200,7 +200,7 @@ func (b *Broker) take(r store.Run, readBack bool) {
 	go l.loop(ctx)
 }
 
-// ---- intake: the broker is the listener's handler ----
+// ---- notices: the broker is the intake listener's handler ----
 
 var _ intake.Handler = (*Broker)(nil)
 
