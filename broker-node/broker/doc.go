@@ -9,4 +9,60 @@
 // the broker's work runs under one leadership context and one epoch: when
 // leadership ends, every lane stops and every link is closed, and the next
 // leader reads the runs back from PostgreSQL.
+//
+// # A lane's states
+//
+// A lane is in one of five states, read from its fields (lane.go):
+// waiting (no offer out and nobody holds the run; the record says queued),
+// offering (l.offer is out; offering), claimed (l.claimedBy holds it;
+// running, or cancelling once a cancel was passed on), held (l.orphan: a
+// provider may come back and re-adopt it; running or cancelling under an
+// older epoch or a lost link) and ended (forget ran; the lane stops
+// reading). In outline:
+//
+//	              +------ handBack -------+
+//	              v                       |
+//	take ----> waiting --- tryCmd ---> offering --- accepted ---> claimed ---> ended
+//	              |                                               ^  |  ^
+//	              +---------- late ack (claimByReport) -----------+  v  | re-adopted
+//	takeover (adoptLater) -----------------------------------------> held
+//
+// The commands (commands.go) that move it, as handle dispatches them:
+//
+//	waiting  -- tryCmd [thread head or the live target of an interjection,
+//	            agent served, a place on its key] ------------------> offering
+//	waiting  -- tryCmd, the frame not sent or the offering write refused
+//	            -----------------------------------------------------> waiting
+//	waiting  -- tryCmd, the offering write finds the run no longer queued -> ended
+//	waiting  -- eventCmd, finishCmd or verdictCmd accepted from the key
+//	            serving the agent (the late ack, claimByReport) -----> claimed
+//	waiting  -- cancelCmd -------------------------------------------> ended cancelled
+//	waiting  -- expireCmd, still unserved ---------------------------> ended failed
+//	waiting  -- failCmd (agent_offline, interjection_target_lost) ---> ended failed
+//	offering -- verdictCmd accepted, or eventCmd or finishCmd from the
+//	            offer's link (claimByReport) ------------------------> claimed
+//	offering -- verdictCmd declined, lapseCmd, goneCmd of the offer's
+//	            link (handBack) -------------------------------------> waiting
+//	offering -- verdictCmd refused ----------------------------------> ended failed
+//	claimed  -- eventCmd: relayed (admitted, persisted, published) --> claimed
+//	claimed  -- a report from a newer link of the holder's key -----> claimed (passed on)
+//	claimed  -- cancelCmd: cancelling, the cancel frame sent --------> claimed
+//	claimed  -- finishCmd, or events with their finish behind them --> ended (the funnel)
+//	claimed  -- a malformed or over-limit event ---------------------> ended failed
+//	claimed  -- storedEndCmd (the sweep: its terminal event is stored) -> ended (the funnel)
+//	claimed  -- goneCmd of a link lost without a close frame, a link
+//	            grace, no terminal event stored ---------------------> held
+//	claimed  -- goneCmd otherwise -----------------------------------> ended failed (abandoned)
+//	held     -- eventCmd, finishCmd or verdictCmd accepted from its key
+//	            (claimByReport: re-adopted, a pending cancel sent again) -> claimed
+//	held     -- cancelCmd: noted, sent once re-adopted --------------> held
+//	held     -- storedEndCmd (its terminal event is stored) ---------> ended (the funnel)
+//	held     -- orphanCmd (provider_grace or the link grace passed) -> ended failed
+//
+// A finishCmd that claims the run (from the offer's link, or a late ack)
+// ends it at once by the funnel. While an offer is out only its answer is
+// read (answers): the other commands wait behind it, in order, and are read
+// once it closes. Every road to ended runs through conclude (end.go), and
+// on each a run whose terminal event is stored ends by the funnel instead
+// of failing (D15).
 package broker
