@@ -126,9 +126,7 @@ type Broker struct {
 	ctx        context.Context // the leadership context
 	stop       context.CancelCauseFunc
 	takeoverAt time.Time
-	lanes      map[string]*lane
-	addressing map[string][]*lane // per run, the interjection lanes addressing it
-	threads    map[string][]*lane // per thread, the unclaimed runs in arrival order
+	runIndex   // the lanes, by run, by thread and by the run they address (index.go)
 	links      map[Link]*linkState
 	served     map[AgentRef]*linkState
 	buckets    map[string]*bucket
@@ -173,9 +171,7 @@ func New(o Options) *Broker {
 }
 
 func (b *Broker) reset() {
-	b.lanes = map[string]*lane{}
-	b.addressing = map[string][]*lane{}
-	b.threads = map[string][]*lane{}
+	b.runIndex = newRunIndex()
 	b.links = map[Link]*linkState{}
 	b.served = map[AgentRef]*linkState{}
 	b.buckets = map[string]*bucket{}

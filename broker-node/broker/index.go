@@ -6,6 +6,19 @@ import (
 	"time"
 )
 
+// runIndex is how the broker finds its lanes: by run, by the run an
+// interjection addresses, and by thread in arrival order (D2). Guarded by
+// Broker.mu, like every lane field the roster and the sweep read.
+type runIndex struct {
+	lanes      map[string]*lane
+	addressing map[string][]*lane // per run, the interjection lanes addressing it
+	threads    map[string][]*lane // per thread, the unclaimed runs in arrival order
+}
+
+func newRunIndex() runIndex {
+	return runIndex{lanes: map[string]*lane{}, addressing: map[string][]*lane{}, threads: map[string][]*lane{}}
+}
+
 // interjectionTargetLocked returns the link an interjection goes straight
 // to: the one holding the run it addresses, while that run is claimed and
 // its agent takes interjections. Otherwise nil: the run is an ordinary
