@@ -38,11 +38,13 @@
 //	            serving the agent (the late ack, claimByReport) -----> claimed
 //	waiting  -- cancelCmd -------------------------------------------> ended cancelled
 //	waiting  -- expireCmd, still unserved ---------------------------> ended failed
+//	            (no_provider_took_it)
 //	waiting  -- failCmd (agent_offline, interjection_target_lost) ---> ended failed
 //	offering -- verdictCmd accepted, or eventCmd or finishCmd from the
 //	            offer's link (claimByReport) ------------------------> claimed
 //	offering -- verdictCmd declined, lapseCmd, goneCmd of the offer's
 //	            link (handBack) -------------------------------------> waiting
+//	offering -- lapseCmd read late (the broker ran late): put off once -> offering
 //	offering -- verdictCmd refused ----------------------------------> ended failed
 //	claimed  -- eventCmd: relayed (admitted, persisted, published) --> claimed
 //	claimed  -- a report from a newer link of the holder's key -----> claimed (passed on)
@@ -52,12 +54,15 @@
 //	claimed  -- storedEndCmd (the sweep: its terminal event is stored) -> ended (the funnel)
 //	claimed  -- goneCmd of a link lost without a close frame, a link
 //	            grace, no terminal event stored ---------------------> held
-//	claimed  -- goneCmd otherwise -----------------------------------> ended failed (abandoned)
+//	claimed  -- goneCmd otherwise -----------------------------------> ended failed
+//	            (provider_left_holding_it, abandoned counted)
 //	held     -- eventCmd, finishCmd or verdictCmd accepted from its key
 //	            (claimByReport: re-adopted, a pending cancel sent again) -> claimed
 //	held     -- cancelCmd: noted, sent once re-adopted --------------> held
 //	held     -- storedEndCmd (its terminal event is stored) ---------> ended (the funnel)
 //	held     -- orphanCmd (provider_grace or the link grace passed) -> ended failed
+//	            (orphaned_by_funduq_restart; provider_left_holding_it
+//	            and abandoned counted after a lost link)
 //
 // A finishCmd that claims the run (from the offer's link, or a late ack)
 // ends it at once by the funnel. While an offer is out only its answer is
