@@ -16,6 +16,7 @@ const (
 	refusedAfterEnd  = "the run already reported its end"
 	refusedNoOffer   = "no offer out for this run"
 	refusedEnded     = "the run has ended"
+	refusedNotStored = "the store did not take the events it came with"
 )
 
 // The kinds of report.

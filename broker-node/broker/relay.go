@@ -99,7 +99,11 @@ func (l *lane) relay(ctx context.Context, link *linkState, batch []eventCmd, a a
 		if err != nil {
 			stored = false
 			if ctx.Err() == nil {
+				// Refused, not lost in a failover: the provider hears it.
 				l.log.ErrorContext(ctx, "could not store events", "events", len(a.evs), "err", err)
+				for _, c := range batch {
+					l.b.refuse(c.link.link, kindEvent, l.id, refusedNotStored)
+				}
 			}
 		}
 		l.publishBatch(ctx, pub)
@@ -117,7 +121,23 @@ func (l *lane) relay(ctx context.Context, link *linkState, batch []eventCmd, a a
 		}
 		l.fail(ctx, a.stop, false)
 	}
-	if finish && !l.isEnded() && l.claimByReport(ctx, link) == "" {
+	if !finish {
+		return
+	}
+	// The finish read with the batch is answered like one read alone
+	// (lane.handle): the run's end, or a refusal the provider sees.
+	switch {
+	case l.isEnded():
+		l.b.refuse(link.link, kindFinish, l.id, refusedEnded) // a refused event ended it
+	case !stored:
+		// Leadership ended mid-write (the link closes with it), or the
+		// store refused the events: the run does not end without them.
+		l.b.refuse(link.link, kindFinish, l.id, refusedNotStored)
+	default:
+		if why := l.claimByReport(ctx, link); why != "" {
+			l.b.refuse(link.link, kindFinish, l.id, why)
+			return
+		}
 		l.endByFunnel(ctx)
 	}
 }
