@@ -13,10 +13,47 @@ type runIndex struct {
 	lanes      map[string]*lane
 	addressing map[string][]*lane // per run, the interjection lanes addressing it
 	threads    map[string][]*lane // per thread, the unclaimed runs in arrival order
+	// headsByKey lists, per provider key, the threads whose head run is
+	// for one of the key's agents: a place freed on a key is news to
+	// those heads alone, found without a scan of every thread.
+	headsByKey map[string]map[string]*lane
 }
 
 func newRunIndex() runIndex {
-	return runIndex{lanes: map[string]*lane{}, addressing: map[string][]*lane{}, threads: map[string][]*lane{}}
+	return runIndex{lanes: map[string]*lane{}, addressing: map[string][]*lane{}, threads: map[string][]*lane{},
+		headsByKey: map[string]map[string]*lane{}}
+}
+
+// setThreadLocked stores thread's queue dq, whose head was oldHead (nil:
+// the thread had none), and keeps headsByKey in step. Caller holds b.mu.
+func (b *Broker) setThreadLocked(thread string, oldHead *lane, dq []*lane) {
+	if oldHead != nil {
+		if m := b.headsByKey[oldHead.agent.Key]; m != nil {
+			delete(m, thread)
+			if len(m) == 0 {
+				delete(b.headsByKey, oldHead.agent.Key)
+			}
+		}
+	}
+	if len(dq) == 0 {
+		delete(b.threads, thread)
+		return
+	}
+	b.threads[thread] = dq
+	m := b.headsByKey[dq[0].agent.Key]
+	if m == nil {
+		m = map[string]*lane{}
+		b.headsByKey[dq[0].agent.Key] = m
+	}
+	m[thread] = dq[0]
+}
+
+// headOf returns the first of dq, or nil.
+func headOf(dq []*lane) *lane {
+	if len(dq) == 0 {
+		return nil
+	}
+	return dq[0]
 }
 
 // interjectionTargetLocked returns the link an interjection goes straight
@@ -67,28 +104,28 @@ func (b *Broker) unaddressLocked(l *lane) {
 // leaveThreadLocked takes l out of its thread's queue and nudges the new head.
 func (b *Broker) leaveThreadLocked(l *lane) {
 	dq := b.threads[l.threadID]
+	oldHead := headOf(dq)
 	for i, x := range dq {
 		if x == l {
 			dq = append(dq[:i:i], dq[i+1:]...)
 			break
 		}
 	}
-	if len(dq) == 0 {
-		delete(b.threads, l.threadID)
-		return
+	b.setThreadLocked(l.threadID, oldHead, dq)
+	if len(dq) > 0 {
+		b.nudgeLocked(dq[0])
 	}
-	b.threads[l.threadID] = dq
-	b.nudgeLocked(dq[0])
 }
 
 // joinThreadLocked puts l into its thread's queue in arrival order.
 func (b *Broker) joinThreadLocked(l *lane, arrival time.Time) {
 	dq := b.threads[l.threadID]
+	oldHead := headOf(dq)
 	i := sort.Search(len(dq), func(i int) bool { return dq[i].queuedAt.After(arrival) })
 	dq = append(dq, nil)
 	copy(dq[i+1:], dq[i:])
 	dq[i] = l
-	b.threads[l.threadID] = dq
+	b.setThreadLocked(l.threadID, oldHead, dq)
 }
 
 // interjectionLostLocked reports whether a run addressing another (its
@@ -114,10 +151,8 @@ func (b *Broker) nudgeLocked(l *lane) {
 // nudgeHeadsOfKeyLocked asks the thread heads of key's agents to try: a
 // place freed on key (its bucket) is news to them alone. Caller holds b.mu.
 func (b *Broker) nudgeHeadsOfKeyLocked(key string) {
-	for _, dq := range b.threads {
-		if len(dq) > 0 && dq[0].agent.Key == key {
-			b.nudgeLocked(dq[0])
-		}
+	for _, head := range b.headsByKey[key] {
+		b.nudgeLocked(head)
 	}
 }
 
