@@ -670,7 +670,7 @@ func (b *Broker) laneFor(l Link, runID string) (*lane, *linkState) {
 func (b *Broker) Ack(l Link, runID string, v wire.Verdict, reason string) {
 	ln, ls := b.laneFor(l, runID)
 	if ln == nil || ls == nil || !ln.q.push(verdictCmd{ls, v, reason}) {
-		b.refuse(l, kindAck, runID, refusedUnknown)
+		b.refuse(l, kindAck, runID, b.noLaneReason(l, runID))
 	}
 }
 
@@ -687,7 +687,7 @@ func (b *Broker) Event(l Link, runID string, ev json.RawMessage, providerSeq *in
 	ln, ls, lctx := b.lanes[runID], b.links[l], b.ctx
 	b.mu.Unlock()
 	if ln == nil || ls == nil {
-		b.refuse(l, kindEvent, runID, refusedUnknown)
+		b.refuse(l, kindEvent, runID, b.noLaneReason(l, runID))
 		return
 	}
 	ok, changed := ls.backlog.take(len(ev))
@@ -712,7 +712,7 @@ func (b *Broker) Event(l Link, runID string, ev json.RawMessage, providerSeq *in
 	}
 	if c := (eventCmd{ls, ev, providerSeq}); !ln.q.push(c) {
 		ls.release(c) // the lane ended meanwhile
-		b.refuse(l, kindEvent, runID, refusedEnded)
+		b.refuse(l, kindEvent, runID, b.noLaneReason(l, runID))
 	}
 }
 
@@ -734,7 +734,7 @@ func (b *Broker) EventsWaiting() (total, most int) {
 func (b *Broker) Finish(l Link, runID string) {
 	ln, ls := b.laneFor(l, runID)
 	if ln == nil || ls == nil || !ln.q.push(finishCmd{ls}) {
-		b.refuse(l, kindFinish, runID, refusedUnknown)
+		b.refuse(l, kindFinish, runID, b.noLaneReason(l, runID))
 	}
 }
 

@@ -139,9 +139,9 @@ func (b *Broker) forget(l *lane) {
 	b.unaddressLocked(l)
 	switch {
 	case l.status.Terminal():
-		b.ended.add(l.id)
+		b.ended.add(l.id, l.agent.Key)
 	case l.status == run.InputRequired && !l.roundQueuedAt.IsZero():
-		b.ended.paused(l.id, l.roundQueuedAt)
+		b.ended.paused(l.id, l.agent.Key, l.roundQueuedAt)
 	}
 	b.leaveThreadLocked(l)
 	key := l.reserved

@@ -18,36 +18,50 @@ import (
 // set small (the lane's own first write, refused for an ended run,
 // covers what has been forgotten here).
 type endedRuns struct {
-	// ids maps a run to the queued_at of the round that paused; the zero
-	// time: the run ended for good.
-	ids  map[string]time.Time
+	ids  map[string]endedRound
 	ring []string
 	next int
+}
+
+// endedRound is what is remembered of a run's last ended round.
+type endedRound struct {
+	queuedAt time.Time // the round that paused; zero: the run ended for good
+	key      string    // the key serving its agent, the only one told it ended
 }
 
 const endedRunsKept = 4096
 
 func newEndedRuns() *endedRuns {
-	return &endedRuns{ids: make(map[string]time.Time, endedRunsKept), ring: make([]string, endedRunsKept)}
+	return &endedRuns{ids: make(map[string]endedRound, endedRunsKept), ring: make([]string, endedRunsKept)}
 }
 
-// add remembers that run id reached a terminal status.
-func (e *endedRuns) add(id string) { e.remember(id, time.Time{}) }
+// add remembers that run id, of an agent key serves, reached a terminal
+// status.
+func (e *endedRuns) add(id, key string) { e.remember(id, endedRound{key: key}) }
 
 // paused remembers that the round of run id queued at queuedAt paused.
-func (e *endedRuns) paused(id string, queuedAt time.Time) { e.remember(id, queuedAt) }
+func (e *endedRuns) paused(id, key string, queuedAt time.Time) {
+	e.remember(id, endedRound{queuedAt: queuedAt, key: key})
+}
 
-func (e *endedRuns) remember(id string, queuedAt time.Time) {
+func (e *endedRuns) remember(id string, r endedRound) {
 	if _, ok := e.ids[id]; ok {
-		e.ids[id] = queuedAt // a later round, or the run's end
+		e.ids[id] = r // a later round, or the run's end
 		return
 	}
 	if old := e.ring[e.next]; old != "" {
 		delete(e.ids, old)
 	}
 	e.ring[e.next] = id
-	e.ids[id] = queuedAt
+	e.ids[id] = r
 	e.next = (e.next + 1) % len(e.ring)
+}
+
+// endedFor reports whether run id is remembered as ended (or paused) and
+// key is the one serving its agent: the key that may hear so.
+func (e *endedRuns) endedFor(id, key string) bool {
+	r, ok := e.ids[id]
+	return ok && r.key == key
 }
 
 // has reports whether a round of run id is remembered as ended.
@@ -59,5 +73,5 @@ func (e *endedRuns) has(id string) bool {
 // over reports whether r, read as queued, is a round already ended here.
 func (e *endedRuns) over(r store.Run) bool {
 	at, ok := e.ids[r.RunID]
-	return ok && (at.IsZero() || !r.QueuedAt.After(at))
+	return ok && (at.queuedAt.IsZero() || !r.QueuedAt.After(at.queuedAt))
 }

@@ -9,9 +9,9 @@ import (
 func TestEndedRunsKeepsTheLatest(t *testing.T) {
 	e := newEndedRuns()
 	for i := range endedRunsKept + 10 {
-		e.add(fmt.Sprint("run-", i))
+		e.add(fmt.Sprint("run-", i), "k")
 	}
-	e.add("run-20") // a repeat changes nothing
+	e.add("run-20", "k") // a repeat changes nothing
 	for i := range 10 {
 		if e.has(fmt.Sprint("run-", i)) {
 			t.Fatalf("run-%d kept past the bound", i)

@@ -82,3 +82,17 @@ func (l *lane) cutAfterEnd(batch []eventCmd) []eventCmd {
 	}
 	return batch
 }
+
+// noLaneReason is the refusal of a report for a run no lane here takes:
+// "the run has ended" to the key serving its agent when this broker saw
+// the run end or pause (a resend after a takeover that ended it from its
+// stored terminal event, a finish sent twice), refusedUnknown to anyone
+// else and for a run it never saw end.
+func (b *Broker) noLaneReason(l Link, runID string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ended.endedFor(runID, l.Key()) {
+		return refusedEnded
+	}
+	return refusedUnknown
+}
