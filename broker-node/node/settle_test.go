@@ -45,6 +45,7 @@ func TestSweepSettlesARunThatReportedItsEnd(t *testing.T) {
 	p.Accept(id)
 	p.Event(id, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, thread, id))
 	h.Eventually("the event stored", func() bool { return len(h.Events(id)) == 1 })
+	h.Settle() // the lane has noted its claim and the stored end (the window's start)
 	h.Advance(1801 * time.Second)
 	h.WaitStatus(id, run.Completed)
 	h.Settle()
