@@ -637,10 +637,8 @@ func (b *Broker) Detach(l Link, lost bool) {
 			}
 		}
 	}
-	for _, ln := range b.lanes {
-		if ln.claimedBy == ls || ln.offeredTo == ls {
-			ln.q.push(goneCmd{ls, lost})
-		}
+	for _, ln := range b.heldByLocked(ls) {
+		ln.q.push(goneCmd{ls, lost})
 	}
 	epoch, lctx, leading := b.epoch, b.ctx, b.leading
 	grace := time.Duration(0)

@@ -58,11 +58,11 @@ func (l *lane) onGone(ctx context.Context, c goneCmd) {
 		// A dropped link is not yet an abandonment (D5): the run waits
 		// for the key to re-attach and report, as at a takeover. It keeps
 		// its place: the provider is presumed to be running it still.
-		l.claimedBy, l.orphan, l.adoptKey, l.linkLost = nil, true, ls.key, true
+		l.orphan, l.adoptKey, l.linkLost = true, ls.key, true
 		if l.offeredTo != nil {
 			l.reserved = l.offeredTo.key
-			l.offeredTo = nil
 		}
+		b.holdLocked(l, nil, nil)
 		l.orphanT = b.clock.AfterFunc(b.set.LinkGrace, func() { l.q.push(orphanCmd{}) })
 	}
 	b.mu.Unlock()

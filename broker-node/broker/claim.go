@@ -101,7 +101,7 @@ func terminalAt(infos []agui.Info) int {
 func (l *lane) tookClaim(ctx context.Context, ls *linkState, from run.Status) {
 	b := l.b
 	b.mu.Lock()
-	l.claimedBy = ls
+	b.holdLocked(l, ls, l.offeredTo)
 	l.claimedAt = b.clock.Now()
 	b.leaveThreadLocked(l)
 	for _, other := range b.addressing[l.id] { // interjections waiting for this run to be live
@@ -139,7 +139,7 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 		// The link holding it was replaced by this newer link of the key
 		// (or is gone and its loss not yet read): the key carries on here.
 		old := l.claimedBy
-		l.claimedBy, l.offeredTo = ls, ls // same key: the place stays taken
+		b.holdLocked(l, ls, ls) // same key: the place stays taken
 		b.mu.Unlock()
 		l.log.InfoContext(ctx, "run passed to the newer link of its key", "provider_key", ls.key, "from", old.id, "link", ls.id)
 		return ""
@@ -149,7 +149,8 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 		return l.strangerSafe(ls, refusedOtherLink)
 	case l.orphan && ls.key == l.adoptKey:
 		l.orphan = false
-		l.claimedBy, l.claimedAt, l.offeredTo = ls, b.clock.Now(), ls
+		b.holdLocked(l, ls, ls)
+		l.claimedAt = b.clock.Now()
 		if l.reserved == "" {
 			b.bucketFor(ls.key).inFlight++
 		}
@@ -171,7 +172,7 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 		return ""
 	case !l.orphan && l.offeredTo == nil && b.served[l.agent] != nil && b.served[l.agent].key == ls.key:
 		b.bucketFor(ls.key).inFlight++
-		l.offeredTo = ls
+		b.holdLocked(l, l.claimedBy, ls)
 		b.mu.Unlock()
 		late := l.gaveUpOn == ls.key
 		if late {

@@ -137,6 +137,11 @@ func (b *Broker) forget(l *lane) {
 	l.stopTimers()
 	delete(b.lanes, l.id)
 	b.unaddressLocked(l)
+	for _, ls := range [2]*linkState{l.claimedBy, l.offeredTo} {
+		if ls != nil {
+			b.unlinkLocked(ls, l) // the fields stay: the end still reads them
+		}
+	}
 	switch {
 	case l.status.Terminal():
 		b.ended.add(l.id, l.agent.Key)
@@ -150,7 +155,8 @@ func (b *Broker) forget(l *lane) {
 	}
 	if key != "" {
 		b.bucketFor(key).release()
-		l.offeredTo, l.reserved = nil, ""
+		b.holdLocked(l, l.claimedBy, nil)
+		l.reserved = ""
 		// A freed place is news to every head waiting for that key.
 		b.nudgeHeadsOfKeyLocked(key)
 		b.wakeSweep()

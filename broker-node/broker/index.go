@@ -17,11 +17,59 @@ type runIndex struct {
 	// for one of the key's agents: a place freed on a key is news to
 	// those heads alone, found without a scan of every thread.
 	headsByKey map[string]map[string]*lane
+	// byLink lists, per link, the lanes it holds a place or a claim for:
+	// a closed link tells those lanes alone, found without a scan.
+	byLink map[*linkState]map[*lane]struct{}
 }
 
 func newRunIndex() runIndex {
 	return runIndex{lanes: map[string]*lane{}, addressing: map[string][]*lane{}, threads: map[string][]*lane{},
-		headsByKey: map[string]map[string]*lane{}}
+		headsByKey: map[string]map[string]*lane{}, byLink: map[*linkState]map[*lane]struct{}{}}
+}
+
+// holdLocked sets the links l is claimed by and offered to, keeping byLink
+// in step. Every write of those two fields goes through here. Caller holds
+// b.mu.
+func (b *Broker) holdLocked(l *lane, claimedBy, offeredTo *linkState) {
+	for _, old := range [2]*linkState{l.claimedBy, l.offeredTo} {
+		if old != nil && old != claimedBy && old != offeredTo {
+			b.unlinkLocked(old, l)
+		}
+	}
+	l.claimedBy, l.offeredTo = claimedBy, offeredTo
+	if l.ended { // a forgotten lane is no link's news
+		return
+	}
+	for _, ls := range [2]*linkState{claimedBy, offeredTo} {
+		if ls == nil {
+			continue
+		}
+		m := b.byLink[ls]
+		if m == nil {
+			m = map[*lane]struct{}{}
+			b.byLink[ls] = m
+		}
+		m[l] = struct{}{}
+	}
+}
+
+// unlinkLocked drops l from what ls holds. Caller holds b.mu.
+func (b *Broker) unlinkLocked(ls *linkState, l *lane) {
+	m := b.byLink[ls]
+	delete(m, l)
+	if len(m) == 0 {
+		delete(b.byLink, ls)
+	}
+}
+
+// heldByLocked returns the lanes ls holds a place or a claim for. Caller
+// holds b.mu.
+func (b *Broker) heldByLocked(ls *linkState) []*lane {
+	out := make([]*lane, 0, len(b.byLink[ls]))
+	for l := range b.byLink[ls] {
+		out = append(out, l)
+	}
+	return out
 }
 
 // setThreadLocked stores thread's queue dq, whose head was oldHead (nil:

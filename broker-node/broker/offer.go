@@ -40,7 +40,7 @@ func (l *lane) try(ctx context.Context) {
 		return
 	}
 	bk.inFlight++
-	l.offeredTo = ls
+	b.holdLocked(l, l.claimedBy, ls)
 	b.mu.Unlock()
 
 	threadID := l.threadID
@@ -112,7 +112,7 @@ func (l *lane) releasePlace() {
 	b.mu.Lock()
 	if l.offeredTo != nil {
 		b.bucketFor(l.offeredTo.key).release()
-		l.offeredTo = nil
+		b.holdLocked(l, l.claimedBy, nil)
 	}
 	b.mu.Unlock()
 }
@@ -131,7 +131,7 @@ func (l *lane) handBack(ctx context.Context) (room bool) {
 		bk := b.bucketFor(l.offeredTo.key)
 		bk.release()
 		room = bk.hasRoom()
-		l.offeredTo = nil
+		b.holdLocked(l, l.claimedBy, nil)
 	}
 	b.mu.Unlock()
 	_ = l.move(ctx, run.Queued)
