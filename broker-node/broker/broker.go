@@ -637,7 +637,7 @@ func (b *Broker) Detach(l Link, lost bool) {
 			}
 		}
 	}
-	for _, ln := range b.heldByLocked(ls) {
+	for ln := range b.byLink[ls] { // goneCmd is queued: the index is not changed here
 		ln.q.push(goneCmd{ls, lost})
 	}
 	epoch, lctx, leading := b.epoch, b.ctx, b.leading

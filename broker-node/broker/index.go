@@ -62,16 +62,6 @@ func (b *Broker) unlinkLocked(ls *linkState, l *lane) {
 	}
 }
 
-// heldByLocked returns the lanes ls holds a place or a claim for. Caller
-// holds b.mu.
-func (b *Broker) heldByLocked(ls *linkState) []*lane {
-	out := make([]*lane, 0, len(b.byLink[ls]))
-	for l := range b.byLink[ls] {
-		out = append(out, l)
-	}
-	return out
-}
-
 // setThreadLocked stores thread's queue dq, whose head was oldHead (nil:
 // the thread had none), and keeps headsByKey in step. Caller holds b.mu.
 func (b *Broker) setThreadLocked(thread string, oldHead *lane, dq []*lane) {
