@@ -353,6 +353,16 @@ func (l *fakeLink) none() {
 	}
 }
 
+// takes waits for the offer of runID, accepts it and waits for it to run.
+func (l *fakeLink) takes(runID string) {
+	l.t.Helper()
+	if got := l.offer(); got != runID {
+		l.t.Fatalf("offered %s, want %s", got, runID)
+	}
+	l.accept(runID)
+	l.h.waitStatus(runID, run.Running)
+}
+
 func (l *fakeLink) accept(runID string) { l.h.b.Ack(l, runID, wire.Accepted, "") }
 func (l *fakeLink) decline(runID string) {
 	l.h.b.Ack(l, runID, wire.Declined, "")

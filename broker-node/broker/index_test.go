@@ -109,21 +109,13 @@ func TestLaneClosedLinkReachesOnlyItsLanes(t *testing.T) {
 	other.register("else")
 
 	running, _ := h.door(a.key, "echo", "runs on a")
-	if got := a.offer(); got != running {
-		t.Fatalf("offered %s", got)
-	}
-	a.accept(running)
-	h.waitStatus(running, run.Running)
+	a.takes(running)
 	offered, _ := h.door(a.key, "echo", "offered to a")
 	if got := a.offer(); got != offered {
 		t.Fatalf("offered %s", got)
 	}
 	elsewhere, elsewhereThread := h.door(other.key, "else", "runs on the other key")
-	if got := other.offer(); got != elsewhere {
-		t.Fatalf("offered %s", got)
-	}
-	other.accept(elsewhere)
-	h.waitStatus(elsewhere, run.Running)
+	other.takes(elsewhere)
 	h.settle()
 	checkHolds(t, h)
 
