@@ -78,8 +78,11 @@ func (s *Store) FindRetriedRun(ctx context.Context, nr NewRun) (Retried, bool, e
 // Reopen is a door's answer to a paused run: the run keeps its id (D1).
 type Reopen struct {
 	RunID    string
-	RunInput []byte    // the resumed RunAgentInput, built for the same run id
-	Messages []Message // the answer's caller messages, recorded on the run's thread
+	RunInput []byte // the resumed RunAgentInput, built for the same run id
+	// AddressedRunID goes with RunInput (NewRun.AddressedRunID); with no
+	// RunInput the stored one stays.
+	AddressedRunID string
+	Messages       []Message // the answer's caller messages, recorded on the run's thread
 	// CallerRequestID is the answer's own request id (A2A messageId); a
 	// retry with it finds this run (FindRetriedRun), streamed from the seq
 	// the paused round ended on.
@@ -104,11 +107,12 @@ func (s *Store) ReopenRun(ctx context.Context, ro Reopen) (Run, error) {
 				status = 'queued',
 				interrupt = NULL,
 				run_input = coalesce($3::json, run_input),
+				addressed_run_id = CASE WHEN $3::json IS NULL THEN addressed_run_id ELSE nullif($4, '') END,
 				queued_at = now(),
 				last_activity_at = now()
 			WHERE run_id = $1 AND status = ANY($2)
 			RETURNING `+runColumns,
-			ro.RunID, statusStrings(from), nullJSON(ro.RunInput)))
+			ro.RunID, statusStrings(from), nullJSON(ro.RunInput), ro.AddressedRunID))
 		if errors.Is(err, pgx.ErrNoRows) {
 			var found string
 			err := tx.QueryRow(ctx, `SELECT status FROM runs WHERE run_id = $1`, ro.RunID).Scan(&found)

@@ -25,6 +25,17 @@ func TestQueuedPayloadRoundTrip(t *testing.T) {
 		t.Fatalf("input: got %s want %s", g, w)
 	}
 
+	// An interjection's notice names the run it addresses; an older
+	// door's notice, without the member, parses as an ordinary turn.
+	nr.AddressedRunID = "run-0"
+	if _, r, err := ParseQueuedPayload(QueuedPayload(nr)); err != nil || r == nil || r.AddressedRunID != "run-0" {
+		t.Fatalf("interjection's notice: %+v %v, want addressed run-0", r, err)
+	}
+	old := `run-1` + "\n" + `{"t":"thr-1","p":"key","a":"echo","i":{}}`
+	if _, r, err := ParseQueuedPayload(old); err != nil || r == nil || r.AddressedRunID != "" {
+		t.Fatalf("older door's notice: %+v %v", r, err)
+	}
+
 	// An input too big for a NOTIFY goes as the bare id: the broker reads the row.
 	nr.RunInput = json.RawMessage(`{"big":"` + strings.Repeat("x", 8000) + `"}`)
 	p := QueuedPayload(nr)

@@ -72,8 +72,11 @@ type NewRun struct {
 	// that id exists, nothing is written and Admit returns
 	// ErrThreadExists (the door then takes the request as one on that
 	// thread). The check rides in the insert's first round trip.
-	UnlessThread    string
-	RunInput        json.RawMessage
+	UnlessThread string
+	RunInput     json.RawMessage
+	// AddressedRunID is the live run an interjection addresses (the same
+	// id the builder put in RunInput); "" for an ordinary turn.
+	AddressedRunID  string
 	ParentRunID     string
 	ActorChain      json.RawMessage
 	CallerRequestID string // the AG-UI caller's runId or the A2A messageId
@@ -216,13 +219,13 @@ func (s *Store) Admit(ctx context.Context, nr NewRun) (Admitted, error) {
 		b.Queue(`
 			INSERT INTO runs (run_id, thread_id, provider_key, agent_name, status, run_input, parent_run_id,
 			                  actor_chain, caller_request_id, idempotency_key,
-			                  kyok_binding, kyok_llm_provider_key, kyok_llm_name, request_hash)
+			                  kyok_binding, kyok_llm_provider_key, kyok_llm_name, request_hash, addressed_run_id)
 			VALUES ($1, $2, $3, $4, 'queued', $5::json, nullif($6, ''), $7::jsonb, nullif($8, ''), nullif($9, ''),
-			        $10, nullif($11, ''), nullif($12, ''), nullif($13, ''))
+			        $10, nullif($11, ''), nullif($12, ''), nullif($13, ''), nullif($14, ''))
 			RETURNING `+runColumns,
 			nr.RunID, nr.ThreadID, nr.ProviderKey, nr.AgentName, string(nr.RunInput), nr.ParentRunID,
 			nullJSON(nr.ActorChain), nr.CallerRequestID, nr.IdempotencyKey,
-			kyokSealed(nr.Kyok), kyokField(nr.Kyok, true), kyokField(nr.Kyok, false), nr.RequestHash).QueryRow(func(row pgx.Row) (err error) {
+			kyokSealed(nr.Kyok), kyokField(nr.Kyok, true), kyokField(nr.Kyok, false), nr.RequestHash, nr.AddressedRunID).QueryRow(func(row pgx.Row) (err error) {
 			r, err = scanRun(row)
 			return err
 		})

@@ -20,6 +20,9 @@ type queuedNotice struct {
 	ProviderKey string          `json:"p"`
 	AgentName   string          `json:"a"`
 	RunInput    json.RawMessage `json:"i"`
+	// Addressed is NewRun.AddressedRunID; absent for an ordinary turn and
+	// in a notice from a door older than the column.
+	Addressed string `json:"d,omitempty"`
 }
 
 // QueuedPayload is the ChannelRunQueued payload for a new run: its id, and
@@ -27,7 +30,8 @@ type queuedNotice struct {
 // It is sent in the transaction that writes the row, so it says what the
 // row says at commit.
 func QueuedPayload(nr NewRun) string {
-	b, err := json.Marshal(queuedNotice{ThreadID: nr.ThreadID, ProviderKey: nr.ProviderKey, AgentName: nr.AgentName, RunInput: nr.RunInput})
+	b, err := json.Marshal(queuedNotice{ThreadID: nr.ThreadID, ProviderKey: nr.ProviderKey, AgentName: nr.AgentName,
+		RunInput: nr.RunInput, Addressed: nr.AddressedRunID})
 	if err != nil || len(nr.RunID)+1+len(b) > maxNoticePayload {
 		return nr.RunID // the broker reads the row
 	}
@@ -55,5 +59,5 @@ func ParseQueuedPayload(payload string) (runID string, r *Run, err error) {
 		return runID, nil, fmt.Errorf("queued notice for run %s: thread, provider, agent and input are required", runID)
 	}
 	return runID, &Run{RunID: runID, ThreadID: n.ThreadID, ProviderKey: n.ProviderKey, AgentName: n.AgentName,
-		Status: run.Queued, RunInput: n.RunInput}, nil
+		Status: run.Queued, RunInput: n.RunInput, AddressedRunID: n.Addressed}, nil
 }
