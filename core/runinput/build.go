@@ -75,6 +75,10 @@ type Built struct {
 	// RelayedChain is the chain as relayed (caller hops + dispatch hop); nil
 	// without a chain.
 	RelayedChain []string
+	// AddressedRunID is Request.AddressedRunID, which Bytes carries under
+	// forwardedProps.funduq.addressedRunId; the door stores it beside the
+	// input (store.NewRun.AddressedRunID) so nobody parses it back out.
+	AddressedRunID string
 }
 
 // Caller is forwardedProps.funduq.caller: the verified chain's summary.
@@ -167,7 +171,7 @@ func Build(req Request) (Built, error) {
 	if err != nil {
 		return Built{}, fmt.Errorf("run input: encode: %w", err)
 	}
-	out.Input, out.Bytes = in, b
+	out.Input, out.Bytes, out.AddressedRunID = in, b, req.AddressedRunID
 	return out, nil
 }
 

@@ -243,6 +243,11 @@ func TestInterjectionDeclaration(t *testing.T) {
 	if err := json.Unmarshal(f2.RunInput, &in); err != nil || f2.RunID != inter["id"] || in.ForwardedProps.Funduq.AddressedRunID != f.RunID {
 		t.Fatalf("interjection delivered as %s", f2.RunInput)
 	}
+	// The row names its target beside the input: the broker reads the
+	// column, not the input (a run without it would not be addressed).
+	if r, err := h.Store.GetRun(context.Background(), f2.RunID); err != nil || r.AddressedRunID != f.RunID {
+		t.Fatalf("interjection's row names %q (%v), want %s", r.AddressedRunID, err, f.RunID)
+	}
 	p.Accept(f2.RunID)
 	p.Complete(f2.RunID, ctxID)
 	p.Complete(f.RunID, ctxID)

@@ -474,7 +474,7 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 		if err != nil {
 			return accepted{}, err
 		}
-		reopened, err := st.ReopenRun(ctx, store.Reopen{RunID: task.RunID, RunInput: built.Bytes, Messages: door.Messages(built),
+		reopened, err := st.ReopenRun(ctx, store.Reopen{RunID: task.RunID, RunInput: built.Bytes, AddressedRunID: built.AddressedRunID, Messages: door.Messages(built),
 			CallerRequestID: msg.MessageID, RequestHash: hash})
 		switch {
 		case err == nil:

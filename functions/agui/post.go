@@ -257,7 +257,7 @@ func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Th
 	if err != nil {
 		return outcome{}, true, err
 	}
-	reopened, err := h.o.Store.ReopenRun(ctx, store.Reopen{RunID: paused.RunID, RunInput: built.Bytes, Messages: door.Messages(built),
+	reopened, err := h.o.Store.ReopenRun(ctx, store.Reopen{RunID: paused.RunID, RunInput: built.Bytes, AddressedRunID: built.AddressedRunID, Messages: door.Messages(built),
 		CallerRequestID: in.CallerRunID, RequestHash: hash})
 	if errors.Is(err, store.ErrIllegalTransition) {
 		// Another answer landed first: there is no second resume to watch.

@@ -180,6 +180,7 @@ type NewTurn struct {
 func Create(ctx context.Context, st *store.Store, t NewTurn) (store.Admitted, error) {
 	nr := t.Probe
 	nr.RunID, nr.ThreadID, nr.RunInput, nr.ParentRunID = t.RunID, t.ThreadID, t.Built.Bytes, t.ParentRunID
+	nr.AddressedRunID = t.Built.AddressedRunID
 	if t.Built.RelayedChain != nil {
 		nr.ActorChain, _ = json.Marshal(t.Built.RelayedChain)
 	}
