@@ -138,7 +138,8 @@ func (h *harness) doorOn(key, agent, thread, addressed, text string, create bool
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	nr := store.NewRun{RunID: runID, ThreadID: thread, ProviderKey: key, AgentName: agent, RunInput: in.Bytes}
+	nr := store.NewRun{RunID: runID, ThreadID: thread, ProviderKey: key, AgentName: agent, RunInput: in.Bytes,
+		AddressedRunID: in.AddressedRunID}
 	if create {
 		nr.CreateThread = &store.NewThread{}
 	}

@@ -19,7 +19,8 @@ type lane struct {
 	agent    AgentRef
 	input    json.RawMessage
 	// addressed is the live run an interjection addresses
-	// (forwardedProps.funduq.addressedRunId); "" for an ordinary turn.
+	// (the row's addressed_run_id, store.Run.AddressedRunID); "" for an
+	// ordinary turn.
 	addressed string
 	readBack  bool      // taken at takeover from an earlier leader's rows
 	queuedAt  time.Time // broker clock: when this round entered dispatch

@@ -242,3 +242,19 @@ func TestLaneThreadQueueAndInterjection(t *testing.T) {
 		})
 	}
 }
+
+// addressedRunID reads forwardedProps.funduq.addressedRunId from a run
+// input: what the provider is told the run addresses.
+func addressedRunID(input json.RawMessage) string {
+	var in struct {
+		ForwardedProps struct {
+			Funduq struct {
+				AddressedRunID string `json:"addressedRunId"`
+			} `json:"funduq"`
+		} `json:"forwardedProps"`
+	}
+	if json.Unmarshal(input, &in) != nil {
+		return ""
+	}
+	return in.ForwardedProps.Funduq.AddressedRunID
+}

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/funduq/funduq-go/broker-node/intake"
@@ -117,24 +116,9 @@ func (b *Broker) ctxOf() context.Context {
 
 func (b *Broker) newLane(r store.Run) *lane {
 	return &lane{b: b, id: r.RunID, threadID: r.ThreadID, agent: AgentRef{r.ProviderKey, r.AgentName},
-		input: r.RunInput, addressed: addressedRunID(r.RunInput), queuedAt: b.clock.Now(), roundQueuedAt: r.QueuedAt,
+		input: r.RunInput, addressed: r.AddressedRunID, queuedAt: b.clock.Now(), roundQueuedAt: r.QueuedAt,
 		q: newQueue(), status: r.Status,
 		log: b.log.With("run_id", r.RunID, "thread_id", r.ThreadID, "agent", r.AgentName, "provider_key", r.ProviderKey)}
-}
-
-// addressedRunID reads forwardedProps.funduq.addressedRunId from a run input.
-func addressedRunID(input json.RawMessage) string {
-	var in struct {
-		ForwardedProps struct {
-			Funduq struct {
-				AddressedRunID string `json:"addressedRunId"`
-			} `json:"funduq"`
-		} `json:"forwardedProps"`
-	}
-	if json.Unmarshal(input, &in) != nil {
-		return ""
-	}
-	return in.ForwardedProps.Funduq.AddressedRunID
 }
 
 // take brings a queued run into a lane: where "served" is decided (D8). A

@@ -22,7 +22,7 @@ func doorInterjection(t *testing.T, h *nodetest.Harness, key, agent, thread, add
 		t.Fatal(err)
 	}
 	if _, _, err := h.Store.CreateRun(context.Background(), store.NewRun{RunID: id, ThreadID: thread,
-		ProviderKey: key, AgentName: agent, RunInput: b.Bytes}); err != nil {
+		ProviderKey: key, AgentName: agent, RunInput: b.Bytes, AddressedRunID: b.AddressedRunID}); err != nil {
 		t.Fatal(err)
 	}
 	return id
