@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -189,7 +190,7 @@ func TestSDKLinkSurvivesBackpressure(t *testing.T) {
 	// stuck in a write the broker does not read.
 	for end := time.Now().Add(outage); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		if !client.Connected() {
-			t.Fatal("the SDK dropped its link during the outage")
+			t.Fatalf("the SDK dropped its link during the outage; it logged:\n%s", logs.warnings())
 		}
 		if r := logs.count.Load(); r != 1 {
 			t.Fatalf("the SDK registered %d times during the outage", r)
@@ -225,7 +226,7 @@ func TestSDKLinkSurvivesBackpressure(t *testing.T) {
 		}
 	}
 	if r := logs.count.Load(); r != 1 {
-		t.Fatalf("the SDK registered %d times, want once: it dropped the link", r)
+		t.Fatalf("the SDK registered %d times, want once: it dropped the link; it logged:\n%s", r, logs.warnings())
 	}
 	if s := starts.Load(); s != 1 {
 		t.Fatalf("the handler started %d times for one run", s)
@@ -237,14 +238,35 @@ func TestSDKLinkSurvivesBackpressure(t *testing.T) {
 
 // registrations is a log handler counting the SDK's "provider registered"
 // records: one per link.
-type registrations struct{ count atomic.Int32 }
+// registrations counts the SDK's registrations and keeps its warnings, so
+// a test that sees the link dropped can say why.
+type registrations struct {
+	count atomic.Int32
+	mu    sync.Mutex
+	warns []string
+}
 
 func (*registrations) Enabled(context.Context, slog.Level) bool { return true }
 func (r *registrations) Handle(_ context.Context, rec slog.Record) error {
 	if rec.Message == "provider registered" {
 		r.count.Add(1)
 	}
+	if rec.Level >= slog.LevelWarn {
+		line := rec.Message
+		rec.Attrs(func(a slog.Attr) bool { line += " " + a.String(); return true })
+		r.mu.Lock()
+		r.warns = append(r.warns, line)
+		r.mu.Unlock()
+	}
 	return nil
 }
+
+// warnings is what the SDK logged at Warn or above, one line each.
+func (r *registrations) warnings() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.warns, "\n")
+}
+
 func (r *registrations) WithAttrs([]slog.Attr) slog.Handler { return r }
 func (r *registrations) WithGroup(string) slog.Handler      { return r }
