@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/funduq/funduq-go/broker-node/wsconn"
+	"github.com/funduq/funduq-go/core/apierr"
 	"net/http"
 	"sort"
 	"time"
@@ -33,9 +34,7 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 		w.Header().Set("Retry-After", "1")
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write([]byte(`{"error":"this funduq node is not the leader"}`))
+		apierr.Write(w, http.StatusServiceUnavailable, apierr.New(apierr.CodeNotLeader, "this funduq node is not the leader"))
 		return
 	}
 	r.upgrader.CheckOrigin = func(*http.Request) bool { return true } // providers are not browsers

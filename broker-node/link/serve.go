@@ -15,6 +15,7 @@ import (
 	"github.com/funduq/funduq-go/broker-node/broker"
 	"github.com/funduq/funduq-go/broker-node/handshake"
 	"github.com/funduq/funduq-go/broker-node/wsconn"
+	"github.com/funduq/funduq-go/core/apierr"
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/wire"
 )
@@ -53,7 +54,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.Header().Set("Retry-After", "1")
-		http.Error(w, `{"error":"this funduq node is not the leader"}`, http.StatusServiceUnavailable)
+		apierr.Write(w, http.StatusServiceUnavailable, apierr.New(apierr.CodeNotLeader, "this funduq node is not the leader"))
 		return
 	}
 	s.once.Do(func() {

@@ -50,8 +50,8 @@ func TestStandbyPointsAtTheLeader(t *testing.T) {
 	}
 	var body map[string]any
 	_ = json.NewDecoder(wsResp.Body).Decode(&body)
-	if body["leader"] != a.URL {
-		t.Fatalf("503 body %v, want leader %s", body, a.URL)
+	if e, _ := body["error"].(map[string]any); body["leader"] != a.URL || e["code"] != "not_leader" || e["message"] == "" {
+		t.Fatalf("503 body %v, want the error envelope with code not_leader and leader %s", body, a.URL)
 	}
 	// The ticket is unspent: it opens a link on the leader.
 	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(a.URL, "http")+"/ws/provider", nil)

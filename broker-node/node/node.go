@@ -27,6 +27,7 @@ import (
 	"github.com/funduq/funduq-go/broker-node/link"
 	"github.com/funduq/funduq-go/broker-node/retention"
 	"github.com/funduq/funduq-go/broker-node/tickets"
+	"github.com/funduq/funduq-go/core/apierr"
 	"github.com/funduq/funduq-go/core/backoff"
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/identity"
@@ -357,14 +358,14 @@ func retry(ctx context.Context, fn func() error) error {
 func (n *Node) notLeading(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	body := map[string]any{"error": "this funduq broker node is a standby; connect to the leader"}
+	body := apierr.New(apierr.CodeNotLeader, "this funduq broker node is a standby; connect to the leader")
 	if l, err := n.st.CurrentLeader(ctx); err == nil {
 		if h, err := lease.ReadHolder(ctx, n.rdb, LeaseKey(n.prefix)); err == nil && h.NodeID == l.Holder {
-			body["leader"] = l.AdvertiseURL
+			body.Leader = l.AdvertiseURL
 		}
 	}
 	w.Header().Set("Retry-After", "1")
-	writeJSON(w, http.StatusServiceUnavailable, body)
+	apierr.Write(w, http.StatusServiceUnavailable, body)
 }
 
 func (n *Node) startIntake(ctx context.Context) error {

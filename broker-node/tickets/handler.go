@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/funduq/funduq-go/core/apierr"
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/strictjson"
 	"github.com/funduq/funduq-go/core/wire"
@@ -32,10 +33,12 @@ const IssueTimeout = 1500 * time.Millisecond
 // unauthenticated here; put edge auth in front of it if the deployment wants
 // it. The handler does not look at the path: mount it where it belongs.
 //
-// Errors are JSON {"error": "..."}: 400 for a bad body, 405 for another
-// method, 413 for a body over MaxBodyBytes, 429 with Retry-After past the
-// per-key rate limit (LimitedHandler), 503 with Retry-After: 1 when the
-// ticket store fails (the cause is logged, not sent). log may be nil.
+// Errors are the doors' envelope (core/apierr), {"error": {"code",
+// "message"}}: 400 bad_request for a bad body, 405 method_not_allowed, 413
+// body_too_large over MaxBodyBytes, 429 rate_limited with Retry-After past
+// the per-key rate limit (LimitedHandler), 503 storage_unavailable with
+// Retry-After: 1 when the ticket store fails (the cause is logged, not
+// sent). log may be nil.
 // funduqKeyHex must be a canonical public key; Handler panics otherwise, as
 // that is a wiring mistake.
 func Handler(store *Store, funduqKeyHex string, log *slog.Logger) http.Handler {
@@ -84,21 +87,21 @@ type handler struct {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed; use POST")
+		apierr.Write(w, http.StatusMethodNotAllowed, apierr.New(apierr.CodeMethodNotAllowed, "method %s not allowed; use POST", r.Method))
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body is larger than %d bytes", MaxBodyBytes))
+			apierr.Write(w, http.StatusRequestEntityTooLarge, apierr.New(apierr.CodeBodyTooLarge, "body is larger than %d bytes", MaxBodyBytes))
 			return
 		}
-		writeError(w, http.StatusBadRequest, "could not read the body")
+		apierr.Write(w, http.StatusBadRequest, apierr.New(apierr.CodeBadRequest, "could not read the body"))
 		return
 	}
 	key, msg := parseBody(body)
 	if msg != "" {
-		writeError(w, http.StatusBadRequest, msg)
+		apierr.Write(w, http.StatusBadRequest, apierr.New(apierr.CodeBadRequest, "%s", msg))
 		return
 	}
 	// Redis is bounded here, not by the caller: a hung Redis answers 503
@@ -109,7 +112,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err == nil && retry > 0 {
 		h.log.WarnContext(r.Context(), "tickets: rate limit", "public_key", key, "per_minute", h.o.PerMinute)
 		w.Header().Set("Retry-After", strconv.Itoa(retry))
-		writeError(w, http.StatusTooManyRequests, fmt.Sprintf("at most %d tickets per key per minute; retry in %d s", h.o.PerMinute, retry))
+		apierr.Write(w, http.StatusTooManyRequests, apierr.New(apierr.CodeRateLimited, "at most %d tickets per key per minute; retry in %d s", h.o.PerMinute, retry))
 		return
 	}
 	var ticket string
@@ -119,10 +122,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		h.log.ErrorContext(r.Context(), "tickets: issue failed", "err", err)
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, "ticket store unavailable; retry shortly")
+		apierr.Write(w, http.StatusServiceUnavailable, apierr.New(apierr.CodeUnavailable, "ticket store unavailable; retry shortly"))
 		return
 	}
-	writeJSON(w, http.StatusCreated, wire.TicketResponse{Ticket: ticket, FunduqPublicKey: h.funduqKey})
+	apierr.WriteJSON(w, http.StatusCreated, wire.TicketResponse{Ticket: ticket, FunduqPublicKey: h.funduqKey})
 }
 
 // parseBody returns the requested key, or a message saying what is wrong.
@@ -158,24 +161,4 @@ func parseBody(body []byte) (key, msg string) {
 		return "", "publicKey: " + strings.TrimPrefix(err.Error(), identity.ErrBadKey.Error()+": ")
 	}
 	return got[0], ""
-}
-
-type errorBody struct {
-	Error string `json:"error"`
-}
-
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, errorBody{Error: msg})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil { // cannot happen for the types above
-		status, b = http.StatusInternalServerError, []byte(`{"error":"internal error"}`)
-	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
 }

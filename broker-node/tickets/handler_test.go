@@ -32,17 +32,23 @@ func do(t *testing.T, h http.Handler, method, body string) *httptest.ResponseRec
 	return rec
 }
 
-func errorOf(t *testing.T, rec *httptest.ResponseRecorder) string {
+// errorOf is the message of the one error envelope, {"error": {"code",
+// "message"}}, that the doors write too; its code must be code.
+func errorOf(t *testing.T, rec *httptest.ResponseRecorder, code string) string {
 	t.Helper()
-	var b map[string]any
+	var b struct {
+		Error *struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &b); err != nil {
 		t.Fatalf("body %q is not JSON: %v", rec.Body, err)
 	}
-	msg, ok := b["error"].(string)
-	if !ok || msg == "" || len(b) != 1 {
-		t.Fatalf("body %q is not {\"error\": \"...\"}", rec.Body)
+	if b.Error == nil || b.Error.Message == "" || b.Error.Code != code {
+		t.Fatalf("body %q is not {\"error\": {\"code\": %q, \"message\": \"...\"}}", rec.Body, code)
 	}
-	return msg
+	return b.Error.Message
 }
 
 func TestHandlerIssues(t *testing.T) {
@@ -96,7 +102,7 @@ func TestHandlerRefusesBadBodies(t *testing.T) {
 			t.Errorf("%q: status %d, want 400", tc.body, rec.Code)
 			continue
 		}
-		if msg := errorOf(t, rec); !strings.Contains(msg, tc.want) {
+		if msg := errorOf(t, rec, "bad_request"); !strings.Contains(msg, tc.want) {
 			t.Errorf("%q: error %q, want it to contain %q", tc.body, msg, tc.want)
 		}
 	}
@@ -113,7 +119,7 @@ func TestHandlerBodyLimit(t *testing.T) {
 	if rec.Code != http.StatusRequestEntityTooLarge {
 		t.Fatalf("status %d, want 413", rec.Code)
 	}
-	if msg := errorOf(t, rec); !strings.Contains(msg, "4096") {
+	if msg := errorOf(t, rec, "body_too_large"); !strings.Contains(msg, "4096") {
 		t.Fatalf("error %q does not name the limit", msg)
 	}
 	// Exactly at the limit is fine.
@@ -136,7 +142,7 @@ func TestHandlerMethodNotAllowed(t *testing.T) {
 			t.Errorf("%s: Allow = %q", m, a)
 		}
 		if m != http.MethodHead {
-			errorOf(t, rec)
+			errorOf(t, rec, "method_not_allowed")
 		}
 	}
 }
@@ -154,7 +160,7 @@ func TestHandlerStoreDown(t *testing.T) {
 	if ra := rec.Header().Get("Retry-After"); ra != "1" {
 		t.Fatalf("Retry-After = %q", ra)
 	}
-	msg := errorOf(t, rec)
+	msg := errorOf(t, rec, "storage_unavailable")
 	if strings.Contains(strings.ToLower(msg), "redis") || strings.Contains(msg, "closed") {
 		t.Fatalf("error %q leaks the driver's message", msg)
 	}
@@ -212,7 +218,7 @@ func TestHandlerRateLimit(t *testing.T) {
 	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "50" {
 		t.Fatalf("third ticket: %d Retry-After %q %s", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
 	}
-	errorOf(t, rec)
+	errorOf(t, rec, "rate_limited")
 	if after := countTickets(t, rdb, prefix); after != before {
 		t.Fatalf("a refused request issued a ticket: %d→%d", before, after)
 	}

@@ -6,7 +6,6 @@ package door
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,11 +15,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/funduq/funduq-go/core/apierr"
 	"github.com/funduq/funduq-go/core/store"
 )
 
 // Error is a typed refusal. Every refusal a door makes is one of these,
-// written once as {"error": {"code": …, "message": …}} with Status (D13:
+// written once as core/apierr's body with Status (D13:
 // one error envelope; nothing leaks a stack trace or a driver message).
 type Error struct {
 	Status  int
@@ -48,10 +48,10 @@ func Refuse(status int, code, format string, args ...any) *Error {
 
 // Error codes shared by the doors.
 const (
-	CodeBadRequest         = "bad_request"
+	CodeBadRequest         = apierr.CodeBadRequest
 	CodeMalformedJSON      = "malformed_json"
 	CodeInvalidRunInput    = "invalid_run_input"
-	CodeBodyTooLarge       = "body_too_large"
+	CodeBodyTooLarge       = apierr.CodeBodyTooLarge
 	CodeAgentNotFound      = "agent_not_found"
 	CodeThreadNotFound     = "thread_not_found"
 	CodeRunNotFound        = "run_not_found"
@@ -60,21 +60,13 @@ const (
 	CodeInvalidChain       = "invalid_chain"
 	CodeThreadMismatch     = "thread_ownership_mismatch"
 	CodeMembershipRequired = "thread_membership_required"
-	CodeUnavailable        = "storage_unavailable"
-	CodeInternal           = "internal"
+	CodeUnavailable        = apierr.CodeUnavailable
+	CodeInternal           = apierr.CodeInternal
 	CodeNotFound           = "not_found"
-	CodeMethodNotAllowed   = "method_not_allowed"
+	CodeMethodNotAllowed   = apierr.CodeMethodNotAllowed
 	CodeThreadQueueFull    = "thread_queue_full"
 	CodeTooManyMessages    = "too_many_messages"
 )
-
-// envelope is the one error body.
-type envelope struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
 
 // WriteError writes err as the error envelope. An *Error is written as it
 // says; a storage failure (see Unavailable) becomes 503 with Retry-After; any
@@ -98,12 +90,10 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		log.Log(r.Context(), lvl, "request refused", "method", r.Method, "path", r.URL.Path,
 			"status", de.Status, "code", de.Code, "err", de.Error())
 	}
-	var body envelope
-	body.Error.Code, body.Error.Message = de.Code, de.Message
 	if de.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(de.RetryAfter))
 	}
-	WriteJSON(w, de.Status, body)
+	apierr.Write(w, de.Status, apierr.Body{Error: apierr.Detail{Code: de.Code, Message: de.Message}})
 }
 
 // Refusal returns the refusal err stands for: an *Error as it is, and the
@@ -144,17 +134,7 @@ func QueueFull(err error) *Error {
 }
 
 // WriteJSON writes v as compact JSON with status.
-func WriteJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status = http.StatusInternalServerError
-		b = []byte(`{"error":{"code":"internal","message":"internal error"}}`)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
+func WriteJSON(w http.ResponseWriter, status int, v any) { apierr.WriteJSON(w, status, v) }
 
 // Unavailable reports whether err means shared storage could not be reached
 // in time (a dial or connect failure, a connection lost, or the door's own
