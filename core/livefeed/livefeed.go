@@ -79,12 +79,30 @@ func (f *Feed) PublishBatch(ctx context.Context, runID string, evs []Published) 
 }
 
 // End marks the run's stream finished with its final status, after its last
-// event, so a live reader knows to stop.
+// event, so a live reader knows to stop. The marker carries no outcome: a
+// reader that needs one reads the record (EndWith carries it).
 func (f *Feed) End(ctx context.Context, runID string, lastSeq int, status string) error {
+	return f.end(ctx, runID, lastSeq, []any{"end", status})
+}
+
+// EndWith is End carrying o, what the end recorded (o.Status and o.LastSeq
+// are the marker's), so a door that relayed the whole round from the feed
+// answers without reading the record. An outcome over MaxOutcome is left
+// out and the marker says so (OutcomeOmitted): the stream keeps small
+// entries, and the reader reads the record as it would after End.
+func (f *Feed) EndWith(ctx context.Context, runID string, o Outcome) error {
+	vals := []any{"end", o.Status, "outcome_omitted", "1"}
+	if raw, ok := MarshalOutcome(o); ok {
+		vals = []any{"end", o.Status, "outcome", string(raw)}
+	}
+	return f.end(ctx, runID, o.LastSeq, vals)
+}
+
+func (f *Feed) end(ctx context.Context, runID string, lastSeq int, vals []any) error {
 	key := f.Key(runID)
 	pipe := f.rdb.Pipeline()
 	pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: strconv.Itoa(lastSeq) + "-2", MaxLen: MaxLen, Approx: true,
-		Values: []any{"end", status}})
+		Values: vals})
 	pipe.Expire(ctx, key, FinishedTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("end stream of run %s: %w", runID, err)
@@ -97,6 +115,11 @@ type Entry struct {
 	Seq   int // the event's seq; for the end marker, the last seq of the round it ends
 	Event json.RawMessage
 	End   string // the final status when this is the end marker
+	// Outcome is the end marker's outcome as published (ParseOutcome
+	// reads it); nil when the marker carries none: a broker that
+	// published End, or one over MaxOutcome (OutcomeOmitted).
+	Outcome        json.RawMessage
+	OutcomeOmitted bool
 }
 
 // Read blocks up to block for entries after seq `after` (block 0 returns at
@@ -116,19 +139,29 @@ func (f *Feed) Read(ctx context.Context, runID string, after int, block time.Dur
 	var out []Entry
 	for _, s := range res {
 		for _, m := range s.Messages {
-			if st, ok := m.Values["end"].(string); ok {
-				// The marker's id is "<last seq>-2": a reader can tell an
-				// earlier round's end (a run reopened after a pause) from
-				// the current one's.
-				last, _, _ := strings.Cut(m.ID, "-")
-				seq, _ := strconv.Atoi(last)
-				out = append(out, Entry{Seq: seq, End: st})
-				continue
-			}
-			seq, _ := strconv.Atoi(fmt.Sprint(m.Values["seq"]))
-			ev, _ := m.Values["event"].(string)
-			out = append(out, Entry{Seq: seq, Event: json.RawMessage(ev)})
+			out = append(out, entryOf(m.ID, m.Values))
 		}
 	}
 	return out, nil
+}
+
+// entryOf reads one stream entry; fields it does not know are ignored, so
+// a marker a newer broker extends still reads as a marker.
+func entryOf(id string, values map[string]any) Entry {
+	if st, ok := values["end"].(string); ok {
+		// The marker's id is "<last seq>-2": a reader can tell an
+		// earlier round's end (a run reopened after a pause) from the
+		// current one's.
+		last, _, _ := strings.Cut(id, "-")
+		seq, _ := strconv.Atoi(last)
+		e := Entry{Seq: seq, End: st}
+		if raw, ok := values["outcome"].(string); ok && raw != "" {
+			e.Outcome = json.RawMessage(raw)
+		}
+		_, e.OutcomeOmitted = values["outcome_omitted"]
+		return e
+	}
+	seq, _ := strconv.Atoi(fmt.Sprint(values["seq"]))
+	ev, _ := values["event"].(string)
+	return Entry{Seq: seq, Event: json.RawMessage(ev)}
 }

@@ -3,8 +3,11 @@ package livefeed_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/core/livefeed"
 	"github.com/funduq/funduq-go/core/redistest"
@@ -63,5 +66,55 @@ func TestBlockedReadWakes(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("blocked read never woke")
+	}
+}
+
+// EndWith's marker carries its outcome to a reader; one over the cap is
+// left out and flagged; End's (an older broker's) carries none; fields a
+// reader does not know are ignored.
+func TestEndWithOutcome(t *testing.T) {
+	rdb, prefix := redistest.Client(t)
+	f := livefeed.New(rdb, prefix)
+	ctx := context.Background()
+	at := time.Date(2026, 12, 2, 3, 4, 5, 123456000, time.UTC)
+	o := livefeed.Outcome{Status: "completed", LastSeq: 2, LastActivityAt: at,
+		Messages: []livefeed.OutcomeMessage{{ID: "msg_1", Message: json.RawMessage(`{"role":"assistant","content":"hi"}`)}}}
+	if err := f.EndWith(ctx, "run_1", o); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.Read(ctx, "run_1", 1, 0)
+	if err != nil || len(got) != 1 || got[0].End != "completed" || got[0].Seq != 2 || got[0].OutcomeOmitted {
+		t.Fatalf("read %+v, %v", got, err)
+	}
+	back, err := livefeed.ParseOutcome(got[0].Outcome)
+	if err != nil || back.Status != o.Status || back.LastSeq != 2 || !back.LastActivityAt.Equal(at) ||
+		len(back.Messages) != 1 || back.Messages[0].ID != "msg_1" || string(back.Messages[0].Message) != string(o.Messages[0].Message) {
+		t.Fatalf("outcome %s parsed as %+v, %v", got[0].Outcome, back, err)
+	}
+
+	big := livefeed.Outcome{Status: "input-required", LastSeq: 1, LastActivityAt: at,
+		Interrupt: json.RawMessage(`{"interrupts":[{"id":"` + strings.Repeat("x", livefeed.MaxOutcome) + `"}]}`)}
+	if err := f.EndWith(ctx, "run_2", big); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := f.Read(ctx, "run_2", 0, 0); len(got) != 1 || got[0].End != "input-required" || got[0].Outcome != nil || !got[0].OutcomeOmitted {
+		t.Fatalf("over the cap: %+v", got)
+	}
+
+	_ = f.End(ctx, "run_3", 4, "failed")
+	if got, _ := f.Read(ctx, "run_3", 3, 0); len(got) != 1 || got[0].End != "failed" || got[0].Outcome != nil || got[0].OutcomeOmitted {
+		t.Fatalf("a marker without an outcome: %+v", got)
+	}
+
+	// A newer broker's marker, with a field this reader does not know.
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: f.Key("run_4"), ID: "1-2",
+		Values: []any{"end", "completed", "outcome", "{}", "summary", "x"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := f.Read(ctx, "run_4", 0, 0); len(got) != 1 || got[0].End != "completed" || string(got[0].Outcome) != "{}" {
+		t.Fatalf("a marker with an unknown field: %+v", got)
+	}
+	if _, err := livefeed.ParseOutcome(json.RawMessage("{}")); err == nil {
+		t.Fatal("an outcome without a status parsed")
 	}
 }
