@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/funduq/funduq-go/core/agui"
+	"github.com/funduq/funduq-go/core/livefeed"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
 )
@@ -115,7 +116,11 @@ func (l *lane) conclude(ctx context.Context, w roundWrite) bool {
 	} else {
 		l.publishBatch(ctx, pub)
 		if b.feed != nil {
-			if err := b.feed.End(ctx, l.id, r.LastSeq, string(r.Status)); err != nil {
+			// After the end's commit, as every entry of the feed (D9):
+			// the marker carries the outcome just recorded, so a door
+			// that relayed the round from the feed answers without
+			// reading it back.
+			if err := b.feed.EndWith(ctx, l.id, outcomeOf(r, w.end.AgentMessages)); err != nil {
 				l.log.WarnContext(ctx, "live feed end failed", "err", err)
 			}
 		}
@@ -124,6 +129,23 @@ func (l *lane) conclude(ctx context.Context, w roundWrite) bool {
 	}
 	b.forget(l)
 	return err == nil
+}
+
+// outcomeOf is the end marker's outcome: the run as the end's write left
+// it, and the agent's messages that write recorded on its thread.
+func outcomeOf(r store.Run, msgs []store.Message) livefeed.Outcome {
+	o := livefeed.Outcome{Status: string(r.Status), LastSeq: r.LastSeq, FailureReason: r.FailureReason,
+		LastActivityAt: r.LastActivityAt}
+	if r.Status == run.InputRequired {
+		o.Interrupt = r.Interrupt
+	}
+	if len(msgs) > 0 {
+		o.Messages = make([]livefeed.OutcomeMessage, len(msgs))
+		for i, m := range msgs {
+			o.Messages[i] = livefeed.OutcomeMessage{ID: m.MessageID, Message: m.Message}
+		}
+	}
+	return o
 }
 
 // forget is the one funnel that releases everything a run held.
