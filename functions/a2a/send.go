@@ -10,6 +10,7 @@ import (
 
 	"github.com/funduq/funduq-go/core/agui"
 	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/core/livefeed"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/runinput"
 	"github.com/funduq/funduq-go/core/store"
@@ -206,6 +207,9 @@ type accepted struct {
 	run   store.Run
 	after int
 	fresh bool // this request wrote the run (door.Tail.Fresh)
+	// msgs are the caller's messages this request recorded with the run
+	// it wrote (fresh): with the agent's the end recorded, the run's.
+	msgs []store.Message
 }
 
 func (c *call) send(streaming bool) {
@@ -263,6 +267,19 @@ func (c *call) waitRecord(acc accepted, blocking bool) (view taskView, rn store.
 		}}
 	end := t.Run(ctx, c.h.streamEnd(ctx, c.h.o.BlockBudget))
 	if end == door.TailStopped || end == door.TailSettled {
+		// The round's end marker (published right after the end's commit;
+		// it usually trails the terminal event by a Redis round trip, or
+		// came with it): read before the end is recorded, the record would
+		// have to be read again, and the marker may make reading it needless.
+		m, marked := t.Marker()
+		if !t.Ended() && t.O.Feed != nil {
+			m, marked = door.WaitMarker(ctx, t.O.Feed, t.RunID, t.After, min(t.O.PollInterval, t.O.SettleWait))
+		}
+		if marked {
+			if v, cur, ok := markedView(acc, t, m, tailed); ok {
+				return v, cur, true
+			}
+		}
 		if v, cur, err := c.settleRecord(ctx, t, acc.after, tailed); err == nil {
 			return v, cur, door.Settled(cur.Status)
 		}
@@ -275,23 +292,59 @@ func (c *call) waitRecord(acc accepted, blocking bool) (view taskView, rn store.
 	return taskView{}, acc.run, false
 }
 
+// markedView is the settled task view of a run this request wrote, told
+// by its round's end marker instead of a read of the record: the broker
+// publishes the marker after the end's commit (design.md D9) with what
+// that commit recorded — the status, the failure reason, the pause
+// payload, last_activity_at, the agent's messages with the ids it minted
+// — and the tail relayed (and tailed folded) every event of the run from
+// seq 1, stored before they were published. With the caller's messages
+// this request recorded, that is the whole record the view is built from,
+// so the view is the one settleRecord would read. ok is false, and the
+// record is read, unless all of it holds: a marker from an older broker,
+// or one whose outcome was over its cap, carries no outcome; a marker of
+// another round than the one the tail stopped on is not this answer's.
+func markedView(acc accepted, t *door.Tail, m livefeed.Entry, tailed *eventFold) (taskView, store.Run, bool) {
+	if !acc.fresh || acc.after != 0 || m.Outcome == nil || tailed.last != t.After || m.Seq != t.After {
+		return taskView{}, store.Run{}, false
+	}
+	o, err := livefeed.ParseOutcome(m.Outcome)
+	status := run.Status(o.Status)
+	if err != nil || o.Status != m.End || o.LastSeq != m.Seq || !status.Valid() || !door.Settled(status) {
+		return taskView{}, store.Run{}, false
+	}
+	// The run as the end's commit left it; only what a task view reads
+	// (and the status the send tests) is taken from the outcome.
+	r := acc.run
+	r.Status, r.FailureReason, r.LastSeq, r.LastActivityAt = status, o.FailureReason, o.LastSeq, o.LastActivityAt
+	r.Interrupt = nil
+	if status == run.InputRequired {
+		r.Interrupt = o.Interrupt
+	}
+	// The run's messages in the record's order: the caller's, written
+	// with the run, then the agent's, written with its end.
+	msgs := make([]store.RunMessage, 0, len(acc.msgs)+len(o.Messages))
+	for _, cm := range acc.msgs {
+		msgs = append(msgs, store.RunMessage{MessageID: cm.MessageID, Message: cm.Message, Origin: "caller"})
+	}
+	for _, am := range o.Messages {
+		msgs = append(msgs, store.RunMessage{MessageID: am.ID, Message: am.Message, Origin: "agent"})
+	}
+	f := newFold(-1, true)
+	f.then(tailed)
+	return f.view(r, msgs), r, true
+}
+
 // settleRecord is door.Tail.Settle reading the rest of the record each
 // time: it waits, after a terminal event, until the broker has recorded
 // the run's outcome or the settle wait passes, and returns the task view
 // of the run as read last — so a settled answer costs one read, not a
 // status read and then its events and messages. t has run (its options
 // carry their defaults) from seq after; tailed folded what it relayed.
-//
-// The first read waits for the round's end marker on the live feed
-// (published right after the end's commit; it usually trails the terminal
-// event by a Redis round trip, or came with it): read before the end is
-// recorded, the record would have to be read again.
+// The caller has waited for the round's end marker first.
 func (c *call) settleRecord(ctx context.Context, t *door.Tail, after int, tailed *eventFold) (taskView, store.Run, error) {
 	o, st := t.O, c.h.o.Store
 	deadline := time.Now().Add(o.SettleWait)
-	if !t.Ended() && o.Feed != nil {
-		door.WaitEnd(ctx, o.Feed, t.RunID, t.After, min(o.PollInterval, o.SettleWait))
-	}
 	for {
 		dctx, cancel := context.WithTimeout(ctx, 2*door.StorageTimeout)
 		// The run first, then the events before the tail's (a settled
@@ -500,7 +553,11 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 	if err != nil {
 		return accepted{}, err
 	}
-	return accepted{run: adm.Run, after: adm.After, fresh: adm.Created}, nil
+	acc := accepted{run: adm.Run, after: adm.After, fresh: adm.Created}
+	if adm.Created {
+		acc.msgs = door.Messages(built)
+	}
+	return acc, nil
 }
 
 // reusedWhat names the caller's own request id in a reuse refusal.

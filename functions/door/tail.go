@@ -107,6 +107,7 @@ type Tail struct {
 
 	lastActive time.Time
 	ended      bool
+	marker     livefeed.Entry // the end marker read with the terminal event (Marker)
 }
 
 // Ended reports that when Run returned the tail knew the run's end (or
@@ -115,15 +116,26 @@ type Tail struct {
 // the same feed read (the broker publishes it after the end's commit).
 func (t *Tail) Ended() bool { return t.ended }
 
+// Marker is the round's end marker when it came in the same feed read as
+// the terminal event that stopped the tail (then Ended reports true too).
+func (t *Tail) Marker() (livefeed.Entry, bool) { return t.marker, t.marker.End != "" }
+
 // EndFollows reports whether rest, the feed entries read after the
 // terminal event at seq, holds that round's end marker.
 func EndFollows(rest []livefeed.Entry, seq int) bool {
+	_, ok := endOf(rest, seq)
+	return ok
+}
+
+// endOf is the end marker among rest of the round whose terminal event is
+// at seq.
+func endOf(rest []livefeed.Entry, seq int) (livefeed.Entry, bool) {
 	for _, e := range rest {
 		if e.End != "" && e.Seq == seq {
-			return true
+			return e, true
 		}
 	}
-	return false
+	return livefeed.Entry{}, false
 }
 
 func (t *Tail) gone() bool { return t.Gone != nil && t.Gone() }
@@ -203,7 +215,7 @@ func (t *Tail) Run(ctx context.Context, end time.Time) TailEnd {
 					break
 				}
 				if t.relay(e.Seq, e.Event) {
-					t.ended = EndFollows(entries[i+1:], e.Seq)
+					t.marker, t.ended = endOf(entries[i+1:], e.Seq)
 					return TailStopped
 				}
 			}
@@ -379,20 +391,27 @@ const endWatch = 10 * time.Millisecond
 // marker came: after the round's terminal event at seq after, that says
 // the run's end is recorded.
 func WaitEnd(ctx context.Context, feed *livefeed.Feed, runID string, after int, d time.Duration) bool {
+	_, ok := WaitMarker(ctx, feed, runID, after, d)
+	return ok
+}
+
+// WaitMarker is WaitEnd returning the marker that came: the first one past
+// seq after.
+func WaitMarker(ctx context.Context, feed *livefeed.Feed, runID string, after int, d time.Duration) (livefeed.Entry, bool) {
 	if feed != nil {
 		start := time.Now()
 		entries, err := feed.Read(ctx, runID, after, d)
 		if err == nil {
 			for _, e := range entries {
 				if e.End != "" {
-					return true
+					return e, true
 				}
 			}
 		}
 		d -= time.Since(start)
 	}
 	Sleep(ctx, d)
-	return false
+	return livefeed.Entry{}, false
 }
 
 // Sleep waits d or until ctx ends.
