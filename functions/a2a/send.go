@@ -253,7 +253,9 @@ func (c *call) send(streaming bool) {
 // The tail's events are folded as they are relayed, so the settled view
 // reads only what the tail did not: the run, its messages, and its events
 // up to where the tail started (none for a run this request wrote) — each
-// stored event is read once (issue #19).
+// stored event is read once (issue #19). For a run this request wrote,
+// whose round's end marker carries the outcome, it reads nothing
+// (markedView).
 func (c *call) waitRecord(acc accepted, blocking bool) (view taskView, rn store.Run, settled bool) {
 	if !blocking {
 		return taskView{}, acc.run, false
@@ -271,6 +273,7 @@ func (c *call) waitRecord(acc accepted, blocking bool) (view taskView, rn store.
 		// it usually trails the terminal event by a Redis round trip, or
 		// came with it): read before the end is recorded, the record would
 		// have to be read again, and the marker may make reading it needless.
+		deadline := time.Now().Add(t.O.SettleWait)
 		m, marked := t.Marker()
 		if !t.Ended() && t.O.Feed != nil {
 			m, marked = door.WaitMarker(ctx, t.O.Feed, t.RunID, t.After, min(t.O.PollInterval, t.O.SettleWait))
@@ -280,7 +283,7 @@ func (c *call) waitRecord(acc accepted, blocking bool) (view taskView, rn store.
 				return v, cur, true
 			}
 		}
-		if v, cur, err := c.settleRecord(ctx, t, acc.after, tailed); err == nil {
+		if v, cur, err := c.settleRecord(ctx, t, acc.after, tailed, deadline); err == nil {
 			return v, cur, door.Settled(cur.Status)
 		}
 	}
@@ -341,10 +344,10 @@ func markedView(acc accepted, t *door.Tail, m livefeed.Entry, tailed *eventFold)
 // of the run as read last — so a settled answer costs one read, not a
 // status read and then its events and messages. t has run (its options
 // carry their defaults) from seq after; tailed folded what it relayed.
-// The caller has waited for the round's end marker first.
-func (c *call) settleRecord(ctx context.Context, t *door.Tail, after int, tailed *eventFold) (taskView, store.Run, error) {
+// The caller has waited for the round's end marker first, within the same
+// settle wait, which ends at deadline.
+func (c *call) settleRecord(ctx context.Context, t *door.Tail, after int, tailed *eventFold, deadline time.Time) (taskView, store.Run, error) {
 	o, st := t.O, c.h.o.Store
-	deadline := time.Now().Add(o.SettleWait)
 	for {
 		dctx, cancel := context.WithTimeout(ctx, 2*door.StorageTimeout)
 		// The run first, then the events before the tail's (a settled
