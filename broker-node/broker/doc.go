@@ -39,7 +39,10 @@
 //	waiting  -- cancelCmd -------------------------------------------> ended cancelled
 //	waiting  -- expireCmd, still unserved ---------------------------> ended failed
 //	            (no_provider_took_it)
-//	waiting  -- failCmd (agent_offline, interjection_target_lost) ---> ended failed
+//	waiting  -- failCmd (agent_offline, interjection_target_lost), the
+//	            verdict still so as the lane reads it ----------------> ended failed
+//	            (a stale one — the run offered, claimed or served since —
+//	            is dropped: verdictStands)
 //	offering -- verdictCmd accepted, or eventCmd or finishCmd from the
 //	            offer's link (claimByReport) ------------------------> claimed
 //	offering -- verdictCmd declined, lapseCmd, goneCmd of the offer's

@@ -179,7 +179,9 @@ func (l *lane) handle(ctx context.Context, c command) {
 	case goneCmd:
 		l.onGone(ctx, c)
 	case failCmd:
-		l.fail(ctx, c.reason, false) // funduq's own verdict: nobody stopped serving
+		if l.verdictStands(c.reason) {
+			l.fail(ctx, c.reason, false) // funduq's own verdict: nobody stopped serving
+		}
 	case expireCmd:
 		l.onExpire(ctx)
 	case orphanCmd:

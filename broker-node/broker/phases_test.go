@@ -258,3 +258,27 @@ func addressedRunID(input json.RawMessage) string {
 	}
 	return in.ForwardedProps.Funduq.AddressedRunID
 }
+
+// A verdict that fails a waiting run (agent_offline), pushed just before
+// the lane went on — the sweep read the agent unserved a moment before its
+// provider registered, and the lane offered the run first — fails nothing:
+// read behind the offer, it finds the run claimed and served, and the
+// provider's run completes.
+func TestLaneStaleVerdictFailsNoClaimedRun(t *testing.T) {
+	h := newHarness(t, Settings{})
+	p := h.connect(0xe1, nil)
+	p.register("echo")
+	id, thread := h.door(p.key, "echo", "hi")
+	if got := p.offer(); got != id {
+		t.Fatalf("offered %s, want %s", got, id)
+	}
+	h.b.mu.Lock()
+	h.b.lanes[id].q.push(failCmd{run.ReasonAgentOffline})
+	h.b.mu.Unlock()
+	p.accept(id)
+	p.complete(id, thread)
+	r := h.waitStatus(id, run.Completed)
+	if r.FailureReason != "" {
+		t.Fatalf("reason %q", r.FailureReason)
+	}
+}

@@ -108,3 +108,23 @@ func (b *Broker) sweepOnce(ctx context.Context) {
 		b.count(ctx, key, store.Undelivered)
 	}
 }
+
+// verdictStands reports whether a failCmd's verdict on a waiting run still
+// holds as the lane reads it: the run is still waiting (no offer out,
+// nobody holds it, not held for a provider coming back) and what the
+// verdict saw is still so — its agent unserved (agent_offline), its
+// target not live (interjection_target_lost). A verdict pushed a moment
+// before the lane offered the run, or before its provider registered, is
+// stale: the lane goes on, and the unserved clock still applies.
+func (l *lane) verdictStands(reason run.Reason) bool {
+	b := l.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if l.ended || l.offer != nil || l.claimedBy != nil || l.offeredTo != nil || l.orphan {
+		return false
+	}
+	if reason == run.ReasonInterjectionTargetLost {
+		return b.lanes[l.addressed] == nil
+	}
+	return b.served[l.agent] == nil
+}
