@@ -167,7 +167,7 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 		}
 		l.log.InfoContext(ctx, "run re-adopted by its provider", "provider_key", ls.key, "link", ls.id)
 		if l.cancelRequested {
-			l.sendCancel(ctx)
+			l.onCancel(ctx) // as for a claimed run: the record says cancelling, then the frame
 		}
 		return ""
 	case !l.orphan && l.offeredTo == nil && b.served[l.agent] != nil && b.served[l.agent].key == ls.key:

@@ -60,7 +60,8 @@
 //	claimed  -- goneCmd otherwise -----------------------------------> ended failed
 //	            (provider_left_holding_it, abandoned counted)
 //	held     -- eventCmd, finishCmd or verdictCmd accepted from its key
-//	            (claimByReport: re-adopted, a pending cancel sent again) -> claimed
+//	            (claimByReport: re-adopted; a pending cancel recorded,
+//	            cancelling, and sent) --------------------------------> claimed
 //	held     -- cancelCmd: noted, sent once re-adopted --------------> held
 //	held     -- storedEndCmd (its terminal event is stored) ---------> ended (the funnel)
 //	held     -- orphanCmd (provider_grace or the link grace passed) -> ended failed

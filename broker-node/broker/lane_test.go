@@ -319,3 +319,30 @@ func TestLaneTakeoverReadoption(t *testing.T) {
 	checkQuality(t, h, p.key, store.Quality{})
 	p2.none()
 }
+
+// A cancel requested while the run is held for its lost link is passed on
+// once the provider re-adopts it, and the record says cancelling then, as
+// for a cancel of a claimed run; the provider's stop ends it cancelled.
+func TestLaneCancelWhileHeldIsRecordedOnReadoption(t *testing.T) {
+	h := newHarness(t, Settings{LinkGrace: 5 * time.Second})
+	p := h.connect(0xe1, nil)
+	p.register("echo")
+	id, thread := h.door(p.key, "echo", "hi")
+	p.takes(id)
+	p.event(id, started(id, thread))
+	h.eventually("first event stored", func() bool { return len(h.events(id)) == 1 })
+	p.lost()
+	h.cancel(id)
+	h.settle()
+	if got := h.run(id).Status; got != run.Running {
+		t.Fatalf("a held run is %s after a cancel request", got)
+	}
+
+	p2 := h.connect(0xe1, nil)
+	p2.register("echo")
+	p2.event(id, `{"type":"STEP_STARTED","stepName":"s"}`)
+	p2.expect(wire.TypeCancel)
+	h.waitStatus(id, run.Cancelling)
+	p2.finish(id)
+	h.waitStatus(id, run.Cancelled)
+}
