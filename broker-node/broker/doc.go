@@ -68,10 +68,12 @@
 //	            (orphaned_by_funduq_restart; provider_left_holding_it
 //	            and abandoned counted after a lost link)
 //
-// A finishCmd that claims the run (from the offer's link, or a late ack)
-// ends it at once by the funnel. While an offer is out only its answer is
-// read (answers): the other commands wait behind it, in order, and are read
-// once it closes. Every road to ended runs through conclude (end.go), and
-// on each a run whose terminal event is stored ends by the funnel instead
-// of failing (D15).
+// A finishCmd that claims the run (from the offer's link, a late ack or a
+// re-adoption) ends it at once by the funnel. While an offer is out only
+// its answer is read (answers): the other commands wait behind it, in
+// order, and are read once it closes. Every road to ended that writes the
+// run's end runs through conclude (end.go), and on each a run whose
+// terminal event is stored ends by the funnel instead of failing (D15);
+// the one that writes nothing — the offering write finding the run no
+// longer queued, its end already recorded — only forgets the lane.
 package broker
