@@ -76,4 +76,19 @@
 // terminal event is stored ends by the funnel instead of failing (D15);
 // the one that writes nothing — the offering write finding the run no
 // longer queued, its end already recorded — only forgets the lane.
+//
+// # Where each phase lives
+//
+//	take.go     entering a lane: a notice, a run read by id, the catch-up's pages (take)
+//	offer.go    waiting → offering and the answers to an offer (try, onVerdict, onLapse)
+//	claim.go    → claimed: an accept, a late ack, a re-adoption (claim, claimByReport)
+//	relay.go    claimed: events admitted and relayed (onEvents)
+//	persist.go  the one write of a round (persist) and the live feed's publish
+//	cancel.go   a cancel requested (onCancel) and passed on (sendCancel)
+//	hold.go     → held and out of it: a lost link (onGone), the grace's end (onOrphanTimeout)
+//	end.go      → ended: the funnel, failures, conclude and forget
+//	sweep.go    the sweep's clocks and their verdicts (onExpire, verdictStands)
+//	recover.go  a takeover: reading the runs back (recover, adoptLater)
+//	index.go    the broker's indexes of lanes by thread, link and addressed run
+//	lane.go     the lane's fields, its loop and the command dispatch (handle)
 package broker

@@ -128,3 +128,18 @@ func (l *lane) verdictStands(reason run.Reason) bool {
 	}
 	return b.served[l.agent] == nil
 }
+
+// onExpire is the unserved clock's verdict on the lane (the sweep's
+// expireCmd): a run still waiting for a provider fails no_provider_took_it.
+func (l *lane) onExpire(ctx context.Context) {
+	b := l.b
+	b.mu.Lock()
+	still := l.claimedBy == nil && l.offeredTo == nil && !l.orphan && b.served[l.agent] == nil
+	if !still {
+		l.expirySent = false
+	}
+	b.mu.Unlock()
+	if still {
+		l.fail(ctx, run.ReasonNoProviderTookIt, false)
+	}
+}

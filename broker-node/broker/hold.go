@@ -1,0 +1,77 @@
+package broker
+
+import (
+	"context"
+
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+)
+
+// onGone is the run's link going away. An offer out to it is handed back;
+// a run it holds is held for the link grace when the link was lost without
+// a close frame and the run's end is not stored (D5), and fails
+// provider_left_holding_it otherwise.
+func (l *lane) onGone(ctx context.Context, c goneCmd) {
+	ls := c.link
+	if l.offer != nil && l.offer.link == ls {
+		l.handBack(ctx) // no answer will come; the run waits for a provider
+		return
+	}
+	b := l.b
+	b.mu.Lock()
+	held := l.claimedBy == ls
+	hold := held && c.lost && b.set.LinkGrace > 0 && !l.reportedEnd()
+	if hold {
+		// A dropped link is not yet an abandonment (D5): the run waits
+		// for the key to re-attach and report, as at a takeover. It keeps
+		// its place: the provider is presumed to be running it still.
+		l.orphan, l.adoptKey, l.linkLost = true, ls.key, true
+		if l.offeredTo != nil {
+			l.reserved = l.offeredTo.key
+		}
+		b.holdLocked(l, nil, nil)
+		l.orphanT = b.clock.AfterFunc(b.set.LinkGrace, func() { l.q.push(orphanCmd{}) })
+	}
+	b.mu.Unlock()
+	switch {
+	case hold:
+		l.log.InfoContext(ctx, "link lost without a close frame; holding the run for the link grace", "provider_key", ls.key,
+			"link", ls.id, "link_grace", b.set.LinkGrace.String())
+	case held:
+		l.fail(ctx, run.ReasonProviderLeftHoldingIt, true)
+	}
+}
+
+// onOrphanTimeout ends a held run nobody re-adopted: after a lost link's
+// grace it fails provider_left_holding_it (abandoned counted), after
+// provider_grace at a takeover orphaned_by_funduq_restart.
+func (l *lane) onOrphanTimeout(ctx context.Context) {
+	b := l.b
+	b.mu.Lock()
+	orphan, lost, key := l.orphan, l.linkLost, l.adoptKey
+	b.mu.Unlock()
+	if !orphan {
+		return
+	}
+	if lost {
+		// The link grace passed and the key did not come back: now it is
+		// certain it left holding the run (D18, design.md §Counters).
+		l.b.mu.Lock()
+		l.noted = true
+		l.b.mu.Unlock()
+		if l.fail(ctx, run.ReasonProviderLeftHoldingIt, false) && !l.reportedEnd() {
+			b.count(ctx, key, store.Abandoned)
+		}
+		return
+	}
+	l.fail(ctx, run.ReasonOrphanedByRestart, false)
+	// Interjections read back at takeover that address it lost their
+	// target: it did not survive the takeover (D7).
+	b.mu.Lock()
+	for _, other := range b.addressing[l.id] {
+		if other.readBack && !other.ended {
+			other.q.push(failCmd{run.ReasonInterjectionTargetLost})
+		}
+	}
+	b.mu.Unlock()
+}

@@ -1,0 +1,162 @@
+package broker
+
+import (
+	"context"
+
+	"github.com/funduq/funduq-go/broker-node/intake"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+)
+
+// newLane is a lane for r, not yet registered or running.
+func (b *Broker) newLane(r store.Run) *lane {
+	return &lane{b: b, id: r.RunID, threadID: r.ThreadID, agent: AgentRef{r.ProviderKey, r.AgentName},
+		input: r.RunInput, addressed: r.AddressedRunID, queuedAt: b.clock.Now(), roundQueuedAt: r.QueuedAt,
+		q: newQueue(), status: r.Status,
+		log: b.log.With("run_id", r.RunID, "thread_id", r.ThreadID, "agent", r.AgentName, "provider_key", r.ProviderKey)}
+}
+
+// take brings a queued run into a lane: where "served" is decided (D8). A
+// run arriving while nobody serves its agent fails agent_offline at once —
+// unless it was read back at takeover, or arrives within provider_grace of
+// it, while providers are still reconnecting: those wait on the unserved
+// clock.
+func (b *Broker) take(r store.Run, readBack bool) {
+	if r.Status != run.Queued {
+		return
+	}
+	open := func() bool { return b.leading && b.lanes[r.RunID] == nil && !b.ended.over(r) }
+	b.mu.Lock()
+	ok := open()
+	b.mu.Unlock()
+	if !ok {
+		return
+	}
+	// Built outside the broker's lock, which every lane takes: the lane
+	// decodes the run's input and formats its logger's attributes.
+	l := b.newLane(r)
+	b.mu.Lock()
+	if !open() {
+		b.mu.Unlock()
+		return
+	}
+	l.cancelRequested = r.CancelRequestedBy != nil
+	l.readBack = readBack
+	b.addLaneLocked(l)
+	b.lanesWG.Add(1)
+	served := b.served[l.agent] != nil
+	// Around a takeover a run waits only for a provider expected back: one
+	// that served the agent when the previous leader went away. With a
+	// provider_grace, it waits at most until the grace ends (the sweep).
+	inGrace := b.clock.Now().Before(b.takeoverAt.Add(b.set.ProviderGrace))
+	waiting := (readBack || inGrace) && b.expected[l.agent]
+	if readBack && b.set.ProviderGrace <= 0 {
+		waiting = true // no grace: read-back runs take the unserved clock
+	}
+	l.graceWait = waiting && inGrace
+	// Its agent's link was lost without a close frame moments ago: the
+	// key is expected back within the link grace (D5), so the run waits
+	// that long rather than failing agent_offline while it reconnects.
+	if until, ok := b.lostUntil[l.agent]; ok && !served && b.clock.Now().Before(until) {
+		waiting, l.linkWait, l.linkUntil = true, true, until
+	}
+	lost := readBack && b.interjectionLostLocked(l.addressed)
+	b.joinThreadLocked(l, l.queuedAt)
+	switch {
+	case lost:
+		l.q.push(failCmd{run.ReasonInterjectionTargetLost})
+	case l.cancelRequested:
+		l.q.push(cancelCmd{})
+	case !served && !waiting:
+		l.q.push(failCmd{run.ReasonAgentOffline})
+	default:
+		if b.threads[l.threadID][0] == l || l.addressed != "" {
+			b.nudgeLocked(l)
+		}
+	}
+	ctx := b.ctx
+	b.mu.Unlock()
+	go l.loop(ctx)
+}
+
+// ---- notices: the broker is the intake listener's handler ----
+
+var _ intake.Handler = (*Broker)(nil)
+
+// Notify takes one door notification.
+func (b *Broker) Notify(ctx context.Context, n intake.Notice) {
+	switch n.Kind {
+	case intake.Queued, intake.Resumed:
+		if n.Run != nil {
+			b.take(*n.Run, false) // the row as the door queued it
+			return
+		}
+		b.takeByID(ctx, n.RunID)
+	case intake.Cancel:
+		b.mu.Lock()
+		l := b.lanes[n.RunID]
+		b.mu.Unlock()
+		if l != nil {
+			l.q.push(cancelCmd{})
+			return
+		}
+		b.takeByID(ctx, n.RunID) // a queued run not yet taken is taken cancelled
+	}
+}
+
+func (b *Broker) takeByID(ctx context.Context, runID string) {
+	r, err := b.st.GetRun(ctx, runID)
+	if err != nil {
+		b.log.WarnContext(ctx, "notified run could not be read", "run_id", runID, "err", err)
+		return
+	}
+	b.take(r, false)
+}
+
+// takeQueued takes every queued run (take skips those already in a lane),
+// reading the queue in pages of QueuePage, oldest first, each after the
+// last run of the one before (design.md D7), and says how many it read. Each page's read goes through read: the takeover's is retried
+// as the leader's writes are, a catch-up's is not (the next one retries).
+func (b *Broker) takeQueued(ctx context.Context, readBack bool, read func(func() error) error) (int, error) {
+	var after store.QueueCursor
+	n := 0
+	for {
+		var page []store.Run
+		err := read(func() (err error) {
+			page, err = b.st.QueuedRuns(ctx, after, b.set.QueuePage)
+			return err
+		})
+		if err != nil {
+			return n, err
+		}
+		for _, r := range page {
+			b.take(r, readBack)
+		}
+		n += len(page)
+		if len(page) < b.set.QueuePage {
+			return n, nil
+		}
+		after = page[len(page)-1].QueueCursor()
+	}
+}
+
+// CatchUp finds what notifications may have missed: queued runs not in a
+// lane, and cancel requests the lanes have not heard.
+func (b *Broker) CatchUp(ctx context.Context, reason string) {
+	if _, err := b.takeQueued(ctx, false, func(read func() error) error { return read() }); err != nil {
+		b.log.WarnContext(ctx, "catch-up failed", "reason", reason, "err", err)
+		return
+	}
+	ids, err := b.st.CancelRequestedActive(ctx)
+	if err != nil {
+		b.log.WarnContext(ctx, "catch-up of cancels failed", "reason", reason, "err", err)
+		return
+	}
+	b.mu.Lock()
+	for _, id := range ids {
+		if l := b.lanes[id]; l != nil && !l.cancelRequested && !l.ended {
+			l.q.push(cancelCmd{})
+		}
+	}
+	b.mu.Unlock()
+}
