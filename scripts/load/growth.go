@@ -229,7 +229,7 @@ func doorPhase(ctx context.Context, f *fleet, st *stack, callers []*caller, door
 
 // measureGrowth is the growth section: ANALYZE after priming, each door
 // alone at the history there is, then (n > 0) n prior runs seeded,
-// checkpointed and VACUUM (ANALYZE)d, and each door again.
+// VACUUM (ANALYZE)d and checkpointed, and each door again.
 func measureGrowth(ctx context.Context, c Config, f *fleet, st *stack, logf func(string, ...any)) (*Growth, error) {
 	g := &Growth{PreseedRuns: c.Preseed}
 	took, err := analyze(ctx, st.dbURL)
@@ -261,13 +261,15 @@ func measureGrowth(ctx context.Context, c Config, f *fleet, st *stack, logf func
 		return nil, err
 	}
 	g.SeedSeconds = time.Since(t0).Seconds()
-	// The seed's pages go to disk now, not under the next phases: a
-	// checkpoint writing millions of fresh rows is no part of a run's cost.
-	if err := checkpoint(ctx, st.dbURL); err != nil {
-		logf("growth: checkpoint after the seed: %v (the next phases may share the disk with it)", err)
-	}
 	if err := vacuum(ctx, st.dbURL); err != nil {
 		return nil, err
+	}
+	// The seed's pages, and those the vacuum dirtied (hint bits, the
+	// visibility map, frozen tuples), go to disk now, not under the next
+	// phases: a checkpoint writing millions of fresh rows is no part of a
+	// run's cost.
+	if err := checkpoint(ctx, st.dbURL); err != nil {
+		logf("growth: checkpoint after the seed: %v (the next phases may share the disk with it)", err)
 	}
 	if err := phases(); err != nil {
 		return nil, err
