@@ -27,6 +27,8 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 			if l.cancelRequested {
 				l.onCancel(ctx)
 			}
+		} else {
+			l.claimRefused(ctx, ls, err)
 		}
 		return
 	}
@@ -36,6 +38,7 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 		// the claim goes alone, then the batch as any other.
 		if _, _, err := l.persist(ctx, roundWrite{claim: true}); err != nil {
 			ls.release(batch...)
+			l.claimRefused(ctx, ls, err)
 			return
 		}
 		l.tookClaim(ctx, ls, from)
@@ -68,6 +71,7 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 		if len(a.evs) > 0 && ctx.Err() == nil {
 			l.log.ErrorContext(ctx, "claim refused", "err", err)
 		}
+		l.claimRefused(ctx, ls, err)
 		return
 	}
 	l.tookClaim(ctx, ls, from)
@@ -128,6 +132,9 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 		l.offer = nil
 		b.metrics.offers.WithLabelValues("accepted").Inc()
 		l.claim(ctx, ls, run.Offering, false) // the report in hand comes first
+		if l.isEnded() {
+			return refusedEnded // the record refused the claim (claimRefused)
+		}
 		return ""
 	}
 	b.mu.Lock()
@@ -181,6 +188,9 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 			l.log.InfoContext(ctx, "the provider reported for a queued run it was not offered: claimed", "provider_key", ls.key)
 		}
 		l.claim(ctx, ls, run.Queued, false)
+		if l.isEnded() {
+			return refusedEnded // the record refused the claim (claimRefused)
+		}
 		if late {
 			b.count(ctx, ls.key, store.AnsweredLate)
 		}
@@ -189,4 +199,20 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 	b.mu.Unlock()
 	l.log.WarnContext(ctx, "report for a run nobody holds; refused", "provider_key", ls.key, "link", ls.id)
 	return refusedUnknown
+}
+
+// claimRefused answers an accept whose claim the record refused because
+// the run no longer waits for a provider — it ended or paused meanwhile,
+// by a writer other than this lane: the provider is asked to cancel (as
+// for an offer whose offering write was refused) and the lane closes, the
+// record being the truth. Any other failure is the leader's own: its
+// writes are retried until it steps down, and the next leader reads the
+// run back (design.md D7).
+func (l *lane) claimRefused(ctx context.Context, ls *linkState, err error) {
+	if ctx.Err() != nil || !noLongerQueued(run.Running, err) {
+		return
+	}
+	l.retractOffer(ctx, ls, err)
+	l.log.InfoContext(ctx, "the record refused the claim: the run no longer waits; its lane closes", "err", err)
+	l.b.forget(l)
 }

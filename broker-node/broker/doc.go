@@ -49,6 +49,8 @@
 //	            link (handBack) -------------------------------------> waiting
 //	offering -- lapseCmd read late (the broker ran late): put off once -> offering
 //	offering -- verdictCmd refused ----------------------------------> ended failed
+//	offering -- the claim refused by the record, the run no longer
+//	            waiting (claimRefused): the offer retracted ----------> ended
 //	claimed  -- eventCmd: relayed (admitted, persisted, published) --> claimed
 //	claimed  -- a report from a newer link of the holder's key -----> claimed (passed on)
 //	claimed  -- cancelCmd: cancelling, the cancel frame sent --------> claimed
@@ -74,8 +76,9 @@
 // order, and are read once it closes. Every road to ended that writes the
 // run's end runs through conclude (end.go), and on each a run whose
 // terminal event is stored ends by the funnel instead of failing (D15);
-// the one that writes nothing — the offering write finding the run no
-// longer queued, its end already recorded — only forgets the lane.
+// the ones that write nothing — the offering write or the claim finding
+// the run no longer waiting, its end already recorded — only forget the
+// lane.
 //
 // # Where each phase lives
 //

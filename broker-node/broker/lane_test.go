@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -345,4 +347,33 @@ func TestLaneCancelWhileHeldIsRecordedOnReadoption(t *testing.T) {
 	h.waitStatus(id, run.Cancelling)
 	p2.finish(id)
 	h.waitStatus(id, run.Cancelled)
+}
+
+// An accept whose claim the record refuses — the run was ended meanwhile
+// by a writer other than this lane (a seeded fault: the row is set
+// cancelled under the offer) — is answered: the provider is asked to
+// cancel, the lane closes and gives its place back, and the next run is
+// offered to the same provider.
+func TestLaneRefusedClaimClosesTheLane(t *testing.T) {
+	h := newHarness(t, Settings{})
+	p := h.connect(0xe1, limit(1))
+	p.register("echo")
+	id, _ := h.door(p.key, "echo", "hi")
+	if got := p.offer(); got != id {
+		t.Fatalf("offered %s, want %s", got, id)
+	}
+	if _, err := h.st.Pool().Exec(context.Background(),
+		`UPDATE runs SET status = 'cancelled', completed_at = now() WHERE run_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+	p.accept(id)
+	var c wire.Cancel
+	if err := json.Unmarshal(p.expect(wire.TypeCancel), &c); err != nil || c.RunID != id {
+		t.Fatalf("cancel %+v (%v), want one for %s", c, err, id)
+	}
+	h.eventually("the lane closes", func() bool { _, ok := h.b.Snapshot().Lanes[id]; return !ok })
+	next, _ := h.door(p.key, "echo", "next")
+	if got := p.offer(); got != next {
+		t.Fatalf("offered %s, want the next run %s", got, next)
+	}
 }

@@ -137,11 +137,12 @@ func (l *lane) move(ctx context.Context, to run.Status) error {
 	return err
 }
 
-// noLongerQueued reports whether err refused an offering write because the
-// run is no longer queued — it ended or paused, or is gone: a late read of
-// it as queued, not a fault.
+// noLongerQueued reports whether err refused an offering write, or a
+// claim (to running), because the run no longer waits for a provider — it
+// ended or paused, or is gone: a late read of it as queued, or a writer
+// other than this lane, not a fault of the lane's.
 func noLongerQueued(to run.Status, err error) bool {
-	if to != run.Offering {
+	if to != run.Offering && to != run.Running {
 		return false
 	}
 	var te *store.TransitionError
