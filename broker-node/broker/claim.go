@@ -170,6 +170,7 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 		err := b.write(ctx, "adopt run", func() error { _, err := b.st.Adopt(ctx, l.epoch, l.id); return err })
 		if err != nil {
 			l.log.ErrorContext(ctx, "could not re-adopt run", "err", err)
+			l.claimRefused(ctx, ls, err)
 			return refusedEnded
 		}
 		l.log.InfoContext(ctx, "run re-adopted by its provider", "provider_key", ls.key, "link", ls.id)
@@ -201,8 +202,9 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 	return refusedUnknown
 }
 
-// claimRefused answers an accept whose claim the record refused because
-// the run no longer waits for a provider — it ended or paused meanwhile,
+// claimRefused answers an accept whose claim (or a report whose
+// re-adoption) the record refused because the run no longer waits for a
+// provider, or is no longer held — it ended or paused meanwhile,
 // by a writer other than this lane: the provider is asked to cancel (as
 // for an offer whose offering write was refused) and the lane closes, the
 // record being the truth. Any other failure is the leader's own: its

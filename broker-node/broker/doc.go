@@ -64,6 +64,8 @@
 //	held     -- eventCmd, finishCmd or verdictCmd accepted from its key
 //	            (claimByReport: re-adopted; a pending cancel recorded,
 //	            cancelling, and sent) --------------------------------> claimed
+//	held     -- a report from its key whose re-adoption the record
+//	            refuses, the run no longer held (claimRefused) --------> ended
 //	held     -- cancelCmd: noted, sent once re-adopted --------------> held
 //	held     -- storedEndCmd (its terminal event is stored) ---------> ended (the funnel)
 //	held     -- orphanCmd (provider_grace or the link grace passed) -> ended failed

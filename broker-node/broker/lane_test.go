@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -375,5 +376,45 @@ func TestLaneRefusedClaimClosesTheLane(t *testing.T) {
 	next, _ := h.door(p.key, "echo", "next")
 	if got := p.offer(); got != next {
 		t.Fatalf("offered %s, want the next run %s", got, next)
+	}
+}
+
+// A provider re-attaching and reporting for a held run the record no
+// longer holds (a seeded fault: the row set failed under the hold) is
+// answered — an error naming the run as ended, and a cancel — and the
+// lane closes; the leader does not spend its write retries on a refusal
+// that cannot change, nor step down over it.
+func TestLaneRefusedReadoptionClosesTheLane(t *testing.T) {
+	h := newHarness(t, Settings{LinkGrace: 5 * time.Second, StoreRetryFor: 2 * time.Second})
+	p := h.connect(0xe1, nil)
+	p.register("echo")
+	id, thread := h.door(p.key, "echo", "hi")
+	p.takes(id)
+	p.event(id, started(id, thread))
+	h.eventually("first event stored", func() bool { return len(h.events(id)) == 1 })
+	p.lost()
+	h.settle()
+	if _, err := h.st.Pool().Exec(context.Background(),
+		`UPDATE runs SET status = 'failed', failure_reason = 'seeded', completed_at = now() WHERE run_id = $1`, id); err != nil {
+		t.Fatal(err)
+	}
+
+	p2 := h.connect(0xe1, nil)
+	p2.register("echo")
+	p2.event(id, `{"type":"STEP_STARTED","stepName":"s"}`)
+	seen := map[string]bool{}
+	for !seen[wire.TypeError] || !seen[wire.TypeCancel] {
+		typ, f := p2.next()
+		if typ == wire.TypeError && !strings.Contains(string(f), id) {
+			t.Fatalf("error frame %s does not name the run", f)
+		}
+		seen[typ] = true
+	}
+	h.eventually("the lane closes", func() bool { _, ok := h.b.Snapshot().Lanes[id]; return !ok })
+	if leading, _ := h.b.Leading(); !leading {
+		t.Fatal("the leader stepped down over a refused re-adoption")
+	}
+	if r := h.run(id); r.Status != run.Failed || r.FailureReason != "seeded" {
+		t.Fatalf("the record was rewritten: %s %q", r.Status, r.FailureReason)
 	}
 }

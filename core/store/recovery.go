@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/funduq/funduq-go/core/run"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -18,7 +19,9 @@ func (s *Store) RunsInStatus(ctx context.Context, statuses ...string) ([]Run, er
 }
 
 // Adopt stamps a held run (running or cancelling) with the new leader's
-// epoch: its provider re-attached and reported for it (D7).
+// epoch: its provider re-attached and reported for it (D7). A run that is
+// no longer running or cancelling is refused with a *TransitionError
+// (ErrIllegalTransition) naming the status it was found in.
 func (s *Store) Adopt(ctx context.Context, epoch int64, runID string) (Run, error) {
 	var out Run
 	err := s.inTx(ctx, "adopt run "+runID, func(tx pgx.Tx) error {
@@ -34,7 +37,9 @@ func (s *Store) Adopt(ctx context.Context, epoch int64, runID string) (Run, erro
 			} else if err != nil {
 				return err
 			}
-			return fmt.Errorf("adopt run %s: it is %s, not held", runID, found)
+			// Not held any more: a refusal, not a fault to retry (the
+			// broker retries its writes until it steps down).
+			return &TransitionError{RunID: runID, From: run.Status(found), To: run.Status(found), Writer: run.ByBroker}
 		}
 		out = r
 		return err
