@@ -19,7 +19,7 @@ func (b *Broker) recover(ctx context.Context) error {
 	b.mu.Unlock()
 	var expected []store.ServedAgent
 	if err := b.write(ctx, "forget older rosters", func() (err error) {
-		expected, err = b.st.ForgetServedBefore(ctx, epoch, b.set.LeaseTTL)
+		expected, err = b.st.ForgetServedBefore(ctx, epoch, b.set.LeaseTTL, b.set.ProviderGrace)
 		return err
 	}); err != nil {
 		return fmt.Errorf("recover: %w", err)

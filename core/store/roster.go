@@ -106,7 +106,10 @@ type ServedAgent struct{ ProviderKey, Name string }
 // moment is up to lookback (the lease TTL) before now, since the new
 // leader took over only once the old lease had lapsed; a grace still
 // running then counts even if it ended during the wait for the lease.
-func (s *Store) ForgetServedBefore(ctx context.Context, epoch int64, lookback time.Duration) ([]ServedAgent, error) {
+// The agents returned are expected back for grace (provider_grace), which
+// is recorded with them (back_until) so a leader taking over from this one
+// before they are back expects them too.
+func (s *Store) ForgetServedBefore(ctx context.Context, epoch int64, lookback, grace time.Duration) ([]ServedAgent, error) {
 	var out []ServedAgent
 	err := s.inTx(ctx, "forget older rosters", func(tx pgx.Tx) error {
 		out = nil
@@ -127,6 +130,20 @@ func (s *Store) ForgetServedBefore(ctx context.Context, epoch int64, lookback ti
 		})
 		if err != nil {
 			return err
+		}
+		if grace > 0 && len(out) > 0 {
+			// This leader expects them for grace; should it go away before
+			// they are back, the next one expects them for what is left.
+			keys, names := make([]string, len(out)), make([]string, len(out))
+			for i, a := range out {
+				keys[i], names[i] = a.ProviderKey, a.Name
+			}
+			if _, err := tx.Exec(ctx, `UPDATE agents a SET back_until = greatest(a.back_until, now() + make_interval(secs => $3::float8 / 1000))
+				FROM unnest($1::text[], $2::text[]) AS e(provider_key, name)
+				WHERE a.provider_key = e.provider_key AND a.name = e.name AND a.served_epoch IS NULL`,
+				keys, names, grace.Milliseconds()); err != nil {
+				return err
+			}
 		}
 		_, err = tx.Exec(ctx, `UPDATE llm_offerings SET served_epoch = NULL
 			WHERE served_epoch IS NOT NULL AND served_epoch <> $1`, epoch)
