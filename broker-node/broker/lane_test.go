@@ -328,13 +328,7 @@ func TestLaneTakeoverReadoption(t *testing.T) {
 // for a cancel of a claimed run; the provider's stop ends it cancelled.
 func TestLaneCancelWhileHeldIsRecordedOnReadoption(t *testing.T) {
 	h := newHarness(t, Settings{LinkGrace: 5 * time.Second})
-	p := h.connect(0xe1, nil)
-	p.register("echo")
-	id, thread := h.door(p.key, "echo", "hi")
-	p.takes(id)
-	p.event(id, started(id, thread))
-	h.eventually("first event stored", func() bool { return len(h.events(id)) == 1 })
-	p.lost()
+	id := h.heldRun(0xe1)
 	h.cancel(id)
 	h.settle()
 	if got := h.run(id).Status; got != run.Running {
@@ -386,13 +380,7 @@ func TestLaneRefusedClaimClosesTheLane(t *testing.T) {
 // that cannot change, nor step down over it.
 func TestLaneRefusedReadoptionClosesTheLane(t *testing.T) {
 	h := newHarness(t, Settings{LinkGrace: 5 * time.Second, StoreRetryFor: 2 * time.Second})
-	p := h.connect(0xe1, nil)
-	p.register("echo")
-	id, thread := h.door(p.key, "echo", "hi")
-	p.takes(id)
-	p.event(id, started(id, thread))
-	h.eventually("first event stored", func() bool { return len(h.events(id)) == 1 })
-	p.lost()
+	id := h.heldRun(0xe1)
 	h.settle()
 	if _, err := h.st.Pool().Exec(context.Background(),
 		`UPDATE runs SET status = 'failed', failure_reason = 'seeded', completed_at = now() WHERE run_id = $1`, id); err != nil {
@@ -417,4 +405,19 @@ func TestLaneRefusedReadoptionClosesTheLane(t *testing.T) {
 	if r := h.run(id); r.Status != run.Failed || r.FailureReason != "seeded" {
 		t.Fatalf("the record was rewritten: %s %q", r.Status, r.FailureReason)
 	}
+}
+
+// heldRun is a run its provider (seed) took and started, then held by the
+// lane because the link was lost without a close frame (the harness needs
+// a link grace).
+func (h *harness) heldRun(seed byte) string {
+	h.t.Helper()
+	p := h.connect(seed, nil)
+	p.register("echo")
+	id, thread := h.door(p.key, "echo", "hi")
+	p.takes(id)
+	p.event(id, started(id, thread))
+	h.eventually("first event stored", func() bool { return len(h.events(id)) == 1 })
+	p.lost()
+	return id
 }
