@@ -27,6 +27,10 @@
 //	              +---------- late ack (claimByReport) -----------+  v  | re-adopted
 //	takeover (adoptLater) -----------------------------------------> held
 //
+// The outline draws only the claimed run's end: waiting, offering and held
+// reach ended too (a cancel, the unserved clock, a fail verdict, a refused
+// offer or claim, the grace's end), as the list below says.
+//
 // The commands (commands.go) that move it, as handle dispatches them:
 //
 //	waiting  -- tryCmd [thread head or the live target of an interjection,
