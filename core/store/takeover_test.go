@@ -2,11 +2,13 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/core/store/storetest"
 )
 
@@ -102,5 +104,32 @@ func TestTakeoverEndsOnlyItsOwnDatabasesTransactions(t *testing.T) {
 	}
 	if err := bystander.Commit(ctx); err != nil {
 		t.Fatalf("a transaction of another database was ended by this one's takeover: %v", err)
+	}
+}
+
+// Adopt refuses a run that is no longer held (running or cancelling) with
+// a *TransitionError naming the status it found, which the broker's write
+// loop takes for a refusal, not a failing database it should retry until
+// it steps down; a run that does not exist is ErrNotFound.
+func TestAdoptRefusesARunNotHeld(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Store(t)
+	seedAgent(t, st)
+	epoch, err := st.AdvanceEpoch(ctx, "leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRun(t, st)
+	forceStatus(t, st, r.RunID, run.Failed)
+	_, err = st.Adopt(ctx, epoch, r.RunID)
+	var te *store.TransitionError
+	if !errors.Is(err, store.ErrIllegalTransition) || !errors.As(err, &te) || te.From != run.Failed {
+		t.Fatalf("adopt of a failed run: %v, want a TransitionError from failed", err)
+	}
+	if got, err := st.GetRun(ctx, r.RunID); err != nil || got.Status != run.Failed {
+		t.Fatalf("the refused adopt changed the run: %s (%v)", got.Status, err)
+	}
+	if _, err := st.Adopt(ctx, epoch, "run_000000000000000000000000"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("adopt of an unknown run: %v, want ErrNotFound", err)
 	}
 }
