@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/funduq/funduq-go/core/agui"
 	"github.com/funduq/funduq-go/core/livefeed"
@@ -114,14 +115,17 @@ func (l *lane) conclude(ctx context.Context, w roundWrite) bool {
 		l.log.ErrorContext(ctx, "run's end was refused", "to", string(w.end.Move.To), "err", err)
 		l.publishBatch(ctx, pub) // the events that rode with it, stored alone
 	} else {
-		l.publishBatch(ctx, pub)
 		if b.feed != nil {
-			// After the end's commit, as every entry of the feed (D9):
-			// the marker carries the outcome just recorded, so a door
-			// that relayed the round from the feed answers without
+			// After the end's commit, as every entry of the feed (D9),
+			// the events that rode with it and the marker in one round
+			// trip: the marker carries the outcome just recorded, so a
+			// door that relayed the round from the feed answers without
 			// reading it back.
-			if err := b.feed.EndWith(ctx, l.id, outcomeOf(r, w.end.AgentMessages)); err != nil {
-				l.log.WarnContext(ctx, "live feed end failed", "err", err)
+			t0 := time.Now()
+			err := b.feed.PublishAndEnd(ctx, l.id, pub, outcomeOf(r, w.end.AgentMessages))
+			b.metrics.publishSecs.Add(time.Since(t0).Seconds())
+			if err != nil {
+				l.log.WarnContext(ctx, "live feed end failed", "events", len(pub), "err", err)
 			}
 		}
 		b.metrics.ended.WithLabelValues(string(r.Status)).Inc()

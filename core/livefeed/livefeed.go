@@ -24,6 +24,14 @@ const (
 	FinishedTTL = 10 * time.Minute
 )
 
+// atOnce: the entries one write appends go in one MULTI/EXEC, not a bare
+// pipeline. Redis serves a reader blocked on a stream after each command
+// that feeds it, so a door waiting on a run would wake for the first XADD
+// of a batch and read again for the rest; in a MULTI it wakes once, after
+// EXEC, with the whole batch (and the end marker riding with it). A
+// refused XADD (its seq published already) still fails alone: a MULTI runs
+// its other commands.
+
 // Feed publishes to, and reads from, the per-run streams.
 type Feed struct {
 	rdb    redis.UniversalClient
@@ -57,7 +65,7 @@ type Published struct {
 }
 
 // PublishBatch appends evs (in seq order) of runID in one round trip: one
-// XADD per event and one EXPIRE, pipelined.
+// XADD per event and one EXPIRE, pipelined in one MULTI (see atOnce).
 func (f *Feed) PublishBatch(ctx context.Context, runID string, evs []Published) error {
 	if len(evs) == 0 {
 		return nil
@@ -66,7 +74,7 @@ func (f *Feed) PublishBatch(ctx context.Context, runID string, evs []Published) 
 		return f.Publish(ctx, runID, evs[0].Seq, evs[0].Event)
 	}
 	key := f.Key(runID)
-	pipe := f.rdb.Pipeline()
+	pipe := f.rdb.TxPipeline() // see atOnce
 	for _, e := range evs {
 		pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: strconv.Itoa(e.Seq) + "-1", MaxLen: MaxLen, Approx: true,
 			Values: []any{"seq", e.Seq, "event", string(e.Event)}})
@@ -91,11 +99,37 @@ func (f *Feed) End(ctx context.Context, runID string, lastSeq int, status string
 // out and the marker says so (OutcomeOmitted): the stream keeps small
 // entries, and the reader reads the record as it would after End.
 func (f *Feed) EndWith(ctx context.Context, runID string, o Outcome) error {
+	return f.PublishAndEnd(ctx, runID, nil, o)
+}
+
+// PublishAndEnd is PublishBatch(evs) then EndWith(o) in one round trip,
+// for a round whose last events are stored in the same commit as its end:
+// a reader gets the events and the marker from one read. The entries go
+// in that order, as if published apart (Redis runs a pipeline's commands in
+// order); an event refused (its seq published already) does not hold the
+// marker back, as PublishBatch's failure never held back EndWith.
+func (f *Feed) PublishAndEnd(ctx context.Context, runID string, evs []Published, o Outcome) error {
 	vals := []any{"end", o.Status, "outcome_omitted", "1"}
 	if raw, ok := MarshalOutcome(o); ok {
 		vals = []any{"end", o.Status, "outcome", string(raw)}
 	}
-	return f.end(ctx, runID, o.LastSeq, vals)
+	key := f.Key(runID)
+	pipe := f.rdb.TxPipeline() // see atOnce
+	for _, e := range evs {
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: strconv.Itoa(e.Seq) + "-1", MaxLen: MaxLen, Approx: true,
+			Values: []any{"seq", e.Seq, "event", string(e.Event)}})
+	}
+	pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: strconv.Itoa(o.LastSeq) + "-2", MaxLen: MaxLen, Approx: true, Values: vals})
+	pipe.Expire(ctx, key, FinishedTTL)
+	cmds, err := pipe.Exec(ctx)
+	if err == nil {
+		return nil
+	}
+	if len(evs) > 0 && len(cmds) >= len(evs)+2 && cmds[len(evs)].Err() == nil {
+		// Only events were refused: the marker is in.
+		return fmt.Errorf("publish events %d..%d of run %s with its end: %w", evs[0].Seq, evs[len(evs)-1].Seq, runID, err)
+	}
+	return fmt.Errorf("end stream of run %s: %w", runID, err)
 }
 
 func (f *Feed) end(ctx context.Context, runID string, lastSeq int, vals []any) error {

@@ -3,7 +3,9 @@ package livefeed_test
 import (
 	"context"
 	"encoding/json"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,5 +118,70 @@ func TestEndWithOutcome(t *testing.T) {
 	}
 	if _, err := livefeed.ParseOutcome(json.RawMessage("{}")); err == nil {
 		t.Fatal("an outcome without a status parsed")
+	}
+}
+
+// pipelines counts the pipelines a client sends.
+type pipelines struct{ n atomic.Int64 }
+
+func (*pipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (*pipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (p *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		p.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// A round's last events and its end marker go out in one round trip, in
+// that order, so a reader waiting on the stream gets them in one read; an
+// event published already does not keep the marker out.
+func TestPublishAndEnd(t *testing.T) {
+	rdb, prefix := redistest.Client(t)
+	var count pipelines
+	rdb.AddHook(&count)
+	f := livefeed.New(rdb, prefix)
+	ctx := context.Background()
+	if err := f.Publish(ctx, "run_1", 1, json.RawMessage(`{"type":"RUN_STARTED"}`)); err != nil {
+		t.Fatal(err)
+	}
+	reading := make(chan []livefeed.Entry, 1)
+	go func() {
+		got, _ := f.Read(ctx, "run_1", 1, 10*time.Second)
+		reading <- got
+	}()
+	// Wait until the read blocks on the stream (Redis lists it blocked).
+	for {
+		info, err := rdb.Info(ctx, "clients").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(info, "blocked_clients:0") {
+			break
+		}
+		runtime.Gosched()
+	}
+	before := count.n.Load()
+	o := livefeed.Outcome{Status: "completed", LastSeq: 3, LastActivityAt: time.Now().UTC()}
+	evs := []livefeed.Published{{Seq: 2, Event: json.RawMessage(`{"type":"CUSTOM"}`)}, {Seq: 3, Event: json.RawMessage(`{"type":"RUN_FINISHED"}`)}}
+	if err := f.PublishAndEnd(ctx, "run_1", evs, o); err != nil {
+		t.Fatal(err)
+	}
+	if n := count.n.Load() - before; n != 1 {
+		t.Fatalf("events and their end took %d round trips, want 1", n)
+	}
+	got := <-reading
+	if len(got) != 3 || got[0].Seq != 2 || got[1].Seq != 3 || got[2].End != "completed" || got[2].Seq != 3 || got[2].Outcome == nil {
+		t.Fatalf("one blocked read got %+v, want seqs 2, 3 and the marker", got)
+	}
+
+	// Seq 1 is there already: refused, and the marker still goes in.
+	_ = f.Publish(ctx, "run_2", 1, json.RawMessage(`{}`))
+	err := f.PublishAndEnd(ctx, "run_2", []livefeed.Published{{Seq: 1, Event: json.RawMessage(`{}`)}}, livefeed.Outcome{Status: "failed", LastSeq: 1})
+	if err == nil {
+		t.Fatal("a seq published twice was accepted")
+	}
+	if got, _ := f.Read(ctx, "run_2", 1, 0); len(got) != 1 || got[0].End != "failed" {
+		t.Fatalf("after a refused event: %+v, want the marker", got)
 	}
 }
