@@ -40,6 +40,20 @@ type Database struct {
 // through adminURL and applies the migrations. A database left half made
 // is dropped again.
 func CreateDatabase(ctx context.Context, adminURL, name string) (*Database, error) {
+	d, err := CreateEmptyDatabase(ctx, adminURL, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := store.Migrate(ctx, d.URL, slog.New(slog.DiscardHandler)); err != nil {
+		_ = d.Drop(context.WithoutCancel(ctx))
+		return nil, &DatabaseError{Op: "migrate", Name: name, Err: err}
+	}
+	return d, nil
+}
+
+// CreateEmptyDatabase creates database name without funduq's schema, for
+// a build other than this one to migrate (scripts/load -bin).
+func CreateEmptyDatabase(ctx context.Context, adminURL, name string) (*Database, error) {
 	if !dbName.MatchString(name) {
 		return nil, &ConfigError{Field: "database name", Problem: "want a lower-case identifier, got " + name}
 	}
@@ -51,10 +65,6 @@ func CreateDatabase(ctx context.Context, adminURL, name string) (*Database, erro
 	d := &Database{Name: name, URL: u.String(), adminURL: adminURL}
 	if err := d.Admin(ctx, "CREATE DATABASE "+name); err != nil {
 		return nil, &DatabaseError{Op: "create", Name: name, Err: err}
-	}
-	if err := store.Migrate(ctx, d.URL, slog.New(slog.DiscardHandler)); err != nil {
-		_ = d.Drop(context.WithoutCancel(ctx))
-		return nil, &DatabaseError{Op: "migrate", Name: name, Err: err}
 	}
 	return d, nil
 }

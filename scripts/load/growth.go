@@ -48,6 +48,9 @@ type DoorFigures struct {
 	PGCPUPerRun     float64 `json:"postgres_cpu_ms_per_run"`
 	BrokerCPUPerRun float64 `json:"broker_cpu_ms_per_run"`
 	SelfCPUPerRun   float64 `json:"load_process_cpu_ms_per_run"`
+	// DoorsCPUPerRun is the doors' process's, when they run apart (-bin);
+	// the load process is then the callers and providers alone.
+	DoorsCPUPerRun float64 `json:"doors_cpu_ms_per_run,omitempty"`
 }
 
 // pgCounters is one reading of this database's statistics.
@@ -196,9 +199,11 @@ func doorPhase(ctx context.Context, f *fleet, st *stack, callers []*caller, door
 		return fig, err
 	}
 	broker0, _ := procCPU(st.brokerPID)
+	doors0, _ := procCPU(st.doorsPID)
 	self0 := selfCPU()
 	p, took := f.closedLoop(ctx, callers, d)
 	self1 := selfCPU()
+	doors1, _ := procCPU(st.doorsPID)
 	broker1, _ := procCPU(st.brokerPID)
 	time.Sleep(statsSettle)
 	after, err := readCounters(ctx, conn)
@@ -223,6 +228,9 @@ func doorPhase(ctx context.Context, f *fleet, st *stack, callers []*caller, door
 	fig.PGCPUPerRun, fig.SelfCPUPerRun = ms(pg), ms(self1-self0)
 	if st.brokerPID > 0 {
 		fig.BrokerCPUPerRun = ms(broker1 - broker0)
+	}
+	if st.doorsPID > 0 {
+		fig.DoorsCPUPerRun = ms(doors1 - doors0)
 	}
 	return fig, nil
 }
@@ -297,10 +305,20 @@ func vacuum(ctx context.Context, dbURL string) error {
 // growthTable renders the growth section.
 func growthTable(g *Growth) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n| door | prior runs | prior messages | runs/s | committed tx/run | rows read/run | PostgreSQL CPU ms/run | broker CPU ms/run | load process CPU ms/run (doors, callers, providers) | failed |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	apart := len(g.Doors) > 0 && g.Doors[0].DoorsCPUPerRun > 0
+	self := "load process CPU ms/run (doors, callers, providers)"
+	if apart {
+		self = "doors CPU ms/run | doors + broker + PostgreSQL CPU ms/run | load process CPU ms/run (callers, providers)"
+	}
+	head := "| door | prior runs | prior messages | runs/s | committed tx/run | rows read/run | PostgreSQL CPU ms/run | broker CPU ms/run | " + self + " | failed |\n"
+	fmt.Fprintf(&b, "\n%s%s|\n", head, strings.Repeat("|---", strings.Count(head, "|")-1))
 	for _, d := range g.Doors {
-		fmt.Fprintf(&b, "| %s | %d | %d | %.1f | %.2f | %.1f | %.2f | %.2f | %.2f | %d |\n", d.Door, d.PriorRuns, d.PriorMessages,
-			d.RunsPerSec, d.TxPerRun, d.RowsReadPerRun, d.PGCPUPerRun, d.BrokerCPUPerRun, d.SelfCPUPerRun, d.Failed)
+		fmt.Fprintf(&b, "| %s | %d | %d | %.1f | %.2f | %.1f | %.2f | %.2f | ", d.Door, d.PriorRuns, d.PriorMessages,
+			d.RunsPerSec, d.TxPerRun, d.RowsReadPerRun, d.PGCPUPerRun, d.BrokerCPUPerRun)
+		if apart {
+			fmt.Fprintf(&b, "%.2f | %.2f | ", d.DoorsCPUPerRun, d.DoorsCPUPerRun+d.BrokerCPUPerRun+d.PGCPUPerRun)
+		}
+		fmt.Fprintf(&b, "%.2f | %d |\n", d.SelfCPUPerRun, d.Failed)
 	}
 	if g.PreseedRuns > 0 {
 		fmt.Fprintf(&b, "\n%d prior runs seeded in SQL in %.1f s; ANALYZE after priming took %.2f s.\n", g.PreseedRuns, g.SeedSeconds, g.AnalyzeSeconds)

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/funduq/funduq-go/internal/leaktest"
+	"github.com/funduq/funduq-go/internal/procstack"
 )
 
 func TestMain(m *testing.M) {
@@ -166,6 +167,47 @@ func TestFlags(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"-broker", "http://x"}, &out); err == nil {
 		t.Fatal("-broker without -doors was accepted")
+	}
+	if _, err := parseFlags([]string{"-bin", "/tmp"}, &out); err == nil {
+		t.Fatal("-bin without -growth-only was accepted")
+	}
+}
+
+// With -bin the stack is another build's broker-node and doors-local: the
+// tool migrates the database with that build's own migrations, and the
+// doors' CPU per run is measured in their own process, apart from the
+// callers and providers.
+func TestGrowthOfABuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts a broker node and the doors")
+	}
+	pg, rd := stores(t)
+	bins, err := procstack.Build(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Dir(bins.Broker)
+	c, err := parseFlags([]string{"-postgres", pg, "-redis", rd, "-growth-only", "-bin", dir, "-duration", "500ms",
+		"-providers", "2", "-callers", "2", "-q"}, os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.statsSettle = 1200 * time.Millisecond
+	var out bytes.Buffer
+	rep, err := Run(context.Background(), c, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := rep.Growth; g == nil || len(g.Doors) != 2 {
+		t.Fatalf("growth: %+v", rep.Growth)
+	}
+	for _, d := range rep.Growth.Doors {
+		if d.Completed == 0 || d.Failed != 0 || d.DoorsCPUPerRun <= 0 || d.BrokerCPUPerRun <= 0 || d.TxPerRun <= 0 {
+			t.Fatalf("%s door: %+v", d.Door, d)
+		}
+	}
+	if !strings.Contains(out.String(), "| doors CPU ms/run | doors + broker + PostgreSQL CPU ms/run |") {
+		t.Fatalf("table without the doors' own CPU:\n%s", out.String())
 	}
 }
 

@@ -74,7 +74,12 @@ type Config struct {
 	SVGPath    string
 	DocPath    string
 	ProfileDir string // CPU profiles of the broker node and this process under load
-	Quiet      bool
+	// BinDir holds a broker-node and a doors-local binary (built from any
+	// checkout) to run as the stack instead of this binary and in-process
+	// doors: the doors' CPU is then measured apart, and another build can
+	// be measured with this tool.
+	BinDir string
+	Quiet  bool
 
 	idleWindow  time.Duration // how long idle links are watched for CPU (10s)
 	statsSettle time.Duration // the growth readings' wait for statistics (defaultStatsSettle)
@@ -147,6 +152,7 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&c.SVGPath, "svg", "", "write the latency-against-load chart (SVG) to this file")
 	fs.StringVar(&c.DocPath, "doc", "", "rewrite the table between <!-- load:begin --> and <!-- load:end --> in this file")
 	fs.StringVar(&c.ProfileDir, "profile", "", "write CPU profiles of the broker node and of this process (doors, providers, callers) under load to this folder")
+	fs.StringVar(&c.BinDir, "bin", "", "run the stack from DIR/broker-node and DIR/doors-local (go build -o DIR/broker-node ./broker-node; go build -o DIR/doors-local ./functions/local, from any checkout) instead of this binary: the doors run in a process of their own and their CPU is measured apart; needs -growth-only")
 	fs.BoolVar(&c.Quiet, "q", false, "no progress on stderr")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -171,6 +177,10 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	}
 	if c.GrowthOnly && c.BrokerURL != "" {
 		fmt.Fprintln(out, "-growth-only needs the tool's own stack (no -broker)")
+		return c, fmt.Errorf("bad flags")
+	}
+	if c.BinDir != "" && (!c.GrowthOnly || c.BrokerURL != "") {
+		fmt.Fprintln(out, "-bin needs -growth-only and the tool's own stack (no -broker)")
 		return c, fmt.Errorf("bad flags")
 	}
 	if (c.BrokerURL == "") != (c.DoorsURL == "") || (c.BrokerURL != "" && c.DatabaseURL == "") {

@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -29,6 +31,7 @@ const roleEnv = "FUNDUQ_LOAD_ROLE"
 type stack struct {
 	brokerURL, doorsURL, dbURL string
 	brokerPID                  int // 0 when targeting a running node
+	doorsPID                   int // the doors' own process (-bin); 0 when they are in this one or not ours
 	pprofAddr                  string
 	// accepted is when the doors accepted each run (their store's "run
 	// queued"); nil when targeting running doors.
@@ -57,7 +60,11 @@ func startStack(ctx context.Context, c Config, logf func(string, ...any)) (*stac
 	fail := func(err error) (*stack, error) { st.close(); return nil, err }
 
 	dbName := fmt.Sprintf("funduq_load_%d_%s", os.Getpid(), randHex(3))
-	db, err := procstack.CreateDatabase(ctx, c.PostgresURL, dbName)
+	create := procstack.CreateDatabase
+	if c.BinDir != "" {
+		create = procstack.CreateEmptyDatabase // the build's broker-node migrates it, below
+	}
+	db, err := create(ctx, c.PostgresURL, dbName)
 	if err != nil {
 		return nil, err
 	}
@@ -71,6 +78,13 @@ func startStack(ctx context.Context, c Config, logf func(string, ...any)) (*stac
 		}
 	})
 	st.dbURL = db.URL
+	if c.BinDir != "" {
+		cmd := exec.CommandContext(ctx, filepath.Join(c.BinDir, "broker-node"), "migrate")
+		cmd.Env = append(os.Environ(), "FUNDUQ_DATABASE_URL="+db.URL)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fail(fmt.Errorf("%s/broker-node migrate: %w\n%s", c.BinDir, err, out))
+		}
+	}
 	if os.Getenv("FUNDUQ_LOAD_LOG_STATEMENTS") != "" {
 		// Every statement of this database's sessions (opened from now on)
 		// goes to the server's log, to see where a run's transactions go.
@@ -98,9 +112,14 @@ func startStack(ctx context.Context, c Config, logf func(string, ...any)) (*stac
 	}
 	closers = append(closers, func() { _ = os.RemoveAll(logDir) })
 	// The broker node is this binary (brokerChild), started and stopped by
-	// the shared process stack; its output goes to stderr as before.
+	// the shared process stack; its output goes to stderr as before. With
+	// -bin both are the given build's.
+	bins := procstack.Binaries{Broker: self}
+	if c.BinDir != "" {
+		bins = procstack.Binaries{Broker: filepath.Join(c.BinDir, "broker-node"), Doors: filepath.Join(c.BinDir, "doors-local")}
+	}
 	ps, err := procstack.New(procstack.Config{
-		Binaries: procstack.Binaries{Broker: self}, DatabaseURL: st.dbURL, RedisURL: c.RedisURL, RedisPrefix: prefix,
+		Binaries: bins, DatabaseURL: st.dbURL, RedisURL: c.RedisURL, RedisPrefix: prefix,
 		IdentityKey: identityKey, TokenSecret: secret, Inherit: true,
 		Env:    []string{roleEnv + "=broker", "FUNDUQ_LOG_LEVEL=error", "FUNDUQ_LEASE_TTL=10s", "FUNDUQ_PPROF_ADDR=" + st.pprofAddr},
 		LogDir: logDir, Echo: os.Stderr, Boot: 30 * time.Second, StopGrace: 10 * time.Second,
@@ -120,6 +139,20 @@ func startStack(ctx context.Context, c Config, logf func(string, ...any)) (*stac
 	cancel()
 	if err != nil {
 		return fail(fmt.Errorf("broker node never led: %w", err))
+	}
+
+	if c.BinDir != "" {
+		// The doors' process logs at error only, as the broker's: a log line
+		// per request would be part of what is measured.
+		// Its pool is as large as the in-process doors' (MaxConns below).
+		doors, err := ps.StartDoor(ctx, "load-doors", "FUNDUQ_LOG_LEVEL=error",
+			"FUNDUQ_DATABASE_URL="+withParam(st.dbURL, "pool_max_conns=32"))
+		if err != nil {
+			return fail(fmt.Errorf("start doors: %w", err))
+		}
+		st.doorsPID, st.doorsURL = doors.PID(), doors.URL
+		logf("stack: broker node %s (pid %d), doors %s (pid %d), database %s, from %s", st.brokerURL, st.brokerPID, st.doorsURL, st.doorsPID, dbName, c.BinDir)
+		return st, nil
 	}
 
 	// The doors' store logs "run queued" once a run is committed (its
