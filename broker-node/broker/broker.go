@@ -25,7 +25,11 @@ import (
 
 // Settings are the broker's waits (D14).
 type Settings struct {
-	DeliverTimeout    time.Duration // an offer's wait for its answer (5s)
+	DeliverTimeout time.Duration // an offer's wait for its answer (5s)
+	// OfferingAfter is how long an offer is out unanswered before the
+	// record says offering (50ms in config); 0: written as the frame
+	// leaves. An answer sooner claims the run from queued, one write.
+	OfferingAfter     time.Duration
 	UnservedTimeout   time.Duration // a queued run's wait for anyone to serve its agent (45s)
 	UndeliveredWindow time.Duration // a claimed run's window before undelivered is counted (1800s)
 	ProviderGrace     time.Duration // re-attach window after a takeover (30s)

@@ -129,9 +129,10 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 	b := l.b
 	if l.offer != nil && l.offer.link == ls {
 		l.offer.timer.Stop()
+		from := l.offer.recorded()
 		l.offer = nil
 		b.metrics.offers.WithLabelValues("accepted").Inc()
-		l.claim(ctx, ls, run.Offering, false) // the report in hand comes first
+		l.claim(ctx, ls, from, false) // the report in hand comes first
 		if l.isEnded() {
 			return refusedEnded // the record refused the claim (claimRefused)
 		}

@@ -21,7 +21,9 @@ type (
 		reason string
 	}
 	lapseCmd struct{ offer uint64 } // the offer's deliver_timeout passed
-	eventCmd struct {               // the provider reported an event
+	// offeringDueCmd: the offer has been out Settings.OfferingAfter.
+	offeringDueCmd struct{ offer uint64 }
+	eventCmd       struct { // the provider reported an event
 		link *linkState
 		ev   json.RawMessage
 		pseq *int64
@@ -40,14 +42,15 @@ type (
 	storedEndCmd struct{}
 )
 
-func (tryCmd) laneCommand()       {}
-func (verdictCmd) laneCommand()   {}
-func (lapseCmd) laneCommand()     {}
-func (eventCmd) laneCommand()     {}
-func (finishCmd) laneCommand()    {}
-func (cancelCmd) laneCommand()    {}
-func (goneCmd) laneCommand()      {}
-func (failCmd) laneCommand()      {}
-func (expireCmd) laneCommand()    {}
-func (orphanCmd) laneCommand()    {}
-func (storedEndCmd) laneCommand() {}
+func (tryCmd) laneCommand()         {}
+func (verdictCmd) laneCommand()     {}
+func (lapseCmd) laneCommand()       {}
+func (offeringDueCmd) laneCommand() {}
+func (eventCmd) laneCommand()       {}
+func (finishCmd) laneCommand()      {}
+func (cancelCmd) laneCommand()      {}
+func (goneCmd) laneCommand()        {}
+func (failCmd) laneCommand()        {}
+func (expireCmd) laneCommand()      {}
+func (orphanCmd) laneCommand()      {}
+func (storedEndCmd) laneCommand()   {}

@@ -52,6 +52,10 @@
 //	offering -- verdictCmd declined, lapseCmd, goneCmd of the offer's
 //	            link (handBack) -------------------------------------> waiting
 //	offering -- lapseCmd read late (the broker ran late): put off once -> offering
+//	offering -- offeringDueCmd (out OfferingAfter, unanswered): the
+//	            offering write; refused, the offer retracted --------> ended
+//	            (until then the record says queued; a hand-back reads
+//	            it instead, stillQueued, and ends a run no longer queued)
 //	offering -- verdictCmd refused ----------------------------------> ended failed
 //	offering -- the claim refused by the record, the run no longer
 //	            waiting (claimRefused): the offer retracted ----------> ended

@@ -89,6 +89,9 @@ type offerState struct {
 	sent  time.Time // real time, to tell a broker that ran late (onLapse)
 	// rechecked: the lapse was put off once because the broker ran late.
 	rechecked bool
+	// unwritten: the record still says queued (Settings.OfferingAfter
+	// has not passed); wasUnwritten: offering was written when it did.
+	unwritten, wasUnwritten bool
 }
 
 // lapseSlack is how long a lapse that fired late is put off so the link's
@@ -147,6 +150,8 @@ func (l *lane) handle(ctx context.Context, c command) {
 		l.onVerdict(ctx, c)
 	case lapseCmd:
 		l.onLapse(ctx, c)
+	case offeringDueCmd:
+		l.onOfferingDue(ctx, c)
 	case eventCmd:
 		if why := l.claimByReport(ctx, c.link); why != "" {
 			l.refuseCmd(c, why)
@@ -204,7 +209,7 @@ func (l *lane) handle(ctx context.Context, c command) {
 // answers reports whether c speaks to the offer that is out.
 func (l *lane) answers(c command) bool {
 	switch c := c.(type) {
-	case verdictCmd, lapseCmd:
+	case verdictCmd, lapseCmd, offeringDueCmd:
 		return true
 	case eventCmd:
 		return c.link == l.offer.link

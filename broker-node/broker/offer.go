@@ -61,11 +61,30 @@ func (l *lane) try(ctx context.Context) {
 		l.dropOffer()
 		return
 	}
-	// The frame leaves before the offering write is made, so the two go
-	// out side by side and the provider does not wait for PostgreSQL.
-	// Nothing the provider answers is read before the write has returned
-	// (the lane reads its queue after try), so every verdict still meets
-	// the run as offering.
+	if d := b.set.OfferingAfter; d > 0 {
+		// The record says offering only once the offer has been out for
+		// d with no answer (writeOffering): most answers come first, and
+		// a claim from queued is legal (D7), so the fast path is one
+		// status write, not two. Real time, as lapseSlack: it is no
+		// protocol clock.
+		l.offer.unwritten = true
+		time.AfterFunc(d, func() { l.q.push(offeringDueCmd{id}) })
+		b.metrics.offers.WithLabelValues("sent").Inc()
+		l.log.DebugContext(ctx, "run offered", "link", ls.id)
+		return
+	}
+	l.writeOffering(ctx, ls)
+}
+
+// writeOffering records the offer that is out: the run is offering. The
+// frame leaves before the write is made, so the two go out side by side
+// and the provider does not wait for PostgreSQL. Nothing the provider
+// answers is read before the write has returned (the lane reads its queue
+// after try, and an answer behind a due write waits for it), so every
+// verdict still meets the run as the lane knows it. A refused write takes
+// the offer back.
+func (l *lane) writeOffering(ctx context.Context, ls *linkState) {
+	b := l.b
 	if err := l.move(ctx, run.Offering); err != nil {
 		l.dropOffer()
 		l.retractOffer(ctx, ls, err)
@@ -77,8 +96,32 @@ func (l *lane) try(ctx context.Context) {
 		}
 		return
 	}
-	b.metrics.offers.WithLabelValues("sent").Inc()
-	l.log.DebugContext(ctx, "run offered", "link", ls.id)
+	if !l.offerWasUnwritten() {
+		b.metrics.offers.WithLabelValues("sent").Inc()
+		l.log.DebugContext(ctx, "run offered", "link", ls.id)
+	}
+}
+
+// onOfferingDue writes offering for the offer still out unanswered after
+// Settings.OfferingAfter.
+func (l *lane) onOfferingDue(ctx context.Context, c offeringDueCmd) {
+	if l.offer == nil || l.offer.id != c.offer || !l.offer.unwritten {
+		return // answered, or lapsed, first: nothing to record
+	}
+	l.offer.unwritten = false
+	l.offer.wasUnwritten = true
+	l.writeOffering(ctx, l.offer.link)
+}
+
+func (l *lane) offerWasUnwritten() bool { return l.offer != nil && l.offer.wasUnwritten }
+
+// recorded is the status the record holds for an offer: offering once
+// written, else still queued.
+func (o *offerState) recorded() run.Status {
+	if o != nil && o.unwritten {
+		return run.Queued
+	}
+	return run.Offering
 }
 
 // dropOffer ends an offer that never counted: its clock stops and its
@@ -121,8 +164,10 @@ func (l *lane) releasePlace() {
 // is queued again. Nothing re-nudges it; it waits for something to change.
 // It reports whether the provider had room after the release.
 func (l *lane) handBack(ctx context.Context) (room bool) {
+	written := true
 	if l.offer != nil {
 		l.offer.timer.Stop()
+		written = l.offer.recorded() == run.Offering
 		l.offer = nil
 	}
 	b := l.b
@@ -134,8 +179,27 @@ func (l *lane) handBack(ctx context.Context) (room bool) {
 		b.holdLocked(l, l.claimedBy, nil)
 	}
 	b.mu.Unlock()
-	_ = l.move(ctx, run.Queued)
+	if written {
+		_ = l.move(ctx, run.Queued)
+	} else {
+		l.stillQueued(ctx)
+	}
 	return room
+}
+
+// stillQueued closes the lane of an offer handed back before its offering
+// write when the record no longer has the run queued: the check that
+// write would have made (writeOffering), made by a read. A failed read
+// leaves the lane as it is; its next offer or claim meets the record.
+func (l *lane) stillQueued(ctx context.Context) {
+	r, err := l.b.st.GetRun(ctx, l.id)
+	switch {
+	case errors.Is(err, store.ErrNotFound), err == nil && r.Status != run.Queued:
+		l.log.InfoContext(ctx, "run is no longer queued; its lane closes", "status", string(r.Status))
+		l.b.forget(l)
+	case err != nil && ctx.Err() == nil:
+		l.log.WarnContext(ctx, "could not read the run an offer was handed back for", "err", err)
+	}
 }
 
 func (l *lane) onVerdict(ctx context.Context, c verdictCmd) {
@@ -159,9 +223,10 @@ func (l *lane) onVerdict(ctx context.Context, c verdictCmd) {
 	switch c.v {
 	case wire.Accepted:
 		l.offer.timer.Stop()
+		from := l.offer.recorded()
 		l.offer = nil
 		l.b.metrics.offers.WithLabelValues("accepted").Inc()
-		l.claim(ctx, c.link, run.Offering, true)
+		l.claim(ctx, c.link, from, true)
 	case wire.Declined:
 		l.b.metrics.offers.WithLabelValues("declined").Inc()
 		// A link that took the agent out of service after the offer

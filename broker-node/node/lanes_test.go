@@ -222,7 +222,9 @@ func TestCancelDuringOfferWaitsForTheAnswer(t *testing.T) {
 				t.Fatal(err)
 			}
 			h.Settle()
-			if got := h.Run(id).Status; got != run.Offering {
+			// Queued until the offer has been out FUNDUQ_OFFERING_WRITE_AFTER,
+			// offering after: either way not cancelled yet.
+			if got := h.Run(id).Status; got != run.Queued && got != run.Offering {
 				t.Fatalf("status %s while the answer is out; the cancel must wait", got)
 			}
 			if !accept {

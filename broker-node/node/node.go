@@ -126,7 +126,7 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	b := broker.New(broker.Options{Store: st, Feed: livefeed.New(rdb, prefix), Clock: o.Clock, Logger: log,
 		Metrics: broker.NewMetrics(reg),
-		Settings: broker.Settings{DeliverTimeout: cfg.DeliverTimeout, UnservedTimeout: cfg.UnservedTimeout,
+		Settings: broker.Settings{DeliverTimeout: cfg.DeliverTimeout, OfferingAfter: cfg.OfferingWriteAfter, UnservedTimeout: cfg.UnservedTimeout,
 			UndeliveredWindow: cfg.UndeliveredWindow, ProviderGrace: cfg.ProviderGrace, LinkGrace: cfg.LinkGrace, LeaseTTL: cfg.LeaseTTL,
 			QualityTolerance: cfg.ProviderQualityTolerance, StoreRetryFor: cfg.StoreRetryFor, SweepInterval: o.SweepInterval,
 			Limits:       broker.Limits{MaxEventsPerRun: cfg.MaxEventsPerRun, MaxEventBytes: cfg.MaxEventBytes},

@@ -38,11 +38,14 @@ type Logging struct {
 
 // Waits are the broker's clocks, with design.md D14's defaults.
 type Waits struct {
-	LeaseTTL          time.Duration `env:"FUNDUQ_LEASE_TTL" envDefault:"10s"`
-	DeliverTimeout    time.Duration `env:"FUNDUQ_DELIVER_TIMEOUT" envDefault:"5s"`
-	UnservedTimeout   time.Duration `env:"FUNDUQ_UNSERVED_TIMEOUT" envDefault:"45s"`
-	UndeliveredWindow time.Duration `env:"FUNDUQ_UNDELIVERED_WINDOW" envDefault:"1800s"`
-	ProviderGrace     time.Duration `env:"FUNDUQ_PROVIDER_GRACE" envDefault:"30s"`
+	LeaseTTL       time.Duration `env:"FUNDUQ_LEASE_TTL" envDefault:"10s"`
+	DeliverTimeout time.Duration `env:"FUNDUQ_DELIVER_TIMEOUT" envDefault:"5s"`
+	// OfferingWriteAfter is how long an offer is out unanswered before the
+	// record says offering; 0: at once (design.md, the status machine).
+	OfferingWriteAfter time.Duration `env:"FUNDUQ_OFFERING_WRITE_AFTER" envDefault:"50ms"`
+	UnservedTimeout    time.Duration `env:"FUNDUQ_UNSERVED_TIMEOUT" envDefault:"45s"`
+	UndeliveredWindow  time.Duration `env:"FUNDUQ_UNDELIVERED_WINDOW" envDefault:"1800s"`
+	ProviderGrace      time.Duration `env:"FUNDUQ_PROVIDER_GRACE" envDefault:"30s"`
 	// LinkGrace is how long a provider link lost without a close frame
 	// holds its runs for the same key to re-attach (D5); 0: they fail at once.
 	LinkGrace                time.Duration `env:"FUNDUQ_LINK_GRACE" envDefault:"5s"`
@@ -318,6 +321,7 @@ func (w Waits) validate() error {
 	}{
 		{"FUNDUQ_LEASE_TTL", w.LeaseTTL, false},
 		{"FUNDUQ_DELIVER_TIMEOUT", w.DeliverTimeout, false},
+		{"FUNDUQ_OFFERING_WRITE_AFTER", w.OfferingWriteAfter, true},
 		{"FUNDUQ_UNSERVED_TIMEOUT", w.UnservedTimeout, false},
 		{"FUNDUQ_UNDELIVERED_WINDOW", w.UndeliveredWindow, false},
 		{"FUNDUQ_PROVIDER_GRACE", w.ProviderGrace, true},

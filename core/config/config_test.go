@@ -23,7 +23,7 @@ func TestBrokerDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config.Waits{LeaseTTL: 10 * time.Second, DeliverTimeout: 5 * time.Second, UnservedTimeout: 45 * time.Second,
+	want := config.Waits{LeaseTTL: 10 * time.Second, DeliverTimeout: 5 * time.Second, OfferingWriteAfter: 50 * time.Millisecond, UnservedTimeout: 45 * time.Second,
 		UndeliveredWindow: 1800 * time.Second, ProviderGrace: 30 * time.Second, LinkGrace: 5 * time.Second, ProviderQualityTolerance: 3,
 		StoreRetryFor: 30 * time.Second}
 	if c.Waits != want {
