@@ -254,7 +254,11 @@ func (h *Handler) toRPC(r *http.Request, err error) *RPCError {
 		return &RPCError{Code: CodeUnavailable, Message: "storage is unreachable; retry shortly",
 			Data: map[string]any{"reason": door.CodeUnavailable}, status: http.StatusServiceUnavailable, retryAfter: 1}
 	}
-	h.log.ErrorContext(r.Context(), "a2a: internal error", "path", r.URL.Path, "err", err)
+	if door.CallerGone(r, err) {
+		h.log.InfoContext(r.Context(), "a2a: the caller went away mid-request", "path", r.URL.Path, "err", err)
+	} else {
+		h.log.ErrorContext(r.Context(), "a2a: internal error", "path", r.URL.Path, "err", err)
+	}
 	return &RPCError{Code: CodeInternalError, Message: "internal error"}
 }
 

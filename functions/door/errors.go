@@ -84,7 +84,7 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	}
 	if log != nil {
 		lvl := slog.LevelInfo
-		if de.Status >= 500 {
+		if de.Status >= 500 && !CallerGone(r, err) {
 			lvl = slog.LevelError
 		}
 		log.Log(r.Context(), lvl, "request refused", "method", r.Method, "path", r.URL.Path,
@@ -135,6 +135,14 @@ func QueueFull(err error) *Error {
 
 // WriteJSON writes v as compact JSON with status.
 func WriteJSON(w http.ResponseWriter, status int, v any) { apierr.WriteJSON(w, status, v) }
+
+// CallerGone reports that err is the request's own context ending: the
+// caller hung up mid-request (an SSE client closing, a load tool's phase
+// ending). Not funduq's fault, so not logged as an error; the caller
+// hears nothing either way.
+func CallerGone(r *http.Request, err error) bool {
+	return r.Context().Err() != nil && errors.Is(err, context.Canceled)
+}
 
 // Unavailable reports whether err means shared storage could not be reached
 // in time (a dial or connect failure, a connection lost, or the door's own
