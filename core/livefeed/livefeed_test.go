@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -133,6 +134,22 @@ func (p *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
+// blockedOnRead tells whether the client named name is blocked in XREAD.
+func blockedOnRead(t *testing.T, rdb *redis.Client, name string) bool {
+	t.Helper()
+	list, err := rdb.ClientList(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(list, "\n") {
+		f := strings.Fields(line)
+		if slices.Contains(f, "name="+name) && slices.Contains(f, "flags=b") && slices.Contains(f, "cmd=xread") {
+			return true
+		}
+	}
+	return false
+}
+
 // A round's last events and its end marker go out in one round trip, in
 // that order, so a reader waiting on the stream gets them in one read; an
 // event published already does not keep the marker out.
@@ -145,20 +162,19 @@ func TestPublishAndEnd(t *testing.T) {
 	if err := f.Publish(ctx, "run_1", 1, json.RawMessage(`{"type":"RUN_STARTED"}`)); err != nil {
 		t.Fatal(err)
 	}
+	// The reader has a client of its own, named, so neither its commands nor
+	// another test's blocked clients can stand in for it.
+	ro := *rdb.Options()
+	ro.ClientName = strings.ReplaceAll(prefix, ":", "-") + "reader"
+	rc := redis.NewClient(&ro)
+	defer rc.Close()
 	reading := make(chan []livefeed.Entry, 1)
 	go func() {
-		got, _ := f.Read(ctx, "run_1", 1, 10*time.Second)
+		got, _ := livefeed.New(rc, prefix).Read(ctx, "run_1", 1, 10*time.Second)
 		reading <- got
 	}()
-	// Wait until the read blocks on the stream (Redis lists it blocked).
-	for {
-		info, err := rdb.Info(ctx, "clients").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(info, "blocked_clients:0") {
-			break
-		}
+	// Wait until that read blocks on the stream (Redis lists it blocked).
+	for !blockedOnRead(t, rdb, ro.ClientName) {
 		runtime.Gosched()
 	}
 	before := count.n.Load()
