@@ -49,8 +49,7 @@ func (f *Feed) Key(runID string) string { return f.prefix + "run:" + runID + ":e
 func (f *Feed) Publish(ctx context.Context, runID string, seq int, event json.RawMessage) error {
 	key := f.Key(runID)
 	pipe := f.rdb.Pipeline()
-	pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: strconv.Itoa(seq) + "-1", MaxLen: MaxLen, Approx: true,
-		Values: []any{"seq", seq, "event", string(event)}})
+	addEvent(ctx, pipe, key, Published{Seq: seq, Event: event})
 	pipe.Expire(ctx, key, LiveTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("publish event %d of run %s: %w", seq, runID, err)
@@ -76,8 +75,7 @@ func (f *Feed) PublishBatch(ctx context.Context, runID string, evs []Published) 
 	key := f.Key(runID)
 	pipe := f.rdb.TxPipeline() // see atOnce
 	for _, e := range evs {
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: strconv.Itoa(e.Seq) + "-1", MaxLen: MaxLen, Approx: true,
-			Values: []any{"seq", e.Seq, "event", string(e.Event)}})
+		addEvent(ctx, pipe, key, e)
 	}
 	pipe.Expire(ctx, key, LiveTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -116,10 +114,9 @@ func (f *Feed) PublishAndEnd(ctx context.Context, runID string, evs []Published,
 	key := f.Key(runID)
 	pipe := f.rdb.TxPipeline() // see atOnce
 	for _, e := range evs {
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: strconv.Itoa(e.Seq) + "-1", MaxLen: MaxLen, Approx: true,
-			Values: []any{"seq", e.Seq, "event", string(e.Event)}})
+		addEvent(ctx, pipe, key, e)
 	}
-	pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: strconv.Itoa(o.LastSeq) + "-2", MaxLen: MaxLen, Approx: true, Values: vals})
+	addMarker(ctx, pipe, key, o.LastSeq, vals)
 	pipe.Expire(ctx, key, FinishedTTL)
 	cmds, err := pipe.Exec(ctx)
 	if err == nil {
@@ -135,13 +132,26 @@ func (f *Feed) PublishAndEnd(ctx context.Context, runID string, evs []Published,
 func (f *Feed) end(ctx context.Context, runID string, lastSeq int, vals []any) error {
 	key := f.Key(runID)
 	pipe := f.rdb.Pipeline()
-	pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: strconv.Itoa(lastSeq) + "-2", MaxLen: MaxLen, Approx: true,
-		Values: vals})
+	addMarker(ctx, pipe, key, lastSeq, vals)
 	pipe.Expire(ctx, key, FinishedTTL)
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("end stream of run %s: %w", runID, err)
 	}
 	return nil
+}
+
+// addEvent queues the XADD of one event: entry id "<seq>-1", so the stream
+// order is the run's seq order and a re-publish of a seq is refused.
+func addEvent(ctx context.Context, pipe redis.Pipeliner, key string, e Published) {
+	pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: strconv.Itoa(e.Seq) + "-1", MaxLen: MaxLen, Approx: true,
+		Values: []any{"seq", e.Seq, "event", string(e.Event)}})
+}
+
+// addMarker queues the XADD of an end marker: entry id "<lastSeq>-2",
+// after the round's last event.
+func addMarker(ctx context.Context, pipe redis.Pipeliner, key string, lastSeq int, vals []any) {
+	pipe.XAdd(ctx, &redis.XAddArgs{Stream: key, ID: strconv.Itoa(lastSeq) + "-2", MaxLen: MaxLen, Approx: true,
+		Values: vals})
 }
 
 // Entry is one item read from a run's stream: an event, or the end marker.
