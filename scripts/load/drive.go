@@ -231,7 +231,7 @@ func (c *caller) aguiRun(ctx context.Context, key, agent, text string, onEvent f
 	if err != nil {
 		return "", 0, err
 	}
-	defer resp.Body.Close()
+	defer done(resp.Body)
 	if resp.StatusCode != 200 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return "", 0, fmt.Errorf("agui door: %s: %s", resp.Status, b)
@@ -276,6 +276,16 @@ func (c *caller) aguiRun(ctx context.Context, key, agent, text string, onEvent f
 	return runID, n, fmt.Errorf("%w: stream ended early", errRunFailed)
 }
 
+// done reads what is left of an answer (the SSE stream's last chunk after
+// its terminal event, the newline after a JSON body) and closes it: an
+// answer read to its end lets net/http reuse the connection, as a
+// browser's fetch or the AG-UI and A2A clients do; one closed early costs
+// the door a new TCP connection per run, which no real caller pays.
+func done(body io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, 64<<10))
+	body.Close()
+}
+
 // a2aRun sends one blocking message/send through the A2A door.
 func (c *caller) a2aRun(ctx context.Context, key, text string) error {
 	id := fmt.Sprintf("lm-%d-%d", time.Now().UnixNano(), c.seq.Add(1))
@@ -291,7 +301,7 @@ func (c *caller) a2aRun(ctx context.Context, key, text string) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer done(resp.Body)
 	var out struct {
 		Result struct {
 			Status struct {
