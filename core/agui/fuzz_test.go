@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/funduq/funduq-go/core/agui"
 )
@@ -121,6 +122,53 @@ func FuzzStringField(f *testing.F) {
 		isString := bytes.HasPrefix(bytes.TrimSpace(raw), []byte(`"`)) && json.Unmarshal(raw, &want) == nil
 		if ok != isString || got != want {
 			t.Fatalf("%q: read %q, %v; encoding/json reads %q, %v", raw, got, ok, want, isString)
+		}
+	})
+}
+
+// WithRunIDs of any object is a valid object whose threadId and runId
+// (where present) are the given ids and whose other members are the
+// input's.
+func FuzzWithRunIDs(f *testing.F) {
+	for _, s := range []string{`{}`, `{"threadId":"x","runId":"y"}`, `{"threadId":"t","runId":"r","a":[1,{"threadId":2}]}`,
+		`{"\u0072unId":null,"b":"\u00e9"}`, `{"threadId":"x","threadId":"y"}`, `[]`, `null`} {
+		f.Add([]byte(s), "t", "r")
+	}
+	f.Fuzz(func(t *testing.T, raw []byte, threadID, runID string) {
+		if !utf8.ValidString(threadID) || !utf8.ValidString(runID) {
+			return // funduq's ids are ASCII
+		}
+		got, err := agui.WithRunIDs(raw, threadID, runID)
+		var in map[string]json.RawMessage
+		if json.Unmarshal(raw, &in) != nil || bytes.TrimSpace(raw)[0] != '{' {
+			if err == nil {
+				t.Fatalf("WithRunIDs(%q) of a non-object = %s", raw, got)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("WithRunIDs(%q): %v", raw, err)
+		}
+		var out map[string]json.RawMessage
+		if err := json.Unmarshal(got, &out); err != nil {
+			t.Fatalf("WithRunIDs(%q) = %q: %v", raw, got, err)
+		}
+		if len(out) != len(in) {
+			t.Fatalf("WithRunIDs(%q) = %q: members %d, want %d", raw, got, len(out), len(in))
+		}
+		for k, v := range in {
+			switch k {
+			case "threadId", "runId":
+				want := map[string]string{"threadId": threadID, "runId": runID}[k]
+				var s string
+				if json.Unmarshal(out[k], &s) != nil || s != want {
+					t.Fatalf("WithRunIDs(%q) = %q: %s is %s, want %q", raw, got, k, out[k], want)
+				}
+			default:
+				if !bytes.Equal(bytes.TrimSpace(out[k]), bytes.TrimSpace(v)) {
+					t.Fatalf("WithRunIDs(%q) = %q: %s changed", raw, got, k)
+				}
+			}
 		}
 	})
 }

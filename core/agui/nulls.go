@@ -12,6 +12,42 @@ import (
 // object with no null member is returned as given. raw must be a JSON
 // object; any other input is an error wrapping ErrMalformed.
 func DropNulls(raw json.RawMessage) (json.RawMessage, error) {
+	return rewriteMembers(raw, func(_ string, value json.RawMessage) (json.RawMessage, bool) {
+		if kindOf(value) == kindNull {
+			return nil, true
+		}
+		return value, false
+	})
+}
+
+// WithRunIDs returns the JSON object raw with its top-level "threadId" and
+// "runId" set to threadID and runID where it names others (members kept as
+// DropNulls keeps them; raw itself when it names these already). funduq's
+// ids are the authority over a conversation (design.md, The doors): the
+// caller continues a thread with the id its RUN_STARTED names, so a
+// provider's own ids there would cost the caller its thread.
+func WithRunIDs(raw json.RawMessage, threadID, runID string) (json.RawMessage, error) {
+	want := map[string]string{"threadId": threadID, "runId": runID}
+	return rewriteMembers(raw, func(key string, value json.RawMessage) (json.RawMessage, bool) {
+		id, ok := want[key]
+		if !ok {
+			return value, false
+		}
+		var got string
+		if json.Unmarshal(value, &got) == nil && got == id {
+			return value, false
+		}
+		enc, _ := json.Marshal(id)
+		return enc, true
+	})
+}
+
+// rewriteMembers walks the top-level members of the JSON object raw in
+// order and keeps each as edit returns it (a nil value drops the member).
+// When no edit changed anything it returns raw as given; otherwise the
+// members keep their key and value bytes exactly and only the whitespace
+// between them is lost.
+func rewriteMembers(raw json.RawMessage, edit func(key string, value json.RawMessage) (json.RawMessage, bool)) (json.RawMessage, error) {
 	if !json.Valid(raw) || kindOf(raw) != kindObject {
 		return nil, fmt.Errorf("%w: not a JSON object", ErrMalformed)
 	}
@@ -21,10 +57,11 @@ func DropNulls(raw json.RawMessage) (json.RawMessage, error) {
 	}
 	var out bytes.Buffer
 	out.WriteByte('{')
-	dropped, kept := false, 0
+	changed, kept := false, 0
 	for dec.More() {
 		start := dec.InputOffset()
-		if _, err := dec.Token(); err != nil { // the key
+		tok, err := dec.Token() // the key
+		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 		}
 		key := bytes.TrimLeft(raw[start:dec.InputOffset()], " \t\r\n,")
@@ -32,8 +69,10 @@ func DropNulls(raw json.RawMessage) (json.RawMessage, error) {
 		if err := dec.Decode(&value); err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 		}
-		if kindOf(value) == kindNull {
-			dropped = true
+		name, _ := tok.(string)
+		value, edited := edit(name, value)
+		changed = changed || edited
+		if value == nil {
 			continue
 		}
 		if kept > 0 {
@@ -44,7 +83,7 @@ func DropNulls(raw json.RawMessage) (json.RawMessage, error) {
 		out.WriteByte(':')
 		out.Write(value)
 	}
-	if !dropped {
+	if !changed {
 		return raw, nil
 	}
 	out.WriteByte('}')

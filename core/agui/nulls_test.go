@@ -41,3 +41,31 @@ func TestDropNulls(t *testing.T) {
 		}
 	}
 }
+
+func TestWithRunIDs(t *testing.T) {
+	cases := []struct{ in, want string }{
+		// The ids named already: the input comes back as given.
+		{` {"type":"RUN_STARTED", "threadId":"t","runId":"r"} `, ` {"type":"RUN_STARTED", "threadId":"t","runId":"r"} `},
+		{`{"type":"RUN_STARTED","threadId":"\u0074","runId":"r"}`, `{"type":"RUN_STARTED","threadId":"\u0074","runId":"r"}`},
+		// Others named: replaced in place, the rest kept byte for byte.
+		{`{"type":"RUN_STARTED","threadId":"theirs","runId":"r","input":{"threadId":"x"}}`,
+			`{"type":"RUN_STARTED","threadId":"t","runId":"r","input":{"threadId":"x"}}`},
+		{`{"type":"RUN_FINISHED","runId":7,"result":{"a" : 1},"threadId":null}`,
+			`{"type":"RUN_FINISHED","runId":"r","result":{"a" : 1},"threadId":"t"}`},
+		// A key spelled with an escape is the same key.
+		{`{"\u0074hreadId":"theirs","runId":"r"}`, `{"\u0074hreadId":"t","runId":"r"}`},
+		// Absent ids are not added (the event's validity is not its business).
+		{`{"type":"RUN_STARTED"}`, `{"type":"RUN_STARTED"}`},
+	}
+	for _, tc := range cases {
+		got, err := agui.WithRunIDs(json.RawMessage(tc.in), "t", "r")
+		if err != nil || string(got) != tc.want {
+			t.Errorf("WithRunIDs(%s)\n got %s, %v\nwant %s", tc.in, got, err, tc.want)
+		}
+	}
+	for _, bad := range []string{``, `null`, `[]`, `{"threadId":}`} {
+		if _, err := agui.WithRunIDs(json.RawMessage(bad), "t", "r"); !errors.Is(err, agui.ErrMalformed) {
+			t.Errorf("WithRunIDs(%s) err = %v, want ErrMalformed", bad, err)
+		}
+	}
+}

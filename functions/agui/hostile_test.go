@@ -353,3 +353,60 @@ func password(dsn string) string {
 	}
 	return ""
 }
+
+// A provider that names other ids in RUN_STARTED and RUN_FINISHED does not
+// cost the caller its conversation: the caller reads funduq's thread and
+// run ids on both events, live and replayed, and continues the thread with
+// the id it read. The record keeps what the provider sent.
+func TestProviderIdsAreNotTheCallers(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	srv := startDoor(t, h, nil)
+
+	s := openStream(t, "POST", aguiURL(srv, p.Key, "echo"), input("new", "r1", ""), nil)
+	f := p.Offer()
+	p.Accept(f.RunID)
+	p.Event(f.RunID, `{"type":"RUN_STARTED","threadId":"t-provider","runId":"r-provider"}`)
+	p.Event(f.RunID, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x"}`)
+	p.Event(f.RunID, `{"type":"RUN_FINISHED","threadId":"t-provider","runId":"r-provider","result":{"n":1}}`)
+	p.Finish(f.RunID)
+	checkIDs := func(what string, fs []frame) {
+		t.Helper()
+		for _, fr := range events(fs) {
+			ev := fr.event(t)
+			if typ := ev["type"]; typ != "RUN_STARTED" && typ != "RUN_FINISHED" {
+				continue
+			}
+			if ev["threadId"] != *f.ThreadID || ev["runId"] != f.RunID {
+				t.Errorf("%s: %s names thread %v run %v, want %s %s", what, ev["type"], ev["threadId"], ev["runId"], *f.ThreadID, f.RunID)
+			}
+			if ev["type"] == "RUN_FINISHED" && fmt.Sprint(ev["result"]) != "map[n:1]" {
+				t.Errorf("%s: RUN_FINISHED lost its result: %v", what, ev)
+			}
+		}
+	}
+	live := s.rest()
+	if got := typesOf(t, events(live)); strings.Join(got, " ") != "RUN_STARTED TEXT_MESSAGE_CONTENT RUN_FINISHED" {
+		t.Fatalf("live stream %v", got)
+	}
+	checkIDs("live", live)
+	replay := openStream(t, "GET", srv.URL+"/runs/"+f.RunID+"/events", "", nil)
+	checkIDs("replay", replay.rest())
+	if evs := h.Events(f.RunID); evs[0]["threadId"] != "t-provider" {
+		t.Errorf("the record holds %v, want the provider's event as sent", evs[0])
+	}
+
+	// The caller continues on the thread id it read.
+	var thread string
+	for _, fr := range events(live) {
+		if ev := fr.event(t); ev["type"] == "RUN_STARTED" {
+			thread, _ = ev["threadId"].(string)
+		}
+	}
+	s = openStream(t, "POST", aguiURL(srv, p.Key, "echo"), input(thread, "r2", ""), nil)
+	defer s.close()
+	if g := p.Offer(); g.ThreadID == nil || *g.ThreadID != *f.ThreadID {
+		t.Fatalf("the second turn went to thread %v, want %s", g.ThreadID, *f.ThreadID)
+	}
+}

@@ -54,8 +54,9 @@ type sse struct {
 const LastEventIDHeader = door.LastEventIDHeader
 
 // relay writes one stored event (SSE id = seq) and reports whether it ends
-// the stream. Known AG-UI types go out without null members; unknown types
-// untouched. A stream's first event is always a RUN_STARTED: the door
+// the stream. Known AG-UI types go out without null members, RUN_STARTED
+// and RUN_FINISHED naming the run's own thread and run ids whatever the
+// provider put there; unknown types untouched. A stream's first event is always a RUN_STARTED: the door
 // synthesizes one (without an id: it is not a stored event) when the run's
 // first relayed event is anything else.
 func (s *sse) relay(seq int, ev json.RawMessage) bool {
@@ -63,6 +64,13 @@ func (s *sse) relay(seq int, ev json.RawMessage) bool {
 	out := []byte(ev)
 	if agui.IsKnown(typ) {
 		if d, err := agui.DropNulls(ev); err == nil {
+			out = d
+		}
+	}
+	if typ == agui.TypeRunStarted || typ == agui.TypeRunFinished {
+		// The record keeps the provider's event; the caller reads
+		// funduq's ids, the ones it continues the thread with.
+		if d, err := agui.WithRunIDs(out, s.threadID, s.runID); err == nil {
 			out = d
 		}
 	}
