@@ -118,6 +118,7 @@ type wprov struct {
 type wframe struct {
 	typ string
 	raw []byte
+	at  time.Time // when the provider's reader took it off the socket
 }
 
 // ticket asks base for a ticket for key.
@@ -243,7 +244,7 @@ func (p *wprov) read() {
 			p.book.offer(f.RunID)
 		}
 		p.mu.Lock()
-		p.frames = append(p.frames, wframe{typ: typ, raw: data})
+		p.frames = append(p.frames, wframe{typ: typ, raw: data, at: time.Now()})
 		p.mu.Unlock()
 		select {
 		case p.wake <- struct{}{}:
