@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -1004,4 +1005,215 @@ func frozenUnwritten(t *testing.T, c *cluster, l *proc, p *wprov, sg *identity.S
 	}
 	t.Logf("%s woke deposed and closed the old link %v later; the run was offered %d time(s), its handler started %d time(s)",
 		l.name, time.Since(woke).Round(time.Millisecond), bk.offered(f.RunID), bk.startsOf(f.RunID))
+}
+
+// ---------------------------------------------------------------- around the default write
+
+// TestOfferingAroundTheDefaultWrite: the product's own setting (the write
+// after 50ms, the harness's deliver timeout). Six raw providers take 24
+// runs started at once from both doors, each answering its first offer of
+// a run at a seeded moment in [0, 120ms) — straddling the write — with a
+// seeded verdict: accept, decline, or no answer (the offer lapses). A
+// declined or lapsed run is offered again when its provider re-registers
+// (a nudger does so while runs wait), and is then accepted at once. Every
+// run completes once; its caller's stream ends with its answer.
+func TestOfferingAroundTheDefaultWrite(t *testing.T) {
+	c := newCluster(t, 1, 2)
+	l := c.waitLeader(boot)
+	rng := seeded(t)
+	const nprov, perProv = 6, 4
+	bk := newBook()
+	type script struct {
+		verdict string
+		after   time.Duration
+	}
+	scripts := map[string]script{} // by run id, fixed once its first offer arrives
+	var provs []*wprov
+	var signers []*identity.Signer
+	plans := make([][]script, nprov)
+	for i := range nprov {
+		sg := newSigner(t, byte(0xc0+i))
+		p := c.connectProvider(sg, bk, l.url, l.url)
+		p.register("probe")
+		provs, signers = append(provs, p), append(signers, sg)
+		// At most two declines and two lapses per key: three would
+		// withdraw it (D6, provider_quality_tolerance).
+		declines, lapses := 0, 0
+		for range perProv {
+			v := "accept"
+			switch x := rng.IntN(10); {
+			case x < 2 && declines < 2:
+				v, declines = "decline", declines+1
+			case x == 2 && lapses < 2:
+				v, lapses = "none", lapses+1
+			}
+			plans[i] = append(plans[i], script{v, time.Duration(rng.Int64N(int64(120 * time.Millisecond)))})
+		}
+	}
+	var mu sync.Mutex
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(stop); wg.Wait() }()
+	for i, p := range provs {
+		wg.Go(func() {
+			next := 0
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				f, ok := p.next(wire.TypeRun, 100*time.Millisecond)
+				if !ok {
+					continue
+				}
+				var rf wire.RunFrame
+				_ = json.Unmarshal(f.raw, &rf)
+				mu.Lock()
+				sc, seen := scripts[rf.RunID]
+				if !seen && next < len(plans[i]) {
+					sc = plans[i][next]
+					next++
+					scripts[rf.RunID] = sc
+				}
+				mu.Unlock()
+				if seen || sc.verdict == "" {
+					sc = script{verdict: "accept"} // offered again: taken at once
+				}
+				thread := *rf.ThreadID
+				time.AfterFunc(time.Until(f.at.Add(sc.after)), func() {
+					switch sc.verdict {
+					case "accept":
+						p.accept(rf.RunID)
+						p.event(rf.RunID, 1, startedEv(thread, rf.RunID))
+						p.complete(rf.RunID, thread, 2)
+					case "decline":
+						p.decline(rf.RunID)
+					}
+				})
+			}
+		})
+	}
+	begin := make(chan struct{})
+	got := make(chan *stream, nprov*perProv)
+	for i := range nprov * perProv {
+		go func() {
+			<-begin
+			body := fmt.Sprintf(`{"threadId":%q,"runId":"r","messages":[{"id":"u1","role":"user","content":"run %d"}]}`, newThreadID(), i)
+			got <- c.openStream(http.MethodPost, c.doors[i%2].url+"/agui/"+signers[i%nprov].PublicKeyHex()+"/probe", body, -1)
+		}()
+	}
+	close(begin)
+	streams := map[string]*stream{}
+	for range nprov * perProv {
+		s := <-got
+		streams[s.waitRunID(t, margin+deliverTimeout)] = s
+	}
+	// The nudger: a re-register has the key's waiting lanes tried again.
+	wg.Go(func() {
+		tick := time.NewTicker(300 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			for _, p := range provs {
+				p.send(wire.Register{Type: wire.TypeRegister, Agents: []wire.Registration{{Name: "probe"}}})
+			}
+		}
+	})
+	bound := 2*deliverTimeout + 2*margin
+	froms := map[string]int{}
+	for id, st := range streams {
+		c.checkAnswered(t, st, id, bound, bk)
+		mu.Lock()
+		sc := scripts[id]
+		mu.Unlock()
+		side := "after"
+		if sc.after < 50*time.Millisecond {
+			side = "before"
+		}
+		froms[fmt.Sprintf("%s %s 50ms, claimed from %s", sc.verdict, side, c.claimedFrom(id))]++
+	}
+	t.Logf("%d runs, all completed once; first answers and claims: %v", len(streams), froms)
+}
+
+// TestOfferingLeaderDiesInTheDueWrite: the leader is SIGKILLed while its
+// due offering write is in PostgreSQL — held on the run's row, which the
+// test locks, so the write is seen blocked before the kill; the row is let
+// go once the leader is dead. Whatever that orphaned statement does (it
+// may still commit offering under the dead leader's epoch), the next
+// leader offers the run again, it runs once and completes under the new
+// epoch, and its caller's stream ends with its answer.
+func TestOfferingLeaderDiesInTheDueWrite(t *testing.T) {
+	c := newOfferingCluster(t, 2, 2)
+	l := c.waitLeader(boot)
+	bk := newBook()
+	sg := newSigner(t, 0x90)
+	p := c.connectProvider(sg, bk, l.url, l.url)
+	p.register("probe")
+	oldEpoch := c.epoch()
+	st := c.start(c.doors[1], sg.PublicKeyHex(), "probe", "die in the write")
+	f, at := p.offerAt(offerDeliver + margin)
+	lock, err := pgx.Connect(context.Background(), c.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close(context.Background())
+	tx, err := lock.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	var status string
+	var me int32
+	if err := tx.QueryRow(context.Background(), `SELECT status, pg_backend_pid() FROM runs WHERE run_id = $1 FOR UPDATE`, f.RunID).Scan(&status, &me); err != nil {
+		t.Fatal(err)
+	}
+	if status != "queued" {
+		t.Skipf("the row was locked %v after the offer, already %s: the write could not be caught (machine too slow)", time.Since(at).Round(time.Millisecond), status)
+	}
+	var blocked int32
+	if ok, _ := until(offerAfter+margin, func() bool {
+		return c.db.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid)) LIMIT 1`, me).Scan(&blocked) == nil
+	}); !ok {
+		t.Fatalf("no broker write blocked on the run's row within %v", offerAfter+margin)
+	}
+	mine := false
+	for _, b := range c.backendsOf(l) {
+		mine = mine || b == blocked
+	}
+	if !mine {
+		t.Fatalf("the blocked backend %d is not %s's", blocked, l.name)
+	}
+	l.kill(t)
+	killed := time.Since(at)
+	if err := tx.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s := c.waitLeader(leaseTTL+margin, l)
+	newEpoch := c.epoch()
+	r := c.run(f.RunID)
+	t.Logf("%s SIGKILLed %v after the offer with its due write blocked (backend %d); the row let go; %s leads under epoch %d; the record reads %s under epoch %d",
+		l.name, killed.Round(time.Millisecond), blocked, s.name, newEpoch, r.Status, r.Epoch)
+	if !p.waitClosed(margin) {
+		t.Errorf("the provider's link to the dead leader is still open after %v", margin)
+	}
+	p2 := c.connectProvider(sg, bk, s.url, s.url)
+	p2.register("probe")
+	f2, _ := p2.offerAt(offerDeliver + margin)
+	if f2.RunID != f.RunID {
+		t.Fatalf("the new leader offered %s, want %s again", f2.RunID, f.RunID)
+	}
+	p2.accept(f2.RunID)
+	p2.answerRun(f2)
+	r2 := c.checkAnswered(t, st, f.RunID, offerDeliver+afterFailover, bk)
+	if r2.Epoch != newEpoch || newEpoch <= oldEpoch {
+		t.Errorf("run completed under epoch %d; the new leader holds %d (was %d)", r2.Epoch, newEpoch, oldEpoch)
+	}
+	if n := bk.offered(f.RunID); n != 2 {
+		t.Errorf("run offered %d times, want twice (the dead leader's offer and the new leader's)", n)
+	}
 }
