@@ -1217,3 +1217,39 @@ func TestOfferingLeaderDiesInTheDueWrite(t *testing.T) {
 		t.Errorf("run offered %d times, want twice (the dead leader's offer and the new leader's)", n)
 	}
 }
+
+// TestOfferingWriteAtOnceWhenZero: FUNDUQ_OFFERING_WRITE_AFTER=0 writes
+// offering with the frame, as before the deferred write: an accept sent
+// the moment the offer arrives is claimed from offering, and an offer
+// left unanswered reads offering at once and queued after its lapse.
+func TestOfferingWriteAtOnceWhenZero(t *testing.T) {
+	clusterEnv = []string{"FUNDUQ_OFFERING_WRITE_AFTER=0"}
+	c := func() *cluster { defer func() { clusterEnv = nil }(); return newCluster(t, 1, 1) }()
+	l := c.waitLeader(boot)
+	bk := newBook()
+	sg := newSigner(t, 0x99)
+	p := c.connectProvider(sg, bk, l.url, l.url)
+	p.register("probe")
+
+	st := c.start(c.doors[0], sg.PublicKeyHex(), "probe", "quick")
+	f, at := p.offerAt(deliverTimeout + margin)
+	p.accept(f.RunID)
+	answeredIn := time.Since(at)
+	p.answerRun(f)
+	c.checkAnswered(t, st, f.RunID, deliverTimeout+margin, bk)
+	if from := c.claimedFrom(f.RunID); from != "offering" || !c.wroteOffering(f.RunID) {
+		t.Errorf("an accept %v after the offer, write at once: claimed from %q, offering written %v; want from offering, written",
+			answeredIn.Round(time.Millisecond), from, c.wroteOffering(f.RunID))
+	}
+
+	st = c.start(c.doors[0], sg.PublicKeyHex(), "probe", "slow")
+	f, at = p.offerAt(deliverTimeout + margin)
+	c.waitStatus(f.RunID, margin, "offering", func(r runRow) bool { return r.Status == "offering" })
+	seen := time.Since(at)
+	c.waitStatus(f.RunID, deliverTimeout+margin, "queued after the lapse", func(r runRow) bool { return r.Status == "queued" })
+	t.Logf("unanswered: offering seen %v after the offer arrived; queued again %v after it",
+		seen.Round(time.Millisecond), time.Since(at).Round(time.Millisecond))
+	p.accept(f.RunID) // late: claims it (D15)
+	p.answerRun(f)
+	c.checkAnswered(t, st, f.RunID, deliverTimeout+margin, bk)
+}
