@@ -90,8 +90,8 @@ type offerState struct {
 	// rechecked: the lapse was put off once because the broker ran late.
 	rechecked bool
 	// unwritten: the record still says queued (Settings.OfferingAfter
-	// has not passed); wasUnwritten: offering was written when it did.
-	unwritten, wasUnwritten bool
+	// has not passed).
+	unwritten bool
 }
 
 // lapseSlack is how long a lapse that fired late is put off so the link's

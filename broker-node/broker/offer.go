@@ -61,6 +61,8 @@ func (l *lane) try(ctx context.Context) {
 		l.dropOffer()
 		return
 	}
+	b.metrics.offers.WithLabelValues("sent").Inc()
+	l.log.DebugContext(ctx, "run offered", "link", ls.id)
 	if d := b.set.OfferingAfter; d > 0 {
 		// The record says offering only once the offer has been out for
 		// d with no answer (writeOffering): most answers come first, and
@@ -69,8 +71,6 @@ func (l *lane) try(ctx context.Context) {
 		// protocol clock.
 		l.offer.unwritten = true
 		time.AfterFunc(d, func() { l.q.push(offeringDueCmd{id}) })
-		b.metrics.offers.WithLabelValues("sent").Inc()
-		l.log.DebugContext(ctx, "run offered", "link", ls.id)
 		return
 	}
 	l.writeOffering(ctx, ls)
@@ -94,11 +94,6 @@ func (l *lane) writeOffering(ctx context.Context, ls *linkState) {
 			l.log.InfoContext(ctx, "run is no longer queued; its lane closes", "err", err)
 			b.forget(l)
 		}
-		return
-	}
-	if !l.offerWasUnwritten() {
-		b.metrics.offers.WithLabelValues("sent").Inc()
-		l.log.DebugContext(ctx, "run offered", "link", ls.id)
 	}
 }
 
@@ -109,11 +104,8 @@ func (l *lane) onOfferingDue(ctx context.Context, c offeringDueCmd) {
 		return // answered, or lapsed, first: nothing to record
 	}
 	l.offer.unwritten = false
-	l.offer.wasUnwritten = true
 	l.writeOffering(ctx, l.offer.link)
 }
-
-func (l *lane) offerWasUnwritten() bool { return l.offer != nil && l.offer.wasUnwritten }
 
 // recorded is the status the record holds for an offer: offering once
 // written, else still queued.
