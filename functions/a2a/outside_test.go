@@ -349,6 +349,12 @@ func oddCases() []oddCase {
 				if got := statusText(last.obj); !strings.Contains(got, "upstream_unavailable") {
 					t.Errorf("the stream's failed status says %q: no code", got)
 				}
+				// doors.md §3.7.2: RUN_ERROR → FAILED with status.message an
+				// agent message whose text is the event's message.
+				if got := statusText(last.obj); !strings.Contains(got, "the model is down") {
+					t.Errorf("the stream's failed status says %q: the provider's RUN_ERROR message %q is lost (doors.md §3.7.2)",
+						got, "the model is down")
+				}
 			}},
 		{name: "RUN_FINISHED with an interrupt outcome",
 			script: func(r, th string) []string {
