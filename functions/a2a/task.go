@@ -124,9 +124,12 @@ type taskView struct {
 }
 
 // statusWith is the task status run r shows, lastErr being its last
-// RUN_ERROR's code (else its message): the failure's text when the run
-// recorded no reason.
-func statusWith(r store.Run, lastErr string) (TaskState, *textMessage, map[string]any) {
+// RUN_ERROR's code (else its message) and lastErrMsg that event's
+// message. A failed task's status message is the recorded reason (else
+// lastErr), followed by the RUN_ERROR's own sentence when it says more:
+// doors.md §3.7.2 gives a caller the event's message, and the code stays
+// what a client branches on.
+func statusWith(r store.Run, lastErr, lastErrMsg string) (TaskState, *textMessage, map[string]any) {
 	st := StateOf(r.Status)
 	meta := map[string]any{}
 	// The marker says a cancel is pending: only while the run is still
@@ -142,6 +145,9 @@ func statusWith(r store.Run, lastErr string) (TaskState, *textMessage, map[strin
 		reason := r.FailureReason
 		if reason == "" {
 			reason = lastErr
+		}
+		if lastErrMsg != "" && lastErrMsg != reason {
+			reason += ": " + lastErrMsg
 		}
 		msg = &textMessage{ID: r.RunID + "-error", Role: "agent", Text: reason, ContextID: r.ThreadID, TaskID: r.RunID}
 	}
