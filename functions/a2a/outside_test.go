@@ -812,6 +812,104 @@ func TestOutsideTwoCallersAtOnce(t *testing.T) {
 	}
 }
 
+// A messageId belongs to its caller (design.md D17) on a context as on a
+// new one: on a context two callers share, a caller's retry is recognised
+// and a changed request under its key refused 422, but another caller's
+// message with the same messageId — the same request or another — is that
+// caller's own new task, never a refusal about someone else's key and
+// never the other caller's task.
+func TestOutsideMessageIDOnASharedContext(t *testing.T) {
+	for _, v := range []string{"", "1.0"} {
+		t.Run("v"+v, func(t *testing.T) {
+			h := nodetest.Start(t, nil)
+			p := h.Connect(0xe1, nil)
+			p.Register("echo")
+			c := newClient(t, seatDoor(t, h), p.Key, "echo", v)
+			A := seatCaller{c, v, signer(t, 0xa1).PublicKeyHex()}
+			B := seatCaller{c, v, signer(t, 0xb1).PublicKeyHex()}
+			C := seatCaller{c, v, signer(t, 0xc7).PublicKeyHex()}
+			anon := seatCaller{c, v, ""}
+			complete := func(what string) wire.RunFrame {
+				t.Helper()
+				f := recv(t, playNext(p, func(r, th string) []string { return []string{runStarted(th, r), runFinished(th, r)} }), what)
+				h.WaitStatus(f.RunID, run.Completed)
+				return f
+			}
+			first := taskResult(t, v, A.send(c.message("open", "open", nil), false))
+			complete("A's first run")
+			ctxID := first["contextId"].(string)
+
+			mine := taskResult(t, v, A.send(c.message("m-same", "hello", map[string]any{"contextId": ctxID}), false))
+			complete("A's m-same run")
+			// A's own retry: the same task.
+			if again := taskResult(t, v, A.send(c.message("m-same", "hello", map[string]any{"contextId": ctxID}), false)); again["id"] != mine["id"] {
+				t.Errorf("A's retry answered task %v, want %v", again["id"], mine["id"])
+			}
+			// A's key with another request: 422.
+			if r := A.send(c.message("m-same", "changed", map[string]any{"contextId": ctxID}), false); r.Error == nil || r.Error.Code != a2a.CodeKeyReused || r.Status != http.StatusUnprocessableEntity {
+				t.Errorf("A reusing its messageId for another message: %d %+v, want 422 %d", r.Status, r.Error, a2a.CodeKeyReused)
+			}
+			// Another caller's messages under the same id are their own.
+			for _, tc := range []struct {
+				name string
+				sc   seatCaller
+				text string
+			}{
+				{"B, another message", B, "from B"},
+				{"C, the same message", C, "hello"},
+				{"an anonymous caller, the same message", anon, "hello"},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					r := tc.sc.send(c.message("m-same", tc.text, map[string]any{"contextId": ctxID}), false)
+					if r.Error != nil {
+						t.Fatalf("refused: %d %d %s (the messageId is A's, not this caller's)", r.Status, r.Error.Code, r.Error.Message)
+					}
+					task := taskResult(t, v, r)
+					if task["id"] == mine["id"] {
+						t.Fatalf("answered with A's task %v: this caller's message %q was dropped", mine["id"], tc.text)
+					}
+					f := complete("the other caller's own run")
+					if task["id"] != f.RunID || userText(t, f) != tc.text {
+						t.Errorf("task %v, offered %s with %q", task["id"], f.RunID, userText(t, f))
+					}
+				})
+			}
+			// B's own key with another request is refused like A's.
+			if r := B.send(c.message("m-same", "changed by B", map[string]any{"contextId": ctxID}), false); r.Error == nil || r.Error.Code != a2a.CodeKeyReused {
+				t.Errorf("B reusing its messageId for another message: %d %+v, want %d", r.Status, r.Error, a2a.CodeKeyReused)
+			}
+			// The messageId of B's answer to A's paused task is B's too: A's
+			// own later message under that id is A's new task.
+			t.Run("A, after B's answer under the same id", func(t *testing.T) {
+				got := playNext(p, func(r, th string) []string {
+					return []string{runStarted(th, r), fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"ok?","reason":"confirm"}]}}`, th, r)}
+				})
+				paused := taskResult(t, v, A.send(c.message("pause-me", "ask me", map[string]any{"contextId": ctxID}), true))
+				recv(t, got, "A's pausing run")
+				if stateOf(paused) != wireState(v, "input-required") {
+					t.Fatalf("A's task %v %q", paused["id"], stateOf(paused))
+				}
+				answered := taskResult(t, v, B.send(c.message("a-shared", "yes", map[string]any{"taskId": paused["id"]}), false))
+				if answered["id"] != paused["id"] {
+					t.Fatalf("B's answer made task %v, want %v resumed", answered["id"], paused["id"])
+				}
+				complete("B's answer")
+				r := A.send(c.message("a-shared", "something new", map[string]any{"contextId": ctxID}), false)
+				if r.Error != nil {
+					t.Fatalf("refused: %d %d %s (the messageId is B's, not A's)", r.Status, r.Error.Code, r.Error.Message)
+				}
+				task := taskResult(t, v, r)
+				if task["id"] == paused["id"] {
+					t.Fatalf("A's message was answered with B's answer's task %v", task["id"])
+				}
+				if f := complete("A's new run"); task["id"] != f.RunID || userText(t, f) != "something new" {
+					t.Errorf("task %v, offered %s with %q", task["id"], f.RunID, userText(t, f))
+				}
+			})
+		})
+	}
+}
+
 // A stranger — no credentials, or an authenticated key that is no party,
 // with or without an actor chain of its own — asking about another
 // caller's bound task, paused or running, gets exactly what an unknown
