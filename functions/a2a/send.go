@@ -356,7 +356,14 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 	// the same message, so another caller's message with the same id is
 	// its own.
 	hash := identity.SHA256Hex(append(append(append([]byte(nil), p.MessageRaw...), 0), p.Metadata...))
-	probe := door.Probe(agent, thread, caller, idem, msg.MessageID, hash, messageIDKeyPrefix+msg.MessageID+":"+hash)
+	// On a context the messageId is stored and matched within its caller
+	// too (door.IdempotencyScope): callers sharing an unbound context each
+	// have their own ids, so another caller's message under the same id is
+	// its own task, never a 422 about a key it did not use nor the other
+	// caller's task. An anonymous caller's is matched with the request's
+	// hash, as before.
+	requestID := door.IdempotencyScope(callerKey, msg.MessageID)
+	probe := door.Probe(agent, thread, caller, idem, requestID, hash, messageIDKeyPrefix+msg.MessageID+":"+hash)
 	// A retried answer finds the task it reopened before it could reopen
 	// the task again (it may have paused anew); any other retry is answered
 	// by the insert's own look-up (store.Admit), a round trip fewer.
@@ -393,7 +400,7 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 			return accepted{}, err
 		}
 		reopened, err := st.ReopenRun(ctx, store.Reopen{RunID: task.RunID, RunInput: built.Bytes, AddressedRunID: built.AddressedRunID, Messages: door.Messages(built),
-			CallerRequestID: msg.MessageID, RequestHash: hash})
+			CallerRequestID: requestID, RequestHash: hash})
 		switch {
 		case err == nil:
 			return accepted{run: reopened, after: reopened.LastSeq}, nil
