@@ -1101,3 +1101,56 @@ func TestOutsideMalformedJSONRPC(t *testing.T) {
 	}
 	p.None()
 }
+
+// Nothing is stored after a run's terminal event (design.md §The status
+// machine), and a report the broker does not take is answered (D15): a
+// raw-wire provider that sends one more text event after its RUN_FINISHED,
+// right behind its accept, has that event refused on the link, and the
+// caller sees one run — tasks/get's artifacts and history are what the
+// stream showed, ending at the RUN_FINISHED.
+func TestOutsideNothingStoredAfterTheEnd(t *testing.T) {
+	for _, v := range []string{"", "1.0"} {
+		t.Run("v"+v, func(t *testing.T) {
+			h := nodetest.Start(t, nil)
+			p := h.Connect(0xe1, nil)
+			p.Register("odd")
+			c := newClient(t, startDoor(t, h, nil), p.Key, "odd", v)
+			got := playNext(p, func(r, th string) []string {
+				return []string{runStarted(th, r),
+					`{"type":"TEXT_MESSAGE_CHUNK","messageId":"m","delta":"done"}`,
+					runFinished(th, r),
+					`{"type":"TEXT_MESSAGE_CHUNK","messageId":"late","delta":"after the end"}`}
+			})
+			s := c.stream(c.body(methodOf(v, "message/stream"), map[string]any{"message": c.message("late-1", "hi", nil)}), nil)
+			items := normItems(t, v, s.rest())
+			f := recv(t, got, "the run played")
+			streamed := map[string]string{}
+			for _, it := range items {
+				if it.kind == "artifact-update" {
+					art, _ := it.obj["artifact"].(map[string]any)
+					for id, text := range artifactsOf(map[string]any{"artifacts": []any{art}}) {
+						streamed[id] += text
+					}
+				}
+			}
+			if last := items[len(items)-1]; stateOf(last.obj) != wireState(v, "completed") {
+				t.Errorf("stream ended %v", last.obj)
+			}
+			task := c.ok(methodOf(v, "tasks/get"), map[string]any{"id": f.RunID})
+			if arts := artifactsOf(task); !reflect.DeepEqual(arts, streamed) || !reflect.DeepEqual(arts, map[string]string{"m": "done"}) {
+				t.Errorf("tasks/get shows artifacts %v, the stream showed %v: the event after RUN_FINISHED was stored", arts, streamed)
+			}
+			if hist := historyTexts(task); !reflect.DeepEqual(hist, []string{"user:hi", "agent:done"}) {
+				t.Errorf("tasks/get shows history %q: the event after RUN_FINISHED became a message", hist)
+			}
+			var e struct {
+				Message string `json:"message"`
+				RunID   string `json:"runId"`
+			}
+			p.Expect(wire.TypeError, &e)
+			if e.RunID != f.RunID || !strings.Contains(e.Message, "already reported its end") {
+				t.Errorf("the provider was told %+v", e)
+			}
+		})
+	}
+}
