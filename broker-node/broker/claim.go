@@ -17,7 +17,9 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 	var batch []eventCmd
 	finish := false
 	if queued && len(l.deferred) == 0 {
-		batch = l.q.takeEvents(ls, maxEventBatch)
+		// Nothing is stored after the run's terminal event: what came
+		// behind it is refused here as on any other path (lane.handle).
+		batch = l.cutAfterEnd(l.q.takeEvents(ls, maxEventBatch))
 		finish = l.q.takeFinish(ls)
 	}
 	if len(batch) == 0 && !finish {
