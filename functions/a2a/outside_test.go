@@ -1154,3 +1154,63 @@ func TestOutsideNothingStoredAfterTheEnd(t *testing.T) {
 		})
 	}
 }
+
+// A task that pauses, is answered, and pauses again: each pause shows its
+// own ask — tasks/get's outstanding asks and the stream's final
+// input-required item name the second interrupt, not the first — and the
+// third message completes the same task.
+func TestOutsidePausesTwice(t *testing.T) {
+	for _, v := range []string{"", "1.0"} {
+		t.Run("v"+v, func(t *testing.T) {
+			h := nodetest.Start(t, nil)
+			p := h.Connect(0xe1, nil)
+			p.Register("odd")
+			c := newClient(t, startDoor(t, h, nil), p.Key, "odd", v)
+			ask := func(id string) func(r, th string) []string {
+				return func(r, th string) []string {
+					return []string{runStarted(th, r),
+						fmt.Sprintf(`{"type":"TEXT_MESSAGE_CHUNK","messageId":%q,"delta":"question %s"}`, "q-"+id, id),
+						fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":%q,"reason":"confirm"}]}}`, th, r, id)}
+				}
+			}
+			got := playNext(p, ask("a1"))
+			first := taskResult(t, v, c.call(methodOf(v, "message/send"), map[string]any{"message": c.message("m1", "start", nil)}))
+			f := recv(t, got, "the first round")
+			id := f.RunID
+			if first["id"] != id || fmt.Sprint(metaOf(first)[a2a.OutstandingAsksKey]) != "[a1]" {
+				t.Fatalf("first pause: %v %v", first["id"], metaOf(first))
+			}
+			// The answer, streamed; the run pauses again.
+			got = playNext(p, ask("a2"))
+			s := c.stream(c.body(methodOf(v, "message/stream"), map[string]any{"message": c.message("m2", "yes", map[string]any{"taskId": id})}), nil)
+			items := normItems(t, v, s.rest())
+			if f := recv(t, got, "the second round"); f.RunID != id {
+				t.Fatalf("the answer offered %s, want %s", f.RunID, id)
+			}
+			last := items[len(items)-1]
+			if stateOf(last.obj) != wireState(v, "input-required") || v == "" && last.obj["final"] != true {
+				t.Errorf("second round's stream ended %v", last.obj)
+			}
+			if in := mustJSON(metaOf(last.obj)[a2a.InterruptKey]); !strings.Contains(in, `"a2"`) || strings.Contains(in, `"a1"`) {
+				t.Errorf("second round's final item carries interrupt %s, want a2's alone", in)
+			}
+			got2 := c.ok(methodOf(v, "tasks/get"), map[string]any{"id": id})
+			if stateOf(got2) != wireState(v, "input-required") || fmt.Sprint(metaOf(got2)[a2a.OutstandingAsksKey]) != "[a2]" {
+				t.Errorf("after the second pause: %q asks %v", stateOf(got2), metaOf(got2)[a2a.OutstandingAsksKey])
+			}
+			if want := map[string]string{"q-a1": "question a1", "q-a2": "question a2"}; !reflect.DeepEqual(artifactsOf(got2), want) {
+				t.Errorf("artifacts over both rounds %v, want %v", artifactsOf(got2), want)
+			}
+			// The third message completes it.
+			got = playNext(p, func(r, th string) []string { return []string{runStarted(th, r), runFinished(th, r)} })
+			done := taskResult(t, v, c.call(methodOf(v, "message/send"), map[string]any{"message": c.message("m3", "yes again", map[string]any{"taskId": id})}))
+			recv(t, got, "the third round")
+			if done["id"] != id || stateOf(done) != wireState(v, "completed") || metaOf(done)[a2a.OutstandingAsksKey] != nil {
+				t.Errorf("third round: %v %q %v", done["id"], stateOf(done), metaOf(done))
+			}
+			if hist := historyTexts(done); !reflect.DeepEqual(hist, []string{"user:start", "agent:question a1", "user:yes", "agent:question a2", "user:yes again"}) {
+				t.Errorf("history %q", hist)
+			}
+		})
+	}
+}
