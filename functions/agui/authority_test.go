@@ -1,6 +1,7 @@
 package agui_test
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -302,4 +303,78 @@ func mustJSON(v any) string { b, _ := json.Marshal(v); return string(b) }
 
 func resolution(s *identity.Signer, runID string, asks []string) string {
 	return mustJSON(map[string]string{"publicKey": s.PublicKeyHex(), "signature": s.Sign(identity.ResolutionPayload(runID, asks))})
+}
+
+// A runId belongs to its caller (D17) on a thread as on a new one: on a
+// thread two callers share, a caller's retry streams its run again and a
+// changed request under its runId is refused 422, but another caller's
+// turn with the same runId — the same body or another — is that caller's
+// own run, never a refusal about someone else's id and never the other
+// caller's run.
+func TestRunIDOnASharedThreadBelongsToItsCaller(t *testing.T) {
+	a := newAuthz(t)
+	url := a.srv + "/agui/" + a.p.Key + "/echo"
+	turn := func(thread, runID, text string) string {
+		return fmt.Sprintf(`{"threadId":%q,"runId":%q,"messages":[{"id":"u-%s","role":"user","content":%q}],"tools":[],"context":[],"forwardedProps":{}}`,
+			thread, runID, runID, text)
+	}
+	// runOf streams one turn; a new run is offered and completed.
+	runOf := func(what, body string) string {
+		t.Helper()
+		s := openStream(t, "POST", url, body, nil)
+		f := a.p.Offer()
+		a.p.Accept(f.RunID)
+		a.p.Complete(f.RunID, *f.ThreadID)
+		fs := events(s.rest())
+		if len(fs) == 0 || fs[0].event(t)["runId"] != f.RunID {
+			t.Fatalf("%s: stream %v, want run %s", what, fs, f.RunID)
+		}
+		return f.RunID
+	}
+	// An anonymous first turn opens an unbound thread.
+	a.seat = ""
+	first := runOf("the first turn", turn("t-new", "r-open", "open"))
+	thread := a.h.Run(first).ThreadID
+
+	a.seat = a.head.PublicKeyHex()
+	mine := runOf("A's turn", turn(thread, "r-same", "hello"))
+	runs := runCount(t, a.h)
+	s := openStream(t, "POST", url, turn(thread, "r-same", "hello"), nil)
+	if fs := events(s.rest()); len(fs) == 0 || fs[0].event(t)["runId"] != mine || runCount(t, a.h) != runs {
+		t.Fatalf("A's retry: %v, want run %s again and no new run", fs, mine)
+	}
+	if code, _, got := jsonCall(t, "POST", url, turn(thread, "r-same", "changed"), nil); code != 422 || errCode(got) != door.CodeIdempotencyKeyReused {
+		t.Fatalf("A reusing its runId for another turn: %d %v, want 422", code, got)
+	}
+
+	for _, tc := range []struct {
+		name, seat, text string
+	}{
+		{"B, another turn", a.stray.PublicKeyHex(), "from B"},
+		{"P, the same turn", a.pres.PublicKeyHex(), "hello"},
+	} {
+		a.seat = tc.seat
+		resp, cancel := do(t, "POST", url, turn(thread, "r-same", tc.text), nil)
+		if resp.StatusCode != 200 {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			cancel()
+			t.Fatalf("%s: %d %s: the runId is A's, not this caller's", tc.name, resp.StatusCode, b)
+		}
+		s := &stream{t: t, resp: resp, br: bufio.NewReader(resp.Body), cancel: cancel}
+		fr, _ := s.next() // the stream's opening comment names its run
+		id := strings.TrimPrefix(fr.Comment, "funduq run ")
+		if id == mine {
+			s.close()
+			t.Fatalf("%s: streamed A's run %s: this caller's turn was dropped", tc.name, mine)
+		}
+		f := a.p.Offer()
+		if f.RunID != id || !strings.Contains(string(f.RunInput), tc.text) {
+			t.Fatalf("%s: offered %s, want its own run %s with %q", tc.name, f.RunID, id, tc.text)
+		}
+		a.p.Accept(f.RunID)
+		a.p.Complete(f.RunID, *f.ThreadID)
+		s.rest()
+		s.close()
+	}
 }
