@@ -147,7 +147,13 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 	if in.ThreadID != "" && in.CallerRunID != "" {
 		firstTurn = "agui-turn:" + in.ThreadID + ":" + in.CallerRunID + ":" + hash
 	}
-	probe := door.Probe(agent, thread, caller, idem, in.CallerRunID, hash, firstTurn)
+	// On a thread the runId is stored and matched within its caller too
+	// (door.IdempotencyScope): callers sharing an unbound thread each have
+	// their own ids, so another caller's turn under the same runId is its
+	// own run, never a 422 about an id it did not use nor the other
+	// caller's run. An anonymous caller's is matched with the body's hash.
+	requestID := door.IdempotencyScope(callerKey, in.CallerRunID)
+	probe := door.Probe(agent, thread, caller, idem, requestID, hash, firstTurn)
 	if thread == nil && guess {
 		probe.UnlessThread = in.ThreadID
 	}
@@ -167,7 +173,7 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 				return outcome{}, unknownResumeThread(in.ThreadID)
 			}
 		} else {
-			out, answered, err := h.answer(ctx, agent, *thread, in, bag.CallerBag, chain, hash)
+			out, answered, err := h.answer(ctx, agent, *thread, in, bag.CallerBag, chain, hash, requestID)
 			if err != nil || answered {
 				return out, err
 			}
@@ -234,7 +240,7 @@ func (h *Handler) build(agent store.Agent, threadID, runID, parentRunID string, 
 // is true when the body completed the run's asks: out is then the reopened
 // run to stream, or — when another answer won the race — the snapshot.
 func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Thread, in RunAgentInput, bag door.CallerBag,
-	chain *identity.Chain, hash string) (out outcome, answered bool, err error) {
+	chain *identity.Chain, hash, requestID string) (out outcome, answered bool, err error) {
 	paused, ok, err := h.o.Store.NewestRunInStatus(ctx, thread.ThreadID, run.InputRequired)
 	if err != nil || !ok || paused.CancelRequestedBy != nil {
 		return outcome{}, false, err
@@ -258,7 +264,7 @@ func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Th
 		return outcome{}, true, err
 	}
 	reopened, err := h.o.Store.ReopenRun(ctx, store.Reopen{RunID: paused.RunID, RunInput: built.Bytes, AddressedRunID: built.AddressedRunID, Messages: door.Messages(built),
-		CallerRequestID: in.CallerRunID, RequestHash: hash})
+		CallerRequestID: requestID, RequestHash: hash})
 	if errors.Is(err, store.ErrIllegalTransition) {
 		// Another answer landed first: there is no second resume to watch.
 		snap, err := h.snapshot(ctx, thread.ThreadID)
