@@ -19,12 +19,11 @@ const recordPage = 500
 // so a view, a stream or a blocking send reads each stored event once
 // (issue #19) and keeps none it no longer needs.
 type eventFold struct {
-	upTo       int // artifacts only from events with seq <= upTo (< 0: all)
-	last       int // the highest seq folded: an event at or below it is not folded again
-	arts       []artifact
-	idx        map[string]int
-	lastErr    string // the last RUN_ERROR's code, else its message
-	lastErrMsg string // the last RUN_ERROR's message
+	upTo    int // artifacts only from events with seq <= upTo (< 0: all)
+	last    int // the highest seq folded: an event at or below it is not folded again
+	arts    []artifact
+	idx     map[string]int
+	lastErr runError // the last RUN_ERROR's code and message
 	// round is door.AsksOf's window, kept when asks: the events after
 	// the RUN_FINISHED before the last one (all of them until there are
 	// two). A fold that will not show a pause's asks keeps no event.
@@ -99,12 +98,7 @@ func (f *eventFold) add(seq int, ev json.RawMessage) read {
 		if !errRead {
 			break
 		}
-		if e.Code != "" {
-			f.lastErr = e.Code
-		} else {
-			f.lastErr = e.Message
-		}
-		f.lastErrMsg = e.Message
+		f.lastErr = runError{code: e.Code, message: e.Message}
 	}
 	f.addRound(foldedEvent{raw: ev, finish: e.Type == agui.TypeRunFinished})
 	return out
@@ -142,8 +136,8 @@ func (f *eventFold) then(g *eventFold) {
 	for _, a := range g.arts {
 		f.addText(a.ID, a.Text)
 	}
-	if g.lastErr != "" {
-		f.lastErr, f.lastErrMsg = g.lastErr, g.lastErrMsg
+	if g.lastErr.label() != "" {
+		f.lastErr = g.lastErr
 	}
 	if g.trimmed {
 		// g saw two RUN_FINISHEDs: its window is the whole window.
@@ -183,7 +177,7 @@ func (f *eventFold) rest(ctx context.Context, st *store.Store, runID string, aft
 
 // status is the task status a run's record shows (statusOf).
 func (f *eventFold) status(r store.Run) (TaskState, *textMessage, map[string]any) {
-	return statusWith(r, f.lastErr, f.lastErrMsg)
+	return statusWith(r, f.lastErr)
 }
 
 // view is the task view of run r with the events folded and its messages.

@@ -123,13 +123,23 @@ type taskView struct {
 	Meta      map[string]any
 }
 
+// runError is what a run's last RUN_ERROR said.
+type runError struct{ code, message string }
+
+// label is the error's code, else its message.
+func (e runError) label() string {
+	if e.code != "" {
+		return e.code
+	}
+	return e.message
+}
+
 // statusWith is the task status run r shows, lastErr being its last
-// RUN_ERROR's code (else its message) and lastErrMsg that event's
-// message. A failed task's status message is the recorded reason (else
-// lastErr), followed by the RUN_ERROR's own sentence when it says more:
-// doors.md §3.7.2 gives a caller the event's message, and the code stays
-// what a client branches on.
-func statusWith(r store.Run, lastErr, lastErrMsg string) (TaskState, *textMessage, map[string]any) {
+// RUN_ERROR. A failed task's status message is the recorded reason (else
+// lastErr's label), followed by the RUN_ERROR's own sentence when it says
+// more: doors.md §3.7.2 gives a caller the event's message, and the code
+// stays what a client branches on.
+func statusWith(r store.Run, lastErr runError) (TaskState, *textMessage, map[string]any) {
 	st := StateOf(r.Status)
 	meta := map[string]any{}
 	// The marker says a cancel is pending: only while the run is still
@@ -144,10 +154,10 @@ func statusWith(r store.Run, lastErr, lastErrMsg string) (TaskState, *textMessag
 	if r.Status == run.Failed {
 		reason := r.FailureReason
 		if reason == "" {
-			reason = lastErr
+			reason = lastErr.label()
 		}
-		if lastErrMsg != "" && lastErrMsg != reason {
-			reason += ": " + lastErrMsg
+		if m := lastErr.message; m != "" && m != reason {
+			reason += ": " + m
 		}
 		msg = &textMessage{ID: r.RunID + "-error", Role: "agent", Text: reason, ContextID: r.ThreadID, TaskID: r.RunID}
 	}
