@@ -5,12 +5,18 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"os"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/funduq/funduq-go/broker-node/node"
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/funduq/funduq-go/core/redistest"
 	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/core/store/storetest"
 )
@@ -88,3 +94,105 @@ func TestLeaseCommands(t *testing.T) {
 		t.Fatalf("status after handover: %q", out.String())
 	}
 }
+
+// emptyLeaseEnv is the lease tool's environment on stores nobody leads.
+func emptyLeaseEnv(t *testing.T) map[string]string {
+	t.Helper()
+	_, prefix := redistest.Client(t)
+	return map[string]string{"FUNDUQ_DATABASE_URL": storetest.URL(t), "FUNDUQ_REDIS_URL": redistest.URL(),
+		"FUNDUQ_REDIS_PREFIX": prefix}
+}
+
+// The lease command refuses what it does not understand, naming it, with
+// exit 2 and before it does anything: an operator's typo must not turn into
+// a handover with the default wait, or a status in the wrong format.
+func TestLeaseCommandRefusesLooseArguments(t *testing.T) {
+	env := emptyLeaseEnv(t)
+	for _, tc := range []struct {
+		args []string
+		say  string
+	}{
+		{[]string{"lease", "status", "--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"lease", "status", "--json", "extra"}, `unexpected argument "extra"`},
+		{[]string{"lease", "status", "extra"}, `unexpected argument "extra"`},
+		{[]string{"lease", "status", "--json=maybe"}, `invalid boolean value "maybe" for -json`},
+		{[]string{"lease", "handover", "--wait"}, "flag needs an argument: -wait"},
+		{[]string{"lease", "handover", "--wait", "soon"}, `invalid value "soon" for flag -wait`},
+		{[]string{"lease", "handover", "--wait", "-1s"}, "-wait: want a duration above 0 (e.g. 30s), got -1s"},
+		{[]string{"lease", "handover", "--wait", "0s"}, "-wait: want a duration above 0 (e.g. 30s), got 0s"},
+		{[]string{"lease", "handover", "--wait", "5s", "extra"}, `unexpected argument "extra"`},
+		{[]string{"lease", "handover", "--json"}, "flag provided but not defined: -json"},
+		{[]string{"lease", "frobnicate"}, `unknown command "frobnicate"`},
+	} {
+		var out, errb bytes.Buffer
+		code := run(tc.args, env, &out, &errb)
+		if code != 2 || !strings.Contains(errb.String(), tc.say) || out.Len() != 0 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2, nothing on stdout and %q", tc.args, code, out.String(), errb.String(), tc.say)
+		}
+	}
+}
+
+// signalWriter is stdout that closes said once it has been written to.
+type signalWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	once sync.Once
+	said chan struct{}
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	defer w.once.Do(func() { close(w.said) })
+	return w.buf.Write(p)
+}
+
+// An operator's Ctrl-C while `lease handover` waits for the new leader ends
+// the wait at once, with exit 1 and a message saying what is left to check,
+// rather than waiting out --wait.
+func TestLeaseHandoverInterrupted(t *testing.T) {
+	env := emptyLeaseEnv(t)
+	// A leader of record that never answers a handover request: nothing
+	// subscribes to the lease channel, so the wait can only end by --wait
+	// or the interrupt.
+	st, err := store.Open(context.Background(), env["FUNDUQ_DATABASE_URL"], store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.AdvanceEpoch(context.Background(), "ghost", "http://ghost.invalid"); err != nil {
+		t.Fatal(err)
+	}
+	rdb, _ := redistest.Client(t)
+	if err := rdb.Set(context.Background(), node.LeaseKey(env["FUNDUQ_REDIS_PREFIX"]), "ghost 1", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	out := &signalWriter{said: make(chan struct{})}
+	var errb bytes.Buffer
+	done := make(chan int, 1)
+	go func() { done <- run([]string{"lease", "handover", "--wait", "1h"}, env, out, &errb) }()
+	select {
+	case <-out.said: // "asked ghost (epoch 1) to hand over": it waits now
+	case code := <-done:
+		t.Fatalf("handover ended before it waited: exit %d: %s %s", code, out.buf.String(), errb.String())
+	case <-time.After(nodetestGuard):
+		t.Fatal("handover never asked")
+	}
+	// What Ctrl-C sends; run catches it while it runs.
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 1 || !strings.Contains(errb.String(), "interrupted while waiting for a new leader") ||
+			!strings.Contains(errb.String(), "lease status") {
+			t.Fatalf("exit %d, stderr %q; want exit 1 and the interrupt named", code, errb.String())
+		}
+	case <-time.After(nodetestGuard):
+		t.Fatalf("still waiting %s after the interrupt (stdout %q)", nodetestGuard, out.buf.String())
+	}
+}
+
+// nodetestGuard bounds a wait for something that takes milliseconds; a hang
+// detector, never a timing assertion.
+const nodetestGuard = 15 * time.Second
