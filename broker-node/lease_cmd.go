@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -38,6 +39,41 @@ func leaseCmd(ctx context.Context, args []string, environ map[string]string, std
 	if len(args) == 0 {
 		fmt.Fprint(stderr, leaseUsage)
 		return errUsage
+	}
+	// Read the whole command line before touching a store: a typo must
+	// be refused, not turned into a status in the wrong format or a
+	// handover with the default wait.
+	fs := flag.NewFlagSet("lease "+args[0], flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // its errors are printed below, once, with the usage
+	asJSON := false
+	wait := 30 * time.Second
+	switch args[0] {
+	case "status":
+		fs.BoolVar(&asJSON, "json", false, "print the status as JSON")
+	case "handover":
+		fs.DurationVar(&wait, "wait", wait, "how long to wait for another epoch to lead")
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, leaseUsage)
+		return nil
+	default:
+		fmt.Fprintf(stderr, "broker-node lease: unknown command %q\n\n%s", args[0], leaseUsage)
+		return errUsage
+	}
+	refuse := func(format string, a ...any) error {
+		fmt.Fprintf(stderr, "broker-node lease %s: %s\n\n%s", args[0], fmt.Sprintf(format, a...), leaseUsage)
+		return errUsage
+	}
+	if err := fs.Parse(args[1:]); errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, leaseUsage)
+		return nil
+	} else if err != nil {
+		return refuse("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return refuse("unexpected argument %q", fs.Arg(0))
+	}
+	if wait <= 0 {
+		return refuse("-wait: want a duration above 0 (e.g. 30s), got %s", wait)
 	}
 	cfg, err := config.ParseLeaseTool(environ)
 	if err != nil {
@@ -74,13 +110,12 @@ func leaseCmd(ctx context.Context, args []string, environ map[string]string, std
 		}
 		return s, nil
 	}
-	switch args[0] {
-	case "status":
+	if args[0] == "status" {
 		s, err := status()
 		if err != nil {
 			return err
 		}
-		if len(args) > 1 && args[1] == "--json" {
+		if asJSON {
 			return json.NewEncoder(stdout).Encode(s)
 		}
 		if !s.Leading {
@@ -90,35 +125,37 @@ func leaseCmd(ctx context.Context, args []string, environ map[string]string, std
 		fmt.Fprintf(stdout, "leader:    %s\nepoch:     %d\nadvertise: %s\nsince:     %s\nlease:     %s left\n",
 			s.Node, s.Epoch, s.AdvertiseURL, s.Since, (time.Duration(s.LeaseLeftMS) * time.Millisecond).String())
 		return nil
-	case "handover":
-		wait := 30 * time.Second
-		if len(args) == 3 && args[1] == "--wait" {
-			if wait, err = time.ParseDuration(args[2]); err != nil {
-				return fmt.Errorf("--wait: %w", err)
-			}
-		}
-		before, err := status()
-		if err != nil {
-			return err
-		}
-		if !before.Leading {
-			return errors.New("nobody holds the lease: there is nothing to hand over")
-		}
-		if _, err := lease.RequestHandover(ctx, rdb, node.LeaseChannel(prefix)); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "asked %s (epoch %d) to hand over\n", before.Node, before.Epoch)
-		deadline := time.Now().Add(wait)
-		for time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond)
-			s, err := status()
-			if err == nil && s.Leading && s.Epoch > before.Epoch {
-				fmt.Fprintf(stdout, "%s leads now, epoch %d\n", s.Node, s.Epoch)
-				return nil
-			}
-		}
-		return fmt.Errorf("no new leader within %s (is a standby running?)", wait)
 	}
-	fmt.Fprint(stderr, leaseUsage)
-	return errUsage
+	before, err := status()
+	if err != nil {
+		return err
+	}
+	if !before.Leading {
+		return errors.New("nobody holds the lease: there is nothing to hand over")
+	}
+	if _, err := lease.RequestHandover(ctx, rdb, node.LeaseChannel(prefix)); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "asked %s (epoch %d) to hand over\n", before.Node, before.Epoch)
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		// An interrupt (Ctrl-C, SIGTERM) ends the wait, not the handover:
+		// the request is out, so the operator is told to look.
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("interrupted while waiting for a new leader: %s (epoch %d) was asked to hand over and may still; see `lease status`",
+				before.Node, before.Epoch)
+		case <-deadline.C:
+			return fmt.Errorf("no new leader within %s (is a standby running?)", wait)
+		case <-tick.C:
+		}
+		s, err := status()
+		if err == nil && s.Leading && s.Epoch > before.Epoch {
+			fmt.Fprintf(stdout, "%s leads now, epoch %d\n", s.Node, s.Epoch)
+			return nil
+		}
+	}
 }
