@@ -180,26 +180,50 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// readyProbeTimeout bounds each store's part of a /readyz answer.
+const readyProbeTimeout = 2 * time.Second
+
 // readyz is 200 only on the leader with both stores answering.
+//
+// Each store is probed under a deadline of its own, both at once: under one
+// shared deadline a hung store spent it all, and the other store's probe
+// then failed on the expired context and was reported unreachable too.
 func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
 	leading, epoch := n.Broker.Leading()
+	var wg sync.WaitGroup
+	var dbErr, redisErr, leaderErr, holderErr error
+	var leader store.Leader
+	var holder lease.Holder
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(r.Context(), readyProbeTimeout)
+		defer cancel()
+		if dbErr = n.st.Ping(ctx); dbErr == nil && !leading {
+			leader, leaderErr = n.st.CurrentLeader(ctx)
+		}
+	})
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(r.Context(), readyProbeTimeout)
+		defer cancel()
+		if redisErr = n.rdb.Ping(ctx).Err(); redisErr == nil && !leading {
+			holder, holderErr = lease.ReadHolder(ctx, n.rdb, LeaseKey(n.prefix))
+		}
+	})
+	wg.Wait()
 	body := map[string]any{"node": n.cfg.NodeID, "epoch": epoch, "role": "standby", "database": "ok", "redis": "ok"}
 	if leading {
 		body["role"] = "leader"
 		body["leader"] = n.cfg.AdvertiseURL
-	} else if l, err := n.st.CurrentLeader(ctx); err == nil {
-		body["epoch"] = l.Epoch
-		if h, err := lease.ReadHolder(ctx, n.rdb, LeaseKey(n.prefix)); err == nil && h.NodeID == l.Holder {
-			body["leader"] = l.AdvertiseURL
+	} else if dbErr == nil && leaderErr == nil {
+		body["epoch"] = leader.Epoch
+		if redisErr == nil && holderErr == nil && holder.NodeID == leader.Holder {
+			body["leader"] = leader.AdvertiseURL
 		}
 	}
 	ok := leading
-	if err := n.st.Ping(ctx); err != nil {
+	if dbErr != nil {
 		body["database"], ok = "unreachable", false
 	}
-	if err := n.rdb.Ping(ctx).Err(); err != nil {
+	if redisErr != nil {
 		body["redis"], ok = "unreachable", false
 	}
 	status := http.StatusOK

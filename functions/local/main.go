@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -100,17 +101,27 @@ func processMetrics() http.Handler {
 }
 
 // health is 200 when both stores answer, else 503 naming the one that
-// does not.
+// does not. Each store is probed under a deadline of its own, both at once:
+// under one shared deadline a hung PostgreSQL spent it all, and Redis,
+// probed next on the expired context, was reported unreachable too.
 func health(d *door.Deps) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), door.StorageTimeout)
-		defer cancel()
+		probe := func(ping func(context.Context) error) error {
+			ctx, cancel := context.WithTimeout(r.Context(), door.StorageTimeout)
+			defer cancel()
+			return ping(ctx)
+		}
+		var dbErr, redisErr error
+		var wg sync.WaitGroup
+		wg.Go(func() { dbErr = probe(d.Store.Ping) })
+		wg.Go(func() { redisErr = probe(func(ctx context.Context) error { return d.Redis.Ping(ctx).Err() }) })
+		wg.Wait()
 		body := map[string]string{"status": "ok", "database": "ok", "redis": "ok"}
 		status := http.StatusOK
-		if err := d.Store.Ping(ctx); err != nil {
+		if dbErr != nil {
 			body["database"], body["status"], status = "unreachable", "unavailable", http.StatusServiceUnavailable
 		}
-		if err := d.Redis.Ping(ctx).Err(); err != nil {
+		if redisErr != nil {
 			body["redis"], body["status"], status = "unreachable", "unavailable", http.StatusServiceUnavailable
 		}
 		if status != http.StatusOK {
