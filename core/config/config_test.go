@@ -44,6 +44,8 @@ func TestOverrides(t *testing.T) {
 	e := good()
 	e["FUNDUQ_DELIVER_TIMEOUT"] = "250ms"
 	e["FUNDUQ_PROVIDER_GRACE"] = "0s"
+	e["FUNDUQ_OFFERING_WRITE_AFTER"] = "0s"
+	e["FUNDUQ_LINK_GRACE"] = "0s"
 	e["FUNDUQ_PROVIDER_QUALITY_TOLERANCE"] = "0"
 	e["FUNDUQ_NODE_ID"] = "node-a"
 	e["FUNDUQ_LOG_LEVEL"] = "debug"
@@ -51,7 +53,7 @@ func TestOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DeliverTimeout != 250*time.Millisecond || c.ProviderGrace != 0 || c.ProviderQualityTolerance != 0 || c.NodeID != "node-a" || c.LogLevel.String() != "DEBUG" {
+	if c.DeliverTimeout != 250*time.Millisecond || c.ProviderGrace != 0 || c.OfferingWriteAfter != 0 || c.LinkGrace != 0 || c.ProviderQualityTolerance != 0 || c.NodeID != "node-a" || c.LogLevel.String() != "DEBUG" {
 		t.Fatalf("overrides not applied: %+v", c)
 	}
 }
@@ -73,6 +75,10 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{key: "FUNDUQ_LEASE_TTL", value: "ten seconds", want: `FUNDUQ_LEASE_TTL: cannot read "ten seconds"`},
 		{key: "FUNDUQ_LEASE_TTL", value: "-1s", want: "FUNDUQ_LEASE_TTL: must be positive"},
 		{key: "FUNDUQ_DELIVER_TIMEOUT", value: "0s", want: "FUNDUQ_DELIVER_TIMEOUT: must be positive"},
+		// Where 0 is allowed, the error says so, and what 0 means.
+		{key: "FUNDUQ_OFFERING_WRITE_AFTER", value: "-1ms", want: "FUNDUQ_OFFERING_WRITE_AFTER: want 0 (written at once) or more, got -1ms"},
+		{key: "FUNDUQ_PROVIDER_GRACE", value: "-1s", want: "FUNDUQ_PROVIDER_GRACE: want 0 (no wait for providers after a failover) or more, got -1s"},
+		{key: "FUNDUQ_LINK_GRACE", value: "-1s", want: "FUNDUQ_LINK_GRACE: want 0 (a lost link's runs fail at once) or more, got -1s"},
 		{key: "FUNDUQ_PROVIDER_QUALITY_TOLERANCE", value: "three", want: "FUNDUQ_PROVIDER_QUALITY_TOLERANCE: cannot read"},
 		{key: "FUNDUQ_PROVIDER_QUALITY_TOLERANCE", value: "-1", want: "FUNDUQ_PROVIDER_QUALITY_TOLERANCE: must be 0"},
 		{key: "FUNDUQ_ADVERTISE_URL", value: "ws:/nohost", want: "FUNDUQ_ADVERTISE_URL"},
