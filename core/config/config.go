@@ -314,21 +314,26 @@ func (i Identity) validate() error {
 
 func (w Waits) validate() error {
 	var errs []error
+	// zero, when set, is what 0 means for a wait that may be 0 (it turns
+	// the wait off); the others must be positive.
 	for _, d := range []struct {
-		name     string
-		v        time.Duration
-		mayBeNil bool
+		name string
+		v    time.Duration
+		zero string
 	}{
-		{"FUNDUQ_LEASE_TTL", w.LeaseTTL, false},
-		{"FUNDUQ_DELIVER_TIMEOUT", w.DeliverTimeout, false},
-		{"FUNDUQ_OFFERING_WRITE_AFTER", w.OfferingWriteAfter, true},
-		{"FUNDUQ_UNSERVED_TIMEOUT", w.UnservedTimeout, false},
-		{"FUNDUQ_UNDELIVERED_WINDOW", w.UndeliveredWindow, false},
-		{"FUNDUQ_PROVIDER_GRACE", w.ProviderGrace, true},
-		{"FUNDUQ_LINK_GRACE", w.LinkGrace, true},
-		{"FUNDUQ_STORE_RETRY_FOR", w.StoreRetryFor, false},
+		{"FUNDUQ_LEASE_TTL", w.LeaseTTL, ""},
+		{"FUNDUQ_DELIVER_TIMEOUT", w.DeliverTimeout, ""},
+		{"FUNDUQ_OFFERING_WRITE_AFTER", w.OfferingWriteAfter, "written at once"},
+		{"FUNDUQ_UNSERVED_TIMEOUT", w.UnservedTimeout, ""},
+		{"FUNDUQ_UNDELIVERED_WINDOW", w.UndeliveredWindow, ""},
+		{"FUNDUQ_PROVIDER_GRACE", w.ProviderGrace, "no wait for providers after a failover"},
+		{"FUNDUQ_LINK_GRACE", w.LinkGrace, "a lost link's runs fail at once"},
+		{"FUNDUQ_STORE_RETRY_FOR", w.StoreRetryFor, ""},
 	} {
-		if d.v < 0 || (d.v == 0 && !d.mayBeNil) {
+		switch {
+		case d.zero != "" && d.v < 0:
+			errs = append(errs, fmt.Errorf("%s: want 0 (%s) or more, got %s", d.name, d.zero, d.v))
+		case d.zero == "" && d.v <= 0:
 			errs = append(errs, fmt.Errorf("%s: must be positive, got %s", d.name, d.v))
 		}
 	}
