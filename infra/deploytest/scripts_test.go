@@ -95,3 +95,27 @@ func TestScriptsRefuseMissingParameters(t *testing.T) {
 		}
 	}
 }
+
+// The lease wrapper hands the command's own exit status through: a typo in
+// its flags is a usage error (2), as the command itself says, not the 1 of a
+// failed `go run` with an "exit status 2" line of its own.
+func TestLeaseScriptKeepsTheUsageExitStatus(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the broker node")
+	}
+	env := []string{"FUNDUQ_DATABASE_URL=postgres://127.0.0.1:1/none", "FUNDUQ_REDIS_URL=redis://127.0.0.1:1"}
+	// The go tool's caches, so the build reuses what the suite built.
+	for _, v := range []string{"GOCACHE", "GOMODCACHE", "GOPATH", "GOTOOLCHAIN", "GOFLAGS", "GOPROXY"} {
+		out, err := exec.Command("go", "env", v).Output()
+		if err != nil {
+			t.Fatalf("go env %s: %v", v, err)
+		}
+		env = append(env, v+"="+strings.TrimSpace(string(out)))
+	}
+	for _, args := range [][]string{{"status", "--bogus"}, {"handover", "--wait", "soon"}, {"status", "extra"}} {
+		code, _, errOut := runScript(t, "lease", env, args...)
+		if code != 2 || strings.Contains(errOut, "exit status") || !strings.Contains(errOut, strings.TrimLeft(args[len(args)-1], "-")) {
+			t.Errorf("lease %v: exit %d, want 2 with the command's own refusal; stderr %q", args, code, errOut)
+		}
+	}
+}
