@@ -47,6 +47,15 @@ func (s *sse) comment(text string) {
 // update from the run's recorded status once it settles.
 func (c *call) stream(rn store.Run, after, historyLength int) {
 	ctx := c.r.Context()
+	// A run already settled when its stream opens (a retried send of a
+	// task that has ended or paused) is shown as it stands: the snapshot
+	// holds all its artifacts and the one final status follows (design.md
+	// §The doors, doors.md §3.4). Its events replayed after a snapshot that
+	// already says it ended, with the reply in its history, would show the
+	// task working again and the reply twice.
+	if door.Settled(rn.Status) {
+		after = max(after, rn.LastSeq)
+	}
 	pctx, cancel := context.WithTimeout(ctx, 2*door.StorageTimeout)
 	// The projection reads the events up to after, the tail those after
 	// it, and the final status comes from what both folded: each stored
