@@ -105,6 +105,16 @@ func TestA2AClientStreams(t *testing.T) {
 			p.Finish(cur.RunID)
 			return cur.RunID
 		},
+		// The cancel the door relays, then the agent stops.
+		"cancelled": func(string) string {
+			var cf wire.Cancel
+			p.Expect(wire.TypeCancel, &cf)
+			if cf.RunID != cur.RunID {
+				t.Errorf("cancel frame %+v, want run %s", cf, cur.RunID)
+			}
+			p.Finish(cur.RunID)
+			return ""
+		},
 		// A running task on a context bound to head (its actor chain).
 		"bound": func(string) string {
 			body := hc.body("message/send", map[string]any{"message": hc.message("bound-1", "mine", nil),

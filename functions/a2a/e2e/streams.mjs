@@ -244,6 +244,53 @@ for (const [v, cl] of [["1.0", v10], ["0.3", v03]]) {
     if (legacy) finals((await rawItems())[0], what("failed"));
   });
 
+  // Blocking sends: a failure's text is on the task's status; a pause
+  // answers input-required with its question, and a retried stream of the
+  // paused task shows it as it stands (no replay, one final status).
+  await scenario(what("blocking"), async () => {
+    const p = cl.sendMessage({ message: msg("fail blocking") });
+    await agent("fail", "out of tokens");
+    const failed = await p;
+    check(failed.status?.state === TaskState.TASK_STATE_FAILED && partText(failed.status?.message?.parts).includes("out of tokens"),
+      what("blocking failure"), failed.status);
+    const m = msg("ask blocking");
+    const q = cl.sendMessage({ message: m });
+    await agent("pause", "Which one?");
+    const paused = await q;
+    check(paused.status?.state === TaskState.TASK_STATE_INPUT_REQUIRED && partText(paused.artifacts?.[0]?.parts) === "Which one?",
+      what("blocking pause"), paused);
+    const items = await collect(cl.sendMessageStream({ message: m }));
+    verify(items, { what: what("retried stream of a paused task"), reply: "Which one?", end: TaskState.TASK_STATE_INPUT_REQUIRED, taskId: paused.id });
+    check(items.length === 2, what("paused: the snapshot and the final status"), items.map((i) => [i.kind, i.value.status?.state]));
+    if (legacy) finals((await rawItems())[0], what("retried paused"));
+    const r = cl.sendMessage({ message: msg("the first", { taskId: paused.id, contextId: paused.contextId }) });
+    await agent("reply", "taken");
+    const done = await r;
+    check(done.id === paused.id && done.status?.state === TaskState.TASK_STATE_COMPLETED, what("blocking answer"), done.status);
+  });
+
+  // A task cancelled while its stream is open: the cancel answers working
+  // with the marker, and the stream ends canceled once the agent stops.
+  await scenario(what("cancelled"), async () => {
+    let id;
+    let asked = false;
+    const items = await collect(cl.sendMessageStream({ message: msg("cancel me") }), async (it, i) => {
+      if (i === 0) {
+        id = it.value.id;
+        await agent("start");
+      } else if (i === 1) {
+        await agent("delta", "half");
+      } else if (it.kind === "artifactUpdate" && !asked) {
+        asked = true;
+        const c = await cl.cancelTask({ id });
+        check(c.status?.state === TaskState.TASK_STATE_WORKING && c.metadata?.["funduq/cancelRequested"] === true, what("cancel answer"), c);
+        await agent("cancelled");
+      }
+    });
+    verify(items, { what: what("cancelled"), reply: "half", end: TaskState.TASK_STATE_CANCELED, taskId: id });
+    if (legacy) finals((await rawItems())[0], what("cancelled"));
+  });
+
   // A stream dropped mid-run and resubscribed: the snapshot holds what was
   // sent so far, the rest follows, the text is whole and seen once.
   await scenario(what("dropped"), async () => {
