@@ -9,6 +9,7 @@ import (
 	"github.com/funduq/funduq-go/broker-node/wsconn"
 	"github.com/funduq/funduq-go/core/apierr"
 	"net/http"
+	"slices"
 	"sort"
 	"time"
 	"unicode/utf8"
@@ -88,7 +89,7 @@ func (r *Relay) readLoop(c *conn) {
 	err := wsconn.ReadLoop(c.WS, c.Closed(), func(data []byte) {
 		frame, err := wire.DecodeKyokFrame(data)
 		if err != nil {
-			r.sendError(c, "", "", err.Error())
+			r.refuse(c, data, err.Error())
 			return
 		}
 		switch f := frame.(type) {
@@ -99,9 +100,37 @@ func (r *Relay) readLoop(c *conn) {
 		case wire.Answer:
 			r.answer(ctx, c, f)
 		}
-	}, func(reason string) { r.sendError(c, "", "", reason) })
+	}, func(data []byte, reason string) { r.refuse(c, data, reason) })
 	if err != nil {
 		c.log.Info("LLM provider link ended", "err", err)
+	}
+}
+
+// refuse answers a frame funduq does not read. One that still names a
+// completion in flight on this link — a chunk whose data repeats a key,
+// holds invalid UTF-8 or nests too deep, or whose members do not decode —
+// is an invalid chunk and fails that completion (provider-link.md §8.1):
+// dropped while the answer went on to done, it would hand the calling agent
+// a truncated answer that looks like success (design.md §KYOK). Every
+// top-level requestId counts, so a repeated one cannot hide a completion.
+func (r *Relay) refuse(c *conn, data []byte, reason string) {
+	var ids []string
+	ms, _ := kyok.Members(data)
+	for _, m := range ms {
+		var id string
+		if m.Key == "requestId" && json.Unmarshal(m.Value, &id) == nil && id != "" && !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		r.sendError(c, "", "", reason)
+		return
+	}
+	for _, id := range ids {
+		r.sendError(c, id, "", reason)
+		if comp := r.lookup(c, id); comp != nil {
+			r.finish(comp, kyok.Reply{Kind: kyok.ReplyError, Message: "the LLM provider sent a frame funduq cannot read: " + reason}, store.FailedLLM)
+		}
 	}
 }
 

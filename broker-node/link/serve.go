@@ -139,7 +139,7 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 			return
 		}
 		s.handle(ctx, c, frame, querySlots, queries)
-	}, func(reason string) { s.sendError(c, reason, "", "") })
+	}, func(_ []byte, reason string) { s.sendError(c, reason, "", "") })
 	if err == nil { // funduq closed the link
 		return false
 	}

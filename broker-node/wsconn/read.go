@@ -49,14 +49,15 @@ func Release(buf *bytes.Buffer) {
 // text frame that passes the doors' strict JSON check (a repeated key,
 // invalid UTF-8, nesting too deep: two readers of one frame must never
 // disagree about what it names) goes to handle; anything else goes to
-// refuse with the reason, for the caller to answer the peer. handle's bytes
-// are valid only during the call.
+// refuse with the frame and the reason, for the caller to answer the peer
+// (and to tell from the frame what it was about, if it can). The bytes given
+// to handle and refuse are valid only during the call.
 //
 // The read deadline (ReadIdle) is set before each read, not after it:
 // handling a frame may wait (an event waits while the link's backlog is
 // full), and that wait is funduq's, not the peer's silence. A pong extends
 // it too.
-func ReadLoop(ws *websocket.Conn, closed <-chan struct{}, handle func(frame []byte), refuse func(reason string)) error {
+func ReadLoop(ws *websocket.Conn, closed <-chan struct{}, handle func(frame []byte), refuse func(frame []byte, reason string)) error {
 	ws.SetPongHandler(func(string) error { return ws.SetReadDeadline(time.Now().Add(ReadIdle)) })
 	for {
 		select {
@@ -71,10 +72,10 @@ func ReadLoop(ws *websocket.Conn, closed <-chan struct{}, handle func(frame []by
 		}
 		switch {
 		case kind != websocket.TextMessage:
-			refuse("unparseable frame")
+			refuse(buf.Bytes(), "unparseable frame")
 		default:
 			if err := strictjson.Check(buf.Bytes(), 0); err != nil && !errors.Is(err, strictjson.ErrMalformed) {
-				refuse("frame refused: " + err.Error())
+				refuse(buf.Bytes(), "frame refused: "+err.Error())
 			} else {
 				handle(buf.Bytes())
 			}

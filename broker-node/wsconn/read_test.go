@@ -74,7 +74,7 @@ func TestReadLoopHandlesOrRefusesEveryFrame(t *testing.T) {
 	var got []string
 	err := wsconn.ReadLoop(p.c.WS, p.c.Closed(),
 		func(f []byte) { got = append(got, "handle "+string(f)) },
-		func(reason string) { got = append(got, "refuse "+reason) })
+		func(_ []byte, reason string) { got = append(got, "refuse "+reason) })
 	var ce *websocket.CloseError
 	if !errors.As(err, &ce) || ce.Code != websocket.CloseNormalClosure {
 		t.Fatalf("ended with %v, want the peer's close frame", err)
@@ -100,7 +100,7 @@ func TestReadLoopHandlesOrRefusesEveryFrame(t *testing.T) {
 func TestReadLoopEndsWhenClosed(t *testing.T) {
 	p := newPair(t, 0)
 	p.c.Close("test over")
-	if err := wsconn.ReadLoop(p.c.WS, p.c.Closed(), func([]byte) { t.Error("handled a frame") }, func(string) { t.Error("refused a frame") }); err != nil {
+	if err := wsconn.ReadLoop(p.c.WS, p.c.Closed(), func([]byte) { t.Error("handled a frame") }, func([]byte, string) { t.Error("refused a frame") }); err != nil {
 		t.Fatalf("ended with %v", err)
 	}
 }
