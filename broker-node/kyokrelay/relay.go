@@ -75,6 +75,10 @@ type Relay struct {
 	// wsconn.MaxFrame).
 	MaxFrame int64
 
+	// roster orders the durable roster's writes (register, a link's
+	// teardown) with the in-memory served map they follow: a teardown
+	// marks unserved only what no newer link serves when it writes.
+	roster   sync.Mutex
 	mu       sync.Mutex
 	leading  bool
 	epoch    int64

@@ -199,6 +199,8 @@ func (r *Relay) register(ctx context.Context, c *conn, f wire.RegisterModels) {
 		r.sendError(c, "", "", "register does not validate: metadata must be an object")
 		return
 	}
+	r.roster.Lock()
+	defer r.roster.Unlock()
 	r.mu.Lock()
 	epoch := r.epoch
 	var dropped []string
@@ -296,6 +298,14 @@ func (r *Relay) detach(c *conn) {
 	for _, comp := range comps {
 		r.finish(comp, kyok.Reply{Kind: kyok.ReplyError, Message: "the LLM provider's link closed mid-completion"}, store.FailedLLM)
 	}
+	// A link of the same key may have registered the offering again while
+	// the completions were failing (a provider restarting): its durable
+	// write is not undone (design.md §KYOK).
+	r.roster.Lock()
+	defer r.roster.Unlock()
+	r.mu.Lock()
+	mine = slices.DeleteFunc(mine, func(n string) bool { return r.served[kyok.Ref{ProviderKey: c.key, Name: n}] != nil })
+	r.mu.Unlock()
 	if len(mine) == 0 {
 		return
 	}
