@@ -448,6 +448,12 @@ func (r *Relay) endLocked(comp *completion, rep kyok.Reply, counter store.Counte
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	r.reply(ctx, comp.replyKey, rep)
+	if counter != "" && r.Redis.Exists(ctx, kyok.GoneKey(r.Prefix, comp.id)).Val() > 0 {
+		// Its caller went away part-way: an answer nobody read is none of
+		// completions, refused or failed (design.md §Counters).
+		comp.c.log.InfoContext(ctx, "kyok completion not counted: its caller left", "request_id", comp.id)
+		counter = ""
+	}
 	if counter != "" {
 		if _, err := r.Store.Bump(ctx, epoch, comp.c.key, counter); err != nil {
 			r.log().WarnContext(ctx, "kyok counter not recorded", "provider_key", comp.c.key, "counter", string(counter), "err", err)

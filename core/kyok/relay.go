@@ -29,6 +29,15 @@ func RequestStream(prefix string) string { return prefix + "kyok:requests" }
 // ReplyStream is the Redis stream a request's answer is written to.
 func ReplyStream(prefix, requestID string) string { return prefix + "kyok:reply:" + requestID }
 
+// GoneKey is where a door marks that the calling agent went away before
+// the completion's answer ended (for GoneTTL): the relay counts such a
+// completion as nothing (broker.md §9.6, design.md §Counters).
+func GoneKey(prefix, requestID string) string { return prefix + "kyok:gone:" + requestID }
+
+// GoneTTL is how long a GoneKey lives: past the relay's gap timeout, so a
+// completion still held when its caller left is never counted.
+const GoneTTL = 10 * time.Minute
+
 // Redis field names.
 // KeepAliveEvery is how often the relay says it still holds an in-flight
 // completion; KeepAliveSilence is how long a door waits without hearing

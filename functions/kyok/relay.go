@@ -23,6 +23,7 @@ type tail struct {
 	alive   bool          // the relay took the request up: silence now means it is gone
 	silence time.Duration // how long nothing at all may be heard once alive
 	heard   time.Time     // when the relay was last heard
+	ended   bool          // next has returned the answer's last reply
 }
 
 var (
@@ -74,6 +75,10 @@ func (t *tail) next(ctx context.Context, wait time.Duration) (kyok.Reply, error)
 	}
 	rep := t.pending[0]
 	t.pending = t.pending[1:]
+	switch rep.Kind {
+	case kyok.ReplyDone, kyok.ReplyError, kyok.ReplyUnavailable, kyok.ReplyBusy:
+		t.ended = true
+	}
 	return rep, nil
 }
 
@@ -92,13 +97,18 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 		h.writeError(w, r, storageDown(err))
 		return
 	}
+	t := &tail{rdb: h.o.Redis, key: c.req.ReplyKey, last: "0-0"}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
+		if ctx.Err() != nil && !t.ended {
+			// The caller left before the answer ended: the relay must not
+			// count what nobody read (design.md §Counters).
+			_ = h.o.Redis.Set(cctx, kyok.GoneKey(h.o.Prefix, c.req.RequestID), 1, kyok.GoneTTL).Err()
+		}
 		_ = h.o.Redis.Del(cctx, c.req.ReplyKey).Err()
 	}()
 	log := h.o.Log.With("request_id", c.req.RequestID, "run_id", c.req.RunID)
-	t := &tail{rdb: h.o.Redis, key: c.req.ReplyKey, last: "0-0"}
 
 	// The leader takes the request up (or says the offering is not attached).
 	first, err := t.next(ctx, h.o.AckTimeout)
