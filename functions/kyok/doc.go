@@ -26,6 +26,9 @@
 //  9. the body is a chat-completion request (model, messages)     400 invalid_request
 //  10. the LLM link has room (config KyokMaxConcurrent)            429 llm_busy, Retry-After
 //  11. the provider fails before the first chunk                   502 llm_refused / llm_failed
+//  12. no broker node takes the request up, or the one relaying
+//     it goes silent (not even keep-alives) before the door has
+//     committed to a status                                      503 relay_unavailable, Retry-After
 //
 // Every refusal is one JSON envelope {"error": {"code", "message"}}; a
 // structured refusal of the LLM provider rides intact as error.refusal.

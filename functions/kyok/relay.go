@@ -137,8 +137,7 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 	rep, err := t.next(ctx, h.o.GapTimeout)
 	if err != nil {
 		if ctx.Err() == nil {
-			h.writeError(w, r, &apiError{Status: http.StatusBadGateway, Code: "llm_failed",
-				Message: "the LLM provider did not answer", Err: err})
+			h.writeError(w, r, unanswered(err, "the LLM provider did not answer"))
 		}
 		return
 	}
@@ -166,8 +165,7 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 		rep, err = t.next(ctx, h.o.GapTimeout)
 		if err != nil {
 			if ctx.Err() == nil {
-				h.writeError(w, r, &apiError{Status: http.StatusBadGateway, Code: "llm_failed",
-					Message: "the LLM provider went silent mid-completion", Err: err})
+				h.writeError(w, r, unanswered(err, "the LLM provider went silent mid-completion"))
 			}
 			return
 		}
@@ -177,6 +175,19 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 		}
 	}
 	writeJSON(w, http.StatusOK, kyok.Collapse(chunks, "chatcmpl-"+c.req.RequestID, kyok.ModelOf(c.req.Body), h.o.Now().Unix()))
+}
+
+// unanswered is the refusal for a call whose answer stopped coming before
+// the door committed to a status. A relay that went away (errRelayLost)
+// is funduq's own failure, not the LLM provider's: 503 relay_unavailable
+// with Retry-After, as a call no node took up (design.md §KYOK); other
+// silence is the provider's, 502 llm_failed saying providerMsg.
+func unanswered(err error, providerMsg string) *apiError {
+	if errors.Is(err, errRelayLost) {
+		return &apiError{Status: http.StatusServiceUnavailable, Code: "relay_unavailable",
+			Message: errRelayLost.Error() + "; retry the call", Err: err}
+	}
+	return &apiError{Status: http.StatusBadGateway, Code: "llm_failed", Message: providerMsg, Err: err}
 }
 
 // providerFailure is the 502 for a failure before the answer began.
