@@ -164,7 +164,8 @@ func ModelOf(body []byte) string {
 
 // ValidateChunk checks data is an object that reads as an OpenAI
 // ChatCompletionChunk: id, choices, created and model present, each choice
-// with its index and delta.
+// with its index and delta; id, model, each delta's role and content and
+// each finish_reason strings (or null) as sent.
 func ValidateChunk(data []byte) error {
 	if d := bytes.TrimSpace(data); len(d) == 0 || d[0] != '{' {
 		return errors.New("chunk data must be an object")
@@ -185,6 +186,24 @@ func ValidateChunk(data []byte) error {
 		if !ch.JSON.Index.Valid() || !ch.JSON.Delta.Valid() {
 			return fmt.Errorf("chunk data is not a chat.completion.chunk: choices[%d] needs index and delta", i)
 		}
+	}
+	// openai-go coerces what it reads (a content array becomes its JSON
+	// text, a numeric id a string): the strings a collapse and the agent
+	// read must be strings (or null) in the chunk itself, or the collapsed
+	// answer would be a wrong one that looks like success.
+	var typed struct {
+		ID      *string `json:"id"`
+		Model   *string `json:"model"`
+		Choices []struct {
+			Delta struct {
+				Role    *string `json:"role"`
+				Content *string `json:"content"`
+			} `json:"delta"`
+			FinishReason *string `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(data, &typed); err != nil {
+		return fmt.Errorf("chunk data is not a chat.completion.chunk: %v", err)
 	}
 	return nil
 }
