@@ -57,6 +57,11 @@ type Options struct {
 	// task to settle before answering with the task as it stands.
 	BlockBudget time.Duration
 	Now         func() time.Time
+
+	// beforeSnapshot, set by tests alone (export_test.go), runs as a
+	// stream is about to read its opening snapshot: the seam where a run
+	// may end between the stream's status read and that snapshot.
+	beforeSnapshot func()
 }
 
 // Handler is the A2A door.

@@ -56,6 +56,9 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 	if door.Settled(rn.Status) {
 		after = max(after, rn.LastSeq)
 	}
+	if c.h.o.beforeSnapshot != nil {
+		c.h.o.beforeSnapshot()
+	}
 	pctx, cancel := context.WithTimeout(ctx, 2*door.StorageTimeout)
 	// The projection reads the events up to after, the tail those after
 	// it, and the final status comes from what both folded: each stored
