@@ -79,6 +79,9 @@ type RunRecord struct {
 	Run      Run
 	Events   []Event      // the page of events asked for, in seq order
 	Messages []RunMessage // its thread messages, oldest first
+	// Rechecked is the run's row read after its messages, when
+	// RecordRead.Recheck asked for it.
+	Rechecked *Run
 }
 
 // RecordRead names the part of a run's record ReadRecord reads.
@@ -91,6 +94,10 @@ type RecordRead struct {
 	// After < seq <= UpTo (UpTo < 0: no upper bound), in seq order. Limit
 	// 0 reads none. The next page is EventsBetween from the last seq read.
 	After, UpTo, Limit int
+	// Recheck reads the run's row again after its messages: a round's end
+	// and its agent messages commit together, so messages that hold a
+	// round's reply are read with that round's end seen in Rechecked.
+	Recheck bool
 }
 
 // ReadRecord reads what q names — the run, one bounded page of its events,
@@ -120,6 +127,16 @@ func (s *Store) ReadRecord(ctx context.Context, q RecordRead) (RunRecord, error)
 		rec.Messages, err = collectRunMessages(rows)
 		return err
 	})
+	if q.Recheck {
+		b.Queue(`SELECT `+runColumns+` FROM runs WHERE run_id = $1`, q.RunID).QueryRow(func(row pgx.Row) error {
+			r, err := scanRun(row)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return ErrNotFound
+			}
+			rec.Rechecked = &r
+			return err
+		})
+	}
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		return RunRecord{}, fmt.Errorf("read record of run %s: %w", q.RunID, err)
 	}

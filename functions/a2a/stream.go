@@ -63,7 +63,14 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 	// The projection reads the events up to after, the tail those after
 	// it, and the final status comes from what both folded: each stored
 	// event is read once.
-	view, fold, err := c.h.project(pctx, rn, after)
+	view, fold, now, err := c.h.projectRecheck(pctx, rn, after, !door.Settled(rn.Status))
+	if err == nil && now != nil && door.Settled(now.Status) {
+		// The round ended after rn was read and before its messages were:
+		// they hold its reply, so the stream opens on the settled run as
+		// above, not on the live one with the reply to stream in again.
+		rn, after = *now, max(after, now.LastSeq)
+		view, fold, err = c.h.project(pctx, rn, after)
+	}
 	cancel()
 	if err != nil {
 		c.fail(err)

@@ -247,19 +247,28 @@ func applyHistoryLength(h []textMessage, n int) []textMessage {
 // Events are read up to evsUpTo alone unless r's status is told by later
 // ones: a pause's open asks, a failure with no recorded reason.
 func (h *Handler) project(ctx context.Context, r store.Run, evsUpTo int) (taskView, *eventFold, error) {
+	view, f, _, err := h.projectRecheck(ctx, r, evsUpTo, false)
+	return view, f, err
+}
+
+// projectRecheck is project that, with recheck, also reads r's row again
+// after its messages (store.RecordRead.Recheck) and returns it: how a
+// stream learns that a round it took for live had ended before the
+// messages it is about to show were read.
+func (h *Handler) projectRecheck(ctx context.Context, r store.Run, evsUpTo int, recheck bool) (taskView, *eventFold, *store.Run, error) {
 	upTo := evsUpTo
 	if r.Status == run.InputRequired || r.Status == run.Failed && r.FailureReason == "" {
 		upTo = -1
 	}
 	f := newFold(evsUpTo, r.Status == run.InputRequired)
-	rec, err := h.o.Store.ReadRecord(ctx, store.RecordRead{RunID: r.RunID, UpTo: upTo, Limit: recordPage})
+	rec, err := h.o.Store.ReadRecord(ctx, store.RecordRead{RunID: r.RunID, UpTo: upTo, Limit: recordPage, Recheck: recheck})
 	if err != nil {
-		return taskView{}, nil, err
+		return taskView{}, nil, nil, err
 	}
 	if f.page(rec.Events) {
 		if err := f.rest(ctx, h.o.Store, r.RunID, f.last, upTo); err != nil {
-			return taskView{}, nil, err
+			return taskView{}, nil, nil, err
 		}
 	}
-	return f.view(r, rec.Messages), f, nil
+	return f.view(r, rec.Messages), f, rec.Rechecked, nil
 }
