@@ -2,6 +2,7 @@ package wire_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/funduq/funduq-go/core/wire"
@@ -123,5 +124,21 @@ func ok(t *testing.T, cond bool) {
 	t.Helper()
 	if !cond {
 		t.Fatal("a decoded frame lacks the id its handler needs")
+	}
+}
+
+// An answer frame that names its request but has a member that does not
+// decode is told so, not that it lacks the requestId it has.
+func TestKyokAnswerThatDoesNotDecodeSaysSo(t *testing.T) {
+	for raw, want := range map[string]string{
+		`{"type":"chunk","requestId":"r1","message":7}`: "chunk frame does not decode",
+		`{"type":"done","requestId":7}`:                 "frame needs a requestId",
+		`{"type":"done"}`:                               "frame needs a requestId",
+		`{"type":"error","requestId":""}`:               "frame needs a requestId",
+	} {
+		_, err := wire.DecodeKyokFrame([]byte(raw))
+		if err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", raw, err, want)
+		}
 	}
 }
