@@ -147,7 +147,18 @@ func DecodeKyokFrame(raw []byte) (any, error) {
 		return f, nil
 	case TypeChunk, TypeDone, TypeError:
 		var f Answer
-		if json.Unmarshal(raw, &f) != nil || f.RequestID == "" {
+		if err := json.Unmarshal(raw, &f); err != nil {
+			// Named by a requestId that reads, the frame is wrong elsewhere:
+			// say so, not that the id is missing.
+			var named struct {
+				RequestID string `json:"requestId"`
+			}
+			if json.Unmarshal(raw, &named) == nil && named.RequestID != "" {
+				return nil, frameErr("%s frame does not decode: %s", typ, clip(err.Error(), 200))
+			}
+			return nil, frameErr("frame needs a requestId")
+		}
+		if f.RequestID == "" {
 			return nil, frameErr("frame needs a requestId")
 		}
 		f.Type = typ
