@@ -12,9 +12,9 @@ import (
 )
 
 // A run that ends between a stream's admission and its opening snapshot
-// (a fast agent) is shown as it stands then: its reply, already in the
-// snapshot's history, does not stream in again as artifact updates, and
-// the task is never shown working after the snapshot said more.
+// (a fast agent) streams as a slower one would: its reply is not in the
+// snapshot's history and then streamed in again as artifact updates, and
+// one completed status ends the stream.
 func TestStreamOpeningAsItsRunEnds(t *testing.T) {
 	for _, v := range []string{"0.3", "1.0"} {
 		t.Run(v, func(t *testing.T) {

@@ -64,17 +64,17 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 	// it, and the final status comes from what both folded: each stored
 	// event is read once.
 	view, fold, now, err := c.h.projectRecheck(pctx, rn, after, !door.Settled(rn.Status))
-	if err == nil && now != nil && door.Settled(now.Status) {
-		// The round ended after rn was read and before its messages were:
-		// they hold its reply, so the stream opens on the settled run as
-		// above, not on the live one with the reply to stream in again.
-		rn, after = *now, max(after, now.LastSeq)
-		view, fold, err = c.h.project(pctx, rn, after)
-	}
 	cancel()
 	if err != nil {
 		c.fail(err)
 		return
+	}
+	if now != nil && door.Settled(now.Status) {
+		// The round ended after rn was read and before its messages were:
+		// they hold its reply, which the tail is about to stream in. The
+		// snapshot shows the task as of after, so without it: the caller
+		// sees the same stream however fast the agent was.
+		view.History = withoutRoundReply(view.History)
 	}
 	view.History = applyHistoryLength(view.History, historyLength)
 	out := &sse{SSE: door.StartSSE(c.w), id: c.req.ID}
@@ -124,6 +124,19 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 		seq = lastSeq
 	}
 	out.item(seq, streamStatus(v, taskID, ctxID, state, msg, cur.LastActivityAt, state.Terminal() || state == StateInputRequired, meta))
+}
+
+// withoutRoundReply is h without the agent messages after its last user
+// message: the reply of the round that message opened.
+func withoutRoundReply(h []textMessage) []textMessage {
+	end := len(h)
+	for end > 0 && h[end-1].Role == "agent" {
+		end--
+	}
+	if end == 0 { // no user message: nothing to tell a round by
+		return h
+	}
+	return h[:end]
 }
 
 func methodName(v Version, op Op) string {
