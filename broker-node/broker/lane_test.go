@@ -357,6 +357,10 @@ func TestLaneRefusedClaimClosesTheLane(t *testing.T) {
 	if got := p.offer(); got != id {
 		t.Fatalf("offered %s, want %s", got, id)
 	}
+	// The offering write goes beside the frame: seeded before it lands,
+	// the end refuses that write instead, and the accept is answered as
+	// one for an ended run (an error naming it), not through the claim.
+	h.waitStatus(id, run.Offering)
 	if _, err := h.st.Pool().Exec(context.Background(),
 		`UPDATE runs SET status = 'cancelled', completed_at = now() WHERE run_id = $1`, id); err != nil {
 		t.Fatal(err)
