@@ -87,7 +87,13 @@ type Reopen struct {
 	// retry with it finds this run (FindRetriedRun), streamed from the seq
 	// the paused round ended on.
 	CallerRequestID string
-	RequestHash     string // see NewRun.RequestHash
+	// IdempotencyKey is the answer's Idempotency-Key as the door scoped it
+	// (NewRun.IdempotencyKey). The run's row holds the first request's
+	// key, so the answer's is kept beside its request id: a retry carrying
+	// the key is looked up by it alone (retriedQuery), and must find this
+	// run rather than answer the run's next pause again (D13).
+	IdempotencyKey string
+	RequestHash    string // see NewRun.RequestHash
 }
 
 // ReopenRun moves an input-required run back to queued with its new input,
@@ -137,10 +143,13 @@ func (s *Store) ReopenRun(ctx context.Context, ro Reopen) (Run, error) {
 		if _, err := tx.Exec(ctx, `UPDATE threads SET last_activity_at = now() WHERE thread_id = $1`, r.ThreadID); err != nil {
 			return err
 		}
-		if ro.CallerRequestID != "" {
+		for _, id := range []string{ro.CallerRequestID, answerKeyID(ro.IdempotencyKey)} {
+			if id == "" {
+				continue
+			}
 			if _, err := tx.Exec(ctx, `INSERT INTO answer_requests (thread_id, caller_request_id, run_id, request_hash, after_seq)
 				VALUES ($1, $2, $3, nullif($4, ''), $5) ON CONFLICT DO NOTHING`,
-				r.ThreadID, ro.CallerRequestID, r.RunID, ro.RequestHash, r.LastSeq); err != nil {
+				r.ThreadID, id, r.RunID, ro.RequestHash, r.LastSeq); err != nil {
 				return err
 			}
 		}

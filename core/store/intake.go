@@ -326,6 +326,17 @@ func (r Retried) reused(nr NewRun) bool {
 // answer_requests key).
 func retriedQuery(nr NewRun) (string, []any) {
 	switch {
+	case nr.IdempotencyKey != "" && nr.CreateThread == nil && nr.ThreadID != "":
+		// On a thread the key may have opened a run, or answered a paused
+		// one (Reopen.IdempotencyKey).
+		return `SELECT ` + runColumns + `, x.hash, x.after FROM (
+				(SELECT run_id, coalesce(request_hash, '') AS hash, 0 AS after FROM runs
+				 WHERE provider_key = $1 AND agent_name = $2 AND idempotency_key = $3)
+				UNION ALL
+				(SELECT run_id, coalesce(request_hash, ''), after_seq FROM answer_requests
+				 WHERE thread_id = $4 AND caller_request_id = $5)
+				LIMIT 1) x JOIN runs USING (run_id)`,
+			[]any{nr.ProviderKey, nr.AgentName, nr.IdempotencyKey, nr.ThreadID, answerKeyID(nr.IdempotencyKey)}
 	case nr.IdempotencyKey != "":
 		return `SELECT ` + runColumns + `, coalesce(request_hash, ''), 0 FROM runs
 			WHERE provider_key = $1 AND agent_name = $2 AND idempotency_key = $3`,
@@ -342,6 +353,17 @@ func retriedQuery(nr NewRun) (string, []any) {
 			[]any{nr.ThreadID, nr.CallerRequestID}
 	}
 	return "", nil
+}
+
+// answerKeyID is the answer_requests id of an answer's Idempotency-Key
+// (scoped by the door), "" for none: marked apart from caller request ids
+// (the AG-UI runId, the A2A messageId), which share the table and the
+// door's scoping.
+func answerKeyID(idem string) string {
+	if idem == "" {
+		return ""
+	}
+	return "idempotency:" + idem
 }
 
 func scanRetried(row pgx.Row) (Retried, error) {

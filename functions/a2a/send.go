@@ -399,8 +399,11 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 		if err != nil {
 			return accepted{}, err
 		}
+		// The Idempotency-Key too: a retry carrying it is looked up by it
+		// alone (D13), and would otherwise reopen the task's next pause
+		// with this answer.
 		reopened, err := st.ReopenRun(ctx, store.Reopen{RunID: task.RunID, RunInput: built.Bytes, AddressedRunID: built.AddressedRunID, Messages: door.Messages(built),
-			CallerRequestID: requestID, RequestHash: hash})
+			CallerRequestID: requestID, IdempotencyKey: probe.IdempotencyKey, RequestHash: hash})
 		switch {
 		case err == nil:
 			return accepted{run: reopened, after: reopened.LastSeq}, nil

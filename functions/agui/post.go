@@ -173,7 +173,7 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 				return outcome{}, unknownResumeThread(in.ThreadID)
 			}
 		} else {
-			out, answered, err := h.answer(ctx, agent, *thread, in, bag.CallerBag, chain, hash, requestID)
+			out, answered, err := h.answer(ctx, agent, *thread, in, bag.CallerBag, chain, hash, requestID, probe.IdempotencyKey)
 			if err != nil || answered {
 				return out, err
 			}
@@ -240,7 +240,7 @@ func (h *Handler) build(agent store.Agent, threadID, runID, parentRunID string, 
 // is true when the body completed the run's asks: out is then the reopened
 // run to stream, or — when another answer won the race — the snapshot.
 func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Thread, in RunAgentInput, bag door.CallerBag,
-	chain *identity.Chain, hash, requestID string) (out outcome, answered bool, err error) {
+	chain *identity.Chain, hash, requestID, idemKey string) (out outcome, answered bool, err error) {
 	paused, ok, err := h.o.Store.NewestRunInStatus(ctx, thread.ThreadID, run.InputRequired)
 	if err != nil || !ok || paused.CancelRequestedBy != nil {
 		return outcome{}, false, err
@@ -264,7 +264,10 @@ func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Th
 		return outcome{}, true, err
 	}
 	reopened, err := h.o.Store.ReopenRun(ctx, store.Reopen{RunID: paused.RunID, RunInput: built.Bytes, AddressedRunID: built.AddressedRunID, Messages: door.Messages(built),
-		CallerRequestID: requestID, RequestHash: hash})
+		// The Idempotency-Key too: a retry carrying it is looked up by it
+		// alone (D13), and would otherwise find nothing and answer the
+		// run's next pause with this answer.
+		CallerRequestID: requestID, IdempotencyKey: idemKey, RequestHash: hash})
 	if errors.Is(err, store.ErrIllegalTransition) {
 		// Another answer landed first: there is no second resume to watch.
 		snap, err := h.snapshot(ctx, thread.ThreadID)
