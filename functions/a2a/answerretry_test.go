@@ -50,3 +50,42 @@ func TestOutsideAnswerRetriedWithIdempotencyKey(t *testing.T) {
 		t.Fatalf("the retry moved the task: %s seq %d→%d", r.Status, runs.LastSeq, r.LastSeq)
 	}
 }
+
+// The same answer retried while its round still runs: the task it
+// reopened, not a new task made of the repeated message.
+func TestOutsideAnswerRetriedWhileItsRoundRuns(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("odd")
+	c := newClient(t, startDoor(t, h, nil), p.Key, "odd", "")
+	got := playNext(p, func(r, th string) []string {
+		return []string{runStarted(th, r),
+			fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"a1","reason":"confirm"}]}}`, th, r)}
+	})
+	c.send(c.message("m1", "start", nil), nil)
+	id := recv(t, got, "the first round").RunID
+	h.WaitStatus(id, run.InputRequired)
+	body := c.body("message/stream", map[string]any{"message": c.message("m2", "yes", map[string]any{"taskId": id})})
+	key := map[string]string{a2a.IdempotencyHeader: "answer-1"}
+	s := c.stream(body, key)
+	f := p.Offer()
+	p.Accept(f.RunID)
+	p.Event(f.RunID, runStarted(*f.ThreadID, f.RunID))
+	h.WaitStatus(id, run.Running)
+	var before int
+	_ = h.Store.Pool().QueryRow(t.Context(), `SELECT count(*) FROM runs`).Scan(&before)
+	again := c.stream(body, key)
+	p.Event(f.RunID, runFinished(*f.ThreadID, f.RunID))
+	p.Finish(f.RunID)
+	s.rest()
+	items := normItems(t, "", again.rest())
+	if last := items[len(items)-1]; last.obj["taskId"] != id || stateOf(last.obj) != "completed" {
+		t.Fatalf("retry's stream ended %v, want task %s completed", last.obj, id)
+	}
+	var after int
+	_ = h.Store.Pool().QueryRow(t.Context(), `SELECT count(*) FROM runs`).Scan(&after)
+	p.None()
+	if after != before {
+		t.Fatalf("the retry made a run: %d→%d", before, after)
+	}
+}
