@@ -372,3 +372,89 @@ func TestResumeAfterFailover(t *testing.T) {
 	finishResumed(t, b, p2, openStream(t, "POST", url, resumeBody(*g.ThreadID, "a2", `[{"interruptId":"int1","status":"resolved"}]`), nil), g, "int1")
 	p2.None()
 }
+
+// Two answers of a bound thread's head at once, each with its proof, from
+// two door instances: exactly one reopens the run, the other gets the
+// snapshot, and the provider is offered the run once.
+func TestConcurrentBoundResumes(t *testing.T) {
+	a := newAuthz(t)
+	f := a.pausedBound()
+	doorB := startDoor(t, a.h, nil).URL
+	chain := mustJSON(chainOf(t, a.head))
+	proof := resolution(a.head, f.RunID, []string{"tc1", "tc2"})
+	runs := runCount(t, a.h)
+	type result struct {
+		stream bool
+		code   int
+		snap   map[string]any
+	}
+	results := make(chan result, 2)
+	for i, srv := range []string{a.srv, doorB} {
+		body := fmt.Sprintf(`{"threadId":%q,"runId":"race-%d","messages":[%s],"tools":[],"context":[],"forwardedProps":{"actorChain":%s,"resolution":%s},%s}`,
+			*f.ThreadID, i, toolTC2, chain, proof, resumeInt1)
+		go func() {
+			resp, cancel := do(t, "POST", srv+"/agui/"+a.p.Key+"/echo", body, presenterHdr(a.head, body))
+			t.Cleanup(cancel)
+			if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+				t.Cleanup(func() { resp.Body.Close() })
+				results <- result{stream: true, code: resp.StatusCode}
+				return
+			}
+			defer resp.Body.Close()
+			var m map[string]any
+			_ = json.NewDecoder(resp.Body).Decode(&m)
+			results <- result{code: resp.StatusCode, snap: m}
+		}()
+	}
+	streams := 0
+	for range 2 {
+		r := <-results
+		switch {
+		case r.stream:
+			streams++
+		case r.code != 200 || r.snap["thread_id"] != *f.ThreadID:
+			t.Fatalf("the losing answer: %d %v", r.code, r.snap)
+		}
+	}
+	if streams != 1 {
+		t.Fatalf("%d answers reopened the run", streams)
+	}
+	if f2 := a.p.Offer(); f2.RunID != f.RunID {
+		t.Fatalf("offered %s", f2.RunID)
+	}
+	a.p.Accept(f.RunID)
+	a.p.Complete(f.RunID, *f.ThreadID)
+	a.h.WaitStatus(f.RunID, run.Completed)
+	a.p.None()
+	if runCount(t, a.h) != runs {
+		t.Fatal("an answer made a run")
+	}
+}
+
+// An answer retried under its runId (no Idempotency-Key) after its round
+// paused again on an interrupt of the same id streams the answered round
+// and leaves the new question open.
+func TestRetriedResumeAfterANewPause(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	srv := startDoor(t, h, nil)
+	url := aguiURL(srv, p.Key, "echo")
+	f := pauseOn(t, h, p, openStream(t, "POST", url, input("t", "r1", ""), nil), `[{"id":"int1","reason":"approval"}]`)
+	body := resumeBody(*f.ThreadID, "ans-1", `[{"interruptId":"int1","status":"resolved"}]`)
+	s := openStream(t, "POST", url, body, nil)
+	p.Offer()
+	p.Accept(f.RunID)
+	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
+	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"int1","reason":"again"}]}}`, *f.ThreadID, f.RunID))
+	p.Finish(f.RunID)
+	first := idsOf(s.rest())
+	h.WaitStatus(f.RunID, run.InputRequired)
+	if got := idsOf(openStream(t, "POST", url, body, nil).rest()); !slices.Equal(got, first) {
+		t.Fatalf("retry streamed %v, the answer %v", got, first)
+	}
+	p.None()
+	if r := h.Run(f.RunID); r.Status != run.InputRequired || !strings.Contains(string(r.Interrupt), "again") {
+		t.Fatalf("the retry moved the run: %s %s", r.Status, r.Interrupt)
+	}
+}
