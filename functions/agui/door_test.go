@@ -123,7 +123,7 @@ func TestStreamFromAnotherInstance(t *testing.T) {
 	sa := openStream(t, "POST", aguiURL(doorA, p.Key, "echo"), input("t", "r", ""), nil)
 	f := p.Offer()
 	p.Accept(f.RunID)
-	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
+	p.Event(f.RunID, runStartedFor(f))
 	p.Event(f.RunID, `{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`)
 	h.Eventually("two events stored", func() bool { return len(h.Events(f.RunID)) == 2 })
 
@@ -170,7 +170,7 @@ func TestLastEventID(t *testing.T) {
 	s := openStream(t, "POST", aguiURL(srv, p.Key, "echo"), input("t", "r", ""), nil)
 	f := p.Offer()
 	p.Accept(f.RunID)
-	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
+	p.Event(f.RunID, runStartedFor(f))
 	p.Event(f.RunID, `{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`)
 	first, _ := s.nextEvent()
 	second, _ := s.nextEvent()
@@ -369,7 +369,7 @@ func TestStreamBudget(t *testing.T) {
 	s := openStream(t, "POST", aguiURL(srv, p.Key, "echo"), input("t", "r", ""), nil)
 	f := p.Offer()
 	p.Accept(f.RunID)
-	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
+	p.Event(f.RunID, runStartedFor(f))
 	fs := s.rest()
 	last := fs[len(fs)-1]
 	want := fmt.Sprintf("reconnect with GET /runs/%s/events and Last-Event-ID: 1", f.RunID)

@@ -84,7 +84,7 @@ func askOnTheWire(t *testing.T, p *nodetest.Prov) {
 	t.Helper()
 	f := p.Offer()
 	p.Accept(f.RunID)
-	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
+	p.Event(f.RunID, runStartedFor(f))
 	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"approve-1","reason":"approval","message":"May I?"}]}}`, *f.ThreadID, f.RunID))
 	p.Finish(f.RunID)
 	f2 := p.Offer()
@@ -96,7 +96,7 @@ func askOnTheWire(t *testing.T, p *nodetest.Prov) {
 		t.Fatalf("the answer's delivery: %v %s", err, f2.RunInput)
 	}
 	p.Accept(f2.RunID)
-	p.Event(f2.RunID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
+	p.Event(f2.RunID, runStartedFor(f))
 	p.Event(f2.RunID, `{"type":"TEXT_MESSAGE_START","messageId":"answer-1","role":"assistant"}`)
 	p.Event(f2.RunID, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"answer-1","delta":"approved"}`)
 	p.Event(f2.RunID, `{"type":"TEXT_MESSAGE_END","messageId":"answer-1"}`)

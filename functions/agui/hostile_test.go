@@ -209,7 +209,7 @@ func TestEventLimits(t *testing.T) {
 	s := openStream(t, "POST", aguiURL(srv, p.Key, "echo"), input("t", "r1", ""), nil)
 	f := p.Offer()
 	p.Accept(f.RunID)
-	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
+	p.Event(f.RunID, runStartedFor(f))
 	for i := 0; i < 3; i++ {
 		p.Event(f.RunID, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x"}`)
 	}

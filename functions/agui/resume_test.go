@@ -20,7 +20,7 @@ func pause(t *testing.T, h *nodetest.Harness, p *nodetest.Prov, s *stream) wire.
 	t.Helper()
 	f := p.Offer()
 	p.Accept(f.RunID)
-	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
+	p.Event(f.RunID, runStartedFor(f))
 	p.Event(f.RunID, `{"type":"TOOL_CALL_START","toolCallId":"tc2","toolCallName":"lookup"}`)
 	p.Event(f.RunID, `{"type":"TOOL_CALL_END","toolCallId":"tc2"}`)
 	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"int1","reason":"approval","toolCallId":"tc1"}]}}`, *f.ThreadID, f.RunID))

@@ -23,7 +23,7 @@ func pauseOn(t *testing.T, h *nodetest.Harness, p *nodetest.Prov, s *stream, int
 	t.Helper()
 	f := p.Offer()
 	p.Accept(f.RunID)
-	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
+	p.Event(f.RunID, runStartedFor(f))
 	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":%s}}`,
 		*f.ThreadID, f.RunID, interrupts))
 	p.Finish(f.RunID)
@@ -32,6 +32,11 @@ func pauseOn(t *testing.T, h *nodetest.Harness, p *nodetest.Prov, s *stream, int
 	}
 	h.WaitStatus(f.RunID, run.InputRequired)
 	return f
+}
+
+// runStartedFor is the RUN_STARTED a provider sends for run frame f.
+func runStartedFor(f wire.RunFrame) string {
+	return fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID)
 }
 
 func resumeBody(thread, runID, resume string) string {
@@ -133,7 +138,7 @@ func TestResumeWithNothingToLandOn(t *testing.T) {
 	s := openStream(t, "POST", url, input("t", "r1", ""), nil)
 	f := p.Offer()
 	p.Accept(f.RunID)
-	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
+	p.Event(f.RunID, runStartedFor(f))
 	h.Eventually("started", func() bool { return len(h.Events(f.RunID)) == 1 })
 	runs := runCount(t, h)
 	code, _, got := jsonCall(t, "POST", url, resumeBody(*f.ThreadID, "a1", `[{"interruptId":"int1","status":"resolved"}]`), nil)
@@ -206,7 +211,7 @@ func TestEventsAfterThePause(t *testing.T) {
 	s := openStream(t, "POST", url, input("t", "r1", ""), nil)
 	f := p.Offer()
 	p.Accept(f.RunID)
-	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
+	p.Event(f.RunID, runStartedFor(f))
 	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"int1","reason":"approval"}]}}`, *f.ThreadID, f.RunID))
 	p.Event(f.RunID, `{"type":"TEXT_MESSAGE_START","messageId":"late","role":"assistant"}`)
 	p.Event(f.RunID, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"late","delta":"after the end"}`)
@@ -445,7 +450,7 @@ func TestRetriedResumeAfterANewPause(t *testing.T) {
 	s := openStream(t, "POST", url, body, nil)
 	p.Offer()
 	p.Accept(f.RunID)
-	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
+	p.Event(f.RunID, runStartedFor(f))
 	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"int1","reason":"again"}]}}`, *f.ThreadID, f.RunID))
 	p.Finish(f.RunID)
 	first := idsOf(s.rest())

@@ -38,7 +38,7 @@ func TestRetriedResumeWithIdempotencyKey(t *testing.T) {
 		t.Fatalf("offered %s", f2.RunID)
 	}
 	p.Accept(f.RunID)
-	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
+	p.Event(f.RunID, runStartedFor(f))
 	h.WaitStatus(f.RunID, run.Running)
 	runs := runCount(t, h)
 
