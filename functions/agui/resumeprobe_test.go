@@ -34,6 +34,16 @@ func pauseOn(t *testing.T, h *nodetest.Harness, p *nodetest.Prov, s *stream, int
 	return f
 }
 
+// echoDoor is a node with one provider serving "echo" and an AG-UI door
+// in front of it; url is that agent's endpoint.
+func echoDoor(t *testing.T) (*nodetest.Harness, *nodetest.Prov, string) {
+	t.Helper()
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	return h, p, aguiURL(startDoor(t, h, nil), p.Key, "echo")
+}
+
 // runStartedFor is the RUN_STARTED a provider sends for run frame f.
 func runStartedFor(f wire.RunFrame) string {
 	return fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID)
@@ -128,11 +138,7 @@ func TestPausedBoundRunAnswersOnlyParties(t *testing.T) {
 // id that does not exist, one of another run — gets the snapshot and
 // changes nothing; the live run carries on and nobody is offered anything.
 func TestResumeWithNothingToLandOn(t *testing.T) {
-	h := nodetest.Start(t, nil)
-	p := h.Connect(0xe1, nil)
-	p.Register("echo")
-	srv := startDoor(t, h, nil)
-	url := aguiURL(srv, p.Key, "echo")
+	h, p, url := echoDoor(t)
 
 	// Live: accepted and started, not paused.
 	s := openStream(t, "POST", url, input("t", "r1", ""), nil)
@@ -177,11 +183,7 @@ func TestResumeWithNothingToLandOn(t *testing.T) {
 // Two interrupts: answering one is no answer (the snapshot lists both);
 // answering both reopens the run once with both answers.
 func TestPauseWithTwoInterrupts(t *testing.T) {
-	h := nodetest.Start(t, nil)
-	p := h.Connect(0xe1, nil)
-	p.Register("echo")
-	srv := startDoor(t, h, nil)
-	url := aguiURL(srv, p.Key, "echo")
+	h, p, url := echoDoor(t)
 	f := pauseOn(t, h, p, openStream(t, "POST", url, input("t", "r1", ""), nil), `[{"id":"int1","reason":"a"},{"id":"int2","reason":"b"}]`)
 	runs := runCount(t, h)
 	code, _, got := jsonCall(t, "POST", url, resumeBody(*f.ThreadID, "a1", `[{"interruptId":"int2","status":"resolved"}]`), nil)
@@ -203,11 +205,7 @@ func TestPauseWithTwoInterrupts(t *testing.T) {
 // machine), each late report is answered (D15), the run is paused and its
 // answer is offered as usual.
 func TestEventsAfterThePause(t *testing.T) {
-	h := nodetest.Start(t, nil)
-	p := h.Connect(0xe1, nil)
-	p.Register("echo")
-	srv := startDoor(t, h, nil)
-	url := aguiURL(srv, p.Key, "echo")
+	h, p, url := echoDoor(t)
 	s := openStream(t, "POST", url, input("t", "r1", ""), nil)
 	f := p.Offer()
 	p.Accept(f.RunID)
@@ -309,11 +307,7 @@ func TestResumeWhileProviderAway(t *testing.T) {
 // provider's reason, verbatim, and the caller's stream ends on RUN_ERROR.
 // A decline only hands it back: it is offered again.
 func TestResumedOfferRefusedOrDeclined(t *testing.T) {
-	h := nodetest.Start(t, nil)
-	p := h.Connect(0xe1, nil)
-	p.Register("echo")
-	srv := startDoor(t, h, nil)
-	url := aguiURL(srv, p.Key, "echo")
+	h, p, url := echoDoor(t)
 
 	f := pauseOn(t, h, p, openStream(t, "POST", url, input("t", "r1", ""), nil), `[{"id":"int1","reason":"approval"}]`)
 	s := openStream(t, "POST", url, resumeBody(*f.ThreadID, "a1", `[{"interruptId":"int1","status":"resolved"}]`), nil)
@@ -440,11 +434,7 @@ func TestConcurrentBoundResumes(t *testing.T) {
 // paused again on an interrupt of the same id streams the answered round
 // and leaves the new question open.
 func TestRetriedResumeAfterANewPause(t *testing.T) {
-	h := nodetest.Start(t, nil)
-	p := h.Connect(0xe1, nil)
-	p.Register("echo")
-	srv := startDoor(t, h, nil)
-	url := aguiURL(srv, p.Key, "echo")
+	h, p, url := echoDoor(t)
 	f := pauseOn(t, h, p, openStream(t, "POST", url, input("t", "r1", ""), nil), `[{"id":"int1","reason":"approval"}]`)
 	body := resumeBody(*f.ThreadID, "ans-1", `[{"interruptId":"int1","status":"resolved"}]`)
 	s := openStream(t, "POST", url, body, nil)

@@ -1,35 +1,23 @@
 package agui_test
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/functions/agui"
 )
 
-// Reproduction (outside test): an answer sent with an Idempotency-Key was
-// recorded only under its runId, and a retry carrying the key is looked up
-// by the key alone. So the retry found nothing: while the reopened run was
-// live it got the thread snapshot instead of its stream, and once the
-// resumed round paused again on an interrupt of the same id it answered
-// the new question with the old answer — a second resume the provider was
-// offered.
 // An answer retried with the same Idempotency-Key — while the reopened run
 // is live, and after it paused anew on an interrupt of the same id —
 // streams the round it opened: no new run, no second offer, and never a
-// second answer to the provider (design.md D13).
+// second answer to the provider (design.md D13). Before, the retry was
+// looked up by the key alone and found nothing: live, it got the thread
+// snapshot; after the new pause, it answered the new question again.
 func TestRetriedResumeWithIdempotencyKey(t *testing.T) {
-	h := nodetest.Start(t, nil)
-	p := h.Connect(0xe1, nil)
-	p.Register("echo")
-	srv := startDoor(t, h, nil)
-	url := aguiURL(srv, p.Key, "echo")
+	h, p, url := echoDoor(t)
 	f := pauseOn(t, h, p, openStream(t, "POST", url, input("t", "r1", ""), nil), `[{"id":"int1","reason":"approval"}]`)
 	key := map[string]string{agui.IdempotencyHeader: "answer-1"}
 	body := resumeBody(*f.ThreadID, "ans-1", `[{"interruptId":"int1","status":"resolved"}]`)
@@ -43,15 +31,7 @@ func TestRetriedResumeWithIdempotencyKey(t *testing.T) {
 	runs := runCount(t, h)
 
 	// Retried while live: the same run's stream, not a snapshot.
-	resp, cancel := do(t, "POST", url, body, key)
-	defer cancel()
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		t.Fatalf("the answer retried while its run is live: %d %s %s", resp.StatusCode, ct, b)
-	}
-	live := &stream{t: t, resp: resp, br: bufio.NewReader(resp.Body), cancel: cancel}
-	t.Cleanup(live.close)
+	live := openStream(t, "POST", url, body, key)
 	// The resumed round asks again, under the same interrupt id.
 	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"int1","reason":"again"}]}}`, *f.ThreadID, f.RunID))
 	p.Finish(f.RunID)
@@ -62,15 +42,7 @@ func TestRetriedResumeWithIdempotencyKey(t *testing.T) {
 	}
 	// Retried after it paused anew: the answered round again, the new
 	// question left for a new answer.
-	resp, cancel = do(t, "POST", url, body, key)
-	defer cancel()
-	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		t.Fatalf("the answer retried after its round: %d %s %s", resp.StatusCode, ct, b)
-	}
-	again := &stream{t: t, resp: resp, br: bufio.NewReader(resp.Body), cancel: cancel}
-	t.Cleanup(again.close)
+	again := openStream(t, "POST", url, body, key)
 	if got := idsOf(again.rest()); !slices.Equal(got, first) {
 		t.Fatalf("retry after streamed %v, the answer %v", got, first)
 	}
