@@ -72,8 +72,8 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 	if now != nil && door.Settled(now.Status) {
 		// The round ended after rn was read and before its messages were:
 		// they hold its reply, which the tail is about to stream in. The
-		// snapshot shows the task as of after, so without it: the caller
-		// sees the same stream however fast the agent was.
+		// snapshot shows the task as of after, so it leaves the reply out,
+		// and the caller sees the same stream however fast the agent was.
 		view.History = withoutRoundReply(view.History)
 	}
 	view.History = applyHistoryLength(view.History, historyLength)
