@@ -86,6 +86,18 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 		seen[a.ID] = true
 	}
 	lastSeq := after
+	// Working updates are stamped by the door's clock as they are relayed
+	// and the final status by the record's last activity; a round whose
+	// events are relayed after it settled would have its final status go
+	// back. No status is stamped before the one shown last.
+	shown := view.Timestamp
+	stamp := func(ts time.Time) time.Time {
+		if ts.Before(shown) {
+			ts = shown
+		}
+		shown = ts
+		return ts
+	}
 	t := &door.Tail{O: c.h.o.Tail, RunID: rn.RunID, After: after,
 		Gone: out.Broken,
 		Idle: func() { out.comment("keep-alive") },
@@ -95,12 +107,12 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 			case agui.TypeRunFinished, agui.TypeRunError:
 				return true // the final status comes from the record
 			case agui.TypeRunStarted:
-				out.item(seq, streamStatus(v, taskID, ctxID, StateWorking, nil, time.Now(), false, nil))
+				out.item(seq, streamStatus(v, taskID, ctxID, StateWorking, nil, stamp(c.h.o.Now()), false, nil))
 			case agui.TypeTextMessageContent, agui.TypeTextMessageChunk:
 				out.item(seq, streamArtifact(v, taskID, ctxID, artifact{ID: e.ID, Text: e.Delta}, seen[e.ID]))
 				seen[e.ID] = true
 			default:
-				out.item(seq, streamStatus(v, taskID, ctxID, StateWorking, nil, time.Now(), false,
+				out.item(seq, streamStatus(v, taskID, ctxID, StateWorking, nil, stamp(c.h.o.Now()), false,
 					map[string]any{AGUIEventKey: ev}))
 			}
 			return false
@@ -123,7 +135,7 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 	if lastSeq > after {
 		seq = lastSeq
 	}
-	out.item(seq, streamStatus(v, taskID, ctxID, state, msg, cur.LastActivityAt, state.Terminal() || state == StateInputRequired, meta))
+	out.item(seq, streamStatus(v, taskID, ctxID, state, msg, stamp(cur.LastActivityAt), state.Terminal() || state == StateInputRequired, meta))
 }
 
 // withoutRoundReply is h without the agent messages after its last user
