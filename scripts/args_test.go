@@ -1,0 +1,50 @@
+package scripts
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A mistyped number on a script's command line is refused before anything
+// starts, with exit status 2 and the flag named, instead of running with an
+// empty or shifted setting (scripts/chaos --seeds 4..6 once ran no seed at
+// all and reported a failure of the chaos test).
+func TestScriptsRefuseMistypedNumbers(t *testing.T) {
+	for _, tc := range []struct {
+		script string
+		args   []string
+		flag   string
+	}{
+		{"chaos", []string{"--seeds", "4..6"}, "--seeds"},
+		{"chaos", []string{"--seeds"}, "--seeds"},
+		{"chaos", []string{"--seeds", "0"}, "--seeds"},
+		{"chaos", []string{"--from", "x", "--seeds", "2"}, "--from"},
+		{"chaos", []string{"--seed", "x"}, "--seed"},
+		{"chaos", []string{"--seed", "3", "--runs", "0"}, "--runs"},
+		{"chaos", []string{"--runs", "-1"}, "--runs"},
+		{"fuzz", []string{"--time"}, "--time"},
+	} {
+		t.Run(tc.script+" "+strings.Join(tc.args, " "), func(t *testing.T) {
+			// The guard is against a script that starts its work anyway:
+			// a refusal takes no time at all.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "./"+tc.script, tc.args...)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+				t.Fatalf("exit: %v, want status 2; output:\n%s", err, out)
+			}
+			if !strings.Contains(string(out), tc.flag) {
+				t.Errorf("the refusal does not name %s:\n%s", tc.flag, out)
+			}
+			if strings.Contains(string(out), "go test") || strings.Contains(string(out), "=== RUN") {
+				t.Errorf("the script started its work:\n%s", out)
+			}
+		})
+	}
+}
