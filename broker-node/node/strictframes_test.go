@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/wire"
 )
 
@@ -56,5 +57,65 @@ func TestProviderFramesAreStrictJSON(t *testing.T) {
 	}
 	if st := h.Run(runID).Status; st != "running" {
 		t.Fatalf("run %s after refused frames", st)
+	}
+}
+
+// An event frame that names its run once and whose event alone fails the
+// strict check (a repeated key, invalid UTF-8) carries a malformed event:
+// the run fails with that reason and the caller sees the end, as for any
+// event that does not validate (design.md D18), instead of the event going
+// missing from the caller's stream while the run carries on. A defect in
+// the frame around the event refuses the frame naming the run (D15), and
+// the run carries on.
+func TestStrictRefusedEventFailsItsRun(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe2, nil)
+	p.Register("echo")
+
+	// The frame around a good event repeats a key: refused, naming the run.
+	kept, thread := h.Door(p.Key, "echo", "", "hi")
+	p.Offer()
+	p.Accept(kept)
+	p.Event(kept, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, kept))
+	p.SendRaw(fmt.Sprintf(`{"type":"event","runId":%q,"seq":7,"seq":8,"event":{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}}`, kept))
+	var e wire.Error
+	p.Expect(wire.TypeError, &e)
+	if e.RunID != kept || !strings.Contains(e.Message, "repeats a key") {
+		t.Errorf("frame around the event: error %+v, want the strict refusal naming run %s", e, kept)
+	}
+
+	for _, tc := range []struct{ name, event string }{
+		{"repeated key", `{"type":"TEXT_MESSAGE_START","messageId":"m1","messageId":"m2","role":"assistant"}`},
+		{"invalid UTF-8", "{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"a\xffb\"}"},
+	} {
+		// One harness for every case (its helpers report on t), so no subtests.
+		runID, thread := h.Door(p.Key, "echo", "", "hi")
+		p.Offer()
+		p.Accept(runID)
+		p.Event(runID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, runID))
+		p.SendRaw(fmt.Sprintf(`{"type":"event", "runId":%q, "event": %s }`, runID, tc.event))
+		var e wire.Error
+		p.Expect(wire.TypeError, &e)
+		if e.RunID != runID {
+			t.Errorf("%s: error %+v names no run, want %s", tc.name, e, runID)
+		}
+		h.Eventually("the run settled", func() bool {
+			st := h.Run(runID).Status
+			return st == "failed" || st == "completed" || st == "cancelled"
+		})
+		if r := h.Run(runID); r.Status != "failed" || r.FailureReason != string(run.ReasonMalformedEvent) {
+			t.Fatalf("%s: run %s (%q), want failed: %s", tc.name, r.Status, r.FailureReason, run.ReasonMalformedEvent)
+		}
+		evs := h.Events(runID)
+		if last := evs[len(evs)-1]; last["type"] != "RUN_ERROR" {
+			t.Errorf("%s: the stored stream ends with %v, want RUN_ERROR", tc.name, last)
+		}
+	}
+
+	// The run whose frame was refused carried on: its next event is stored.
+	p.Event(kept, `{"type":"TEXT_MESSAGE_START","messageId":"m3","role":"assistant"}`)
+	h.Eventually("the good event stored", func() bool { return len(h.Events(kept)) >= 2 })
+	if r := h.Run(kept); r.Status != "running" {
+		t.Errorf("run %s after a refused frame around its event, want running", r.Status)
 	}
 }
