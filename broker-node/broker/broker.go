@@ -685,6 +685,20 @@ func (b *Broker) Ack(l Link, runID string, v wire.Verdict, reason string) {
 // are written (backpressure). The wait ends when the link is detached or
 // leadership ends.
 func (b *Broker) Event(l Link, runID string, ev json.RawMessage, providerSeq *int64) {
+	b.event(l, runID, eventCmd{ev: ev, pseq: providerSeq})
+}
+
+// MalformedEvent hands the run's lane an event it cannot read, why saying
+// what is wrong with it (an event frame whose event alone failed the strict
+// JSON check, wire.RefusedReport): taken from the run's holder it fails the
+// run as any event that does not validate (design.md D18); otherwise it is
+// refused as Event would refuse it (D15).
+func (b *Broker) MalformedEvent(l Link, runID string, why error) {
+	b.event(l, runID, eventCmd{bad: why})
+}
+
+func (b *Broker) event(l Link, runID string, c eventCmd) {
+	ev := c.ev
 	b.mu.Lock()
 	ln, ls, lctx := b.lanes[runID], b.links[l], b.ctx
 	b.mu.Unlock()
@@ -712,7 +726,7 @@ func (b *Broker) Event(l Link, runID string, ev json.RawMessage, providerSeq *in
 			ok, changed = ls.backlog.take(len(ev))
 		}
 	}
-	if c := (eventCmd{ls, ev, providerSeq}); !ln.q.push(c) {
+	if c.link = ls; !ln.q.push(c) {
 		ls.release(c) // the lane ended meanwhile
 		b.refuse(l, kindEvent, runID, b.noLaneReason(l, runID))
 	}

@@ -27,6 +27,7 @@ type (
 		link *linkState
 		ev   json.RawMessage
 		pseq *int64
+		bad  error // the event failed the frame's strict check (MalformedEvent)
 	}
 	finishCmd struct{ link *linkState } // the provider's stream ended
 	cancelCmd struct{}                  // someone asked for a cancel

@@ -34,7 +34,11 @@ type admitted struct {
 func (l *lane) admit(batch []eventCmd) admitted {
 	a := admitted{evs: make([]store.NewEvent, 0, len(batch)), infos: make([]agui.Info, 0, len(batch)), pseq: l.lastPSeq}
 	for i, c := range batch {
-		info, err := agui.Validate(c.ev)
+		err := c.bad
+		var info agui.Info
+		if err == nil {
+			info, err = agui.Validate(c.ev)
+		}
 		if err != nil {
 			a.stop, a.stopErr, a.stopFrom, a.stopAt = run.ReasonMalformedEvent, err, c.link, i
 			break

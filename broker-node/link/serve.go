@@ -139,7 +139,16 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 			return
 		}
 		s.handle(ctx, c, frame, querySlots, queries)
-	}, func(_ []byte, reason string) { s.sendError(c, reason, "", "") })
+	}, func(data []byte, reason string) {
+		// A report tied to its run is refused naming it; an event whose
+		// own bytes failed the check is a malformed event (D15, D18).
+		runID, inEvent := wire.RefusedReport(data)
+		if inEvent {
+			s.Broker.MalformedEvent(c, runID, errors.New(reason))
+			return
+		}
+		s.sendError(c, reason, runID, "")
+	})
 	if err == nil { // funduq closed the link
 		return false
 	}
