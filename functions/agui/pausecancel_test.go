@@ -1,0 +1,92 @@
+package agui_test
+
+// Outside probes of pause, answer and cancel together (design.md D1, §The
+// status machine): a raw-wire provider, callers at the AG-UI door. AG-UI
+// has no cancel (seed 004), so a cancel is asked at the A2A door, the one
+// external cancel path (design.md §The doors).
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/wire"
+	"github.com/funduq/funduq-go/functions/a2a"
+	"github.com/funduq/funduq-go/functions/door"
+)
+
+// startA2A serves an A2A door on its own connections beside the AG-UI one.
+func startA2A(t *testing.T, h *nodetest.Harness) *httptest.Server {
+	t.Helper()
+	deps := mustDeps(t, h, "")
+	hd, err := a2a.New(a2a.Options{Store: deps.Store, Feed: deps.Feed, Funduq: deps.Funduq, TokenSecret: deps.TokenSecret,
+		Tail: door.TailOptions{Heartbeat: 15 * time.Second, LiveBlock: 500 * time.Millisecond,
+			PollInterval: 50 * time.Millisecond, DBCheck: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(hd)
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+		deps.Close()
+	})
+	return srv
+}
+
+// a2aCall makes one JSON-RPC call at the A2A door of agent key/name and
+// returns its result and error members.
+func a2aCall(t *testing.T, srv *httptest.Server, key, name, method string, params any) (map[string]any, map[string]any) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+	_, _, got := jsonCall(t, "POST", srv.URL+"/a2a/"+key+"/"+name, string(body), nil)
+	res, _ := got["result"].(map[string]any)
+	rpcErr, _ := got["error"].(map[string]any)
+	return res, rpcErr
+}
+
+// A provider asked to cancel that pauses instead: the pause outranks the
+// cancel (design.md §The status machine) and the caller's stream ends on
+// the question, which the snapshot lists as waiting. A resume answers it
+// like any pause (D1): the same run is offered again, not cancelled by the
+// earlier request, and the caller streams the answered round.
+func TestCancelledRunThatPausesIsAnswerable(t *testing.T) {
+	h, p, url := echoDoor(t)
+	a2aSrv := startA2A(t, h)
+	s := openStream(t, "POST", url, input("t", "r1", ""), nil)
+	f := p.Offer()
+	p.Accept(f.RunID)
+	p.Event(f.RunID, runStartedFor(f))
+	h.WaitStatus(f.RunID, run.Running)
+
+	if res, rpcErr := a2aCall(t, a2aSrv, p.Key, "echo", "tasks/cancel", map[string]any{"id": f.RunID}); rpcErr != nil || res == nil {
+		t.Fatalf("cancel: %v %v", res, rpcErr)
+	}
+	var cf wire.Cancel
+	p.Expect(wire.TypeCancel, &cf)
+	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"int1","reason":"approval"}]}}`, *f.ThreadID, f.RunID))
+	p.Finish(f.RunID)
+	if got := typesOf(t, s.rest()); !slices.Equal(got, []string{"RUN_STARTED", "RUN_FINISHED"}) {
+		t.Fatalf("pausing round %v", got)
+	}
+	h.WaitStatus(f.RunID, run.InputRequired)
+	_, _, snap := jsonCall(t, "GET", startDoor(t, h, nil).URL+"/threads/"+*f.ThreadID, "", nil)
+	if w, _ := snap["waiting_run"].(map[string]any); w == nil || w["run_id"] != f.RunID {
+		t.Fatalf("snapshot after the pause %v", snap)
+	}
+	if _, rpcErr := a2aCall(t, a2aSrv, p.Key, "echo", "tasks/cancel", map[string]any{"id": f.RunID}); rpcErr == nil || rpcErr["code"] != float64(a2a.CodeTaskNotCancelable) {
+		t.Fatalf("cancel of the paused run: %v", rpcErr)
+	}
+
+	// The answer to the question the snapshot lists streams its round (a
+	// snapshot here would leave the run waiting forever: not cancelable,
+	// and no answer lands).
+	answer := openStream(t, "POST", url, resumeBody(*f.ThreadID, "a1", `[{"interruptId":"int1","status":"resolved"}]`), nil)
+	finishResumed(t, h, p, answer, f, "int1")
+	p.None()
+}
