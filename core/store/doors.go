@@ -100,7 +100,9 @@ type Reopen struct {
 // records the answer's messages and NOTIFYs store.ChannelRunResumed, all in
 // one transaction. The move is the status machine's guarded door write, so
 // of racing answers exactly one lands; the others get a *TransitionError
-// (ErrIllegalTransition) and nothing is written for them.
+// (ErrIllegalTransition) and nothing is written for them. A cancel asked of
+// the round that paused instead is spent: the pause outranked it and the
+// answer opens a new round (design.md D1), which it must not cancel.
 func (s *Store) ReopenRun(ctx context.Context, ro Reopen) (Run, error) {
 	from := run.LegalFrom(run.ByDoor, run.Queued)
 	if from == nil {
@@ -112,6 +114,8 @@ func (s *Store) ReopenRun(ctx context.Context, ro Reopen) (Run, error) {
 			UPDATE runs SET
 				status = 'queued',
 				interrupt = NULL,
+				cancel_requested_by = NULL,
+				cancel_requested_at = NULL,
 				run_input = coalesce($3::json, run_input),
 				addressed_run_id = CASE WHEN $3::json IS NULL THEN addressed_run_id ELSE nullif($4, '') END,
 				queued_at = now(),

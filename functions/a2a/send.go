@@ -367,7 +367,7 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 	// A retried answer finds the task it reopened before it could reopen
 	// the task again (it may have paused anew); any other retry is answered
 	// by the insert's own look-up (store.Admit), a round trip fewer.
-	if task != nil && task.Status == run.InputRequired && task.CancelRequestedBy == nil {
+	if task != nil && task.Status == run.InputRequired {
 		if prior, ok, err := st.FindRetriedRun(ctx, probe); err != nil {
 			return accepted{}, door.ReusedKey(err, idem, reusedWhat)
 		} else if ok {
@@ -381,7 +381,7 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 
 	// The answer to the thread's paused task reopens it, same id (D1); the
 	// loser of a race is an ordinary queued run.
-	if task != nil && task.Status == run.InputRequired && task.CancelRequestedBy == nil {
+	if task != nil && task.Status == run.InputRequired {
 		// On a bound thread the answer carries the resolution proof over
 		// the task's open asks (design.md §The doors), checked before anything is
 		// written.

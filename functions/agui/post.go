@@ -242,7 +242,7 @@ func (h *Handler) build(agent store.Agent, threadID, runID, parentRunID string, 
 func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Thread, in RunAgentInput, bag door.CallerBag,
 	chain *identity.Chain, hash, requestID, idemKey string) (out outcome, answered bool, err error) {
 	paused, ok, err := h.o.Store.NewestRunInStatus(ctx, thread.ThreadID, run.InputRequired)
-	if err != nil || !ok || paused.CancelRequestedBy != nil {
+	if err != nil || !ok {
 		return outcome{}, false, err
 	}
 	asks, interrupts, err := door.OpenAsks(ctx, h.o.Store, paused)
