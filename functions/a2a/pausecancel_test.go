@@ -20,8 +20,15 @@ import (
 // the same run offered again, not cancelled by the earlier request — and
 // nothing is left waiting forever.
 func TestCancelledRunThatPausesIsAnswerable(t *testing.T) {
-	for _, v := range []string{"", "1.0"} {
-		t.Run("v"+v, func(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v    string
+		// asked: the question is stored before the cancel is asked, and
+		// the provider's finish frame comes after it.
+		asked bool
+	}{{"v", "", false}, {"v1.0", "1.0", false}, {"asked-first", "", true}} {
+		v := tc.v
+		t.Run(tc.name, func(t *testing.T) {
 			h := nodetest.Start(t, nil)
 			p := h.Connect(0xe1, nil)
 			p.Register("echo")
@@ -39,6 +46,11 @@ func TestCancelledRunThatPausesIsAnswerable(t *testing.T) {
 			p.Accept(id)
 			p.Event(id, runStarted(*f.ThreadID, id))
 			h.WaitStatus(id, run.Running)
+			question := fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"ok?","reason":"confirm"}]}}`, *f.ThreadID, id)
+			if tc.asked {
+				p.Event(id, question)
+				h.Eventually("the question stored", func() bool { return len(h.Events(id)) == 2 })
+			}
 
 			if got := c.ok(methodOf(v, "tasks/cancel"), map[string]any{"id": id}); stateOf(got) != wireState(v, "working") || !marker(got) {
 				t.Fatalf("cancel answer %v", got)
@@ -46,7 +58,9 @@ func TestCancelledRunThatPausesIsAnswerable(t *testing.T) {
 			var cf wire.Cancel
 			p.Expect(wire.TypeCancel, &cf)
 			// The provider asks a question instead of stopping.
-			p.Event(id, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"ok?","reason":"confirm"}]}}`, *f.ThreadID, id))
+			if !tc.asked {
+				p.Event(id, question)
+			}
 			p.Finish(id)
 			h.WaitStatus(id, run.InputRequired)
 			if got := c.ok(methodOf(v, "tasks/get"), map[string]any{"id": id}); stateOf(got) != wireState(v, "input-required") || marker(got) {

@@ -90,3 +90,44 @@ func TestCancelledRunThatPausesIsAnswerable(t *testing.T) {
 	finishResumed(t, h, p, answer, f, "int1")
 	p.None()
 }
+
+// A provider that reports for its run while the run is paused (an ack, an
+// event, a finish, after its finish frame), or reports the answered round
+// twice: each report is answered with an error naming the run (D15),
+// nothing is stored after a round's end, the pause stays answerable and
+// the answered round ends once.
+func TestReportsAroundAPauseAndItsAnswer(t *testing.T) {
+	h, p, url := echoDoor(t)
+	f := pauseOn(t, h, p, openStream(t, "POST", url, input("t", "r1", ""), nil), `[{"id":"int1","reason":"approval"}]`)
+	expectErrors := func(n int) {
+		t.Helper()
+		for range n {
+			var e wire.Error
+			p.Expect(wire.TypeError, &e)
+			if e.RunID != f.RunID {
+				t.Fatalf("error frame %+v, want one naming %s", e, f.RunID)
+			}
+		}
+	}
+	p.Accept(f.RunID)
+	p.Event(f.RunID, `{"type":"TEXT_MESSAGE_START","messageId":"late","role":"assistant"}`)
+	p.Finish(f.RunID)
+	expectErrors(3)
+	if r := h.Run(f.RunID); r.Status != run.InputRequired || len(h.Events(f.RunID)) != 2 {
+		t.Fatalf("paused run after late reports: %s, %d events", r.Status, len(h.Events(f.RunID)))
+	}
+	s := openStream(t, "POST", url, resumeBody(*f.ThreadID, "a1", `[{"interruptId":"int1","status":"resolved"}]`), nil)
+	fs := finishResumed(t, h, p, s, f, "int1")
+	stored := len(h.Events(f.RunID))
+	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
+	p.Finish(f.RunID)
+	expectErrors(2)
+	if r := h.Run(f.RunID); r.Status != run.Completed || len(h.Events(f.RunID)) != stored {
+		t.Fatalf("answered round reported twice: %s, %d events, want %d", r.Status, len(h.Events(f.RunID)), stored)
+	}
+	replay := openStream(t, "GET", startDoor(t, h, nil).URL+"/runs/"+f.RunID+"/events", "", map[string]string{"Last-Event-ID": "2"})
+	if got, want := idsOf(replay.rest()), idsOf(fs); !slices.Equal(got, want) {
+		t.Fatalf("replay of the answered round %v, the caller saw %v", got, want)
+	}
+	p.None()
+}
