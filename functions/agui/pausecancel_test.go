@@ -6,10 +6,14 @@ package agui_test
 // external cancel path (design.md §The doors).
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -128,6 +132,107 @@ func TestReportsAroundAPauseAndItsAnswer(t *testing.T) {
 	replay := openStream(t, "GET", startDoor(t, h, nil).URL+"/runs/"+f.RunID+"/events", "", map[string]string{"Last-Event-ID": "2"})
 	if got, want := idsOf(replay.rest()), idsOf(fs); !slices.Equal(got, want) {
 		t.Fatalf("replay of the answered round %v, the caller saw %v", got, want)
+	}
+	p.None()
+}
+
+// post sends one request bounded by guard, for goroutines (no t): the
+// response is returned once its headers are in.
+func post(url, body string) (*http.Response, context.CancelFunc, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(body))
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return resp, cancel, nil
+}
+
+// Two callers answer one pause at once, one at each door (design.md D1):
+// exactly one reopens the run. An AG-UI loser gets the snapshot; an A2A
+// loser's message is not lost but is a new task on the thread. The
+// provider is offered the paused run once, and the loser's message (if
+// the A2A caller lost) as a run of its own.
+func TestAnswersFromBothDoorsAtOnce(t *testing.T) {
+	h, p, url := echoDoor(t)
+	a2aSrv := startA2A(t, h)
+	f := pauseOn(t, h, p, openStream(t, "POST", url, input("t", "r1", ""), nil), `[{"id":"int1","reason":"approval"}]`)
+	runs := runCount(t, h)
+
+	a2aBody, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": map[string]any{
+		"message":       map[string]any{"messageId": "m-a2a", "role": "user", "kind": "message", "taskId": f.RunID, "parts": []any{map[string]any{"kind": "text", "text": "yes from A2A"}}},
+		"configuration": map[string]any{"blocking": false}}})
+	type answer struct {
+		resp   *http.Response
+		cancel context.CancelFunc
+		err    error
+	}
+	start := make(chan struct{})
+	var aguiAns, a2aAns answer
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		<-start
+		aguiAns.resp, aguiAns.cancel, aguiAns.err = post(url, resumeBody(*f.ThreadID, "a-agui", `[{"interruptId":"int1","status":"resolved"}]`))
+	}()
+	go func() {
+		defer wg.Done()
+		<-start
+		a2aAns.resp, a2aAns.cancel, a2aAns.err = post(a2aSrv.URL+"/a2a/"+p.Key+"/echo", string(a2aBody))
+	}()
+	close(start)
+	wg.Wait()
+	for _, a := range []answer{aguiAns, a2aAns} {
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		t.Cleanup(a.cancel)
+		t.Cleanup(func() { a.resp.Body.Close() })
+	}
+	aguiWon := strings.HasPrefix(aguiAns.resp.Header.Get("Content-Type"), "text/event-stream")
+	if !aguiWon {
+		var snap map[string]any
+		if err := json.NewDecoder(aguiAns.resp.Body).Decode(&snap); err != nil || aguiAns.resp.StatusCode != 200 || snap["thread_id"] != *f.ThreadID {
+			t.Fatalf("the AG-UI loser: %d %v (%v)", aguiAns.resp.StatusCode, snap, err)
+		}
+	}
+	var rpc struct {
+		Result map[string]any `json:"result"`
+		Error  map[string]any `json:"error"`
+	}
+	if err := json.NewDecoder(a2aAns.resp.Body).Decode(&rpc); err != nil || rpc.Error != nil || rpc.Result == nil {
+		t.Fatalf("the A2A answer: %v %v (%v)", rpc.Result, rpc.Error, err)
+	}
+	if a2aWon := rpc.Result["id"] == f.RunID; a2aWon == aguiWon {
+		t.Fatalf("AG-UI reopened %v, A2A task %v (the paused run %s): want exactly one answer to reopen it", aguiWon, rpc.Result["id"], f.RunID)
+	}
+	if rpc.Result["contextId"] != *f.ThreadID {
+		t.Fatalf("the A2A answer's task is on %v, want %s", rpc.Result["contextId"], *f.ThreadID)
+	}
+	want := 1 // the reopened run
+	if aguiWon {
+		want = 2 // and the A2A loser's new run
+	}
+	offered := map[string]int{}
+	for range want {
+		g := p.Offer()
+		offered[g.RunID]++
+		p.Accept(g.RunID)
+		p.Complete(g.RunID, *f.ThreadID)
+	}
+	if offered[f.RunID] != 1 || aguiWon && offered[rpc.Result["id"].(string)] != 1 {
+		t.Fatalf("offers %v: want %s once (and the loser's %v)", offered, f.RunID, rpc.Result["id"])
+	}
+	h.WaitStatus(f.RunID, run.Completed)
+	if got := runCount(t, h); got != runs+want-1 {
+		t.Fatalf("runs %d → %d", runs, got)
 	}
 	p.None()
 }
