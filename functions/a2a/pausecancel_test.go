@@ -6,8 +6,10 @@ package a2a_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/wire"
 	"github.com/funduq/funduq-go/functions/a2a"
@@ -81,5 +83,53 @@ func TestCancelledRunThatPausesIsAnswerable(t *testing.T) {
 			}
 			p.None()
 		})
+	}
+}
+
+// An interjection whose target pauses before it is delivered is an
+// ordinary next turn of the context (doors.md §3.6: a target that ends
+// first degrades it); the paused target survives a takeover untouched
+// (D7), so a takeover does not make the caller's message lost either: the
+// new leader offers it when the provider is back.
+func TestInterjectionOnAPausedTargetSurvivesTakeover(t *testing.T) {
+	a := nodetest.Start(t, func(c *config.Broker) { c.ProviderGrace = 30 * time.Second })
+	b := a.Peer("node-b")
+	p := a.Connect(0xe1, nodetest.Limit(1))
+	p.Register("echo")
+	c := newClient(t, startDoor(t, a, nil), p.Key, "echo", "")
+	nonBlocking := map[string]any{"configuration": map[string]any{"blocking": false}}
+	target := c.send(c.message("t-1", "long job", nil), nonBlocking)
+	f := p.Offer()
+	p.Accept(f.RunID)
+	p.Event(f.RunID, runStarted(*f.ThreadID, f.RunID))
+	a.WaitStatus(f.RunID, run.Running)
+	inter := c.send(c.message("i-1", "also this", map[string]any{"contextId": target["contextId"]}),
+		map[string]any{"metadata": map[string]any{a2a.AddressedRunIDKey: f.RunID}, "configuration": map[string]any{"blocking": false}})
+	interID := inter["id"].(string)
+	a.Taken(interID) // waits: the provider's one place is taken
+	pause(p, f)      // the target asks a question: its place is free
+	a.WaitStatus(f.RunID, run.InputRequired)
+	if g := p.Offer(); g.RunID != interID {
+		t.Fatalf("offered %s, want the interjection %s", g.RunID, interID)
+	}
+	p.Decline(interID) // full right now: it waits queued
+	a.WaitStatus(interID, run.Queued)
+
+	a.Shutdown()
+	b.Eventually("b leads", b.Ready)
+	p2 := b.Connect(0xe1, nodetest.Limit(1))
+	p2.Register("echo")
+	b.Settle()
+	if r := b.Run(interID); r.Status.Terminal() {
+		t.Fatalf("after the takeover the interjection is %s / %s; its target is %s", r.Status, r.FailureReason, b.Run(f.RunID).Status)
+	}
+	if g := p2.Offer(); g.RunID != interID {
+		t.Fatalf("after the takeover offered %s, want the interjection %s", g.RunID, interID)
+	}
+	p2.Accept(interID)
+	p2.Complete(interID, *f.ThreadID)
+	b.WaitStatus(interID, run.Completed)
+	if r := b.Run(f.RunID); r.Status != run.InputRequired {
+		t.Fatalf("the paused target after the takeover: %s", r.Status)
 	}
 }

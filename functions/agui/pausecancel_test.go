@@ -236,3 +236,32 @@ func TestAnswersFromBothDoorsAtOnce(t *testing.T) {
 	}
 	p.None()
 }
+
+// An answered run cancelled before its provider takes the answered round:
+// the cancel waits on the offer (seed 004); the provider declines, so
+// nobody holds it and it is cancelled. The caller's resume stream ends —
+// with nothing after the question, as AG-UI has no cancelled event — and
+// the run is not waiting any more.
+func TestAnsweredRunCancelledBeforeItsRound(t *testing.T) {
+	h, p, url := echoDoor(t)
+	a2aSrv := startA2A(t, h)
+	f := pauseOn(t, h, p, openStream(t, "POST", url, input("t", "r1", ""), nil), `[{"id":"int1","reason":"approval"}]`)
+	s := openStream(t, "POST", url, resumeBody(*f.ThreadID, "a1", `[{"interruptId":"int1","status":"resolved"}]`), nil)
+	if g := p.Offer(); g.RunID != f.RunID {
+		t.Fatalf("offered %s", g.RunID)
+	}
+	res, rpcErr := a2aCall(t, a2aSrv, p.Key, "echo", "tasks/cancel", map[string]any{"id": f.RunID})
+	if md, _ := res["metadata"].(map[string]any); rpcErr != nil || md[a2a.CancelRequestedKey] != true {
+		t.Fatalf("cancel of the answered run: %v %v", res, rpcErr)
+	}
+	p.Decline(f.RunID)
+	if got := events(s.rest()); len(got) != 0 {
+		t.Fatalf("the cancelled answer streamed %v", typesOf(t, got))
+	}
+	h.WaitStatus(f.RunID, run.Cancelled)
+	_, _, snap := jsonCall(t, "GET", startDoor(t, h, nil).URL+"/threads/"+*f.ThreadID, "", nil)
+	if snap["waiting_run"] != nil || snap["active_run"] != nil {
+		t.Fatalf("snapshot after the cancel %v", snap)
+	}
+	p.None()
+}
