@@ -35,6 +35,7 @@ func (b *Broker) take(r store.Run, readBack bool) {
 	// Built outside the broker's lock, which every lane takes: the lane
 	// decodes the run's input and formats its logger's attributes.
 	l := b.newLane(r)
+	kept := readBack && b.targetKept(r)
 	b.mu.Lock()
 	if !open() {
 		b.mu.Unlock()
@@ -60,7 +61,7 @@ func (b *Broker) take(r store.Run, readBack bool) {
 	if until, ok := b.lostUntil[l.agent]; ok && !served && b.clock.Now().Before(until) {
 		waiting, l.linkWait, l.linkUntil = true, true, until
 	}
-	lost := readBack && b.interjectionLostLocked(l.addressed)
+	lost := readBack && !kept && b.interjectionLostLocked(l.addressed)
 	b.joinThreadLocked(l, l.queuedAt)
 	switch {
 	case lost:
@@ -77,6 +78,30 @@ func (b *Broker) take(r store.Run, readBack bool) {
 	ctx := b.ctx
 	b.mu.Unlock()
 	go l.loop(ctx)
+}
+
+// targetKept reports whether a read-back interjection's target is a run the
+// takeover left alone though it has no lane: paused (D7 leaves
+// input-required runs untouched) or queued again by an answer and not yet
+// read back. Such a target survived, so the interjection is not lost; like
+// any interjection whose target is not claimed, it is an ordinary turn
+// (doors.md §3.6). A target the takeover did orphan fails its
+// interjections when its grace ends (hold.go). Read outside the broker's
+// lock; a failed read leaves the lane check alone to decide.
+func (b *Broker) targetKept(r store.Run) bool {
+	if r.AddressedRunID == "" {
+		return false
+	}
+	b.mu.Lock()
+	ctx := b.ctx
+	b.mu.Unlock()
+	t, err := b.st.GetRun(ctx, r.AddressedRunID)
+	if err != nil {
+		b.log.WarnContext(ctx, "an interjection's target could not be read", "run_id", r.RunID,
+			"addressed_run_id", r.AddressedRunID, "err", err)
+		return false
+	}
+	return t.Status == run.InputRequired || t.Status == run.Queued
 }
 
 // ---- notices: the broker is the intake listener's handler ----
