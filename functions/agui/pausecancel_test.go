@@ -265,3 +265,30 @@ func TestAnsweredRunCancelledBeforeItsRound(t *testing.T) {
 	}
 	p.None()
 }
+
+// An answered run cancelled while its offer is out, which the provider
+// then takes: the cancel is passed on after the claim (seed 004), and the
+// provider pauses again instead of stopping. The caller's resume stream
+// ends on the new question and that question is answerable too.
+func TestAnsweredRunCancelledThenPausedAgain(t *testing.T) {
+	h, p, url := echoDoor(t)
+	a2aSrv := startA2A(t, h)
+	f := pauseOn(t, h, p, openStream(t, "POST", url, input("t", "r1", ""), nil), `[{"id":"int1","reason":"approval"}]`)
+	s := openStream(t, "POST", url, resumeBody(*f.ThreadID, "a1", `[{"interruptId":"int1","status":"resolved"}]`), nil)
+	p.Offer()
+	if _, rpcErr := a2aCall(t, a2aSrv, p.Key, "echo", "tasks/cancel", map[string]any{"id": f.RunID}); rpcErr != nil {
+		t.Fatalf("cancel of the answered run: %v", rpcErr)
+	}
+	p.Accept(f.RunID)
+	var cf wire.Cancel
+	p.Expect(wire.TypeCancel, &cf)
+	p.Event(f.RunID, runStartedFor(f))
+	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"int2","reason":"sure?"}]}}`, *f.ThreadID, f.RunID))
+	p.Finish(f.RunID)
+	if got := typesOf(t, s.rest()); !slices.Equal(got, []string{"RUN_STARTED", "RUN_FINISHED"}) {
+		t.Fatalf("the cancelled answer's round %v", got)
+	}
+	h.WaitStatus(f.RunID, run.InputRequired)
+	finishResumed(t, h, p, openStream(t, "POST", url, resumeBody(*f.ThreadID, "a2", `[{"interruptId":"int2","status":"resolved"}]`), nil), f, "int2")
+	p.None()
+}
