@@ -133,3 +133,36 @@ func TestInterjectionOnAPausedTargetSurvivesTakeover(t *testing.T) {
 		t.Fatalf("the paused target after the takeover: %s", r.Status)
 	}
 }
+
+// A task asked to cancel is still working — the provider holds it and
+// funduq relays whatever it emits (seed 004) — so an interjection may
+// still address it: the door takes it and the provider holding the task,
+// which takes interjections, is offered it straight away.
+func TestInterjectionOnACancellingTask(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Send(wire.Register{Type: wire.TypeRegister, Agents: []wire.Registration{{Name: "echo", TakesInterjections: true}}})
+	p.Expect(wire.TypeRegistered, nil)
+	c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+	nonBlocking := map[string]any{"configuration": map[string]any{"blocking": false}}
+	target := c.send(c.message("t-1", "long job", nil), nonBlocking)
+	f := p.Offer()
+	p.Accept(f.RunID)
+	p.Event(f.RunID, runStarted(*f.ThreadID, f.RunID))
+	h.WaitStatus(f.RunID, run.Running)
+	c.ok("tasks/cancel", map[string]any{"id": f.RunID})
+	p.Expect(wire.TypeCancel, nil)
+	h.WaitStatus(f.RunID, run.Cancelling)
+	if got := c.ok("tasks/get", map[string]any{"id": f.RunID}); stateOf(got) != "working" {
+		t.Fatalf("the cancelling task reads %q", stateOf(got))
+	}
+
+	r := c.call("message/send", map[string]any{"message": c.message("i-1", "also this", map[string]any{"contextId": target["contextId"]}),
+		"metadata": map[string]any{a2a.AddressedRunIDKey: f.RunID}, "configuration": map[string]any{"blocking": false}})
+	if r.Error != nil {
+		t.Fatalf("an interjection addressing the working task: %+v", r.Error)
+	}
+	if g := p.Offer(); g.RunID != r.Result["id"] {
+		t.Fatalf("offered %s, want the interjection %v", g.RunID, r.Result["id"])
+	}
+}
