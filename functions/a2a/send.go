@@ -340,7 +340,9 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return accepted{}, err
 		}
-		if err != nil || target.ThreadID != thread.ThreadID || target.Status != run.Running {
+		// A cancelling task is still working (design.md §The doors): its
+		// provider holds it, and the broker offers it interjections alike.
+		if err != nil || target.ThreadID != thread.ThreadID || target.Status != run.Running && target.Status != run.Cancelling {
 			return accepted{}, door.Refuse(http.StatusUnprocessableEntity, door.CodeInvalidRunInput,
 				"the interjection addresses %s, which is not the running task of context %s", addressed, thread.ThreadID)
 		}
