@@ -4,6 +4,7 @@ package a2a_test
 // status machine): a raw-wire provider, callers at the A2A door.
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -165,4 +166,59 @@ func TestInterjectionOnACancellingTask(t *testing.T) {
 	if g := p.Offer(); g.RunID != r.Result["id"] {
 		t.Fatalf("offered %s, want the interjection %v", g.RunID, r.Result["id"])
 	}
+}
+
+// A cancel racing the provider's pause: whichever lands first, the caller
+// gets a typed answer (working with the marker, or not cancelable once
+// paused), the task ends up input-required, and its answer resumes it.
+func TestCancelRacingThePause(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+	for i := range 4 {
+		c.send(c.message(fmt.Sprintf("m-%d", i), "start", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+		f := p.Offer()
+		id := f.RunID
+		p.Accept(id)
+		p.Event(id, runStarted(*f.ThreadID, id))
+		h.WaitStatus(id, run.Running)
+		answer := make(chan rpcResp, 1)
+		go func() { answer <- c.call("tasks/cancel", map[string]any{"id": id}) }()
+		pause(p, f)
+		r := recv(t, answer, "the cancel's answer")
+		switch {
+		case r.Error == nil && stateOf(r.Result) == "working" && marker(r.Result):
+		case r.Error != nil && r.Error.Code == a2a.CodeTaskNotCancelable:
+		default:
+			t.Fatalf("round %d: cancel racing the pause answered %+v %v", i, r.Error, r.Result)
+		}
+		h.WaitStatus(id, run.InputRequired)
+		done := make(chan rpcResp, 1)
+		go func() {
+			done <- c.call("message/send", map[string]any{"message": c.message(fmt.Sprintf("a-%d", i), "yes", map[string]any{"taskId": id})})
+		}()
+		// A cancel passed on before the pause landed may reach the provider
+		// first; the answer's offer follows it.
+		var g wire.RunFrame
+		for {
+			typ, raw := p.Next()
+			if typ == wire.TypeCancel {
+				continue
+			}
+			if typ != wire.TypeRun || json.Unmarshal(raw, &g) != nil {
+				t.Fatalf("round %d: frame %s", i, raw)
+			}
+			break
+		}
+		if g.RunID != id {
+			t.Fatalf("round %d: the answer offered %s, want %s", i, g.RunID, id)
+		}
+		p.Accept(id)
+		p.Complete(id, *f.ThreadID)
+		if got := recv(t, done, "the answer"); got.Error != nil || got.Result["id"] != id || stateOf(got.Result) != "completed" {
+			t.Fatalf("round %d: answer %+v %v", i, got.Error, got.Result)
+		}
+	}
+	p.None()
 }
