@@ -6,6 +6,7 @@ package a2a_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -221,4 +222,30 @@ func TestCancelRacingThePause(t *testing.T) {
 		}
 	}
 	p.None()
+}
+
+// A streaming caller whose task is asked to cancel and then pauses: the
+// stream ends on one final input-required status, without the pending
+// cancel marker (nothing is being cancelled any more), carrying the ask.
+func TestStreamOfACancelledRunThatPauses(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+	s := c.stream(c.body("message/stream", map[string]any{"message": c.message("m1", "start", nil)}), nil)
+	f := p.Offer()
+	p.Accept(f.RunID)
+	p.Event(f.RunID, runStarted(*f.ThreadID, f.RunID))
+	h.WaitStatus(f.RunID, run.Running)
+	c.ok("tasks/cancel", map[string]any{"id": f.RunID})
+	p.Expect(wire.TypeCancel, nil)
+	pause(p, f)
+	items := normItems(t, "", s.rest())
+	last := items[len(items)-1]
+	if last.kind != "status-update" || stateOf(last.obj) != "input-required" || last.obj["final"] != true {
+		t.Fatalf("stream ended %s %v", last.kind, last.obj)
+	}
+	if md := metaOf(last.obj); md[a2a.CancelRequestedKey] != nil || !strings.Contains(mustJSON(md[a2a.InterruptKey]), "ask-1") {
+		t.Fatalf("final status metadata %v", md)
+	}
 }
