@@ -88,12 +88,26 @@ func TestCancelledRunThatPausesIsAnswerable(t *testing.T) {
 	}
 }
 
-// An interjection whose target pauses before it is delivered is an
+// An interjection whose target pauses or ends before it is delivered is an
 // ordinary next turn of the context (doors.md §3.6: a target that ends
-// first degrades it); the paused target survives a takeover untouched
-// (D7), so a takeover does not make the caller's message lost either: the
-// new leader offers it when the provider is back.
+// first degrades it). Such a target did not die with the leader (seed 001:
+// only an interjection "whose target died with the process" is lost; D7
+// leaves a paused one untouched), so a takeover does not make the caller's
+// message lost either: the new leader offers it when the provider is back.
 func TestInterjectionOnAPausedTargetSurvivesTakeover(t *testing.T) {
+	interjectionAcrossTakeover(t, pause, run.InputRequired)
+}
+
+func TestInterjectionOnAnEndedTargetSurvivesTakeover(t *testing.T) {
+	interjectionAcrossTakeover(t, func(p *nodetest.Prov, f wire.RunFrame) { p.Complete(f.RunID, *f.ThreadID) }, run.Completed)
+}
+
+// interjectionAcrossTakeover queues an interjection behind its running
+// target, lets the target stop (stop, leaving it in status want) so the
+// interjection is offered and declined, fails the leader over, and checks
+// that the new leader offers the interjection as an ordinary turn.
+func interjectionAcrossTakeover(t *testing.T, stop func(*nodetest.Prov, wire.RunFrame), want run.Status) {
+	t.Helper()
 	a := nodetest.Start(t, func(c *config.Broker) { c.ProviderGrace = 30 * time.Second })
 	b := a.Peer("node-b")
 	p := a.Connect(0xe1, nodetest.Limit(1))
@@ -109,8 +123,8 @@ func TestInterjectionOnAPausedTargetSurvivesTakeover(t *testing.T) {
 		map[string]any{"metadata": map[string]any{a2a.AddressedRunIDKey: f.RunID}, "configuration": map[string]any{"blocking": false}})
 	interID := inter["id"].(string)
 	a.Taken(interID) // waits: the provider's one place is taken
-	pause(p, f)      // the target asks a question: its place is free
-	a.WaitStatus(f.RunID, run.InputRequired)
+	stop(p, f)       // the target pauses or ends: its place is free
+	a.WaitStatus(f.RunID, want)
 	if g := p.Offer(); g.RunID != interID {
 		t.Fatalf("offered %s, want the interjection %s", g.RunID, interID)
 	}
@@ -131,8 +145,8 @@ func TestInterjectionOnAPausedTargetSurvivesTakeover(t *testing.T) {
 	p2.Accept(interID)
 	p2.Complete(interID, *f.ThreadID)
 	b.WaitStatus(interID, run.Completed)
-	if r := b.Run(f.RunID); r.Status != run.InputRequired {
-		t.Fatalf("the paused target after the takeover: %s", r.Status)
+	if r := b.Run(f.RunID); r.Status != want {
+		t.Fatalf("the target after the takeover: %s, want %s", r.Status, want)
 	}
 }
 
