@@ -80,14 +80,15 @@ func (b *Broker) take(r store.Run, readBack bool) {
 	go l.loop(ctx)
 }
 
-// targetKept reports whether a read-back interjection's target is a run the
-// takeover left alone though it has no lane: paused (D7 leaves
-// input-required runs untouched) or queued again by an answer and not yet
-// read back. Such a target survived, so the interjection is not lost; like
-// any interjection whose target is not claimed, it is an ordinary turn
-// (doors.md §3.6). A target the takeover did orphan fails its
-// interjections when its grace ends (hold.go). Read outside the broker's
-// lock; a failed read leaves the lane check alone to decide.
+// targetKept reports whether a read-back interjection's target is a run that
+// did not die with the old leader though it has no lane: paused (D7 leaves
+// input-required runs untouched), queued again by an answer and not yet
+// read back, or settled before the takeover other than by it. Seed 001
+// loses only an interjection "whose target died with the process"; for the
+// others the interjection is an ordinary turn, as it is without a takeover
+// (doors.md §3.6). A target the takeover did orphan fails its interjections
+// when its grace ends (hold.go). Read outside the broker's lock; a failed
+// read leaves the lane check alone to decide.
 func (b *Broker) targetKept(r store.Run) bool {
 	if r.AddressedRunID == "" {
 		return false
@@ -101,7 +102,13 @@ func (b *Broker) targetKept(r store.Run) bool {
 			"addressed_run_id", r.AddressedRunID, "err", err)
 		return false
 	}
-	return t.Status == run.InputRequired || t.Status == run.Queued
+	switch t.Status {
+	case run.InputRequired, run.Queued, run.Completed, run.Cancelled:
+		return true
+	case run.Failed:
+		return t.FailureReason != string(run.ReasonOrphanedByRestart)
+	}
+	return false
 }
 
 // ---- notices: the broker is the intake listener's handler ----

@@ -72,29 +72,33 @@ func TestInterjectionBypassesTheThreadQueue(t *testing.T) {
 }
 
 // After a takeover, a queued interjection whose target did not survive (its
-// provider never re-adopted it within the grace) fails
-// interjection_target_lost, with a terminal RUN_ERROR.
+// provider never re-adopted it within the grace, or there was no grace)
+// fails interjection_target_lost, with a terminal RUN_ERROR.
 func TestInterjectionTargetLostAtTakeover(t *testing.T) {
-	a := nodetest.Start(t, func(c *configBroker) { c.ProviderGrace = 30 * time.Second })
-	b := a.Peer("node-b")
-	p := a.Connect(0xe1, nodetest.Limit(1))
-	p.Register("echo")
-	target, thread := a.Door(p.Key, "echo", "", "one")
-	p.Offer()
-	p.Accept(target)
-	a.WaitStatus(target, run.Running)
-	inter := doorInterjection(t, a, p.Key, "echo", thread, target)
-	a.Taken(inter) // waits: the provider's one place is taken
-	a.Shutdown()
-	b.Eventually("b leads", b.Ready)
-	b.Advance(31 * time.Second)
-	b.WaitStatus(target, run.Failed)
-	r := b.WaitStatus(inter, run.Failed)
-	if r.FailureReason != string(run.ReasonInterjectionTargetLost) {
-		t.Fatalf("reason %q", r.FailureReason)
-	}
-	evs := b.Events(inter)
-	if len(evs) != 1 || evs[0]["type"] != "RUN_ERROR" || evs[0]["code"] != string(run.ReasonInterjectionTargetLost) {
-		t.Fatalf("events %v", evs)
+	for _, grace := range []time.Duration{30 * time.Second, 0} {
+		t.Run("grace "+grace.String(), func(t *testing.T) {
+			a := nodetest.Start(t, func(c *configBroker) { c.ProviderGrace = grace })
+			b := a.Peer("node-b")
+			p := a.Connect(0xe1, nodetest.Limit(1))
+			p.Register("echo")
+			target, thread := a.Door(p.Key, "echo", "", "one")
+			p.Offer()
+			p.Accept(target)
+			a.WaitStatus(target, run.Running)
+			inter := doorInterjection(t, a, p.Key, "echo", thread, target)
+			a.Taken(inter) // waits: the provider's one place is taken
+			a.Shutdown()
+			b.Eventually("b leads", b.Ready)
+			b.Advance(grace + time.Second)
+			b.WaitStatus(target, run.Failed)
+			r := b.WaitStatus(inter, run.Failed)
+			if r.FailureReason != string(run.ReasonInterjectionTargetLost) {
+				t.Fatalf("reason %q", r.FailureReason)
+			}
+			evs := b.Events(inter)
+			if len(evs) != 1 || evs[0]["type"] != "RUN_ERROR" || evs[0]["code"] != string(run.ReasonInterjectionTargetLost) {
+				t.Fatalf("events %v", evs)
+			}
+		})
 	}
 }
