@@ -1,0 +1,180 @@
+package node_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// listing returns GET /agents as the store reads it: key/name → online.
+func listing(t *testing.T, h *nodetest.Harness) map[string]store.AgentInfo {
+	t.Helper()
+	as, err := h.Store.ListAgents(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]store.AgentInfo{}
+	for _, a := range as {
+		out[a.ProviderKey[:4]+"/"+a.Name] = a
+	}
+	return out
+}
+
+// A provider withdrawn at tolerance while it holds a run: the run finishes
+// and reports over the open link (D6) — completed, its events stored, no
+// abandoned counted — and a goodbye after it counts nothing either.
+func TestWithdrawnProviderFinishesWhatItHolds(t *testing.T) {
+	h := nodetest.Start(t, func(c *configBroker) { c.ProviderQualityTolerance = 2 })
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	held, heldThread := h.Door(p.Key, "echo", "", "held")
+	p.Offer()
+	p.Accept(held)
+	h.WaitStatus(held, run.Running)
+	p.Event(held, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, heldThread, held))
+	d, _ := h.Door(p.Key, "echo", "", "declined")
+	for i := range 2 {
+		if f := p.Offer(); f.RunID != d {
+			t.Fatalf("offer %s, want %s", f.RunID, d)
+		}
+		p.Decline(d) // unlimited: misdeclared
+		h.WaitStatus(d, run.Queued)
+		if i == 0 {
+			p.Register("echo") // a register is a change: the declined run is offered again
+		}
+	}
+	h.Eventually("withdrawn", func() bool { return h.Quality(p.Key).WithdrawnAt != nil })
+	p.Event(held, `{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`)
+	p.Event(held, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"done anyway"}`)
+	p.Event(held, `{"type":"TEXT_MESSAGE_END","messageId":"m1"}`)
+	p.Event(held, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, heldThread, held))
+	p.Finish(held)
+	h.WaitStatus(held, run.Completed)
+	if n := len(h.Events(held)); n != 5 {
+		t.Fatalf("%d events stored, want 5", n)
+	}
+	p.None()
+	p.Goodbye()
+	h.Eventually("the link is gone", func() bool { return h.Node.Broker.Snapshot().Links == 0 })
+	h.Settle()
+	if q := h.Quality(p.Key); q.Abandoned != 0 || q.Misdeclared != 2 {
+		t.Fatalf("quality %+v: a withdrawn provider finishing its run counted", q)
+	}
+}
+
+// D18: a provider shutting down takes its agent out of service
+// (deleteAgent; refused as a deletion since the agent has history, but out
+// of service all the same), finishes what it holds, and says goodbye. It
+// is offered nothing after the deleteAgent, declines nothing, and no
+// counter moves; its queued run takes the ordinary no-provider road.
+func TestShutdownDrainsWithoutCounting(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nodetest.Limit(1))
+	p.Register("echo")
+	held, heldThread := h.Door(p.Key, "echo", "", "held")
+	p.Offer()
+	p.Accept(held)
+	h.WaitStatus(held, run.Running)
+	queued, _ := h.Door(p.Key, "echo", "", "queued")
+	h.Taken(queued)
+
+	p.Send(wire.DeleteAgent{Type: wire.TypeDeleteAgent, Name: "echo"})
+	var e wire.Error
+	p.Expect(wire.TypeError, &e)
+	if e.Name != "echo" {
+		t.Fatalf("error %+v", e)
+	}
+	p.Complete(held, heldThread)
+	h.WaitStatus(held, run.Completed)
+	p.None() // its place came back, and still nothing was offered
+	if got := h.Run(queued).Status; got != run.Queued {
+		t.Fatalf("queued run is %s", got)
+	}
+	p.Goodbye()
+	h.Eventually("the link is gone", func() bool { return h.Node.Broker.Snapshot().Links == 0 })
+	h.Advance(45 * time.Second) // unserved_timeout
+	r := h.WaitStatus(queued, run.Failed)
+	if r.FailureReason != string(run.ReasonNoProviderTookIt) {
+		t.Fatalf("reason %q", r.FailureReason)
+	}
+	if q := h.Quality(p.Key); q != (store.Quality{ProviderKey: q.ProviderKey}) {
+		t.Fatalf("a draining provider counted %+v", q)
+	}
+}
+
+// query frames: each is answered, the bad ones with what is wrong.
+func TestQueryRefusals(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	_, thread, _ := h.CompletedRun(p, "echo", "hi")
+	p.SendRaw(`{"type":"query","method":"thread_messages","params":{"threadId":"` + thread + `"}}`)
+	var e wire.Error
+	p.Expect(wire.TypeError, &e)
+	if !strings.Contains(e.Message, "queryId") {
+		t.Fatalf("error %+v", e)
+	}
+	for _, tc := range []struct{ params, method, says string }{
+		{`{"threadId":"` + thread + `"}`, "frobnicate", "unknown query method"},
+		{`{}`, "thread_messages", "threadId"},
+		{`{"threadId":"` + thread + `","limit":0}`, "thread_messages", "positive"},
+		{`{"threadId":"` + thread + `","limit":-2}`, "thread_messages", "positive"},
+		{`{"threadId":"` + thread + `","limit":"3"}`, "thread_messages", ""},
+		{`"nope"`, "thread_messages", ""},
+	} {
+		p.SendRaw(`{"type":"query","queryId":"q","method":"` + tc.method + `","params":` + tc.params + `}`)
+		typ, f := p.Next()
+		var r wire.QueryResult
+		_ = json.Unmarshal(f, &r)
+		switch {
+		case typ == wire.TypeQueryResult && r.Error != "" && strings.Contains(r.Error, tc.says) && r.Result == nil:
+		case typ == wire.TypeError && tc.says == "":
+		default:
+			t.Errorf("%s %s: answered %s", tc.method, tc.params, f)
+		}
+	}
+	p.Register("echo") // still open
+}
+
+// Re-registering with changed cards: the new description, card extra,
+// metadata and interjection flag are what GET /agents reads.
+func TestReregisterUpdatesTheCard(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.SendRaw(`{"type":"register","agents":[{"name":"echo","description":"old","agentCardExtra":{"skills":[]},"metadata":{"v":1}}]}`)
+	p.Expect(wire.TypeRegistered, nil)
+	p.SendRaw(`{"type":"register","agents":[{"name":"echo","description":"new","agentCardExtra":{"skills":[{"id":"s"}]},"metadata":{"v":2},"takesInterjections":true}],"providerName":"renamed"}`)
+	p.Expect(wire.TypeRegistered, nil)
+	a := listing(t, h)[p.Key[:4]+"/echo"]
+	if a.Description != "new" || !sameJSON(a.AgentCardExtra, `{"skills":[{"id":"s"}]}`) || !sameJSON(a.Metadata, `{"v":2}`) ||
+		!a.TakesInterjections || !a.Online {
+		t.Fatalf("card after re-register: %+v", a)
+	}
+	// And back: a field left out takes its default, the flag included.
+	p.SendRaw(`{"type":"register","agents":[{"name":"echo"}]}`)
+	p.Expect(wire.TypeRegistered, nil)
+	a = listing(t, h)[p.Key[:4]+"/echo"]
+	if a.Description != "" || a.TakesInterjections || !sameJSON(a.AgentCardExtra, `{}`) || !sameJSON(a.Metadata, `{}`) {
+		t.Fatalf("card after a bare re-register: %+v", a)
+	}
+}
+
+// sameJSON reports whether got holds the same JSON value as want (the
+// store keeps jsonb, which respaces it).
+func sameJSON(got []byte, want string) bool {
+	var g, w any
+	if json.Unmarshal(got, &g) != nil || json.Unmarshal([]byte(want), &w) != nil {
+		return false
+	}
+	gb, _ := json.Marshal(g)
+	wb, _ := json.Marshal(w)
+	return string(gb) == string(wb)
+}
