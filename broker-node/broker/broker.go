@@ -666,11 +666,24 @@ func (b *Broker) laneFor(l Link, runID string) (*lane, *linkState) {
 	return b.lanes[runID], b.links[l]
 }
 
+// stranger reports whether a report from l for ln comes from a key that is
+// not the run's agent's. Such a report is refused at once as for an
+// unknown run, never handed to the lane: there it would wait behind an
+// offer that is out, so the timing of its answer (and the lane's end, had
+// it come first) would tell a stranger about a run it has no part in
+// (design.md D15, D16). No stranger's report is ever taken, so refusing
+// it here changes no outcome.
+func stranger(l Link, ln *lane) bool { return ln != nil && ln.agent.Key != l.Key() }
+
 // Ack hands a provider's verdict to the run's lane, in the read loop's order.
 // An ack for a run the broker does not hold is answered "ack refused"
 // (D15), as is every ack the lane does not take.
 func (b *Broker) Ack(l Link, runID string, v wire.Verdict, reason string) {
 	ln, ls := b.laneFor(l, runID)
+	if stranger(l, ln) {
+		b.refuse(l, kindAck, runID, refusedUnknown)
+		return
+	}
 	if ln == nil || ls == nil || !ln.q.push(verdictCmd{ls, v, reason}) {
 		b.refuse(l, kindAck, runID, b.noLaneReason(l, runID))
 	}
@@ -702,6 +715,10 @@ func (b *Broker) event(l Link, runID string, c eventCmd) {
 	b.mu.Lock()
 	ln, ls, lctx := b.lanes[runID], b.links[l], b.ctx
 	b.mu.Unlock()
+	if stranger(l, ln) {
+		b.refuse(l, kindEvent, runID, refusedUnknown)
+		return
+	}
 	if ln == nil || ls == nil {
 		b.refuse(l, kindEvent, runID, b.noLaneReason(l, runID))
 		return
@@ -749,6 +766,10 @@ func (b *Broker) EventsWaiting() (total, most int) {
 // the broker does not hold is answered "finish refused" (D15).
 func (b *Broker) Finish(l Link, runID string) {
 	ln, ls := b.laneFor(l, runID)
+	if stranger(l, ln) {
+		b.refuse(l, kindFinish, runID, refusedUnknown)
+		return
+	}
 	if ln == nil || ls == nil || !ln.q.push(finishCmd{ls}) {
 		b.refuse(l, kindFinish, runID, b.noLaneReason(l, runID))
 	}
