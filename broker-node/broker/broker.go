@@ -595,6 +595,15 @@ func (b *Broker) DeleteAgent(ctx context.Context, l Link, name string) error {
 		return ErrNotLeading
 	}
 	ref := AgentRef{ls.key, name}
+	if by := b.served[ref]; by != nil && by != ls {
+		// Deleting happens on the serving link (broker.md §7.2): this
+		// link does not serve the name, another of the key's does, and
+		// goes on serving it. Writing it unserved, or deleting its record,
+		// would leave that link serving an agent the listing says is
+		// offline or gone.
+		b.mu.Unlock()
+		return &RegisterError{fmt.Sprintf("agent %q is served by another link of this key; send deleteAgent on that link", name)}
+	}
 	if b.served[ref] == ls {
 		delete(b.served, ref)
 		b.unserved[ref] = b.clock.Now()
