@@ -178,3 +178,90 @@ func sameJSON(got []byte, want string) bool {
 	wb, _ := json.Marshal(w)
 	return string(gb) == string(wb)
 }
+
+// Re-registering while runs are out: a register that keeps the name (a
+// changed card) leaves an offer out standing — the accept claims it — and
+// a register that drops a name leaves the run of it this link holds
+// running to its end, counting nothing. A run of the dropped name that
+// arrives afterwards is not offered to it.
+func TestReregisterWhileRunsAreOut(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo", "gone")
+	held, heldThread := h.Door(p.Key, "gone", "", "held")
+	p.Offer()
+	p.Accept(held)
+	h.WaitStatus(held, run.Running)
+	offered, offeredThread := h.Door(p.Key, "echo", "", "offered")
+	p.Offer()
+	p.SendRaw(`{"type":"register","agents":[{"name":"echo","description":"v2"}]}`)
+	p.Expect(wire.TypeRegistered, nil)
+	p.Accept(offered)
+	p.Complete(offered, offeredThread)
+	h.WaitStatus(offered, run.Completed)
+	p.Complete(held, heldThread)
+	h.WaitStatus(held, run.Completed)
+	late, _ := h.Door(p.Key, "gone", "", "late")
+	h.Taken(late)
+	p.None()
+	if q := h.Quality(p.Key); q != (store.Quality{ProviderKey: q.ProviderKey}) {
+		t.Fatalf("counted %+v", q)
+	}
+}
+
+// deleteAgent while an offer of that agent is out, then an accept (the
+// offer crossed the deleteAgent on the wire, and this provider chose to
+// run it): the accept is taken and the run completes; nothing counts.
+func TestAcceptAfterDeleteAgentIsTaken(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	id, thread := h.Door(p.Key, "echo", "", "crossed")
+	p.Offer()
+	p.Send(wire.DeleteAgent{Type: wire.TypeDeleteAgent, Name: "echo"})
+	p.Expect(wire.TypeError, nil) // history: kept, out of service
+	p.Accept(id)
+	p.Complete(id, thread)
+	h.WaitStatus(id, run.Completed)
+	if q := h.Quality(p.Key); q != (store.Quality{ProviderKey: q.ProviderKey}) {
+		t.Fatalf("counted %+v", q)
+	}
+}
+
+// A link withdrawn at tolerance still has its queries and deleteAgents
+// answered, and every link the key has open is withdrawn, not only the
+// one that misbehaved; a new link is the way back for its names.
+func TestWithdrawnKeyWithTwoLinks(t *testing.T) {
+	h := nodetest.Start(t, func(c *configBroker) { c.ProviderQualityTolerance = 1 })
+	a := h.Connect(0xe1, nil)
+	a.Register("a")
+	b := h.Connect(0xe1, nil)
+	b.Register("b")
+	_, thread, _ := h.CompletedRun(b, "b", "history")
+	id, _ := h.Door(a.Key, "a", "", "declined")
+	a.Offer()
+	a.Decline(id) // unlimited: misdeclared, at tolerance 1
+	h.Eventually("withdrawn", func() bool { return h.Quality(a.Key).WithdrawnAt != nil })
+	h.Eventually("nothing served", func() bool { return len(h.Node.Broker.Snapshot().Served) == 0 })
+	for _, p := range []*nodetest.Prov{a, b} {
+		p.SendRaw(`{"type":"register","agents":[{"name":"b"}]}`)
+		var e wire.Error
+		p.Expect(wire.TypeError, &e)
+		if !strings.Contains(e.Message, "reconnect") {
+			t.Fatalf("error %q", e.Message)
+		}
+	}
+	b.SendRaw(`{"type":"query","queryId":"q","method":"thread_messages","params":{"threadId":"` + thread + `"}}`)
+	var r wire.QueryResult
+	b.Expect(wire.TypeQueryResult, &r)
+	if r.Error != "" {
+		t.Fatalf("query on a withdrawn link: %+v", r)
+	}
+	b.Send(wire.DeleteAgent{Type: wire.TypeDeleteAgent, Name: "b"})
+	b.Expect(wire.TypeError, nil) // history
+	back := h.Connect(0xe1, nil)
+	back.Register("a")
+	if f := back.Offer(); f.RunID != id {
+		t.Fatalf("offer %s", f.RunID)
+	}
+}
