@@ -1,0 +1,93 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+)
+
+// lockFence makes every fenced write of h's broker wait (the fence reads
+// broker_leader FOR SHARE) until release is called; unfenced reads and the
+// doors' writes go on.
+func lockFence(t *testing.T, h *nodetest.Harness) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, h.Cfg.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT epoch FROM broker_leader WHERE id = 1 FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// An offer made to a link funduq has stopped reading (its event backlog is
+// full while the store is slow: backpressure) is answered in time by the
+// provider, but the answer sits unread in the socket. The offer's lapse is
+// funduq's stall, not the provider's silence: nothing counts unanswered or
+// answered_late, and the accept, once read, claims the run (design.md D6:
+// the counters are what funduq observes of the provider).
+func TestOfferToAStalledLinkIsNotUnanswered(t *testing.T) {
+	const backlog = 2
+	h := nodetest.Start(t, func(c *configBroker) { c.LinkEventBacklog = backlog })
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	r, rThread := h.Door(p.Key, "echo", "", "streaming")
+	p.Offer()
+	p.Accept(r)
+	h.WaitStatus(r, run.Running)
+
+	release := lockFence(t, h)
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
+	p.Event(r, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, rThread, r))
+	for i := range backlog + 1 {
+		p.Event(r, fmt.Sprintf(`{"type":"CUSTOM","name":"tick","value":%d}`, i))
+	}
+	h.Eventually("the link's read loop waits on its backlog", func() bool {
+		return strings.Contains(metrics(t, h), "funduq_broker_link_backpressure_total 1")
+	})
+	s, sThread := h.Door(p.Key, "echo", "", "offered to a stalled link")
+	if f := p.Offer(); f.RunID != s {
+		t.Fatalf("offer %s, want %s", f.RunID, s)
+	}
+	p.Accept(s)                      // in time; funduq is not reading
+	h.Clock.Advance(5 * time.Second) // deliver_timeout
+	release()
+	release = nil
+	var sr store.Run
+	h.Eventually("the offered run is claimed", func() bool { sr = h.Run(s); return sr.Status != run.Queued && sr.Status != run.Offering })
+	if sr.Status != run.Running {
+		t.Fatalf("offered run is %s", sr.Status)
+	}
+	p.Complete(s, sThread)
+	h.WaitStatus(s, run.Completed)
+	p.Complete(r, rThread)
+	h.WaitStatus(r, run.Completed)
+	h.Settle()
+	if q := h.Quality(p.Key); q != (store.Quality{ProviderKey: q.ProviderKey}) {
+		t.Fatalf("funduq's own stall counted %+v against the provider", q)
+	}
+}
