@@ -735,6 +735,8 @@ func (b *Broker) event(l Link, runID string, c eventCmd) {
 	ok, changed := ls.backlog.take(len(ev))
 	if !ok {
 		b.metrics.backpressure.Inc()
+		ls.stall.begin()
+		defer ls.stall.end()
 		var closed <-chan struct{}
 		if c, isConn := l.(interface{ Closed() <-chan struct{} }); isConn {
 			closed = c.Closed()

@@ -89,6 +89,11 @@ type offerState struct {
 	sent  time.Time // real time, to tell a broker that ran late (onLapse)
 	// rechecked: the lapse was put off once because the broker ran late.
 	rechecked bool
+	// stalls is how many backpressure waits of the link's read loop had
+	// begun when the offer was sent (or its lapse last put off for one);
+	// stalled, that one was going on then.
+	stalls  uint64
+	stalled bool
 	// unwritten: the record still says queued (Settings.OfferingAfter
 	// has not passed).
 	unwritten bool

@@ -47,7 +47,8 @@ func (l *lane) try(ctx context.Context) {
 	// The clock starts before the frame leaves: an answer can never beat it.
 	l.offerSeq++
 	id := l.offerSeq
-	l.offer = &offerState{id: id, link: ls, sent: time.Now()}
+	stalls, resumed := ls.stall.since()
+	l.offer = &offerState{id: id, link: ls, sent: time.Now(), stalls: stalls, stalled: resumed != nil}
 	l.offer.timer = b.clock.AfterFunc(b.set.DeliverTimeout, func() { l.q.push(lapseCmd{id}) })
 	frame, err := wire.Marshal(wire.NewRunFrame(wire.DeliveredRun{RunID: l.id, AgentName: l.agent.Name,
 		RunInput: l.input, ThreadID: &threadID}))
@@ -258,6 +259,28 @@ func (l *lane) onLapse(ctx context.Context, c lapseCmd) {
 		time.AfterFunc(lapseSlack, func() { l.q.push(lapseCmd{id}) })
 		l.log.InfoContext(ctx, "offer lapsed while the broker ran late; waiting a moment for an answer already sent",
 			"late_by", (time.Since(l.offer.sent) - l.b.set.DeliverTimeout).Round(time.Millisecond).String())
+		return
+	}
+	if stalls, resumed := l.offer.link.stall.since(); stalls != l.offer.stalls || resumed != nil || l.offer.stalled {
+		// funduq stopped reading the link while the offer was out (its
+		// backlog was full: backpressure, design.md §Counters), so the
+		// provider's answer may be unread: the silence is funduq's. Put
+		// off until the link is read again, and then lapseSlack for the
+		// reader to hand the answer over; a lapse after that with no new
+		// wait counts.
+		l.offer.stalls, l.offer.stalled = stalls, false
+		id, gone := l.offer.id, l.offer.link.gone
+		l.log.InfoContext(ctx, "offer lapsed while funduq was not reading its link; waiting for the link to be read")
+		go func() {
+			select {
+			case <-resumed: // nil when the wait is over already
+			case <-gone:
+				return // the link's close hands the offer back
+			case <-ctx.Done():
+				return
+			}
+			time.AfterFunc(lapseSlack, func() { l.q.push(lapseCmd{id}) })
+		}()
 		return
 	}
 	key := l.offer.link.key

@@ -65,6 +65,46 @@ type linkState struct {
 	backlog  *backlog
 	gone     chan struct{} // closed when the link is detached or leadership ends
 	goneOnce sync.Once
+	// stall records the link's read loop waiting on a full backlog:
+	// funduq not reading the provider, so an answer it sent meanwhile is
+	// unread (onLapse).
+	stall stall
+}
+
+// stall is a link's backpressure waits: how many began, and the one going
+// on, if any (resumed is closed when it ends).
+type stall struct {
+	mu      sync.Mutex
+	began   uint64
+	resumed chan struct{} // nil: the link is being read
+}
+
+// begin marks the read loop waiting; end marks it reading again.
+func (s *stall) begin() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.began++
+	s.resumed = make(chan struct{})
+}
+
+func (s *stall) end() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.resumed != nil {
+		close(s.resumed)
+		s.resumed = nil
+	}
+}
+
+// since reports how many waits began, and the channel of the one going on
+// (nil when the link is being read).
+func (s *stall) since() (began uint64, resumed <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.resumed == nil {
+		return s.began, nil
+	}
+	return s.began, s.resumed
 }
 
 // release counts handled events out of the link's backlog.
