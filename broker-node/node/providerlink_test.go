@@ -265,3 +265,31 @@ func TestWithdrawnKeyWithTwoLinks(t *testing.T) {
 		t.Fatalf("offer %s", f.RunID)
 	}
 }
+
+// A withdrawn key's queued run takes the ordinary no-provider road (D6):
+// it waits on the unserved clock from the withdrawal and then fails
+// no_provider_took_it with a terminal RUN_ERROR; a run arriving meanwhile
+// fails agent_offline. The withdrawn link is offered neither.
+func TestWithdrawnKeysQueuedRunTakesTheNoProviderRoad(t *testing.T) {
+	h := nodetest.Start(t, func(c *configBroker) { c.ProviderQualityTolerance = 1 })
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	id, _ := h.Door(p.Key, "echo", "", "declined")
+	p.Offer()
+	p.Decline(id) // unlimited: misdeclared, at tolerance 1
+	h.Eventually("withdrawn", func() bool { return h.Quality(p.Key).WithdrawnAt != nil })
+	h.WaitStatus(id, run.Queued)
+	late, _ := h.Door(p.Key, "echo", "", "late")
+	if r := h.WaitStatus(late, run.Failed); r.FailureReason != string(run.ReasonAgentOffline) {
+		t.Fatalf("reason %q", r.FailureReason)
+	}
+	h.Advance(45 * time.Second) // unserved_timeout
+	r := h.WaitStatus(id, run.Failed)
+	if r.FailureReason != string(run.ReasonNoProviderTookIt) {
+		t.Fatalf("reason %q", r.FailureReason)
+	}
+	if evs := h.Events(id); len(evs) == 0 || evs[len(evs)-1]["type"] != "RUN_ERROR" {
+		t.Fatalf("events %v", evs)
+	}
+	p.None()
+}
