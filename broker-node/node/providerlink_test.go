@@ -183,7 +183,7 @@ func sameJSON(got []byte, want string) bool {
 // changed card) leaves an offer out standing — the accept claims it — and
 // a register that drops a name leaves the run of it this link holds
 // running to its end, counting nothing. A run of the dropped name that
-// arrives afterwards is not offered to it.
+// arrives afterwards is not offered to it: nobody serves it (agent_offline).
 func TestReregisterWhileRunsAreOut(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe1, nil)
@@ -202,7 +202,9 @@ func TestReregisterWhileRunsAreOut(t *testing.T) {
 	p.Complete(held, heldThread)
 	h.WaitStatus(held, run.Completed)
 	late, _ := h.Door(p.Key, "gone", "", "late")
-	h.Taken(late)
+	if r := h.WaitStatus(late, run.Failed); r.FailureReason != string(run.ReasonAgentOffline) {
+		t.Fatalf("reason %q: the dropped name is unserved", r.FailureReason)
+	}
 	p.None()
 	if q := h.Quality(p.Key); q != (store.Quality{ProviderKey: q.ProviderKey}) {
 		t.Fatalf("counted %+v", q)
