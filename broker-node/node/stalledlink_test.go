@@ -91,3 +91,36 @@ func TestOfferToAStalledLinkIsNotUnanswered(t *testing.T) {
 		t.Fatalf("funduq's own stall counted %+v against the provider", q)
 	}
 }
+
+// The other side of the same rule: an offer sent while funduq was not
+// reading the link, which the provider never answers, still lapses once
+// the link is read again — unanswered counted, the run back in the queue.
+func TestUnansweredOfferToAnOnceStalledLinkLapses(t *testing.T) {
+	const backlog = 2
+	h := nodetest.Start(t, func(c *configBroker) { c.LinkEventBacklog = backlog })
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	r, rThread := h.Door(p.Key, "echo", "", "streaming")
+	p.Offer()
+	p.Accept(r)
+	h.WaitStatus(r, run.Running)
+
+	release := lockFence(t, h)
+	p.Event(r, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, rThread, r))
+	for i := range backlog + 1 {
+		p.Event(r, fmt.Sprintf(`{"type":"CUSTOM","name":"tick","value":%d}`, i))
+	}
+	h.Eventually("the link's read loop waits on its backlog", func() bool {
+		return strings.Contains(metrics(t, h), "funduq_broker_link_backpressure_total 1")
+	})
+	s, _ := h.Door(p.Key, "echo", "", "never answered")
+	if f := p.Offer(); f.RunID != s {
+		t.Fatalf("offer %s, want %s", f.RunID, s)
+	}
+	release()
+	h.Eventually("the backlog is stored", func() bool { return len(h.Events(r)) == backlog+2 })
+	h.Settle()
+	h.Clock.Advance(5 * time.Second) // deliver_timeout, after the link is read again
+	h.WaitStatus(s, run.Queued)
+	h.Eventually("unanswered counted", func() bool { return h.Quality(p.Key).Unanswered == 1 })
+}
