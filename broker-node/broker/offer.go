@@ -271,15 +271,18 @@ func (l *lane) onLapse(ctx context.Context, c lapseCmd) {
 		l.offer.stalls, l.offer.stalled = stalls, false
 		id, gone := l.offer.id, l.offer.link.gone
 		l.log.InfoContext(ctx, "offer lapsed while funduq was not reading its link; waiting for the link to be read")
+		relapse := func() { time.AfterFunc(lapseSlack, func() { l.q.push(lapseCmd{id}) }) }
+		if resumed == nil { // the wait is over already
+			relapse()
+			return
+		}
 		go func() {
 			select {
-			case <-resumed: // nil when the wait is over already
-			case <-gone:
-				return // the link's close hands the offer back
+			case <-resumed:
+				relapse()
+			case <-gone: // the link's close hands the offer back
 			case <-ctx.Done():
-				return
 			}
-			time.AfterFunc(lapseSlack, func() { l.q.push(lapseCmd{id}) })
 		}()
 		return
 	}
