@@ -1,0 +1,73 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// A link answers at most eight queries at a time; a ninth waits, and the
+// link is not read meanwhile. An offer accepted in time behind that ninth
+// query (the database slow to answer the eight) waits unread: its lapse is
+// funduq's, and counts nothing (design.md §Counters).
+func TestOfferBehindWaitingQueriesIsNotUnanswered(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	_, old, _ := h.CompletedRun(p, "echo", "an old thread to ask about")
+	r, thread := h.Door(p.Key, "echo", "", "first")
+	s, _ := h.Door(p.Key, "echo", thread, "second") // offered once r is claimed (D2)
+	if f := p.Offer(); f.RunID != r {
+		t.Fatalf("offer %s, want %s", f.RunID, r)
+	}
+
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, h.Cfg.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE thread_messages IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	query := func(i int) {
+		p.SendRaw(fmt.Sprintf(`{"type":"query","queryId":"q%d","method":"thread_messages","params":{"threadId":%q}}`, i, old))
+	}
+	for i := range 8 {
+		query(i)
+	}
+	p.Accept(r)
+	if f := p.Offer(); f.RunID != s {
+		t.Fatalf("offer %s, want %s", f.RunID, s)
+	}
+	query(8)                         // waits for a slot: the link is not read after it
+	p.Accept(s)                      // in time
+	h.Clock.Advance(5 * time.Second) // deliver_timeout
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var sr store.Run
+	h.Eventually("the second run is claimed or back in the queue", func() bool {
+		sr = h.Run(s)
+		return sr.Status == run.Running || sr.Status == run.Queued
+	})
+	for range 9 {
+		p.Expect(wire.TypeQueryResult, nil)
+	}
+	h.Settle()
+	if q := h.Quality(p.Key); sr.Status != run.Running || q != (store.Quality{ProviderKey: q.ProviderKey}) {
+		t.Fatalf("run %s, counted %+v: funduq's wait on its own queries was blamed on the provider", sr.Status, q)
+	}
+}
