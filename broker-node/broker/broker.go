@@ -760,6 +760,21 @@ func (b *Broker) event(l Link, runID string, c eventCmd) {
 	}
 }
 
+// Stalled marks l's read loop waiting for a query slot (funduq not reading
+// the link) until the returned end is called: an offer out to it meanwhile
+// may have been answered unread, so its lapse is put off (onLapse).
+func (b *Broker) Stalled(l Link) (end func()) {
+	b.mu.Lock()
+	ls := b.links[l]
+	b.mu.Unlock()
+	if ls == nil {
+		return func() {}
+	}
+	b.metrics.queryWaits.Inc()
+	ls.stall.begin()
+	return ls.stall.end
+}
+
 // EventsWaiting reports the events read from provider links and not yet
 // handled by their lanes: in all, and on the link with the most.
 func (b *Broker) EventsWaiting() (total, most int) {

@@ -17,6 +17,7 @@ type Metrics struct {
 	// stepped down).
 	writeFailures prometheus.Counter
 	backpressure  prometheus.Counter
+	queryWaits    prometheus.Counter
 	storeSecs     prometheus.Counter
 	publishSecs   prometheus.Counter
 	waiting       *waitingCollector
@@ -48,6 +49,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Store writes given up after FUNDUQ_STORE_RETRY_FOR of failures; the leader stepped down each time."}),
 		backpressure: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_link_backpressure_total",
 			Help: "Times a provider link's read loop waited because its event backlog was full."}),
+		queryWaits: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_link_query_waits_total",
+			Help: "Times a provider link's read loop waited because every one of its query slots was taken."}),
 		storeSecs: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_event_store_seconds_total",
 			Help: "Time the lanes spent storing provider event batches (retries included)."}),
 		publishSecs: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_event_publish_seconds_total",
@@ -66,7 +69,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Provider events that failed their run (malformed, oversized, over the per-run limit), by reason. Counts no quality counter."}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.links, m.offers, m.quality, m.events, m.ended, m.withdrawals, m.writeRetries, m.writeFailures, m.backpressure, m.storeSecs, m.publishSecs, m.waiting,
+		reg.MustRegister(m.links, m.offers, m.quality, m.events, m.ended, m.withdrawals, m.writeRetries, m.writeFailures, m.backpressure, m.queryWaits, m.storeSecs, m.publishSecs, m.waiting,
 			m.isLeader, m.epoch, m.lanes, m.refusals, m.badEvents)
 	}
 	return m

@@ -189,8 +189,18 @@ func (s *Server) handle(ctx context.Context, c *Conn, frame any, querySlots chan
 	case wire.Query:
 		select {
 		case querySlots <- struct{}{}:
-		case <-c.Closed():
-			return
+		default:
+			// Every slot taken: the link is not read until one frees,
+			// which the broker must know of so that an answer waiting
+			// unread behind this query is not counted as silence.
+			end := s.Broker.Stalled(c)
+			select {
+			case querySlots <- struct{}{}:
+				end()
+			case <-c.Closed():
+				end()
+				return
+			}
 		}
 		queries.Add(1)
 		go func() {

@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,22 +53,21 @@ func TestOfferBehindWaitingQueriesIsNotUnanswered(t *testing.T) {
 	if f := p.Offer(); f.RunID != s {
 		t.Fatalf("offer %s, want %s", f.RunID, s)
 	}
-	query(8)                         // waits for a slot: the link is not read after it
-	p.Accept(s)                      // in time
+	query(8)    // waits for a slot: the link is not read after it
+	p.Accept(s) // in time
+	h.Eventually("the link's read loop waits for a query slot", func() bool {
+		return strings.Contains(metrics(t, h), "funduq_broker_link_query_waits_total 1")
+	})
 	h.Clock.Advance(5 * time.Second) // deliver_timeout
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var sr store.Run
-	h.Eventually("the second run is claimed or back in the queue", func() bool {
-		sr = h.Run(s)
-		return sr.Status == run.Running || sr.Status == run.Queued
-	})
+	h.WaitStatus(s, run.Running) // the accept claims it, in time or late
 	for range 9 {
 		p.Expect(wire.TypeQueryResult, nil)
 	}
 	h.Settle()
-	if q := h.Quality(p.Key); sr.Status != run.Running || q != (store.Quality{ProviderKey: q.ProviderKey}) {
-		t.Fatalf("run %s, counted %+v: funduq's wait on its own queries was blamed on the provider", sr.Status, q)
+	if q := h.Quality(p.Key); q != (store.Quality{ProviderKey: q.ProviderKey}) {
+		t.Fatalf("counted %+v: funduq's wait on its own queries was blamed on the provider", q)
 	}
 }
