@@ -8,8 +8,9 @@ import (
 )
 
 // onGone is the run's link going away. An offer out to it is handed back;
-// a run it holds is held for the link grace when the link was lost without
-// a close frame and the run's end is not stored (D5), and fails
+// a run it holds passes to the link that replaced it, if funduq closed it
+// as replaced; is held for the link grace when the link was lost without
+// a close frame and the run's end is not stored (D5); and fails
 // provider_left_holding_it otherwise.
 func (l *lane) onGone(ctx context.Context, c goneCmd) {
 	ls := c.link
@@ -20,6 +21,18 @@ func (l *lane) onGone(ctx context.Context, c goneCmd) {
 	b := l.b
 	b.mu.Lock()
 	held := l.claimedBy == ls
+	if nl := b.served[l.agent]; held && ls.replaced && nl != nil && nl != ls && nl.key == ls.key && b.links[nl.link] == nl {
+		// A newer link of the key took over every agent this one served
+		// and funduq closed this one: the provider did not stop serving
+		// (design.md §Counters), so the run passes to the link now
+		// serving its agent, as the key's next report would pass it
+		// (claimByReport). Same key: the place stays taken.
+		b.holdLocked(l, nl, nl)
+		b.mu.Unlock()
+		l.log.InfoContext(ctx, "replaced link closed; its run passes to the link that replaced it", "provider_key", ls.key,
+			"from", ls.id, "link", nl.id)
+		return
+	}
 	hold := held && c.lost && b.set.LinkGrace > 0 && !l.reportedEnd()
 	if hold {
 		// A dropped link is not yet an abandonment (D5): the run waits
