@@ -23,7 +23,7 @@ import (
 // provider_left_holding_it and counts abandoned — three such events
 // withdraw an honest-but-chatty provider.
 func TestEventOverTheFrameLimitCountsNothing(t *testing.T) {
-	t.Skip("decision needed (see the provider-link report): drain and answer an over-limit frame, or stop counting the runs of a link closed for one")
+	t.Skip("open question (docs/design.md §Open questions): drain and answer an over-limit frame, or stop counting the runs of a link closed for one")
 	h := nodetest.Start(t, func(c *configBroker) {
 		c.MaxFrame, c.MaxEventBytes = 4096, 1024
 		c.LinkGrace = 5 * time.Second

@@ -19,7 +19,7 @@ import (
 // provider_left_holding_it and counts abandoned although its key came
 // back in time.
 func TestReattachWithinTheGraceCarriesOn(t *testing.T) {
-	t.Skip("decision needed (see the provider-link report): does re-attaching within the link grace re-adopt a held run, or only a report")
+	t.Skip("open question (docs/design.md §Open questions): does re-attaching within the link grace re-adopt a held run, or only a report")
 	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
 	p := h.Connect(0xe1, nil)
 	p.Register("echo")

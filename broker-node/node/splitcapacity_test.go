@@ -14,7 +14,7 @@ import (
 // process is offered a second run while it holds one, declines it
 // honestly (it said 1), and is counted misdeclared.
 func TestSplitProviderDeclaringPerProcess(t *testing.T) {
-	t.Skip("decision needed (see the provider-link report): whose declaration bounds a key with several links")
+	t.Skip("open question (docs/design.md §Open questions): whose declaration bounds a key with several links")
 	h := nodetest.Start(t, nil)
 	b := h.Connect(0xe1, nodetest.Limit(1))
 	b.Register("b")
