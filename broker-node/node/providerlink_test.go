@@ -245,6 +245,15 @@ func TestWithdrawnKeyWithTwoLinks(t *testing.T) {
 	a.Decline(id) // unlimited: misdeclared, at tolerance 1
 	h.Eventually("withdrawn", func() bool { return h.Quality(a.Key).WithdrawnAt != nil })
 	h.Eventually("nothing served", func() bool { return len(h.Node.Broker.Snapshot().Served) == 0 })
+	// Each link is told at the withdrawal, not only at its next register:
+	// the first frame after the offer is the notice (D6).
+	for _, p := range []*nodetest.Prov{a, b} {
+		var e wire.Error
+		p.Expect(wire.TypeError, &e)
+		if !strings.Contains(e.Message, "withdrawn") || !strings.Contains(e.Message, "reconnect") || e.RunID != "" {
+			t.Fatalf("the withdrawal notice: %+v", e)
+		}
+	}
 	for _, p := range []*nodetest.Prov{a, b} {
 		p.SendRaw(`{"type":"register","agents":[{"name":"b"}]}`)
 		var e wire.Error
