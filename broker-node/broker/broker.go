@@ -852,11 +852,13 @@ func (b *Broker) withdraw(ctx context.Context, key string, q store.Quality) {
 	defer b.rosterMu.Unlock()
 	b.mu.Lock()
 	var names []string
+	var told []Link
 	for _, ls := range b.links {
 		if ls.key != key {
 			continue
 		}
 		ls.withdrawn = true
+		told = append(told, ls.link)
 		for n := range ls.names {
 			ref := AgentRef{key, n}
 			if b.served[ref] == ls {
@@ -873,6 +875,15 @@ func (b *Broker) withdraw(ctx context.Context, key string, q store.Quality) {
 		"misdeclared", q.Misdeclared, "unanswered", q.Unanswered, "answered_late", q.AnsweredLate,
 		"abandoned", q.Abandoned, "undelivered", q.Undelivered, "tolerance", b.set.QualityTolerance, "epoch", epoch)
 	b.metrics.withdrawals.Inc()
+	// Each link is told now, not at its next register (D6): it serves
+	// nothing more, and what it holds may still finish over it.
+	notice := fmt.Sprintf("%v (misdeclared %d, unanswered %d, answered_late %d, abandoned %d, undelivered %d; tolerance %d); runs this link holds may still finish over it",
+		ErrWithdrawn, q.Misdeclared, q.Unanswered, q.AnsweredLate, q.Abandoned, q.Undelivered, b.set.QualityTolerance)
+	if frame, err := wire.Marshal(wire.Error{Type: wire.TypeError, Message: notice}); err == nil {
+		for _, l := range told {
+			_ = l.Send(frame) // a closed link has nobody to tell
+		}
+	}
 	_ = b.write(ctx, "record withdrawal", func() error { return b.st.SetWithdrawn(ctx, epoch, key, true) })
 	_ = b.write(ctx, "mark withdrawn agents unserved", func() error { return b.st.MarkUnserved(ctx, epoch, key, names) })
 }

@@ -52,6 +52,7 @@ func TestWithdrawnProviderFinishesWhatItHolds(t *testing.T) {
 		}
 	}
 	h.Eventually("withdrawn", func() bool { return h.Quality(p.Key).WithdrawnAt != nil })
+	expectWithdrawalNotice(t, p)
 	p.Event(held, `{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`)
 	p.Event(held, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"done anyway"}`)
 	p.Event(held, `{"type":"TEXT_MESSAGE_END","messageId":"m1"}`)
@@ -245,14 +246,9 @@ func TestWithdrawnKeyWithTwoLinks(t *testing.T) {
 	a.Decline(id) // unlimited: misdeclared, at tolerance 1
 	h.Eventually("withdrawn", func() bool { return h.Quality(a.Key).WithdrawnAt != nil })
 	h.Eventually("nothing served", func() bool { return len(h.Node.Broker.Snapshot().Served) == 0 })
-	// Each link is told at the withdrawal, not only at its next register:
-	// the first frame after the offer is the notice (D6).
+	// Each link is told at the withdrawal, not only at its next register.
 	for _, p := range []*nodetest.Prov{a, b} {
-		var e wire.Error
-		p.Expect(wire.TypeError, &e)
-		if !strings.Contains(e.Message, "withdrawn") || !strings.Contains(e.Message, "reconnect") || e.RunID != "" {
-			t.Fatalf("the withdrawal notice: %+v", e)
-		}
+		expectWithdrawalNotice(t, p)
 	}
 	for _, p := range []*nodetest.Prov{a, b} {
 		p.SendRaw(`{"type":"register","agents":[{"name":"b"}]}`)
@@ -289,6 +285,7 @@ func TestWithdrawnKeysQueuedRunTakesTheNoProviderRoad(t *testing.T) {
 	p.Offer()
 	p.Decline(id) // unlimited: misdeclared, at tolerance 1
 	h.Eventually("withdrawn", func() bool { return h.Quality(p.Key).WithdrawnAt != nil })
+	expectWithdrawalNotice(t, p)
 	h.WaitStatus(id, run.Queued)
 	late, _ := h.Door(p.Key, "echo", "", "late")
 	if r := h.WaitStatus(late, run.Failed); r.FailureReason != string(run.ReasonAgentOffline) {
@@ -303,4 +300,15 @@ func TestWithdrawnKeysQueuedRunTakesTheNoProviderRoad(t *testing.T) {
 		t.Fatalf("events %v", evs)
 	}
 	p.None()
+}
+
+// expectWithdrawalNotice reads p's next frame: the error frame telling a
+// link its key was withdrawn (D6), naming no run.
+func expectWithdrawalNotice(t *testing.T, p *nodetest.Prov) {
+	t.Helper()
+	var e wire.Error
+	p.Expect(wire.TypeError, &e)
+	if !strings.Contains(e.Message, "withdrawn") || !strings.Contains(e.Message, "reconnect") || e.RunID != "" {
+		t.Fatalf("the withdrawal notice: %+v", e)
+	}
 }
