@@ -2,7 +2,6 @@ package provider
 
 import (
 	"encoding/json"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,9 +11,11 @@ import (
 // A shutdown takes every agent out of service on the link before it drains
 // (D18): a deleteAgent for each, in roster order, and the link stays open
 // until funduq has answered them. An offer that crossed the deleteAgent on
-// the wire is refused with a reason — never declined, which funduq would
-// count misdeclared against an unlimited provider — and the run the client
-// was holding still reports its end before the link closes.
+// the wire is declined behind it: funduq reads the deleteAgent first and
+// counts nothing for a decline from a link that no longer serves the agent
+// (design.md §Counters), and the caller's run waits for the next process
+// serving the agent, where a refusal would fail it for good. The run the
+// client was holding still reports its end before the link closes.
 func TestShutdownTakesAgentsOutOfServiceBeforeDraining(t *testing.T) {
 	f := newFakeFunduq(t)
 	f.setHooks(func(f *fakeFunduq) { f.passDeletes = true })
@@ -44,14 +45,14 @@ func TestShutdownTakesAgentsOutOfServiceBeforeDraining(t *testing.T) {
 	}
 
 	// Unanswered yet, so the link is still up: an offer crossing the
-	// deleteAgent is answered, and refused.
+	// deleteAgent is answered, and declined.
 	p.send(t, runFrame("r-2", "b", "t-2", "hi"))
 	for {
 		fr := p.nextFrame(t)
 		seen = append(seen, fr)
 		if fr.Type == wire.TypeAck && fr.RunID == "r-2" {
-			if fr.Accepted == nil || *fr.Accepted || fr.Reason == nil || !strings.HasPrefix(*fr.Reason, `agent "b" is no longer served`) {
-				t.Fatalf("the offer during the shutdown was answered %s (reason %v), want a refusal", fr, fr.Reason)
+			if fr.Accepted == nil || *fr.Accepted || fr.Reason != nil {
+				t.Fatalf("the offer during the shutdown was answered %s (reason %v), want a decline", fr, fr.Reason)
 			}
 			break
 		}
@@ -64,10 +65,15 @@ func TestShutdownTakesAgentsOutOfServiceBeforeDraining(t *testing.T) {
 		seen = append(seen, fr)
 	}
 	var ended, finished bool
+	deleted := map[string]bool{}
 	for _, fr := range seen {
 		switch {
-		case fr.Type == wire.TypeAck && fr.Accepted != nil && !*fr.Accepted && fr.Reason == nil:
+		case fr.Type == wire.TypeDeleteAgent:
+			deleted[fr.Name] = true
+		case fr.Type == wire.TypeAck && fr.Accepted != nil && !*fr.Accepted && fr.Reason == nil && fr.RunID != "r-2":
 			t.Errorf("the shutdown declined %s", fr.RunID)
+		case fr.Type == wire.TypeAck && fr.RunID == "r-2" && !deleted["b"]:
+			t.Errorf("the decline of r-2 went before the deleteAgent of b")
 		case fr.Type == wire.TypeEvent && fr.RunID == "r-1" && fr.Event["type"] == "RUN_ERROR":
 			ended = true
 		case fr.Type == wire.TypeFinish && fr.RunID == "r-1":
