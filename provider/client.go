@@ -307,7 +307,7 @@ func (c *Client) Connected() bool { return c.connected.Load() }
 // Run connects and serves until ctx ends, reconnecting with exponential
 // backoff and jitter after any failure (each one is logged). When ctx ends,
 // the client takes its agents out of service on the link (a deleteAgent
-// each; an offer still arriving is refused), every handler's context is
+// each; an offer still arriving is declined behind it), every handler's context is
 // cancelled, and Run waits — in all at most 5 s while the link is up — for
 // funduq's answers, for the handlers to return and for their last frames
 // to be written; then it closes the link and returns nil once every

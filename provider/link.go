@@ -195,15 +195,12 @@ func (c *Client) writeDeadline() time.Time {
 // until funduq has answered each — deleted, or an error naming the agent.
 // funduq takes the name offline before it answers either way (an agent with
 // a history keeps its record and is answered with an error), so nothing more
-// is offered for it and the drain declines nothing; an offer that crossed a
-// deleteAgent on the wire is refused (handleRun).
+// is offered for it and the drain declines nothing of what it serves; an
+// offer that crossed a deleteAgent on the wire is declined behind it
+// (handleRun), which funduq counts nothing for.
 func (c *Client) leave(l *link, expired <-chan time.Time) {
 	c.mu.Lock()
-	l.leaving = make(map[string]bool, len(c.cfg.Agents))
-	for _, a := range c.cfg.Agents {
-		l.leaving[a.Name] = true
-		c.sendCtrlLocked(l, wire.DeleteAgent{Type: wire.TypeDeleteAgent, Name: a.Name})
-	}
+	c.startLeavingLocked(l)
 	c.mu.Unlock()
 	for {
 		c.mu.Lock()
@@ -222,6 +219,22 @@ func (c *Client) leave(l *link, expired <-chan time.Time) {
 			c.log.Warn("provider shutdown: funduq did not answer every deleteAgent", "after", drainTimeout, "unanswered", left)
 			return
 		}
+	}
+}
+
+// startLeavingLocked sends a deleteAgent for every agent on l, once per
+// link: leave does it at the start of the drain, and handleRun does it
+// first when an offer arrives after the shutdown began but before leave
+// did, so that a decline always goes behind its agent's deleteAgent.
+// c.mu must be held.
+func (c *Client) startLeavingLocked(l *link) {
+	if l.leaving != nil {
+		return
+	}
+	l.leaving = make(map[string]bool, len(c.cfg.Agents))
+	for _, a := range c.cfg.Agents {
+		l.leaving[a.Name] = true
+		c.sendCtrlLocked(l, wire.DeleteAgent{Type: wire.TypeDeleteAgent, Name: a.Name})
 	}
 }
 

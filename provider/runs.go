@@ -69,8 +69,8 @@ type outFrame struct {
 }
 
 // handleRun answers an offer from the client's own state — refused when the
-// frame does not validate, for an agent it does not serve, or while it shuts
-// down; declined when full; otherwise accepted at once — and starts the
+// frame does not validate or for an agent it does not serve; declined when
+// full or while it shuts down; otherwise accepted at once — and starts the
 // accepted run.
 func (c *Client) handleRun(l *link, raw []byte) {
 	d, err := wire.DecodeRunFrame(raw)
@@ -136,12 +136,14 @@ func (c *Client) handleRun(l *link, raw []byte) {
 	}
 	if c.runCtx.Err() != nil {
 		// Shutting down: the agents are being taken out of service on the
-		// link (deleteAgent), so this offer crossed that on the wire. The
-		// client no longer serves the agent; declining would count
-		// misdeclared against a provider that is leaving in good order.
-		reason := fmt.Sprintf("agent %q is no longer served: the provider is shutting down", d.AgentName)
-		c.log.Info("refusing run: shutting down", "runId", d.RunID, "agent", d.AgentName)
-		c.ackLocked(l, d.RunID, false, reason)
+		// link (deleteAgent), so this offer crossed that on the wire. It is
+		// declined behind the deleteAgent: funduq reads that first, counts
+		// nothing for a decline from a link that no longer serves the agent
+		// (design.md §Counters), and the run waits for the next process
+		// serving it; a refusal would fail the caller's run for good.
+		c.startLeavingLocked(l)
+		c.log.Info("declining run: shutting down", "runId", d.RunID, "agent", d.AgentName)
+		c.ackLocked(l, d.RunID, false, "")
 		return
 	}
 	if c.maxRuns > 0 && c.inFlight >= c.maxRuns {
