@@ -23,7 +23,12 @@ func TestDecodeProviderFrame(t *testing.T) {
 		{`{"type":"finish"}`, "finish needs a runId"},
 		{`{"type":"deleteAgent"}`, "deleteAgent needs a name"},
 		{`{"type":"query"}`, "query needs a queryId"},
-		{`{"type":"register","agents":[],"extra":1}`, `register does not validate: json: unknown field "extra"`},
+		{`{"type":"register","agents":[],"extra":1}`, `register does not validate: unknown key "extra"`},
+		{`{"type":"register","agents":[{"name":"a","bogus":1}]}`, `register does not validate: unknown key "bogus"`},
+		{`{"type":"register","agents":"a"}`, `register does not validate: agents must be an array (got string)`},
+		{`{"type":"register","agents":[{"name":5}]}`, `register does not validate: agents.name must be a string (got number)`},
+		{`{"type":"register","agents":[{"name":"a","takesInterjections":"yes"}]}`, `register does not validate: agents.takesInterjections must be a boolean (got string)`},
+		{`{"type":"register","agents":[7]}`, `register does not validate: agents must be an object (got number)`},
 		{`{"type":"run"}`, "unexpected frame 'run'"},
 	} {
 		_, err := wire.DecodeProviderFrame([]byte(tc.in))
