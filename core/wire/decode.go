@@ -45,7 +45,7 @@ func DecodeProviderFrame(raw []byte) (any, error) {
 	case TypeRegister:
 		var f Register
 		if err := decodeClosed(raw, &f); err != nil {
-			return nil, frameErr("register does not validate: %s", clip(err.Error(), 200))
+			return nil, frameErr("register does not validate: %s", closedError(err))
 		}
 		return f, nil
 	case TypeDeleteAgent:
@@ -117,6 +117,10 @@ func jsonKind(k reflect.Kind) string {
 		return "a boolean"
 	case reflect.String:
 		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
 		return "a number"
@@ -136,7 +140,7 @@ func DecodeKyokFrame(raw []byte) (any, error) {
 	case TypeRegister:
 		var f RegisterModels
 		if err := decodeClosed(raw, &f); err != nil {
-			return nil, frameErr("register does not validate: %s", clip(err.Error(), 200))
+			return nil, frameErr("register does not validate: %s", closedError(err))
 		}
 		return f, nil
 	case TypeDeleteModel:
@@ -165,6 +169,23 @@ func DecodeKyokFrame(raw []byte) (any, error) {
 		return f, nil
 	}
 	return nil, frameErr("unknown frame type '%s'", clip(typ, 64))
+}
+
+// closedError says what decodeClosed refused in the frame's own keys (an
+// unknown key, a mistyped value at its path), not in Go's type names.
+func closedError(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return fmt.Sprintf("%s must be %s (got %s)", clip(te.Field, 64), jsonKind(te.Type.Kind()), clip(te.Value, 32))
+	}
+	if key, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return "unknown key " + clip(key, 80)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return "not valid JSON"
+	}
+	return "the frame does not decode"
 }
 
 // decodeClosed decodes raw into v refusing unknown keys.
