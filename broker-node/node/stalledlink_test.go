@@ -47,28 +47,12 @@ func lockFence(t *testing.T, h *nodetest.Harness) (release func()) {
 // answered_late, and the accept, once read, claims the run (design.md D6:
 // the counters are what funduq observes of the provider).
 func TestOfferToAStalledLinkIsNotUnanswered(t *testing.T) {
-	const backlog = 2
-	h := nodetest.Start(t, func(c *configBroker) { c.LinkEventBacklog = backlog })
-	p := h.Connect(0xe1, nil)
-	p.Register("echo")
-	r, rThread := h.Door(p.Key, "echo", "", "streaming")
-	p.Offer()
-	p.Accept(r)
-	h.WaitStatus(r, run.Running)
-
-	release := lockFence(t, h)
+	h, p, r, rThread, release := stalledLink(t)
 	defer func() {
 		if release != nil {
 			release()
 		}
 	}()
-	p.Event(r, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, rThread, r))
-	for i := range backlog + 1 {
-		p.Event(r, fmt.Sprintf(`{"type":"CUSTOM","name":"tick","value":%d}`, i))
-	}
-	h.Eventually("the link's read loop waits on its backlog", func() bool {
-		return strings.Contains(metrics(t, h), "funduq_broker_link_backpressure_total 1")
-	})
 	s, sThread := h.Door(p.Key, "echo", "", "offered to a stalled link")
 	if f := p.Offer(); f.RunID != s {
 		t.Fatalf("offer %s, want %s", f.RunID, s)
@@ -96,31 +80,42 @@ func TestOfferToAStalledLinkIsNotUnanswered(t *testing.T) {
 // reading the link, which the provider never answers, still lapses once
 // the link is read again — unanswered counted, the run back in the queue.
 func TestUnansweredOfferToAnOnceStalledLinkLapses(t *testing.T) {
-	const backlog = 2
-	h := nodetest.Start(t, func(c *configBroker) { c.LinkEventBacklog = backlog })
-	p := h.Connect(0xe1, nil)
-	p.Register("echo")
-	r, rThread := h.Door(p.Key, "echo", "", "streaming")
-	p.Offer()
-	p.Accept(r)
-	h.WaitStatus(r, run.Running)
-
-	release := lockFence(t, h)
-	p.Event(r, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, rThread, r))
-	for i := range backlog + 1 {
-		p.Event(r, fmt.Sprintf(`{"type":"CUSTOM","name":"tick","value":%d}`, i))
-	}
-	h.Eventually("the link's read loop waits on its backlog", func() bool {
-		return strings.Contains(metrics(t, h), "funduq_broker_link_backpressure_total 1")
-	})
+	h, p, r, _, release := stalledLink(t)
 	s, _ := h.Door(p.Key, "echo", "", "never answered")
 	if f := p.Offer(); f.RunID != s {
 		t.Fatalf("offer %s, want %s", f.RunID, s)
 	}
 	release()
-	h.Eventually("the backlog is stored", func() bool { return len(h.Events(r)) == backlog+2 })
+	h.Eventually("the backlog is stored", func() bool { return len(h.Events(r)) == stalledBacklog+2 })
 	h.Settle()
 	h.Clock.Advance(5 * time.Second) // deliver_timeout, after the link is read again
 	h.WaitStatus(s, run.Queued)
 	h.Eventually("unanswered counted", func() bool { return h.Quality(p.Key).Unanswered == 1 })
+}
+
+// stalledBacklog is the event backlog of stalledLink's links.
+const stalledBacklog = 2
+
+// stalledLink starts a node whose provider holds run r and has sent more
+// events than its link's backlog holds while the store is fenced off
+// (lockFence), so the link's read loop waits: funduq is not reading it.
+// release lifts the fence.
+func stalledLink(t *testing.T) (h *nodetest.Harness, p *nodetest.Prov, r, rThread string, release func()) {
+	t.Helper()
+	h = nodetest.Start(t, func(c *configBroker) { c.LinkEventBacklog = stalledBacklog })
+	p = h.Connect(0xe1, nil)
+	p.Register("echo")
+	r, rThread = h.Door(p.Key, "echo", "", "streaming")
+	p.Offer()
+	p.Accept(r)
+	h.WaitStatus(r, run.Running)
+	release = lockFence(t, h)
+	p.Event(r, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, rThread, r))
+	for i := range stalledBacklog + 1 {
+		p.Event(r, fmt.Sprintf(`{"type":"CUSTOM","name":"tick","value":%d}`, i))
+	}
+	h.Eventually("the link's read loop waits on its backlog", func() bool {
+		return strings.Contains(metrics(t, h), "funduq_broker_link_backpressure_total 1")
+	})
+	return h, p, r, rThread, release
 }
