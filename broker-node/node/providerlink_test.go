@@ -106,9 +106,7 @@ func TestShutdownDrainsWithoutCounting(t *testing.T) {
 	if r.FailureReason != string(run.ReasonNoProviderTookIt) {
 		t.Fatalf("reason %q", r.FailureReason)
 	}
-	if q := h.Quality(p.Key); q != (store.Quality{ProviderKey: q.ProviderKey}) {
-		t.Fatalf("a draining provider counted %+v", q)
-	}
+	nothingCounted(t, h, p.Key, "a draining provider")
 }
 
 // query frames: each is answered, the bad ones with what is wrong.
@@ -207,9 +205,7 @@ func TestReregisterWhileRunsAreOut(t *testing.T) {
 		t.Fatalf("reason %q: the dropped name is unserved", r.FailureReason)
 	}
 	p.None()
-	if q := h.Quality(p.Key); q != (store.Quality{ProviderKey: q.ProviderKey}) {
-		t.Fatalf("counted %+v", q)
-	}
+	nothingCounted(t, h, p.Key, "the provider")
 }
 
 // deleteAgent while an offer of that agent is out, then an accept (the
@@ -226,9 +222,7 @@ func TestAcceptAfterDeleteAgentIsTaken(t *testing.T) {
 	p.Accept(id)
 	p.Complete(id, thread)
 	h.WaitStatus(id, run.Completed)
-	if q := h.Quality(p.Key); q != (store.Quality{ProviderKey: q.ProviderKey}) {
-		t.Fatalf("counted %+v", q)
-	}
+	nothingCounted(t, h, p.Key, "the provider")
 }
 
 // A link withdrawn at tolerance still has its queries and deleteAgents
@@ -310,5 +304,14 @@ func expectWithdrawalNotice(t *testing.T, p *nodetest.Prov) {
 	p.Expect(wire.TypeError, &e)
 	if !strings.Contains(e.Message, "withdrawn") || !strings.Contains(e.Message, "reconnect") || e.RunID != "" {
 		t.Fatalf("the withdrawal notice: %+v", e)
+	}
+}
+
+// nothingCounted fails t when any quality counter of key moved; what says
+// whose behaviour was on trial.
+func nothingCounted(t *testing.T, h *nodetest.Harness, key, what string) {
+	t.Helper()
+	if q := h.Quality(key); q != (store.Quality{ProviderKey: q.ProviderKey}) {
+		t.Fatalf("%s: counted %+v", what, q)
 	}
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
-	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/core/wire"
 )
 
@@ -67,7 +66,5 @@ func TestOfferBehindWaitingQueriesIsNotUnanswered(t *testing.T) {
 		p.Expect(wire.TypeQueryResult, nil)
 	}
 	h.Settle()
-	if q := h.Quality(p.Key); q != (store.Quality{ProviderKey: q.ProviderKey}) {
-		t.Fatalf("counted %+v: funduq's wait on its own queries was blamed on the provider", q)
-	}
+	nothingCounted(t, h, p.Key, "funduq's wait on its own queries, blamed on the provider")
 }

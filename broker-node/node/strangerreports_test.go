@@ -7,7 +7,6 @@ import (
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
-	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/core/wire"
 )
 
@@ -39,9 +38,7 @@ func TestSameNameUnderTwoKeys(t *testing.T) {
 	if _, ok := l[one.Key[:4]+"/echo"]; ok || !l[two.Key[:4]+"/echo"].Online {
 		t.Fatalf("listing %+v", l)
 	}
-	if q := h.Quality(one.Key); q != (store.Quality{ProviderKey: q.ProviderKey}) {
-		t.Fatalf("the stranger counted %+v", q)
-	}
+	nothingCounted(t, h, one.Key, "the stranger")
 }
 
 // Frames sent after the handshake and before any register are each
