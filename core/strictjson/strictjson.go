@@ -13,11 +13,13 @@ package strictjson
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // DefaultMaxDepth is the nesting a check allows when given 0.
@@ -31,15 +33,27 @@ var (
 	ErrTooDeep      = errors.New("nested too deeply")
 )
 
-type frame struct {
-	object  bool
-	wantKey bool
-	keys    map[string]struct{}
+// reader is a decoder with the reader it reads, reused between checks.
+type reader struct {
+	src bytes.Reader
+	dec *jsontext.Decoder
 }
+
+var readers = sync.Pool{New: func() any {
+	r := new(reader)
+	r.dec = jsontext.NewDecoder(&r.src)
+	return r
+}}
 
 // Check reports whether b is one well-formed JSON value in valid UTF-8
 // whose objects never repeat a key (compared after unescaping) and whose
 // nesting is at most maxDepth (0: DefaultMaxDepth).
+//
+// The syntax and the repeated keys are jsontext's (the reader that
+// encoding/json/v2 is built on), which reads a frame in one pass without
+// building it. Its own UTF-8 check is relaxed so that an escaped lone
+// surrogate passes, as the package comment says; raw bytes are checked
+// by utf8.Valid first.
 func Check(b []byte, maxDepth int) error {
 	if maxDepth <= 0 {
 		maxDepth = DefaultMaxDepth
@@ -47,62 +61,42 @@ func Check(b []byte, maxDepth int) error {
 	if !utf8.Valid(b) {
 		return ErrInvalidUTF8
 	}
-	if !json.Valid(b) {
-		return ErrMalformed
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var stack []frame
-	valueDone := func() {
-		if n := len(stack); n > 0 && stack[n-1].object {
-			stack[n-1].wantKey = true
-		}
-	}
+	r := readers.Get().(*reader)
+	r.src.Reset(b)
+	dec := r.dec
+	dec.Reset(&r.src, jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(false))
+	defer func() {
+		r.src.Reset(nil) // keep no reference to b
+		readers.Put(r)
+	}()
 	for {
-		tok, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
+		tok, err := dec.ReadToken()
 		if err != nil {
-			return ErrMalformed
+			return checkError(err)
 		}
-		if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].wantKey {
-			if d, ok := tok.(json.Delim); ok && d == '}' {
-				stack = stack[:n-1]
-				valueDone()
-				continue
-			}
-			k, ok := tok.(string)
-			if !ok {
-				return ErrMalformed
-			}
-			top := &stack[n-1]
-			if _, dup := top.keys[k]; dup {
-				return fmt.Errorf("%w: %q", ErrDuplicateKey, truncate(k))
-			}
-			if top.keys == nil {
-				top.keys = map[string]struct{}{}
-			}
-			top.keys[k] = struct{}{}
-			top.wantKey = false
+		if d := dec.StackDepth(); d > maxDepth {
+			return fmt.Errorf("%w: more than %d levels", ErrTooDeep, maxDepth)
+		} else if d > 0 {
 			continue
 		}
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
-			if len(stack) >= maxDepth {
-				return fmt.Errorf("%w: more than %d levels", ErrTooDeep, maxDepth)
-			}
-			stack = append(stack, frame{object: tok == json.Delim('{'), wantKey: tok == json.Delim('{')})
-		case json.Delim('}'), json.Delim(']'):
-			if len(stack) == 0 {
-				return ErrMalformed
-			}
-			stack = stack[:len(stack)-1]
-			valueDone()
-		default:
-			valueDone()
+		if k := tok.Kind(); k == '{' || k == '[' {
+			continue // the top level value opened: its end comes later
 		}
+		// The one top level value is done: nothing but space may follow.
+		if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
+			return ErrMalformed
+		}
+		return nil
 	}
+}
+
+// checkError maps what the reader refused to the package's refusals.
+func checkError(err error) error {
+	var se *jsontext.SyntacticError
+	if errors.As(err, &se) && errors.Is(se.Err, jsontext.ErrDuplicateName) {
+		return fmt.Errorf("%w: %q", ErrDuplicateKey, truncate(se.JSONPointer.LastToken()))
+	}
+	return ErrMalformed
 }
 
 func truncate(s string) string {
