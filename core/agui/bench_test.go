@@ -54,3 +54,23 @@ func BenchmarkFold(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRelayRewrite is the AG-UI door's rewrite of every event it
+// relays: nulls dropped, and for RUN_STARTED and RUN_FINISHED the run's
+// own ids (functions/agui, sse.relay).
+func BenchmarkRelayRewrite(b *testing.B) {
+	for name, ev := range benchEvents {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				out, err := agui.DropNulls(ev)
+				if err == nil {
+					_, err = agui.WithRunIDs(out, "thread_000000000000000000000001", "run_000000000000000000000002")
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

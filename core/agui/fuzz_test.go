@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/funduq/funduq-go/core/agui"
+	"github.com/funduq/funduq-go/core/strictjson"
 )
 
 func FuzzValidate(f *testing.F) {
@@ -169,6 +170,46 @@ func FuzzWithRunIDs(f *testing.F) {
 					t.Fatalf("WithRunIDs(%q) = %q: %s changed", raw, got, k)
 				}
 			}
+		}
+	})
+}
+
+// DropNulls of any object without repeated keys is a valid object holding
+// exactly the input's members whose value is not null, each unchanged.
+func FuzzDropNulls(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a":null}`, `{"a":1,"b":null,"c":{"d":null}}`, ` { "n" : null , "s" : "\u00e9" } `, `[]`, `null`, `{"a":1}x`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		got, err := agui.DropNulls(raw)
+		var in map[string]json.RawMessage
+		if json.Unmarshal(raw, &in) != nil || bytes.TrimSpace(raw)[0] != '{' {
+			if err == nil {
+				t.Fatalf("DropNulls(%q) of a non-object = %s", raw, got)
+			}
+			return
+		}
+		if strictjson.Check(raw, 0) != nil {
+			return // repeated keys: the intake refuses them first
+		}
+		if err != nil {
+			t.Fatalf("DropNulls(%q): %v", raw, err)
+		}
+		var out map[string]json.RawMessage
+		if err := json.Unmarshal(got, &out); err != nil {
+			t.Fatalf("DropNulls(%q) = %q: %v", raw, got, err)
+		}
+		for k, v := range in {
+			w, kept := out[k]
+			if isNull := string(bytes.TrimSpace(v)) == "null"; isNull == kept {
+				t.Fatalf("DropNulls(%q) = %q: member %q kept %v", raw, got, k, kept)
+			}
+			if kept && !bytes.Equal(bytes.TrimSpace(w), bytes.TrimSpace(v)) {
+				t.Fatalf("DropNulls(%q) = %q: %s changed", raw, got, k)
+			}
+		}
+		if len(out) > len(in) {
+			t.Fatalf("DropNulls(%q) = %q: members added", raw, got)
 		}
 	})
 }

@@ -3,7 +3,11 @@ package agui
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // DropNulls returns the JSON object raw without its top-level keys whose
@@ -46,31 +50,30 @@ func WithRunIDs(raw json.RawMessage, threadID, runID string) (json.RawMessage, e
 // order and keeps each as edit returns it (a nil value drops the member).
 // When no edit changed anything it returns raw as given; otherwise the
 // members keep their key and value bytes exactly and only the whitespace
-// between them is lost.
+// between them is lost. It reads raw once with jsontext, which hands out
+// each member's bytes verbatim; a repeated key or invalid UTF-8 is read as
+// encoding/json reads it (the strict check is the intake's, not this).
 func rewriteMembers(raw json.RawMessage, edit func(key string, value json.RawMessage) (json.RawMessage, bool)) (json.RawMessage, error) {
-	if !json.Valid(raw) || kindOf(raw) != kindObject {
+	dec := jsontext.NewDecoder(bytes.NewReader(raw), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
 		return nil, fmt.Errorf("%w: not a JSON object", ErrMalformed)
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if _, err := dec.Token(); err != nil { // '{'
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	var out bytes.Buffer
 	out.WriteByte('{')
 	changed, kept := false, 0
-	for dec.More() {
+	for dec.PeekKind() == '"' {
 		start := dec.InputOffset()
-		tok, err := dec.Token() // the key
+		tok, err := dec.ReadToken() // the key
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 		}
 		key := bytes.TrimLeft(raw[start:dec.InputOffset()], " \t\r\n,")
-		var value json.RawMessage
-		if err := dec.Decode(&value); err != nil {
+		name := tok.String()      // before the next read, which reuses tok
+		v, err := dec.ReadValue() // valid until the next read: used here
+		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 		}
-		name, _ := tok.(string)
-		value, edited := edit(name, value)
+		value, edited := edit(name, json.RawMessage(v))
 		changed = changed || edited
 		if value == nil {
 			continue
@@ -82,6 +85,13 @@ func rewriteMembers(raw json.RawMessage, edit func(key string, value json.RawMes
 		out.Write(key)
 		out.WriteByte(':')
 		out.Write(value)
+	}
+	// The object's end, then nothing but space.
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '}' {
+		return nil, fmt.Errorf("%w: not a JSON object", ErrMalformed)
+	}
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: more after the object", ErrMalformed)
 	}
 	if !changed {
 		return raw, nil
