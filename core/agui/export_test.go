@@ -16,3 +16,6 @@ func SchemaTypes() []string {
 func StringField(raw []byte) (string, bool) {
 	return stringField(map[string]json.RawMessage{"k": raw}, "k")
 }
+
+// DecodeObject exposes decodeObject.
+func DecodeObject(raw []byte) (map[string]json.RawMessage, bool) { return decodeObject(raw) }

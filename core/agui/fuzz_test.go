@@ -213,3 +213,28 @@ func FuzzDropNulls(f *testing.F) {
 		}
 	})
 }
+
+// decodeObject reads any input exactly as encoding/json decodes it into a
+// map[string]json.RawMessage: the same verdict, keys and value bytes.
+func FuzzDecodeObject(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a":1,"a":2}`, ` {"a" : [1, {"b":null}] , "c":"\u00e9"} `, "{\"\xff\":1}", `{"\ud800":"\udfff"}`,
+		`{"a":1}x`, `{"a":1,}`, `[]`, `null`, `{"A":1,"a":2}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		got, ok := agui.DecodeObject(raw)
+		var want map[string]json.RawMessage
+		wantOK := len(bytes.TrimSpace(raw)) > 0 && bytes.TrimSpace(raw)[0] == '{' && json.Unmarshal(raw, &want) == nil
+		if ok != wantOK {
+			t.Fatalf("decodeObject(%q) ok %v, encoding/json %v", raw, ok, wantOK)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("decodeObject(%q) = %q, encoding/json %q", raw, got, want)
+		}
+		for k, v := range want {
+			if !bytes.Equal(got[k], v) {
+				t.Fatalf("decodeObject(%q)[%q] = %q, encoding/json %q", raw, k, got[k], v)
+			}
+		}
+	})
+}

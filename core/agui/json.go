@@ -3,7 +3,11 @@ package agui
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // The JSON kinds a raw value can have, named by its first byte.
@@ -41,8 +45,31 @@ func decodeObject(raw json.RawMessage) (map[string]json.RawMessage, bool) {
 	if kindOf(raw) != kindObject {
 		return nil, false
 	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &obj); err != nil {
+	// As encoding/json decodes into a map[string]json.RawMessage (a
+	// repeated key: the last one; invalid UTF-8 in a key replaced), read
+	// in one pass: each value is raw's own bytes, not a copy.
+	dec := jsontext.NewDecoder(bytes.NewReader(raw), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	if _, err := dec.ReadToken(); err != nil { // '{'
+		return nil, false
+	}
+	obj := make(map[string]json.RawMessage, 8)
+	for dec.PeekKind() == '"' {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return nil, false
+		}
+		name := tok.String()
+		v, err := dec.ReadValue()
+		if err != nil {
+			return nil, false
+		}
+		end := int(dec.InputOffset())
+		obj[name] = json.RawMessage(raw[end-len(v) : end : end])
+	}
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '}' {
+		return nil, false
+	}
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
 		return nil, false
 	}
 	return obj, true
