@@ -7,7 +7,7 @@ import (
 	"io"
 	"unicode/utf8"
 
-	"github.com/go-json-experiment/json/jsontext"
+	"github.com/funduq/funduq-go/core/jsonscan"
 )
 
 // The JSON kinds a raw value can have, named by its first byte.
@@ -48,7 +48,8 @@ func decodeObject(raw json.RawMessage) (map[string]json.RawMessage, bool) {
 	// As encoding/json decodes into a map[string]json.RawMessage (a
 	// repeated key: the last one; invalid UTF-8 in a key replaced), read
 	// in one pass: each value is raw's own bytes, not a copy.
-	dec := jsontext.NewDecoder(bytes.NewReader(raw), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	dec := jsonscan.Open(raw, jsonscan.Loose...)
+	defer dec.Close()
 	if _, err := dec.ReadToken(); err != nil { // '{'
 		return nil, false
 	}

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/go-json-experiment/json/jsontext"
+	"github.com/funduq/funduq-go/core/jsonscan"
 )
 
 // DropNulls returns the JSON object raw without its top-level keys whose
@@ -54,7 +54,8 @@ func WithRunIDs(raw json.RawMessage, threadID, runID string) (json.RawMessage, e
 // each member's bytes verbatim; a repeated key or invalid UTF-8 is read as
 // encoding/json reads it (the strict check is the intake's, not this).
 func rewriteMembers(raw json.RawMessage, edit func(key string, value json.RawMessage) (json.RawMessage, bool)) (json.RawMessage, error) {
-	dec := jsontext.NewDecoder(bytes.NewReader(raw), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	dec := jsonscan.Open(raw, jsonscan.Loose...)
+	defer dec.Close()
 	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
 		return nil, fmt.Errorf("%w: not a JSON object", ErrMalformed)
 	}

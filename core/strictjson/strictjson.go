@@ -12,14 +12,14 @@
 package strictjson
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/funduq/funduq-go/core/jsonscan"
 )
 
 // DefaultMaxDepth is the nesting a check allows when given 0.
@@ -32,18 +32,6 @@ var (
 	ErrDuplicateKey = errors.New("an object repeats a key")
 	ErrTooDeep      = errors.New("nested too deeply")
 )
-
-// reader is a decoder with the reader it reads, reused between checks.
-type reader struct {
-	src bytes.Reader
-	dec *jsontext.Decoder
-}
-
-var readers = sync.Pool{New: func() any {
-	r := new(reader)
-	r.dec = jsontext.NewDecoder(&r.src)
-	return r
-}}
 
 // Check reports whether b is one well-formed JSON value in valid UTF-8
 // whose objects never repeat a key (compared after unescaping) and whose
@@ -61,14 +49,8 @@ func Check(b []byte, maxDepth int) error {
 	if !utf8.Valid(b) {
 		return ErrInvalidUTF8
 	}
-	r := readers.Get().(*reader)
-	r.src.Reset(b)
-	dec := r.dec
-	dec.Reset(&r.src, jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(false))
-	defer func() {
-		r.src.Reset(nil) // keep no reference to b
-		readers.Put(r)
-	}()
+	dec := jsonscan.Open(b, jsontext.AllowInvalidUTF8(true), jsontext.AllowDuplicateNames(false))
+	defer dec.Close()
 	for {
 		tok, err := dec.ReadToken()
 		if err != nil {

@@ -2,8 +2,13 @@ package wire
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"regexp"
+	"strings"
+
+	"github.com/funduq/funduq-go/core/jsonscan"
 )
 
 // Version is the provider wire this funduq speaks (the hello's "version").
@@ -202,14 +207,48 @@ var AgentNamePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
 // PeekType reads a frame's "type"; ok is false when raw is not a JSON object
 // with a string type.
+//
+// It reads as encoding/json would into a struct with one *string field
+// "type" (the last key matching it without regard to case wins, null
+// unsets it, the whole frame must be valid JSON), but in one pass with
+// jsontext that builds nothing: the broker peeks at every frame and every
+// event.
 func PeekType(raw []byte) (string, bool) {
-	// Into a struct: anything but an object (or null, which leaves Type
-	// nil) is an error, and the rest of the frame is checked, not kept.
-	var f struct {
-		Type *string `json:"type"`
-	}
-	if json.Unmarshal(raw, &f) != nil || f.Type == nil {
+	dec := jsonscan.Open(raw, jsonscan.Loose...)
+	defer dec.Close()
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
 		return "", false
 	}
-	return *f.Type, true
+	typ, ok := "", false
+	for dec.PeekKind() == '"' {
+		key, err := dec.ReadToken()
+		if err != nil {
+			return "", false
+		}
+		if !strings.EqualFold(key.String(), "type") {
+			if dec.SkipValue() != nil {
+				return "", false
+			}
+			continue
+		}
+		v, err := dec.ReadToken()
+		if err != nil {
+			return "", false
+		}
+		switch v.Kind() {
+		case '"':
+			typ, ok = v.String(), true
+		case 'n':
+			typ, ok = "", false
+		default: // not a string: encoding/json refuses the frame
+			return "", false
+		}
+	}
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '}' {
+		return "", false
+	}
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
+		return "", false
+	}
+	return typ, ok
 }
