@@ -732,7 +732,7 @@ func (b *Broker) event(l Link, runID string, c eventCmd) {
 		b.refuse(l, kindEvent, runID, b.noLaneReason(l, runID))
 		return
 	}
-	ok, changed := ls.backlog.take(len(ev))
+	ok, ord, changed := ls.backlog.take(len(ev))
 	if !ok {
 		b.metrics.backpressure.Inc()
 		ls.stall.begin()
@@ -751,12 +751,34 @@ func (b *Broker) event(l Link, runID string, c eventCmd) {
 			case <-lctx.Done():
 				return
 			}
-			ok, changed = ls.backlog.take(len(ev))
+			ok, ord, changed = ls.backlog.take(len(ev))
 		}
 	}
-	if c.link = ls; !ln.q.push(c) {
+	if c.link, c.ord = ls, ord; !ln.q.push(c) {
 		ls.release(c) // the lane ended meanwhile
 		b.refuse(l, kindEvent, runID, b.noLaneReason(l, runID))
+	}
+}
+
+// Reported is called as a query is read from l; the wait it returns
+// blocks until every event l sent before the query has been handled by its
+// lane — stored, or refused with an error frame — and reports whether the
+// query may be answered. Our SDK takes answered queries after a finish for
+// funduq having stored it, and stops resending it (provider/sync.go), so
+// an answer must not overtake an event still waiting on the store. It
+// reports false when the link goes or this node stops leading first: those
+// events may never be stored, the link closes, and the provider resends
+// them on its next link.
+func (b *Broker) Reported(l Link) (wait func(ctx context.Context) bool) {
+	b.mu.Lock()
+	ls, lctx := b.links[l], b.ctx
+	b.mu.Unlock()
+	if ls == nil || lctx == nil {
+		return func(context.Context) bool { return true }
+	}
+	mark := ls.backlog.mark()
+	return func(ctx context.Context) bool {
+		return ls.backlog.waitPassed(ctx, mark, ls.gone, lctx.Done()) && lctx.Err() == nil
 	}
 }
 

@@ -110,7 +110,7 @@ func (s *stall) since() (began uint64, resumed <-chan struct{}) {
 // release counts handled events out of the link's backlog.
 func (ls *linkState) release(cmds ...eventCmd) {
 	for _, c := range cmds {
-		ls.backlog.give(len(c.ev))
+		ls.backlog.give(c.ord, len(c.ev))
 	}
 }
 

@@ -202,11 +202,16 @@ func (s *Server) handle(ctx context.Context, c *Conn, frame any, querySlots chan
 				return
 			}
 		}
+		// Answered only once the events read before it are stored
+		// (Broker.Reported): an answer tells the provider funduq has them.
+		reported := s.Broker.Reported(c)
 		queries.Add(1)
 		go func() {
 			defer queries.Done()
 			defer func() { <-querySlots }()
-			s.answerQuery(ctx, c, f)
+			if reported(ctx) {
+				s.answerQuery(ctx, c, f)
+			}
 		}()
 	}
 }

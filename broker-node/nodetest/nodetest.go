@@ -412,6 +412,31 @@ func (p *Prov) Next() (string, []byte) {
 	return "", nil
 }
 
+// Rest returns every frame still to come, in order, once the link has
+// closed: the closing is the barrier that nothing more arrives.
+func (p *Prov) Rest() [][]byte {
+	p.t.Helper()
+	var out [][]byte
+	for {
+		select {
+		case f := <-p.frames:
+			out = append(out, f)
+			continue
+		case <-p.closed:
+		case <-time.After(guard):
+			p.t.Fatal("the link did not close")
+		}
+		for {
+			select {
+			case f := <-p.frames:
+				out = append(out, f)
+			default:
+				return out
+			}
+		}
+	}
+}
+
 func (p *Prov) Expect(typ string, into any) []byte {
 	p.t.Helper()
 	got, f := p.Next()
