@@ -114,7 +114,7 @@ func (l *lane) stopTimers() {
 
 func (l *lane) loop(ctx context.Context) {
 	defer l.b.lanesWG.Done()
-	defer l.drop()
+	defer l.drop(ctx)
 	for !l.isEnded() {
 		c, ok := l.q.pop(ctx)
 		if !ok {
@@ -126,13 +126,34 @@ func (l *lane) loop(ctx context.Context) {
 }
 
 // drop runs when the lane stops reading: later pushes are refused, and the
-// reports still waiting are answered (the run has ended) and give their
-// links' backlog back.
-func (l *lane) drop() {
+// reports still waiting give their links' backlog back and are answered
+// (the run has ended) — unless leadership ended first (refuseLive).
+func (l *lane) drop(ctx context.Context) {
 	for _, c := range append(l.q.close(), l.deferred...) {
-		l.refuseCmd(c, refusedEnded)
+		if l.isEnded() {
+			l.refuseCmd(c, refusedEnded)
+		} else {
+			l.refuseLive(ctx, c, refusedEnded)
+		}
 	}
 	l.deferred = nil
+}
+
+// refuseLive refuses a report the lane did not take, unless this node's
+// leadership has ended meanwhile (a write failed with it): then the report
+// is the next leader's to take, so it only gives its backlog place back.
+// The link closes with "stopped leading; reconnect" right after the lanes
+// stop, and the provider resends what it reported; a refusal would tell it
+// the run is over (our SDK stops a running handler on one, ErrRunNotHeld,
+// and stops resending a finished run's report) when the run has not ended.
+func (l *lane) refuseLive(ctx context.Context, c command, why string) {
+	if ctx.Err() == nil {
+		l.refuseCmd(c, why)
+		return
+	}
+	if e, ok := c.(eventCmd); ok {
+		e.link.release(e)
+	}
 }
 
 func (l *lane) isEnded() bool {
@@ -159,7 +180,7 @@ func (l *lane) handle(ctx context.Context, c command) {
 		l.onOfferingDue(ctx, c)
 	case eventCmd:
 		if why := l.claimByReport(ctx, c.link); why != "" {
-			l.refuseCmd(c, why)
+			l.refuseLive(ctx, c, why)
 			break
 		}
 		if l.reportedEnd() {
@@ -180,7 +201,7 @@ func (l *lane) handle(ctx context.Context, c command) {
 		l.onEvents(ctx, c.link, l.cutAfterEnd(batch), finish)
 	case finishCmd:
 		if why := l.claimByReport(ctx, c.link); why != "" {
-			l.refuseCmd(c, why)
+			l.refuseLive(ctx, c, why)
 		} else {
 			l.endByFunnel(ctx)
 		}

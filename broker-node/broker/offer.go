@@ -202,7 +202,7 @@ func (l *lane) onVerdict(ctx context.Context, c verdictCmd) {
 		// takeover (D7), and claims one nobody holds when it comes from
 		// the key serving the agent (the late-ack rule, D15).
 		if why := l.claimByReport(ctx, c.link); why != "" {
-			l.refuseCmd(c, why)
+			l.refuseLive(ctx, c, why)
 		}
 		return
 	}

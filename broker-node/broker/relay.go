@@ -134,9 +134,10 @@ func (l *lane) relay(ctx context.Context, link *linkState, batch []eventCmd, a a
 	case l.isEnded():
 		l.b.refuse(link.link, kindFinish, l.id, refusedEnded) // a refused event ended it
 	case !stored:
-		// Leadership ended mid-write (the link closes with it), or the
-		// store refused the events: the run does not end without them.
-		l.b.refuse(link.link, kindFinish, l.id, refusedNotStored)
+		// The store refused the events: the run does not end without
+		// them. When leadership ended mid-write instead, the link closes
+		// with it and the next leader takes the resent finish (refuseLive).
+		l.refuseLive(ctx, finishCmd{link}, refusedNotStored)
 	default:
 		if why := l.claimByReport(ctx, link); why != "" {
 			l.b.refuse(link.link, kindFinish, l.id, why)

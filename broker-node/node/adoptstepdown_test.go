@@ -1,0 +1,88 @@
+package node_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// A leader that steps down while it re-adopts a run (its adopt write
+// waiting on PostgreSQL) tells the provider nothing about that run: the
+// run has not ended, and the provider carries on with whoever leads next.
+// An error frame naming the run would make our SDK stop the handler
+// (ErrRunNotHeld), and the run would fail after the grace although its
+// provider was still running it.
+func TestStepDownDuringReAdoptionRefusesNothing(t *testing.T) {
+	// Our SDK re-adopts with the ack it resends first; a raw provider may
+	// re-adopt with its next event.
+	t.Run("ack", func(t *testing.T) {
+		stepDownDuringReAdoption(t, 0xf4, func(p *nodetest.Prov, id string) {
+			p.Send(wire.Ack{Type: wire.TypeAck, RunID: id, Accepted: &accepted})
+		})
+	})
+	t.Run("event", func(t *testing.T) {
+		stepDownDuringReAdoption(t, 0xf5, func(p *nodetest.Prov, id string) {
+			p.Event(id, `{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`)
+		})
+	})
+}
+
+var accepted = true
+
+func stepDownDuringReAdoption(t *testing.T, seed byte, report func(p *nodetest.Prov, id string)) {
+	a := nodetest.Start(t, func(c *configBroker) { c.ProviderGrace = 30 * time.Second })
+	b := a.Peer("node-b")
+	p := a.Connect(seed, nil)
+	p.Register("echo")
+	id, thread := a.Door(p.Key, "echo", "", "hi")
+	p.Offer()
+	p.Accept(id)
+	p.Event(id, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, id))
+	a.Eventually("first event stored", func() bool { return len(a.Events(id)) == 1 })
+	a.Shutdown()
+	b.Eventually("the standby leads", b.Ready)
+
+	ctx := context.Background()
+	locker, err := pgx.Connect(ctx, b.Cfg.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { locker.Close(ctx) })
+	tx, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	watcher, err := pgx.Connect(ctx, b.Cfg.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { watcher.Close(ctx) })
+
+	p2 := b.Connect(seed, nil)
+	p2.Register("echo")
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM runs WHERE run_id = $1 FOR UPDATE`, id); err != nil {
+		t.Fatal(err)
+	}
+	report(p2, id) // re-adopts it
+	b.Eventually("the adopt write waits on the row lock", func() bool {
+		var waiting bool
+		err := watcher.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
+		return err == nil && waiting
+	})
+	b.Shutdown()
+	for _, f := range p2.Rest() {
+		var e wire.Error
+		if json.Unmarshal(f, &e) == nil && e.Type == wire.TypeError && e.RunID == id {
+			t.Errorf("refused at the step-down: %s", f)
+		}
+	}
+}
