@@ -33,3 +33,22 @@ func TestOpenReadsItsOwnBytes(t *testing.T) {
 		t.Fatalf("after the value: %v, want EOF", err)
 	}
 }
+
+// A decoder given back after a loose read reads strictly again when
+// opened without options: options do not carry over from a previous
+// loan.
+func TestOptionsDoNotCarryOver(t *testing.T) {
+	for range 3 {
+		r := jsonscan.Open([]byte(`{"a":1,"a":2}`), jsonscan.Loose...)
+		if _, err := r.ReadValue(); err != nil {
+			t.Fatalf("loose read: %v", err)
+		}
+		r.Close()
+		r = jsonscan.Open([]byte(`{"a":1,"a":2}`))
+		_, err := r.ReadValue()
+		r.Close()
+		if !errors.Is(err, jsontext.ErrDuplicateName) {
+			t.Fatalf("default read after a loose one: %v, want a duplicate name error", err)
+		}
+	}
+}
