@@ -117,15 +117,42 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 			}
 			return false
 		}}
-	switch t.Run(ctx, c.h.streamEnd(ctx, c.h.o.StreamBudget)) {
+	end := c.h.streamEnd(ctx, c.h.o.StreamBudget)
+	budget := func() {
+		out.comment(fmt.Sprintf("stream budget reached: resume with %s (id %s) and %s: %d",
+			methodName(v, OpSubscribe), taskID, LastEventIDHeader, t.After))
+	}
+	switch t.Run(ctx, end) {
 	case door.TailGone:
 		return
 	case door.TailBudget:
-		out.comment(fmt.Sprintf("stream budget reached: resume with %s (id %s) and %s: %d",
-			methodName(v, OpSubscribe), taskID, LastEventIDHeader, t.After))
+		budget()
 		return
 	}
 	cur, err := t.Settle(ctx)
+	for err == nil && !door.Settled(cur.Status) {
+		// The round's terminal event is stored but its end is not
+		// recorded within the settle wait: the leader that stored it
+		// went away before the finish, and the next one records the end
+		// when it takes over (D7), after the old lease lapses. The one
+		// final status is still owed: follow the record, with keep-alives,
+		// until it settles or the budget ends.
+		out.comment("the run's end is not recorded yet: waiting for it")
+		follow := &door.Tail{O: c.h.o.Tail, RunID: rn.RunID, After: t.After,
+			Gone: out.Broken,
+			Idle: func() { out.comment("keep-alive") },
+			// Nothing is stored after a terminal event; should something
+			// be, the record read next says how the run stands.
+			Relay: func(int, json.RawMessage) bool { return true }}
+		switch follow.Run(ctx, end) {
+		case door.TailGone:
+			return
+		case door.TailBudget:
+			budget()
+			return
+		}
+		cur, err = t.Settle(ctx)
+	}
 	if err != nil {
 		c.h.log.WarnContext(ctx, "a2a stream: reading the settled run failed", "run_id", rn.RunID, "err", err)
 		return
