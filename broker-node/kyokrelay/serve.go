@@ -293,9 +293,16 @@ func (r *Relay) detach(c *conn) {
 		comps = append(comps, comp)
 	}
 	delete(r.links, c)
-	epoch := r.epoch
+	epoch, leading := r.epoch, r.leading
 	r.mu.Unlock()
 	for _, comp := range comps {
+		if !leading {
+			// This node stopped leading and closed the link itself (Run):
+			// the LLM provider did nothing wrong, and nothing is counted
+			// (design.md §KYOK).
+			r.finish(comp, kyok.Reply{Kind: kyok.ReplyRelayLost, Message: "the funduq broker node relaying this completion stopped leading"}, "")
+			continue
+		}
 		r.finish(comp, kyok.Reply{Kind: kyok.ReplyError, Message: "the LLM provider's link closed mid-completion"}, store.FailedLLM)
 	}
 	// A link of the same key may have registered the offering again while

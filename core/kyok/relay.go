@@ -97,6 +97,12 @@ const (
 	ReplyChunk     = "chunk"
 	ReplyDone      = "done"
 	ReplyError     = "error"
+	// ReplyRelayLost: the node relaying the completion stopped leading
+	// and closed the LLM provider's link itself (a handover, a step-down)
+	// — funduq's failure, not the LLM provider's; nothing is counted. A
+	// door that does not know the kind hears silence after it, which it
+	// reads the same way (KeepAliveSilence).
+	ReplyRelayLost = "relay_lost"
 )
 
 // Reply is one entry on a reply stream.

@@ -78,6 +78,10 @@ func (t *tail) next(ctx context.Context, wait time.Duration) (kyok.Reply, error)
 	switch rep.Kind {
 	case kyok.ReplyDone, kyok.ReplyError, kyok.ReplyUnavailable, kyok.ReplyBusy:
 		t.ended = true
+	case kyok.ReplyRelayLost:
+		// The relay said what silence would have: it is gone.
+		t.ended = true
+		return kyok.Reply{}, errRelayLost
 	}
 	return rep, nil
 }
@@ -116,6 +120,9 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 	case errors.Is(err, errSilent):
 		h.writeError(w, r, &apiError{Status: http.StatusServiceUnavailable, Code: "relay_unavailable",
 			Message: "no funduq broker node took up the completion; retry shortly"})
+		return
+	case errors.Is(err, errRelayLost):
+		h.writeError(w, r, unanswered(err, ""))
 		return
 	case err != nil:
 		if ctx.Err() == nil {
