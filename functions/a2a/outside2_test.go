@@ -69,3 +69,40 @@ func TestStreamWaitsForAnEndRecordedAfterATakeover(t *testing.T) {
 		t.Fatalf("the stream's last item: %v (items %v)", end, kinds(items))
 	}
 }
+
+// The same for a blocking message/send: it follows the run until it
+// settles or the block budget ends, so an end recorded only at the
+// takeover after the stored RUN_FINISHED is its answer — the completed
+// task, not a working one returned at the settle wait.
+func TestBlockingSendWaitsForAnEndRecordedAfterATakeover(t *testing.T) {
+	a := nodetest.Start(t, func(c *config.Broker) { c.ProviderGrace = 30 * time.Second })
+	b := a.Peer("node-b")
+	p := a.Connect(0xe3, nil)
+	p.Register("echo")
+	srv := startDoor(t, a, func(o *a2a.Options) { o.Tail.SettleWait = time.Millisecond })
+	c := newClient(t, srv, p.Key, "echo", "")
+	body := c.body("message/send", map[string]any{"message": c.message("m-1", "hi", nil)})
+	answered := make(chan rpcResp, 1)
+	go func() { answered <- c.rawCall(body, nil) }()
+
+	f := p.Offer()
+	p.Accept(f.RunID)
+	p.Event(f.RunID, runStarted(*f.ThreadID, f.RunID))
+	p.Event(f.RunID, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"r1","delta":"hello"}`)
+	p.Event(f.RunID, runFinished(*f.ThreadID, f.RunID)) // and no finish frame
+	a.Eventually("RUN_FINISHED stored", func() bool {
+		evs := a.Events(f.RunID)
+		return len(evs) > 0 && evs[len(evs)-1]["type"] == "RUN_FINISHED"
+	})
+
+	a.Shutdown()
+	b.Eventually("b leads", b.Ready)
+	b.WaitStatus(f.RunID, run.Completed)
+	r := recv(t, answered, "the blocking send's answer")
+	if r.Error != nil {
+		t.Fatalf("the blocking send: %+v", r.Error)
+	}
+	if got := stateOf(r.Result); got != "completed" {
+		t.Fatalf("the blocking send answered %q, want completed", got)
+	}
+}

@@ -34,7 +34,8 @@ func (c *call) waitRecord(acc accepted, blocking bool) (view taskView, rn store.
 			typ := tailed.add(seq, ev).Type
 			return typ == agui.TypeRunFinished || typ == agui.TypeRunError
 		}}
-	end := t.Run(ctx, c.h.streamEnd(ctx, c.h.o.BlockBudget))
+	budget := c.h.streamEnd(ctx, c.h.o.BlockBudget)
+	end := t.Run(ctx, budget)
 	if end == door.TailStopped || end == door.TailSettled {
 		// The round's end marker (published right after the end's commit;
 		// it usually trails the terminal event by a Redis round trip, or
@@ -50,8 +51,25 @@ func (c *call) waitRecord(acc accepted, blocking bool) (view taskView, rn store.
 				return v, cur, true
 			}
 		}
-		if v, cur, err := c.settleRecord(ctx, t, acc.after, tailed, deadline); err == nil {
-			return v, cur, door.Settled(cur.Status)
+		for {
+			v, cur, err := c.settleRecord(ctx, t, acc.after, tailed, deadline)
+			if err != nil {
+				break
+			}
+			if door.Settled(cur.Status) {
+				return v, cur, true
+			}
+			// The terminal event is stored but the end is not recorded
+			// within the settle wait: the leader that stored it went
+			// away, and the next one records it as it takes over (D7).
+			// The answer is still owed: follow the record until it
+			// settles or the block budget ends.
+			follow := &door.Tail{O: c.h.o.Tail, RunID: acc.run.RunID, After: t.After,
+				Relay: func(int, json.RawMessage) bool { return true }}
+			if e := follow.Run(ctx, budget); e == door.TailBudget || e == door.TailGone {
+				return taskView{}, cur, false
+			}
+			deadline = time.Now().Add(t.O.SettleWait)
 		}
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), door.StorageTimeout)
