@@ -15,7 +15,7 @@ import (
 // link closed", and the LLM provider's failed counter does not move
 // (design.md §KYOK: a node that goes away while relaying is funduq's
 // failure, never the LLM provider's).
-func TestOutsideHandoverMidAnswerIsNotBlamedOnTheLLM(t *testing.T) {
+func TestHandoverMidAnswerIsNotBlamedOnTheLLM(t *testing.T) {
 	for i, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
 			e := newEnv(t, 0)
