@@ -1,13 +1,10 @@
 package node_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/wire"
@@ -49,35 +46,11 @@ func stepDownDuringReAdoption(t *testing.T, seed byte, report func(p *nodetest.P
 	a.Shutdown()
 	b.Eventually("the standby leads", b.Ready)
 
-	ctx := context.Background()
-	locker, err := pgx.Connect(ctx, b.Cfg.DatabaseURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { locker.Close(ctx) })
-	tx, err := locker.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = tx.Rollback(ctx) })
-	watcher, err := pgx.Connect(ctx, b.Cfg.DatabaseURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { watcher.Close(ctx) })
-
 	p2 := b.Connect(seed, nil)
 	p2.Register("echo")
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM runs WHERE run_id = $1 FOR UPDATE`, id); err != nil {
-		t.Fatal(err)
-	}
+	b.Hold(`SELECT 1 FROM runs WHERE run_id = $1 FOR UPDATE`, id)
 	report(p2, id) // re-adopts it
-	b.Eventually("the adopt write waits on the row lock", func() bool {
-		var waiting bool
-		err := watcher.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
-		return err == nil && waiting
-	})
+	b.Eventually("the adopt write waits on the row lock", b.LockWaits)
 	b.Shutdown()
 	for _, f := range p2.Rest() {
 		var e wire.Error

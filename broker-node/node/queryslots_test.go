@@ -1,13 +1,10 @@
 package node_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
@@ -29,19 +26,7 @@ func TestOfferBehindWaitingQueriesIsNotUnanswered(t *testing.T) {
 		t.Fatalf("offer %s, want %s", f.RunID, r)
 	}
 
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, h.Cfg.DatabaseURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(ctx) })
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `LOCK TABLE thread_messages IN ACCESS EXCLUSIVE MODE`); err != nil {
-		t.Fatal(err)
-	}
+	release := h.Hold(`LOCK TABLE thread_messages IN ACCESS EXCLUSIVE MODE`)
 	query := func(i int) {
 		p.SendRaw(fmt.Sprintf(`{"type":"query","queryId":"q%d","method":"thread_messages","params":{"threadId":%q}}`, i, old))
 	}
@@ -58,9 +43,7 @@ func TestOfferBehindWaitingQueriesIsNotUnanswered(t *testing.T) {
 		return strings.Contains(metrics(t, h), "funduq_broker_link_query_waits_total 1")
 	})
 	h.Clock.Advance(5 * time.Second) // deliver_timeout
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	h.WaitStatus(s, run.Running) // the accept claims it, in time or late
 	for range 9 {
 		p.Expect(wire.TypeQueryResult, nil)

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/wire"
@@ -33,24 +31,7 @@ func TestQueryNotAnsweredBeforeEarlierEventsAreStored(t *testing.T) {
 	h.WaitStatus(id, run.Running)
 
 	// Hold the run's row: the lane's next event write waits for it.
-	ctx := context.Background()
-	locker, err := pgx.Connect(ctx, h.Cfg.DatabaseURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { locker.Close(ctx) })
-	tx, err := locker.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM runs WHERE run_id = $1 FOR UPDATE`, id); err != nil {
-		t.Fatal(err)
-	}
-	watcher, err := pgx.Connect(ctx, h.Cfg.DatabaseURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { watcher.Close(ctx) })
+	release := h.Hold(`SELECT 1 FROM runs WHERE run_id = $1 FOR UPDATE`, id)
 
 	p.Complete(id, thread) // RUN_STARTED … RUN_FINISHED, then finish
 	p.Send(wire.Query{Type: wire.TypeQuery, QueryID: "sync-1", Method: "funduq.sync", Params: json.RawMessage(`{}`)})
@@ -66,12 +47,7 @@ func TestQueryNotAnsweredBeforeEarlierEventsAreStored(t *testing.T) {
 			break
 		}
 	}
-	h.Eventually("the lane's write waits on the row lock", func() bool {
-		var waiting bool
-		err := watcher.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
-		return err == nil && waiting
-	})
+	h.Eventually("the lane's write waits on the row lock", h.LockWaits)
 
 	h.Shutdown() // the leader steps down, the events unstored
 	frames = append(frames, p.Rest()...)
@@ -81,11 +57,9 @@ func TestQueryNotAnsweredBeforeEarlierEventsAreStored(t *testing.T) {
 			t.Fatalf("the query was answered although the events before it were never stored: %s", f)
 		}
 	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	var stored int
-	if err := watcher.QueryRow(ctx, `SELECT count(*) FROM run_events WHERE run_id = $1`, id).Scan(&stored); err != nil {
+	if err := h.DB().QueryRow(context.Background(), `SELECT count(*) FROM run_events WHERE run_id = $1`, id).Scan(&stored); err != nil {
 		t.Fatal(err)
 	}
 	if stored != 0 {

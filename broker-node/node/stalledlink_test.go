@@ -1,13 +1,10 @@
 package node_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
@@ -19,25 +16,7 @@ import (
 // doors' writes go on.
 func lockFence(t *testing.T, h *nodetest.Harness) (release func()) {
 	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, h.Cfg.DatabaseURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(ctx) })
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT epoch FROM broker_leader WHERE id = 1 FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
-	return func() {
-		t.Helper()
-		if err := tx.Rollback(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return h.Hold(`SELECT epoch FROM broker_leader WHERE id = 1 FOR UPDATE`)
 }
 
 // An offer made to a link funduq has stopped reading (its event backlog is

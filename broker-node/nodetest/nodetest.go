@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/jackc/pgx/v5"
 	"github.com/jonboulle/clockwork"
 
 	"github.com/funduq/funduq-go/broker-node/node"
@@ -47,6 +48,7 @@ type Harness struct {
 	Cfg   config.Broker
 	// Prefix is the Redis key prefix this harness's nodes share.
 	Prefix string
+	db     *pgx.Conn // the test's own connection (DB)
 }
 
 // SeedHex is a test seed: b repeated 32 times, in hex.
@@ -511,4 +513,63 @@ func (p *Prov) Complete(runID, threadID string) {
 	p.Event(runID, `{"type":"TEXT_MESSAGE_END","messageId":"m1"}`)
 	p.Event(runID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, threadID, runID))
 	p.Finish(runID)
+}
+
+// Hold runs sql (a SELECT … FOR UPDATE, a LOCK TABLE) in a transaction of
+// its own on the harness's database and keeps the locks it took until
+// release is called or the test ends: the node's next write that needs
+// them waits meanwhile, as it would behind a slow or stuck PostgreSQL.
+func (h *Harness) Hold(sql string, args ...any) (release func()) {
+	h.t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, h.Cfg.DatabaseURL)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { conn.Close(ctx) })
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
+		h.t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() {
+		h.t.Helper()
+		once.Do(func() {
+			if err := tx.Rollback(ctx); err != nil {
+				h.t.Fatalf("release the held locks: %v", err)
+			}
+		})
+	}
+	h.t.Cleanup(func() { once.Do(func() { _ = tx.Rollback(ctx) }) })
+	return release
+}
+
+// DB is a connection of the test's own to the harness's database, for reads
+// beside the node's; unlike Store it outlives Shutdown. It is not safe for
+// concurrent use.
+func (h *Harness) DB() *pgx.Conn {
+	h.t.Helper()
+	if h.db == nil {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, h.Cfg.DatabaseURL)
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		h.t.Cleanup(func() { conn.Close(ctx) })
+		h.db = conn
+	}
+	return h.db
+}
+
+// LockWaits reports whether a backend of the harness's database is waiting
+// on a lock (one that Hold keeps, say).
+func (h *Harness) LockWaits() bool {
+	h.t.Helper()
+	var waiting bool
+	err := h.DB().QueryRow(context.Background(), `SELECT count(*) > 0 FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
+	return err == nil && waiting
 }

@@ -4,14 +4,13 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/funduq/funduq-go/core/kyok"
 )
 
 // The leader relaying a completion hands over (or steps down) mid-answer:
 // it closes every /ws/kyok link itself, so the LLM provider did nothing
-// wrong. The caller is told funduq's failure — 503 relay_unavailable before the door committed to a status, the relay-lost error
-// on a stream already begun — never 502 llm_failed "the LLM provider's
+// wrong. The caller is told funduq's failure — 503 relay_unavailable
+// before the door committed to a status, the relay-lost error on a stream
+// already begun — never 502 llm_failed "the LLM provider's
 // link closed", and the LLM provider's failed counter does not move
 // (design.md §KYOK: a node that goes away while relaying is funduq's
 // failure, never the LLM provider's).
@@ -21,16 +20,7 @@ func TestHandoverMidAnswerIsNotBlamedOnTheLLM(t *testing.T) {
 			e := newEnv(t, 0)
 			b := e.H.Peer("node-b")
 			a := e.connectAgent(0x11, "translator")
-			l := e.rawLLM(byte(0x70+i), "gpt-4")
-			l.t = t
-			_, _, token := e.startRun(a, kyok.Ref{ProviderKey: l.key, Name: "gpt-4"}, "")
-			body := plainBody
-			if stream {
-				body = streamBody
-			}
-			res := e.asyncCall(a, token, body)
-			id := l.requestID()
-			l.raw(rawChunk(id, chunkData("part")))
+			l, _, res := e.midAnswer(t, a, byte(0x70+i), stream)
 
 			e.H.Shutdown() // the leader stops leading: its links close, its writes end
 			r := wait(t, res)

@@ -253,16 +253,7 @@ func TestOutsideLinkLossMidAnswer(t *testing.T) {
 	} {
 		for j, stream := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s stream=%v", x.name, stream), func(t *testing.T) {
-				l := e.rawLLM(byte(0x60+2*i+j), "gpt-4")
-				l.t = t
-				_, _, token := e.startRun(a, kyok.Ref{ProviderKey: l.key, Name: "gpt-4"}, "")
-				body := plainBody
-				if stream {
-					body = streamBody
-				}
-				res := e.asyncCall(a, token, body)
-				id := l.requestID()
-				l.raw(rawChunk(id, chunkData("part")))
+				l, id, res := e.midAnswer(t, a, byte(0x60+2*i+j), stream)
 				x.end(l, id)
 				r := wait(t, res)
 				if !stream {
@@ -279,6 +270,24 @@ func TestOutsideLinkLossMidAnswer(t *testing.T) {
 			})
 		}
 	}
+}
+
+// midAnswer has agent a call a raw LLM provider (seed) for a completion,
+// streamed or not, and the provider answer one chunk ("part"): a
+// completion in flight, for a test to break.
+func (e *env) midAnswer(t *testing.T, a *agent, seed byte, stream bool) (l *rawLLM, id string, res <-chan result) {
+	t.Helper()
+	l = e.rawLLM(seed, "gpt-4")
+	l.t = t
+	_, _, token := e.startRun(a, kyok.Ref{ProviderKey: l.key, Name: "gpt-4"}, "")
+	body := plainBody
+	if stream {
+		body = streamBody
+	}
+	res = e.asyncCall(a, token, body)
+	id = l.requestID()
+	l.raw(rawChunk(id, chunkData("part")))
+	return l, id, res
 }
 
 func mintToken(runID, key, agent string) string {
