@@ -242,6 +242,38 @@ func (c *call) send(streaming bool) {
 	c.result(sendResult(c.v, view))
 }
 
+// lineage is the thread a new context records as its parent: the first
+// referenced task's, when the caller may read that task (its thread is
+// unbound, or the caller is one of its parties or heads it). A task the
+// caller may not read is ignored as an unknown one is: an id is not a
+// credential (D16), and a parent is kept by retention while it has
+// children, so a stranger's reference would keep another caller's
+// conversation alive.
+func (c *call) lineage(ctx context.Context, refs []string, callerKey, head string) (string, error) {
+	if len(refs) == 0 || refs[0] == "" {
+		return "", nil
+	}
+	st := c.h.o.Store
+	ref, err := st.GetRun(ctx, refs[0])
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	th, err := st.GetThread(ctx, ref.ThreadID)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if !door.MayRead(th, door.Viewer{Caller: callerKey}) && (th.HeadKey == "" || head != th.HeadKey) {
+		return "", nil
+	}
+	return ref.ThreadID, nil
+}
+
 func notFoundTask(id string) error {
 	return door.Refuse(http.StatusNotFound, door.CodeTaskNotFound, "no task %s for this agent", id)
 }
@@ -264,19 +296,6 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 		return accepted{}, err
 	}
 
-	// Lineage: the first referenced task's thread parents a new thread.
-	parentThread := ""
-	if len(msg.ReferenceTaskIDs) > 0 && msg.ReferenceTaskIDs[0] != "" {
-		ref, err := st.GetRun(ctx, msg.ReferenceTaskIDs[0])
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-		case err != nil:
-			return accepted{}, err
-		default:
-			parentThread = ref.ThreadID
-		}
-	}
-
 	// The caller: an actor chain needs its presenter (D12); the caller key
 	// also scopes the request's idempotency keys (D17).
 	caller, err := door.ReadCaller(c.r, c.body, h.o.AuthorizedKey, h.o.Now(), bag)
@@ -284,6 +303,11 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 		return accepted{}, err
 	}
 	callerKey, chain, head := caller.Key, caller.Chain, caller.Head()
+
+	parentThread, err := c.lineage(ctx, msg.ReferenceTaskIDs, callerKey, head)
+	if err != nil {
+		return accepted{}, err
+	}
 	// A named task must be this agent's; it fixes the context.
 	var task *store.Run
 	var taskThread store.Thread
