@@ -8,6 +8,7 @@ package kyok_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
@@ -287,6 +288,13 @@ func (e *env) midAnswer(t *testing.T, a *agent, seed byte, stream bool) (l *rawL
 	res = e.asyncCall(a, token, body)
 	id = l.requestID()
 	l.raw(rawChunk(id, chunkData("part")))
+	// The relay has put the chunk on the door's reply stream, behind its
+	// "accepted": whatever breaks the completion next comes after it, so
+	// a streamed call has begun (200) before it hears of the break.
+	eventually(t, "the chunk relayed to the door", func() bool {
+		n, err := e.rdb.XLen(context.Background(), kyok.ReplyStream(e.H.Prefix, id)).Result()
+		return err == nil && n >= 2
+	})
 	return l, id, res
 }
 
