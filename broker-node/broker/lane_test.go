@@ -323,6 +323,29 @@ func TestLaneTakeoverReadoption(t *testing.T) {
 	p2.none()
 }
 
+// One cancel frame per link: a cancel asked for again (a caller asking
+// twice, the intake's catch-up finding the request before the lane has
+// read the notice) sends the provider holding the run nothing more, so a
+// provider that answers the one cancel with its finish is not sent
+// another for a run it has ended.
+func TestLaneCancelAskedAgainIsSentOnce(t *testing.T) {
+	h := newHarness(t, Settings{})
+	p := h.connect(0xe1, nil)
+	p.register("echo")
+	id, thread := h.door(p.key, "echo", "hi")
+	p.takes(id)
+	h.cancel(id)
+	p.expect(wire.TypeCancel)
+	h.waitStatus(id, run.Cancelling)
+	h.cancel(id)
+	h.b.CatchUp(context.Background(), "poll")
+	p.none()
+	p.event(id, started(id, thread))
+	p.finish(id)
+	h.waitStatus(id, run.Cancelled)
+	p.none()
+}
+
 // A cancel requested while the run is held for its lost link is passed on
 // once the provider re-adopts it, and the record says cancelling then, as
 // for a cancel of a claimed run; the provider's stop ends it cancelled.
