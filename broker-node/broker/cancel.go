@@ -33,7 +33,7 @@ func (l *lane) sendCancel(ctx context.Context) {
 	b.mu.Lock()
 	ls := l.claimedBy
 	b.mu.Unlock()
-	if ls == nil {
+	if ls == nil || l.cancelSent == ls {
 		return
 	}
 	frame, _ := wire.Marshal(wire.Cancel{Type: wire.TypeCancel, RunID: l.id})
@@ -41,5 +41,6 @@ func (l *lane) sendCancel(ctx context.Context) {
 		l.log.WarnContext(ctx, "cancel could not be sent", "err", err)
 		return
 	}
+	l.cancelSent = ls
 	l.log.InfoContext(ctx, "cancel passed on to the provider", "provider_key", ls.key)
 }

@@ -61,7 +61,8 @@
 //	            waiting (claimRefused): the offer retracted ----------> ended
 //	claimed  -- eventCmd: relayed (admitted, persisted, published) --> claimed
 //	claimed  -- a report from a newer link of the holder's key -----> claimed (passed on)
-//	claimed  -- cancelCmd: cancelling, the cancel frame sent --------> claimed
+//	claimed  -- cancelCmd: cancelling, the cancel frame sent (once
+//	            per link: asked again, nothing more is sent) ---------> claimed
 //	claimed  -- finishCmd, or events with their finish behind them --> ended (the funnel)
 //	claimed  -- a malformed or over-limit event ---------------------> ended failed
 //	claimed  -- storedEndCmd (the sweep: its terminal event is stored) -> ended (the funnel)

@@ -80,6 +80,11 @@ type lane struct {
 	// gaveUpOn is the key an offer of this run lapsed on: a report from it
 	// afterwards is an answer funduq had stopped waiting for (answered_late).
 	gaveUpOn string
+	// cancelSent is the link the cancel frame went out on. It goes once
+	// per link: asked again (a caller twice, a notice and the catch-up
+	// both), the provider holding the run is sent nothing more; a link
+	// that re-adopts the run is sent it anew.
+	cancelSent *linkState
 }
 
 type offerState struct {
