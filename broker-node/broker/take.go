@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"math"
 
 	"github.com/funduq/funduq-go/broker-node/intake"
 	"github.com/funduq/funduq-go/core/run"
@@ -12,7 +13,7 @@ import (
 func (b *Broker) newLane(r store.Run) *lane {
 	return &lane{b: b, id: r.RunID, threadID: r.ThreadID, agent: AgentRef{r.ProviderKey, r.AgentName},
 		input: r.RunInput, addressed: r.AddressedRunID, queuedAt: b.clock.Now(), roundQueuedAt: r.QueuedAt,
-		q: newQueue(), status: r.Status,
+		q: newQueue(), status: r.Status, lastPSeq: math.MinInt64,
 		log: b.log.With("run_id", r.RunID, "thread_id", r.ThreadID, "agent", r.AgentName, "provider_key", r.ProviderKey)}
 }
 
