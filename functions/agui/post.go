@@ -122,11 +122,11 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 	}
 	if thread != nil {
 		if err := door.CheckThread(*thread, agent, head, "thread", ""); err != nil {
-			var refusal *door.Error
-			if errors.As(err, &refusal) && refusal.Code == door.CodeMembershipRequired && len(in.ResumeEntries) > 0 &&
-				!door.MayRead(*thread, door.Viewer{Caller: callerKey}) {
+			if len(in.ResumeEntries) > 0 && !door.MayRead(*thread, door.Viewer{Caller: callerKey}) {
 				// A stranger's answer learns nothing: exactly an unknown
-				// thread's refusal (D16).
+				// thread's refusal (D16), through another agent's
+				// endpoint too, where the 409 would say the bound thread
+				// exists.
 				return outcome{}, unknownResumeThread(in.ThreadID)
 			}
 			return outcome{}, err
