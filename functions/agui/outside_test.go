@@ -350,3 +350,23 @@ func TestOutsideOfferAnsweredLate(t *testing.T) {
 		t.Fatalf("counted %+v", q)
 	}
 }
+
+// A Last-Event-ID past every seq a run can hold (seqs are 32-bit in the
+// record) resumes after everything: on an ended run the stream ends at
+// once with no event, as it does for the largest seq, instead of staying
+// open on keep-alives for good.
+func TestOutsideLastEventIDPastEverySeq(t *testing.T) {
+	h, p, url := echoDoor(t)
+	srv := startDoor(t, h, nil)
+	s := openStream(t, "POST", url, input("t", "r", ""), nil)
+	f := p.Offer()
+	p.Accept(f.RunID)
+	p.Complete(f.RunID, *f.ThreadID)
+	s.rest()
+	h.WaitStatus(f.RunID, run.Completed)
+	for _, last := range []string{"2147483647", "2147483648", "999999999999999999"} {
+		if fs := r2(t, srv, f.RunID, last); len(events(fs)) != 0 {
+			t.Fatalf("after %s: %+v", last, fs)
+		}
+	}
+}
