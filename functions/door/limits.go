@@ -2,6 +2,7 @@ package door
 
 import (
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -62,6 +63,10 @@ const MaxHeaderBytes = 64 << 10
 // ParseLastEventID reads a resume position (an SSE id: a stored event's
 // seq): a non-negative decimal integer of at most 18 digits, surrounding
 // space allowed. ok is false for anything else, which the doors refuse.
+// A position past the largest seq a run can hold (run_events.seq is a
+// 32-bit integer) reads as that largest one: it is after every event, and
+// a larger one could never be compared with a seq in the record (the read
+// fails, and a stream would retry it for good).
 func ParseLastEventID(raw string) (n int, ok bool) {
 	raw = strings.TrimSpace(raw)
 	if raw == "" || len(raw) > 18 {
@@ -73,5 +78,8 @@ func ParseLastEventID(raw string) (n int, ok bool) {
 		}
 	}
 	v, err := strconv.Atoi(raw)
-	return v, err == nil
+	return min(v, MaxSeq), err == nil
 }
+
+// MaxSeq is the largest seq a run's event can have (run_events.seq).
+const MaxSeq = math.MaxInt32
