@@ -141,9 +141,11 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 		s.handle(ctx, c, frame, querySlots, queries)
 	}, func(data []byte, reason string) {
 		// A report tied to its run is refused naming it; an event whose
-		// own bytes failed the check is a malformed event (D15, D18).
+		// own bytes failed the check is a malformed event (D15, D18). A
+		// frame that is not text is the frame's defect, never its
+		// event's: failing the run would blame the agent's output.
 		runID, inEvent := wire.RefusedReport(data)
-		if inEvent {
+		if inEvent && reason != wsconn.RefusedNotText {
 			s.Broker.MalformedEvent(c, runID, errors.New(reason))
 			return
 		}

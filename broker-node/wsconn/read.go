@@ -44,6 +44,10 @@ func Release(buf *bytes.Buffer) {
 	frames.Put(buf)
 }
 
+// RefusedNotText is the reason ReadLoop refuses a frame that is not a
+// text message with: a defect of the frame, whatever its bytes hold.
+const RefusedNotText = "unparseable frame"
+
 // ReadLoop reads ws's frames in arrival order until a read fails or closed
 // is closed, and returns the read's error (nil when closed ended it). Each
 // text frame that passes the doors' strict JSON check (a repeated key,
@@ -72,7 +76,7 @@ func ReadLoop(ws *websocket.Conn, closed <-chan struct{}, handle func(frame []by
 		}
 		switch {
 		case kind != websocket.TextMessage:
-			refuse(buf.Bytes(), "unparseable frame")
+			refuse(buf.Bytes(), RefusedNotText)
 		default:
 			if err := strictjson.Check(buf.Bytes(), 0); err != nil && !errors.Is(err, strictjson.ErrMalformed) {
 				refuse(buf.Bytes(), "frame refused: "+err.Error())
