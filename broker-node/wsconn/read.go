@@ -46,7 +46,7 @@ func Release(buf *bytes.Buffer) {
 
 // RefusedNotText is the reason ReadLoop refuses a frame that is not a
 // text message with: a defect of the frame, whatever its bytes hold.
-const RefusedNotText = "unparseable frame"
+const RefusedNotText = "frame refused: not a text message (frames are JSON text)"
 
 // ReadLoop reads ws's frames in arrival order until a read fails or closed
 // is closed, and returns the read's error (nil when closed ended it). Each

@@ -79,7 +79,7 @@ func TestReadLoopHandlesOrRefusesEveryFrame(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Code != websocket.CloseNormalClosure {
 		t.Fatalf("ended with %v, want the peer's close frame", err)
 	}
-	want := []string{`handle {"type":"a"}`, "refuse unparseable frame", "", `handle not json`, `handle {"type":"e"}`}
+	want := []string{`handle {"type":"a"}`, "refuse " + wsconn.RefusedNotText, "", `handle not json`, `handle {"type":"e"}`}
 	if len(got) != len(want) {
 		t.Fatalf("got %q", got)
 	}
