@@ -59,6 +59,40 @@ func TestOutsideProviderSeqFromZero(t *testing.T) {
 	}
 }
 
+// A provider whose seqs do not grow in the order it sends (1, 3, 2, …)
+// loses none of its events: a seq is a resend guard matched exactly
+// (design.md D7), so each event the store does not hold is stored, in
+// arrival order, and the caller sees every one.
+func TestOutsideProviderSeqsOutOfOrder(t *testing.T) {
+	h, p, url := echoDoor(t)
+	s := openStream(t, "POST", url, input("t", "r", ""), nil)
+	f := p.Offer()
+	p.Accept(f.RunID)
+	evs := []struct {
+		seq int64
+		ev  string
+	}{
+		{1, runStartedFor(f)},
+		{3, `{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`},
+		{2, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hello"}`},
+		{2, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hello"}`}, // a resend
+		{5, `{"type":"TEXT_MESSAGE_END","messageId":"m1"}`},
+		{4, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID)},
+	}
+	for _, e := range evs {
+		sendSeq(p, f.RunID, e.seq, e.ev)
+	}
+	p.Finish(f.RunID)
+	fs := s.rest()
+	if got, want := typesOf(t, fs), []string{"RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "RUN_FINISHED"}; !slices.Equal(got, want) {
+		t.Fatalf("the caller saw %v, want %v", got, want)
+	}
+	h.WaitStatus(f.RunID, run.Completed)
+	if n := len(h.Events(f.RunID)); n != 5 {
+		t.Fatalf("%d events stored, want 5", n)
+	}
+}
+
 // oddRound is a round a stranger's provider may send: text chunks with no
 // TEXT_MESSAGE_START, two messages interleaved, a state snapshot, an event
 // type funduq does not know, and a resend (a repeated provider seq) —
