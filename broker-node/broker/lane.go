@@ -76,10 +76,11 @@ type lane struct {
 	errReason  string
 	interrupts json.RawMessage
 	events     []json.RawMessage // this round's events, for folding
-	// lastPSeq is the highest provider seq this round stored: math.MinInt64
-	// before any, since the wire gives seq no origin and a provider may
-	// number from 0 (or below); a zero start took its first event for a
-	// resend and dropped it unanswered.
+	// lastPSeq is the highest provider seq this round has seen stored:
+	// math.MinInt64 before any, since the wire gives seq no origin and a
+	// provider may number from 0 (or below). An event at or below it is
+	// not counted towards the run's event limit (it may be a resend); the
+	// store alone decides what is one (admit).
 	lastPSeq int64
 	// gaveUpOn is the key an offer of this run lapsed on: a report from it
 	// afterwards is an answer funduq had stopped waiting for (answered_late).

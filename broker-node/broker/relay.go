@@ -17,9 +17,10 @@ func (l *lane) onEvents(ctx context.Context, link *linkState, batch []eventCmd, 
 }
 
 // admitted is a batch of provider events read in order: what to store
-// (validated, within the run's limits, resends skipped), their infos, the
-// highest provider seq among them, and, when one event stopped the batch,
-// why (the events before it are still stored, then the run fails).
+// (validated, within the run's limits; the store skips resends), their
+// infos, the highest provider seq seen so far, and, when one event stopped
+// the batch, why (the events before it are still stored, then the run
+// fails).
 type admitted struct {
 	evs      []store.NewEvent
 	infos    []agui.Info
@@ -33,6 +34,7 @@ type admitted struct {
 
 func (l *lane) admit(batch []eventCmd) admitted {
 	a := admitted{evs: make([]store.NewEvent, 0, len(batch)), infos: make([]agui.Info, 0, len(batch)), pseq: l.lastPSeq}
+	counted := 0
 	for i, c := range batch {
 		err := c.bad
 		var info agui.Info
@@ -43,16 +45,20 @@ func (l *lane) admit(batch []eventCmd) admitted {
 			a.stop, a.stopErr, a.stopFrom, a.stopAt = run.ReasonMalformedEvent, err, c.link, i
 			break
 		}
-		if c.pseq != nil {
-			if *c.pseq <= a.pseq {
-				continue // a resend of an event already stored
+		// A provider seq is a resend guard matched exactly, by the store
+		// (design.md D7): one at or below the highest seen may be a resend
+		// or an event sent out of order, which the store alone can tell.
+		// Only the ones above it count towards the run's event limit, so
+		// a resent report does not fail a run near its limit.
+		fresh := c.pseq == nil || *c.pseq > a.pseq
+		if fresh {
+			if reason, err := l.b.set.Limits.check(c.ev, len(l.events)+counted); reason != "" { // limits.go
+				a.stop, a.stopErr, a.stopFrom, a.stopAt = reason, err, c.link, i
+				break
 			}
+			counted++
 		}
-		if reason, err := l.b.set.Limits.check(c.ev, len(l.events)+len(a.evs)); reason != "" { // limits.go
-			a.stop, a.stopErr, a.stopFrom, a.stopAt = reason, err, c.link, i
-			break
-		}
-		if c.pseq != nil {
+		if c.pseq != nil && *c.pseq > a.pseq {
 			a.pseq = *c.pseq
 		}
 		a.evs = append(a.evs, store.NewEvent{Event: c.ev, ProviderSeq: c.pseq})
@@ -64,8 +70,7 @@ func (l *lane) admit(batch []eventCmd) admitted {
 
 // split cuts a at its j-th event: what comes before it and the rest, each
 // as admit would have read it alone after the events before it were
-// stored (the provider seqs only grow along a, so each part's highest is
-// its last).
+// stored (each part's pseq is the highest seen up to its end).
 func (a admitted) split(j int, base int64) (before, rest admitted) {
 	before = admitted{evs: a.evs[:j], infos: a.infos[:j], idx: a.idx[:j], pseq: base}
 	for _, e := range before.evs {
