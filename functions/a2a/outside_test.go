@@ -1053,7 +1053,7 @@ func TestOutsideMalformedJSONRPC(t *testing.T) {
 			"params a string":           {`{"jsonrpc":"2.0","id":5,"method":"` + get + `","params":"x"}`, a2a.CodeInvalidParams, "5", 0},
 			"params null":               {`{"jsonrpc":"2.0","id":5,"method":"` + get + `","params":null}`, a2a.CodeInvalidParams, "5", 0},
 			"id of a wrong type":        {`{"jsonrpc":"2.0","id":5,"method":"` + get + `","params":{"id":7}}`, a2a.CodeInvalidParams, "5", 0},
-			"historyLength a string":    {`{"jsonrpc":"2.0","id":5,"method":"` + get + `","params":{"id":"x","historyLength":"2"}}`, a2a.CodeInvalidParams, "5", 0},
+			"historyLength a string":    {`{"jsonrpc":"2.0","id":5,"method":"` + get + `","params":{"id":"x","historyLength":"two"}}`, a2a.CodeInvalidParams, "5", 0},
 			"historyLength negative":    {`{"jsonrpc":"2.0","id":5,"method":"` + get + `","params":{"id":"x","historyLength":-1}}`, a2a.CodeInvalidParams, "5", 0},
 			"send without message":      {`{"jsonrpc":"2.0","id":6,"method":"` + send + `","params":{"configuration":{}}}`, a2a.CodeInvalidParams, "6", 0},
 			"stream with bad params":    {`{"jsonrpc":"2.0","id":6,"method":"` + stream + `","params":{"message":{"messageId":"m","role":"user","parts":[]}}}`, a2a.CodeInvalidParams, "6", 0},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -277,4 +278,40 @@ func marshalResponse(id json.RawMessage, result any, e *RPCError) []byte {
 		return []byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"internal error"}}`)
 	}
 	return bytes.TrimRight(buf.Bytes(), "\n")
+}
+
+// readCount reads a count param (historyLength, pageSize) the way
+// ProtoJSON reads an int32, since A2A 1.0 clients encode through it: a
+// JSON number with an integral value (2, 2.0, 2e0) or such a number as a
+// string ("2"). Absent or null: ok is false. Past the int32 range, as
+// ProtoJSON does, or anything else, it is -32602 naming the param (name),
+// never another one.
+func readCount(raw json.RawMessage, name string) (n int, ok bool, e *RPCError) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || firstByte(raw) == 'n' {
+		return 0, false, nil
+	}
+	bad := rpcErr(CodeInvalidParams, "%s must be a non-negative integer", name)
+	num := raw
+	if raw[0] == '"' {
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			return 0, false, bad
+		}
+		num = []byte(s)
+	}
+	if len(num) == 0 || num[0] != '-' && (num[0] < '0' || num[0] > '9') || !json.Valid(num) {
+		return 0, false, bad
+	}
+	f, err := strconv.ParseFloat(string(num), 64)
+	if err != nil && !math.IsInf(f, 0) || f != math.Trunc(f) {
+		return 0, false, bad
+	}
+	if f < 0 {
+		return 0, false, rpcErr(CodeInvalidParams, "%s must not be negative", name)
+	}
+	if f > math.MaxInt32 {
+		return 0, false, rpcErr(CodeInvalidParams, "%s must be at most %d", name, math.MaxInt32)
+	}
+	return int(f), true, nil
 }

@@ -58,22 +58,28 @@ func ParseSendParams(params json.RawMessage) (SendParams, *RPCError) {
 		p.Metadata = raw
 	}
 	if raw, ok := obj["configuration"]; ok && firstByte(raw) != 'n' {
-		var cfg struct {
-			Blocking          *bool `json:"blocking"`
-			ReturnImmediately *bool `json:"returnImmediately"`
-			HistoryLength     *int  `json:"historyLength"`
-		}
+		var cfg map[string]json.RawMessage
 		if firstByte(raw) != '{' || json.Unmarshal(raw, &cfg) != nil {
-			return p, rpcErr(CodeInvalidParams, "params.configuration must be an object (blocking, returnImmediately booleans; historyLength an integer)")
+			return p, rpcErr(CodeInvalidParams, "params.configuration must be an object")
 		}
-		if cfg.Blocking != nil && !*cfg.Blocking || cfg.ReturnImmediately != nil && *cfg.ReturnImmediately {
-			p.Blocking = false
-		}
-		if cfg.HistoryLength != nil {
-			if *cfg.HistoryLength < 0 {
-				return p, rpcErr(CodeInvalidParams, "params.configuration.historyLength must not be negative")
+		for _, key := range []string{"blocking", "returnImmediately"} {
+			var b bool
+			if v := cfg[key]; len(v) > 0 && firstByte(v) != 'n' {
+				if json.Unmarshal(v, &b) != nil {
+					return p, rpcErr(CodeInvalidParams, "params.configuration.%s must be a boolean", key)
+				}
+				if key == "blocking" && !b || key == "returnImmediately" && b {
+					p.Blocking = false
+				}
 			}
-			p.HistoryLength = *cfg.HistoryLength
+		}
+		// A count as ProtoJSON writes it (readCount).
+		n, ok, e := readCount(cfg["historyLength"], "params.configuration.historyLength")
+		if e != nil {
+			return p, e
+		}
+		if ok {
+			p.HistoryLength = n
 		}
 	}
 	raw, ok := obj["message"]

@@ -22,23 +22,22 @@ type taskParams struct {
 
 func parseTaskParams(params json.RawMessage) (taskParams, *RPCError) {
 	p := taskParams{HistoryLength: -1}
-	var raw struct {
-		ID            *string         `json:"id"`
-		HistoryLength *int            `json:"historyLength"`
-		Metadata      json.RawMessage `json:"metadata"`
+	var raw map[string]json.RawMessage
+	if json.Unmarshal(params, &raw) != nil {
+		return p, rpcErr(CodeInvalidParams, "params must be an object")
 	}
-	if json.Unmarshal(params, &raw) != nil || raw.ID == nil || *raw.ID == "" {
+	if id := raw["id"]; firstByte(id) != '"' || json.Unmarshal(id, &p.ID) != nil || p.ID == "" {
 		return p, rpcErr(CodeInvalidParams, "params.id must be the task id (a non-empty string)")
 	}
-	p.ID = *raw.ID
-	if raw.HistoryLength != nil {
-		if *raw.HistoryLength < 0 {
-			return p, rpcErr(CodeInvalidParams, "params.historyLength must not be negative")
-		}
-		p.HistoryLength = *raw.HistoryLength
+	// Each param's refusal names that param: a count sent in a form the
+	// door does not read is not a wrong task id.
+	if n, ok, e := readCount(raw["historyLength"], "params.historyLength"); e != nil {
+		return p, e
+	} else if ok {
+		p.HistoryLength = n
 	}
-	if len(raw.Metadata) > 0 && firstByte(raw.Metadata) != 'n' {
-		if firstByte(raw.Metadata) != '{' || json.Unmarshal(raw.Metadata, &p.Metadata) != nil {
+	if md := raw["metadata"]; len(md) > 0 && firstByte(md) != 'n' {
+		if firstByte(md) != '{' || json.Unmarshal(md, &p.Metadata) != nil {
 			return p, rpcErr(CodeInvalidParams, "params.metadata must be an object")
 		}
 	}
@@ -189,17 +188,40 @@ func (c *call) subscribe() {
 // newest status first, paged by an offset token.
 func (c *call) list() {
 	var p struct {
-		ContextID            string `json:"contextId"`
-		Status               string `json:"status"`
-		PageSize             *int   `json:"pageSize"`
-		PageToken            string `json:"pageToken"`
-		HistoryLength        *int   `json:"historyLength"`
-		StatusTimestampAfter string `json:"statusTimestampAfter"`
-		IncludeArtifacts     bool   `json:"includeArtifacts"`
+		ContextID, Status, PageToken, StatusTimestampAfter string
+		IncludeArtifacts                                   bool
 	}
-	if err := json.Unmarshal(c.req.Params, &p); err != nil {
-		c.h.writeRPC(c.w, c.req.ID, nil, rpcErr(CodeInvalidParams, "params: %v", err))
+	var raw map[string]json.RawMessage
+	if json.Unmarshal(c.req.Params, &raw) != nil {
+		c.h.writeRPC(c.w, c.req.ID, nil, rpcErr(CodeInvalidParams, "params must be an object"))
 		return
+	}
+	// Each field read on its own, so a refusal names it in the door's
+	// words (D13: one error envelope), and counts read as ProtoJSON
+	// writes them.
+	for key, into := range map[string]*string{"contextId": &p.ContextID, "status": &p.Status,
+		"pageToken": &p.PageToken, "statusTimestampAfter": &p.StatusTimestampAfter} {
+		if v := raw[key]; len(v) > 0 && firstByte(v) != 'n' && (firstByte(v) != '"' || json.Unmarshal(v, into) != nil) {
+			c.h.writeRPC(c.w, c.req.ID, nil, rpcErr(CodeInvalidParams, "params.%s must be a string", key))
+			return
+		}
+	}
+	if v := raw["includeArtifacts"]; len(v) > 0 && firstByte(v) != 'n' && json.Unmarshal(v, &p.IncludeArtifacts) != nil {
+		c.h.writeRPC(c.w, c.req.ID, nil, rpcErr(CodeInvalidParams, "params.includeArtifacts must be a boolean"))
+		return
+	}
+	pageSize, hasPageSize, e := readCount(raw["pageSize"], "params.pageSize")
+	if e != nil {
+		c.h.writeRPC(c.w, c.req.ID, nil, e)
+		return
+	}
+	hl, hasHL, e := readCount(raw["historyLength"], "params.historyLength")
+	if e != nil {
+		c.h.writeRPC(c.w, c.req.ID, nil, e)
+		return
+	}
+	if !hasHL {
+		hl = -1
 	}
 	type page struct {
 		Tasks         []wireTask `json:"tasks"`
@@ -209,8 +231,8 @@ func (c *call) list() {
 	}
 	empty := page{Tasks: []wireTask{}}
 	size := 50
-	if p.PageSize != nil && *p.PageSize > 0 {
-		size = min(*p.PageSize, 1000)
+	if hasPageSize && pageSize > 0 {
+		size = min(pageSize, 1000)
 	}
 	offset := 0
 	if p.PageToken != "" {
@@ -240,10 +262,6 @@ func (c *call) list() {
 			return
 		}
 		afterTS = t
-	}
-	hl := -1
-	if p.HistoryLength != nil && *p.HistoryLength >= 0 {
-		hl = *p.HistoryLength
 	}
 	if p.ContextID == "" {
 		c.result(empty)
