@@ -124,3 +124,40 @@ func TestOutsideCountsInEveryJSONForm(t *testing.T) {
 		})
 	}
 }
+
+// A text part whose text is missing or not a string is a malformed text
+// part, refused -32602 naming it — not -32005 "only text parts are
+// supported; got text", which tells the caller its text part is not one.
+// A part of another kind is still -32005 naming its kind (doors.md §A2A
+// step 7). Nothing is written either way.
+func TestOutsideTextPartWithoutText(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	srv := startDoor(t, h, nil)
+	for _, v := range []string{"", "1.0"} {
+		c := newClient(t, srv, p.Key, "echo", v)
+		role := `"user"`
+		if v == "1.0" {
+			role = `"ROLE_USER"`
+		}
+		send := func(parts string) rpcResp {
+			t.Helper()
+			return c.rawCall(fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":%q,"params":{"message":{"messageId":"tp","role":%s,"parts":%s}}}`,
+				methodOf(v, "message/send"), role, parts), nil)
+		}
+		for _, parts := range []string{`[{"kind":"text"}]`, `[{"type":"text","text":5}]`, `[{"text":null}]`,
+			`[{"text":"a"},{"kind":"text","text":["b"]}]`} {
+			r := send(parts)
+			if r.Error == nil || r.Error.Code != -32602 || !strings.Contains(r.Error.Message, "text") || strings.Contains(r.Error.Message, "only text parts") {
+				t.Errorf("v%s parts %s: %+v, want -32602 naming the part's text", v, parts, r.Error)
+			}
+		}
+		if r := send(`[{"kind":"file","file":{"uri":"https://example.com/a.png"}}]`); r.Error == nil || r.Error.Code != -32005 || !strings.Contains(r.Error.Message, "file") {
+			t.Errorf("v%s a file part: %+v, want -32005 naming file", v, r.Error)
+		}
+	}
+	if n := count(t, h, "runs"); n != 0 {
+		t.Errorf("%d runs written", n)
+	}
+}
