@@ -180,6 +180,13 @@ func parseMessage(raw json.RawMessage) (InboundMessage, *RPCError) {
 				}
 			}
 		}
+		// A text part (by its kind, or by a text member) without a string
+		// text is a malformed text part, not an unsupported kind: saying
+		// "only text parts are supported; got text" would tell the caller
+		// nothing it can fix.
+		if _, hasText := p["text"]; k == "text" || k == "" && hasText {
+			return m, rpcErr(CodeInvalidParams, "params.message.parts[%d].text must be a string", i)
+		}
 		if k == "" {
 			k = "unknown"
 		}
