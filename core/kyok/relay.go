@@ -124,9 +124,7 @@ var ErrNotChatRequest = errors.New("not a chat-completion request")
 // a non-empty "messages" array of objects each with a string "role".
 // Extension keys pass through.
 func ValidateChatRequest(body []byte) error {
-	var req struct {
-		Messages []json.RawMessage `json:"messages"`
-	}
+	var messages []json.RawMessage
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(body, &probe); err != nil || probe == nil {
 		return fmt.Errorf("%w: the body must be a JSON object", ErrNotChatRequest)
@@ -135,10 +133,11 @@ func ValidateChatRequest(body []byte) error {
 	if !ok || model == "" {
 		return fmt.Errorf("%w: \"model\" must be a non-empty string", ErrNotChatRequest)
 	}
-	if json.Unmarshal(body, &req) != nil || len(req.Messages) == 0 {
+	// The exact key, as the LLM provider reads it (StreamRequested).
+	if json.Unmarshal(probe["messages"], &messages) != nil || len(messages) == 0 {
 		return fmt.Errorf("%w: \"messages\" must be a non-empty array", ErrNotChatRequest)
 	}
-	for i, m := range req.Messages {
+	for i, m := range messages {
 		var msg map[string]json.RawMessage
 		if json.Unmarshal(m, &msg) != nil || msg == nil {
 			return fmt.Errorf("%w: messages[%d] must be an object", ErrNotChatRequest, i)
@@ -150,22 +149,28 @@ func ValidateChatRequest(body []byte) error {
 	return nil
 }
 
-// StreamRequested reports body's "stream": true.
+// StreamRequested reports body's "stream": true. Members are matched by
+// their exact key, as the LLM provider reads them (encoding/json's
+// case-insensitive match would take "Stream" for "stream").
 func StreamRequested(body []byte) bool {
-	var req struct {
-		Stream bool `json:"stream"`
-	}
-	_ = json.Unmarshal(body, &req)
-	return req.Stream
+	var stream bool
+	_ = json.Unmarshal(member(body, "stream"), &stream)
+	return stream
 }
 
 // ModelOf reads body's "model" ("" when absent).
 func ModelOf(body []byte) string {
-	var req struct {
-		Model string `json:"model"`
+	model, _ := jsonString(member(body, "model"))
+	return model
+}
+
+// member is body's member key, matched exactly (nil when absent).
+func member(body []byte, key string) json.RawMessage {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(body, &obj) != nil {
+		return nil
 	}
-	_ = json.Unmarshal(body, &req)
-	return req.Model
+	return obj[key]
 }
 
 // ValidateChunk checks data is an object that reads as an OpenAI
