@@ -152,10 +152,10 @@ func (h *Handler) rpc(w http.ResponseWriter, r *http.Request) {
 		h.writeRPC(w, req.ID, nil, perr)
 		return
 	}
-	v, ok := ParseVersion(r.Header.Get(VersionHeader))
+	stated := requestedVersion(r)
+	v, ok := ParseVersion(stated)
 	if !ok {
-		h.writeRPC(w, req.ID, nil, rpcErr(CodeVersionNotSupported, "A2A-Version %q is not supported: this door speaks 0.3 and 1.0",
-			r.Header.Get(VersionHeader)))
+		h.writeRPC(w, req.ID, nil, rpcErr(CodeVersionNotSupported, "A2A-Version %q is not supported: this door speaks 0.3 and 1.0", stated))
 		return
 	}
 	m, ok := LookupMethod(v, req.Method)
@@ -188,6 +188,22 @@ func (h *Handler) rpc(w http.ResponseWriter, r *http.Request) {
 	case OpList:
 		c.list()
 	}
+}
+
+// requestedVersion is the version a request states: its A2A-Version
+// header, else an A2A-Version query parameter (A2A 1.0 §3.6.1, for a
+// client that cannot set headers; its name matched in any case), else ""
+// (0.3, §3.6.2).
+func requestedVersion(r *http.Request) string {
+	if hv := r.Header.Values(VersionHeader); len(hv) > 0 {
+		return hv[0]
+	}
+	for name, vals := range r.URL.Query() {
+		if strings.EqualFold(name, VersionHeader) && len(vals) > 0 {
+			return vals[0]
+		}
+	}
+	return ""
 }
 
 func otherVersion(v Version) Version {
