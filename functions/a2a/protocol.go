@@ -283,15 +283,24 @@ func marshalResponse(id json.RawMessage, result any, e *RPCError) []byte {
 // readCount reads a count param (historyLength, pageSize) the way
 // ProtoJSON reads an int32, since A2A 1.0 clients encode through it: a
 // JSON number with an integral value (2, 2.0, 2e0) or such a number as a
-// string ("2"). Absent or null: ok is false. Past the int32 range, as
-// ProtoJSON does, or anything else, it is -32602 naming the param (name),
-// never another one.
+// string ("2"). Absent or null: ok is false. Negative, past the int32
+// range, or anything else, it is -32602 naming the param (name), never
+// another one.
 func readCount(raw json.RawMessage, name string) (n int, ok bool, e *RPCError) {
+	n, ok, e = readInt32(raw, name)
+	if e == nil && n < 0 {
+		return 0, false, rpcErr(CodeInvalidParams, "%s must not be negative", name)
+	}
+	return n, ok, e
+}
+
+// readInt32 is readCount allowing a negative value.
+func readInt32(raw json.RawMessage, name string) (n int, ok bool, e *RPCError) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || firstByte(raw) == 'n' {
 		return 0, false, nil
 	}
-	bad := rpcErr(CodeInvalidParams, "%s must be a non-negative integer", name)
+	bad := rpcErr(CodeInvalidParams, "%s must be an integer", name)
 	num := raw
 	if raw[0] == '"' {
 		var s string
@@ -307,11 +316,8 @@ func readCount(raw json.RawMessage, name string) (n int, ok bool, e *RPCError) {
 	if err != nil && !math.IsInf(f, 0) || f != math.Trunc(f) {
 		return 0, false, bad
 	}
-	if f < 0 {
-		return 0, false, rpcErr(CodeInvalidParams, "%s must not be negative", name)
-	}
-	if f > math.MaxInt32 {
-		return 0, false, rpcErr(CodeInvalidParams, "%s must be at most %d", name, math.MaxInt32)
+	if f > math.MaxInt32 || f < math.MinInt32 {
+		return 0, false, rpcErr(CodeInvalidParams, "%s must be an integer of at most 32 bits", name)
 	}
 	return int(f), true, nil
 }

@@ -210,17 +210,18 @@ func (c *call) list() {
 		c.h.writeRPC(c.w, c.req.ID, nil, rpcErr(CodeInvalidParams, "params.includeArtifacts must be a boolean"))
 		return
 	}
-	pageSize, hasPageSize, e := readCount(raw["pageSize"], "params.pageSize")
+	// A negative count here limits nothing, as before (readInt32).
+	pageSize, _, e := readInt32(raw["pageSize"], "params.pageSize")
 	if e != nil {
 		c.h.writeRPC(c.w, c.req.ID, nil, e)
 		return
 	}
-	hl, hasHL, e := readCount(raw["historyLength"], "params.historyLength")
+	hl, hasHL, e := readInt32(raw["historyLength"], "params.historyLength")
 	if e != nil {
 		c.h.writeRPC(c.w, c.req.ID, nil, e)
 		return
 	}
-	if !hasHL {
+	if !hasHL || hl < 0 {
 		hl = -1
 	}
 	type page struct {
@@ -231,7 +232,7 @@ func (c *call) list() {
 	}
 	empty := page{Tasks: []wireTask{}}
 	size := 50
-	if hasPageSize && pageSize > 0 {
+	if pageSize > 0 {
 		size = min(pageSize, 1000)
 	}
 	offset := 0
