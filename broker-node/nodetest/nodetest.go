@@ -102,7 +102,10 @@ func startNode(t testing.TB, cfg config.Broker, prefix string, opts func(*node.O
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.AdvertiseURL = "http://" + ln.Addr().String()
+	direct := "http://" + ln.Addr().String()
+	if cfg.AdvertiseURL == "" {
+		cfg.AdvertiseURL = direct
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	o := node.Options{Logger: testLogger(t).With("test_node", cfg.NodeID), Clock: clock, RedisPrefix: prefix}
 	if opts != nil {
@@ -114,7 +117,7 @@ func startNode(t testing.TB, cfg config.Broker, prefix string, opts func(*node.O
 		t.Fatal(err)
 	}
 	n.IntakePoll = 200 * time.Millisecond
-	h := &Harness{t: t, Node: n, URL: cfg.AdvertiseURL, Clock: clock, Store: n.Store(), stop: cancel,
+	h := &Harness{t: t, Node: n, URL: direct, Clock: clock, Store: n.Store(), stop: cancel,
 		done: make(chan error, 1), Cfg: cfg, Prefix: prefix}
 	go func() { h.done <- n.Run(ctx, ln) }()
 	t.Cleanup(h.Shutdown)
@@ -125,8 +128,20 @@ func startNode(t testing.TB, cfg config.Broker, prefix string, opts func(*node.O
 // a standby while this one leads. It shares nothing else with h.
 func (h *Harness) Peer(nodeID string) *Harness {
 	h.t.Helper()
+	return h.PeerWith(nodeID, nil)
+}
+
+// PeerWith is Peer with the peer's configuration adjusted by mut: its own
+// store URLs (through a proxy the test can cut), its own advertised URL.
+// URL stays the node's own listener; an AdvertiseURL left empty is that too.
+func (h *Harness) PeerWith(nodeID string, mut func(*config.Broker)) *Harness {
+	h.t.Helper()
 	cfg := h.Cfg
 	cfg.NodeID = nodeID
+	cfg.AdvertiseURL = ""
+	if mut != nil {
+		mut(&cfg)
+	}
 	return startNode(h.t, cfg, h.Prefix, nil)
 }
 
