@@ -167,8 +167,11 @@ type sseEv struct {
 	data string
 }
 
-func failoverChaos(t *testing.T, seed uint64) {
-	rng := rand.New(rand.NewPCG(seed, 0xfa11))
+// chaosPair starts node-a (leading) and node-b (standby) behind their
+// gates, a balancer in front of them, two doors, and the lease tool's
+// environment. mut adjusts both nodes' settings.
+func chaosPair(t *testing.T, mut func(*config.Broker)) (a, b *chaosNode, lb string, doors []string, env map[string]string) {
+	t.Helper()
 	dbURL := storetest.URL(t)
 	_, prefix := redistest.Client(t)
 	redisURL := redistest.URL()
@@ -176,7 +179,7 @@ func failoverChaos(t *testing.T, seed uint64) {
 	mk := func(id string) *chaosNode {
 		return &chaosNode{id: id, pg: newGate(t, hostOf(t, dbURL)), redis: newGate(t, hostOf(t, redisURL)), link: newGate(t, "")}
 	}
-	a, b := mk("node-a"), mk("node-b")
+	a, b = mk("node-a"), mk("node-b")
 	settings := func(n *chaosNode) func(*config.Broker) {
 		return func(c *config.Broker) {
 			c.NodeID = n.id
@@ -184,15 +187,25 @@ func failoverChaos(t *testing.T, seed uint64) {
 			c.AdvertiseURL = n.front()
 			c.LeaseTTL, c.ProviderGrace, c.LinkGrace = chaosTTL, chaosGrace, chaosLink
 			c.ConsoleToken = chaosConsoleToken
+			if mut != nil {
+				mut(c)
+			}
 		}
 	}
 	a.h = nodetest.StartOn(t, withHost(t, dbURL, a.pg.addr()), withHost(t, redisURL, a.redis.addr()), prefix, settings(a), nil)
 	a.link.setTarget(hostOf(t, a.h.URL))
 	b.h = a.h.PeerWith(b.id, settings(b))
 	b.link.setTarget(hostOf(t, b.h.URL))
-	lb := leaderBalancer(t, balanced{a.ready, a.front()}, balanced{b.ready, b.front()})
-	doors := []string{chaosDoor(t, dbURL, redisURL, prefix), chaosDoor(t, dbURL, redisURL, prefix)}
-	env := map[string]string{"FUNDUQ_DATABASE_URL": dbURL, "FUNDUQ_REDIS_URL": redisURL, "FUNDUQ_REDIS_PREFIX": prefix}
+	lb = leaderBalancer(t, balanced{a.ready, a.front()}, balanced{b.ready, b.front()})
+	doors = []string{chaosDoor(t, dbURL, redisURL, prefix), chaosDoor(t, dbURL, redisURL, prefix)}
+	env = map[string]string{"FUNDUQ_DATABASE_URL": dbURL, "FUNDUQ_REDIS_URL": redisURL, "FUNDUQ_REDIS_PREFIX": prefix}
+
+	return a, b, lb, doors, env
+}
+
+func failoverChaos(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0xfa11))
+	a, b, lb, doors, env := chaosPair(t, nil)
 
 	// The providers.
 	sdkSigner, _ := identity.NewSignerFromSeedHex(nodetest.SeedHex(byte(0x10 + seed%100)))

@@ -213,4 +213,3 @@ func leaderBalancer(t testing.TB, nodes ...balanced) string {
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
-
