@@ -15,6 +15,9 @@ var (
 	ErrLost     = errors.New("lease lost: another holder or none")
 	ErrExpiring = errors.New("lease could not be renewed in time: stepping down before it can expire")
 	ErrHandover = errors.New("handing over the lease on request")
+	// ErrSteppedDown: Lead returned while the lease was still held (the
+	// leader could not take its epoch or keep writing).
+	ErrSteppedDown = errors.New("the leader stepped down")
 )
 
 // Elector campaigns for a lease and leads while it holds it.
@@ -32,7 +35,7 @@ type Elector struct {
 	// Margin is how long before the lease could expire a leader that has
 	// not renewed steps down; defaults to TTL/4.
 	Margin time.Duration
-	// Cooloff is how long a node that handed over waits before it
+	// Cooloff is how long a node that handed over or stepped down waits before it
 	// campaigns again, so a standby gets the lease (defaults to 2×RetryEvery).
 	Cooloff time.Duration
 
@@ -100,7 +103,12 @@ func (e *Elector) Run(ctx context.Context) error {
 			if err != nil {
 				e.Log.WarnContext(ctx, "lease campaign failed", "err", err)
 			} else if ok {
-				if cause := e.lead(ctx, sent, wake); errors.Is(cause, ErrHandover) {
+				// After a handover, and after a leader stepped down on its
+				// own (its store failing, design.md D13), a standby gets the
+				// lease first: campaigning again at once would mostly win it
+				// back, and a node that cannot reach PostgreSQL would keep it
+				// from one that can.
+				if cause := e.lead(ctx, sent, wake); errors.Is(cause, ErrHandover) || errors.Is(cause, ErrSteppedDown) {
 					cooloff = time.Now().Add(e.Cooloff)
 				}
 				continue
@@ -137,7 +145,7 @@ func (e *Elector) lead(ctx context.Context, acquiredAt time.Time, wake <-chan st
 		e.keep(lctx, cancel, acquiredAt, wake, log)
 	}()
 	e.Lead(lctx)
-	cancel(nil)
+	cancel(ErrSteppedDown) // the first cause stands: this one only if Lead returned on its own
 	wg.Wait()
 	cause := context.Cause(lctx)
 	e.mu.Lock()

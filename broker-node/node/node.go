@@ -300,12 +300,23 @@ func (n *Node) lead(ctx context.Context) {
 // leadUnder is the leader's work, under the lease's context: take a new
 // epoch (the fencing token, D10) and run the broker until leadership ends.
 func (n *Node) leadUnder(ctx context.Context) {
+	// Taking the epoch is the leader's first write, bound like every other
+	// (D13: one that cannot land within store_retry_for makes the leader
+	// step down): a node holding the lease without reaching PostgreSQL
+	// would otherwise keep renewing it, and a standby that can reach it
+	// would never lead (D10).
 	var epoch int64
-	err := retry(ctx, func() (err error) {
-		epoch, err = n.st.AdvanceEpoch(ctx, n.cfg.NodeID, n.cfg.AdvertiseURL)
+	tctx, cancel := context.WithTimeout(ctx, storeRetryFor(n.cfg.StoreRetryFor))
+	err := retry(tctx, func() (err error) {
+		epoch, err = n.st.AdvanceEpoch(tctx, n.cfg.NodeID, n.cfg.AdvertiseURL)
 		return err
 	})
+	cancel()
 	if err != nil {
+		if ctx.Err() == nil {
+			n.log.Error("could not take an epoch in time; giving the lease up", "err", err,
+				"store_retry_for", storeRetryFor(n.cfg.StoreRetryFor).String())
+		}
 		return
 	}
 	defer n.heartbeat(ctx, epoch)()
@@ -356,6 +367,14 @@ func (n *Node) heartbeat(ctx context.Context, epoch int64) (stop func()) {
 		// its last beat runs out.
 		beat(context.Background(), 0)
 	}
+}
+
+// storeRetryFor is FUNDUQ_STORE_RETRY_FOR with the broker's default.
+func storeRetryFor(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 30 * time.Second
+	}
+	return d
 }
 
 // retryBackoff paces retry: 50 ms doubling to 1.6 s, without jitter (one
