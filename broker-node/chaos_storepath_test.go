@@ -103,3 +103,46 @@ func TestLeaseGoesToTheNodeThatReachesTheDatabase(t *testing.T) {
 		})
 	}
 }
+
+// While the node holding the lease has not taken an epoch (it cannot reach
+// PostgreSQL yet), nobody leads: the previous leader fenced itself and the
+// holder writes nothing (D10). `lease status` must not name the holder as
+// leader under the previous leader's epoch; it says who holds the lease,
+// whose the epoch is, and that nobody leads.
+func TestLeaseStatusWhileTheHolderHasNoEpoch(t *testing.T) {
+	a, b, _, _, env := chaosPair(t, func(c *config.Broker) { c.StoreRetryFor = time.Minute })
+	first := leaderEpoch(t, a.h)
+	b.pg.cutAll()
+	var out, errb bytes.Buffer
+	// The wait ends without a new epoch: node-b holds the lease, stuck.
+	run([]string{"lease", "handover", "--wait", "1s"}, env, &out, &errb)
+	var ls leaseStatus
+	until(chaosGuard, func() bool {
+		out.Reset()
+		run([]string{"lease", "status", "--json"}, env, &out, &errb)
+		return json.Unmarshal(out.Bytes(), &ls) == nil && ls.Node == b.id
+	})
+	if ls.Node != b.id {
+		t.Fatalf("node-b never held the lease: %s", out.String())
+	}
+	var fields map[string]any
+	_ = json.Unmarshal(out.Bytes(), &fields)
+	if ls.Leading || ls.Epoch != first || fields["epochNode"] != a.id || ls.AdvertiseURL != "" {
+		t.Errorf("lease status --json while node-b holds the lease without an epoch: %s; want leading false, epoch %d of %s", strings.TrimSpace(out.String()), first, a.id)
+	}
+	out.Reset()
+	run([]string{"lease", "status"}, env, &out, &errb)
+	if text := out.String(); strings.Contains(text, "leader:    node-b") || !strings.Contains(text, "nobody leads") || !strings.Contains(text, "node-b") {
+		t.Errorf("lease status while node-b holds the lease without an epoch:\n%s", text)
+	}
+	// Once node-b reaches its database it takes the epoch and leads.
+	b.pg.restore()
+	epoch := leaderEpoch(t, b.h)
+	out.Reset()
+	run([]string{"lease", "status", "--json"}, env, &out, &errb)
+	fields = nil
+	if err := json.Unmarshal(out.Bytes(), &ls); err != nil || json.Unmarshal(out.Bytes(), &fields) != nil || !ls.Leading || ls.Node != b.id ||
+		ls.Epoch != epoch || fields["epochNode"] != nil {
+		t.Errorf("lease status once node-b leads: %s (%v)", strings.TrimSpace(out.String()), err)
+	}
+}
