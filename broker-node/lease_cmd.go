@@ -26,9 +26,15 @@ handover  ask the leader to hand the lease over (it tells its providers to recon
 `
 
 // leaseStatus is what `lease status` prints.
+//
+// Leading is true only while the lease holder has taken the current epoch:
+// between a takeover of the lease and its epoch (a holder that cannot reach
+// PostgreSQL yet) nobody's writes land (D10), so nobody leads. Node is the
+// lease holder either way; EpochNode names whose the epoch still is then.
 type leaseStatus struct {
 	Leading      bool   `json:"leading"`
 	Node         string `json:"node,omitempty"`
+	EpochNode    string `json:"epochNode,omitempty"`
 	Epoch        int64  `json:"epoch"`
 	AdvertiseURL string `json:"advertiseUrl,omitempty"`
 	LeaseLeftMS  int64  `json:"leaseLeftMs,omitempty"`
@@ -104,9 +110,11 @@ func leaseCmd(ctx context.Context, args []string, environ map[string]string, std
 		if err != nil {
 			return leaseStatus{}, err
 		}
-		s.Leading, s.Node, s.LeaseLeftMS = true, h.NodeID, h.Left.Milliseconds()
+		s.Node, s.LeaseLeftMS = h.NodeID, h.Left.Milliseconds()
 		if h.NodeID == l.Holder {
-			s.AdvertiseURL, s.Since = l.AdvertiseURL, l.AcquiredAt.UTC().Format(time.RFC3339)
+			s.Leading, s.AdvertiseURL, s.Since = true, l.AdvertiseURL, l.AcquiredAt.UTC().Format(time.RFC3339)
+		} else {
+			s.EpochNode = l.Holder
 		}
 		return s, nil
 	}
@@ -118,8 +126,14 @@ func leaseCmd(ctx context.Context, args []string, environ map[string]string, std
 		if asJSON {
 			return json.NewEncoder(stdout).Encode(s)
 		}
-		if !s.Leading {
+		if s.Node == "" {
 			fmt.Fprintf(stdout, "nobody holds the lease (last epoch %d): runs wait queued until a node takes it\n", s.Epoch)
+			return nil
+		}
+		if !s.Leading {
+			fmt.Fprintf(stdout, "nobody leads: %s holds the lease (%s left) and has not taken an epoch yet; epoch %d is %s's, "+
+				"whose writes are fenced. Runs wait queued until the holder takes an epoch, or gives the lease up "+
+				"after FUNDUQ_STORE_RETRY_FOR\n", s.Node, (time.Duration(s.LeaseLeftMS) * time.Millisecond).String(), s.Epoch, s.EpochNode)
 			return nil
 		}
 		fmt.Fprintf(stdout, "leader:    %s\nepoch:     %d\nadvertise: %s\nsince:     %s\nlease:     %s left\n",
@@ -130,13 +144,19 @@ func leaseCmd(ctx context.Context, args []string, environ map[string]string, std
 	if err != nil {
 		return err
 	}
-	if !before.Leading {
+	// A holder that has not taken an epoch yet can be asked too: it gives
+	// the lease up, and a standby that reaches PostgreSQL may take it.
+	if before.Node == "" {
 		return errors.New("nobody holds the lease: there is nothing to hand over")
 	}
 	if _, err := lease.RequestHandover(ctx, rdb, node.LeaseChannel(prefix)); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "asked %s (epoch %d) to hand over\n", before.Node, before.Epoch)
+	if before.Leading {
+		fmt.Fprintf(stdout, "asked %s (epoch %d) to hand over\n", before.Node, before.Epoch)
+	} else {
+		fmt.Fprintf(stdout, "asked %s (holding the lease without an epoch) to hand over\n", before.Node)
+	}
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	tick := time.NewTicker(100 * time.Millisecond)
