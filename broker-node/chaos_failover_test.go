@@ -15,6 +15,8 @@ package main
 //	FUNDUQ_FAILOVER_SEEDS=1-40 go test -race -count=1 -run TestFailoverChaos ./broker-node/
 //	go test -race -count=1 -run TestFailoverChaos ./broker-node/ -failover.seeds=17
 //
+// FUNDUQ_FAILOVER_RUNS sets the runs per seed (default 6–10, seeded).
+//
 // A seed fixes the schedule (which runs start when, at which door, for which
 // provider; the raw provider's manners; the fault and its moment), not the
 // interleaving of goroutines.
@@ -212,7 +214,7 @@ func failoverChaos(t *testing.T, seed uint64) {
 	rawSigner, _ := identity.NewSignerFromSeedHex(nodetest.SeedHex(byte(0x90 + seed%100)))
 	var sdkCap *int
 	if c := rng.IntN(4); c > 0 {
-		sdkCap = nodetest.Limit(c + 1)
+		sdkCap = nodetest.Limit(c)
 	}
 	sdkEvents := 1 + rng.IntN(5)
 	sdkGap := time.Duration(rng.IntN(80)) * time.Millisecond
@@ -256,7 +258,11 @@ func failoverChaos(t *testing.T, seed uint64) {
 	})
 
 	// The schedule.
-	callers := make([]*chaosCaller, 6+rng.IntN(5))
+	nruns := 6 + rng.IntN(5)
+	if v, err := strconv.Atoi(os.Getenv("FUNDUQ_FAILOVER_RUNS")); err == nil && v > 0 {
+		nruns = v
+	}
+	callers := make([]*chaosCaller, nruns)
 	for i := range callers {
 		c := &chaosCaller{n: i + 1, at: time.Duration(rng.Int64N(int64(chaosSpan))), door: rng.IntN(2), agent: "sdk"}
 		if rng.IntN(2) == 1 {
