@@ -253,8 +253,10 @@ func failoverChaos(t *testing.T, seed uint64) {
 	raw.start()
 	defer raw.close()
 	<-client.Ready()
-	a.h.Eventually("both providers serve", func() bool {
-		return a.h.Node.Broker.Snapshot().Links >= 2
+	a.h.Eventually("both providers are registered", func() bool {
+		raw.mu.Lock()
+		defer raw.mu.Unlock()
+		return raw.cur != nil
 	})
 
 	// The schedule.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,5 +145,91 @@ func TestLeaseStatusWhileTheHolderHasNoEpoch(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &ls); err != nil || json.Unmarshal(out.Bytes(), &fields) != nil || !ls.Leading || ls.Node != b.id ||
 		ls.Epoch != epoch || fields["epochNode"] != nil {
 		t.Errorf("lease status once node-b leads: %s (%v)", strings.TrimSpace(out.String()), err)
+	}
+}
+
+// A provider that goes away with the leader (its host died too) never
+// re-adopts its runs: each one it held must end once the new leader's
+// provider_grace has run out (D7: orphaned_by_funduq_restart, with a
+// terminal RUN_ERROR), whichever way the leader went, and its callers'
+// streams must end with that error. Nothing stays running.
+func TestHeldRunsEndWhenTheProviderGoesWithTheLeader(t *testing.T) {
+	for _, kind := range []string{"cut", "freeze", "handover"} {
+		t.Run(kind, func(t *testing.T) {
+			a, b, lb, doors, env := chaosPair(t, nil)
+			s, _ := identity.NewSignerFromSeedHex(nodetest.SeedHex(0x6e))
+			raw := &rawProv{signer: s, base: lb, funduqKey: a.h.Node.FunduqKey(), agent: "raw", ackMode: "prompt",
+				burst: 1, gap: 50 * time.Millisecond, events: 1000, runs: map[string]*rawRun{}, offers: map[string]int{}}
+			raw.cond = sync.NewCond(&raw.mu)
+			raw.start()
+			defer raw.close()
+			a.h.Eventually("the raw provider is registered", func() bool {
+				raw.mu.Lock()
+				defer raw.mu.Unlock()
+				return raw.cur != nil
+			})
+
+			callers := make([]*chaosCaller, 3)
+			var wg sync.WaitGroup
+			for i := range callers {
+				c := &chaosCaller{n: i + 1, agent: "raw", door: i % 2}
+				callers[i] = c
+				wg.Add(1)
+				go func() { defer wg.Done(); c.follow(doors, s.PublicKeyHex()) }()
+			}
+			until(chaosGuard, func() bool {
+				raw.mu.Lock()
+				defer raw.mu.Unlock()
+				if len(raw.runs) < len(callers) {
+					return false
+				}
+				for id := range raw.runs {
+					if evs, _ := a.h.Store.EventsAfter(context.Background(), id, 0, 10); len(evs) < 2 {
+						return false
+					}
+				}
+				return true
+			})
+			// The provider's host dies: its link drops, it never returns.
+			if testing.Verbose() {
+				raw.mu.Lock()
+				t.Logf("raw provider holds %d runs over %d links", len(raw.runs), raw.links)
+				raw.mu.Unlock()
+			}
+			raw.close()
+			switch kind {
+			case "cut":
+				a.cut()
+			case "freeze":
+				a.freeze()
+				defer a.thaw()
+			case "handover":
+				var out, errb bytes.Buffer
+				if code := run([]string{"lease", "handover", "--wait", "15s"}, env, &out, &errb); code != 0 {
+					t.Fatalf("lease handover: exit %d: %s %s", code, out.String(), errb.String())
+				}
+			}
+			leaderEpoch(t, b.h)
+			b.h.Settle()
+			b.h.Advance(chaosGrace + time.Second)
+			wg.Wait()
+			for _, c := range callers {
+				if c.id == "" {
+					t.Fatalf("run #%d was not started: %v", c.n, c.err)
+				}
+				r, err := b.h.Store.GetRun(context.Background(), c.id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.Status != runstatus.Failed || r.FailureReason != string(runstatus.ReasonOrphanedByRestart) {
+					t.Errorf("run #%d %s: %s/%s, want failed/%s once the grace ran out", c.n, c.id, r.Status, r.FailureReason, runstatus.ReasonOrphanedByRestart)
+				}
+				if c.err != nil {
+					t.Errorf("run #%d: the caller's stream: %v", c.n, c.err)
+				} else if n := len(c.events); n == 0 || !strings.Contains(c.events[n-1].data, `"RUN_ERROR"`) {
+					t.Errorf("run #%d: the caller's stream did not end with a RUN_ERROR: %v", c.n, c.events)
+				}
+			}
+		})
 	}
 }
