@@ -286,8 +286,15 @@ func failoverChaos(t *testing.T, seed uint64) {
 		kind2 = kinds[rng.IntN(len(kinds))]
 	}
 	secondAfter := time.Duration(rng.Int64N(int64(600 * time.Millisecond)))
-	t.Logf("seed %d: %d runs within %v; SDK capacity %v, %d content events every %v; %s; leader %s at +%v (frozen for %v); then %q %v after the takeover",
-		seed, len(callers), chaosSpan, capString(sdkCap), sdkEvents, sdkGap, raw, kind, faultAt, freezeFor, kind2, secondAfter)
+	// Sometimes the raw provider's link drops without a close frame shortly
+	// before the fault, so the leader goes while that link's grace runs
+	// (D5: the new leader expects it back too).
+	dropBefore := time.Duration(-1)
+	if rng.IntN(2) == 0 {
+		dropBefore = time.Duration(rng.Int64N(int64(400 * time.Millisecond)))
+	}
+	t.Logf("seed %d: %d runs within %v; SDK capacity %v, %d content events every %v; %s; leader %s at +%v (frozen for %v); then %q %v after the takeover; raw link dropped %v before (-1: not)",
+		seed, len(callers), chaosSpan, capString(sdkCap), sdkEvents, sdkGap, raw, kind, faultAt, freezeFor, kind2, secondAfter, dropBefore)
 	firstEpoch := leaderEpoch(t, a.h)
 
 	began := time.Now()
@@ -328,7 +335,15 @@ func failoverChaos(t *testing.T, seed uint64) {
 		}
 		t.Logf("+%v: %s %s done", time.Since(began).Round(time.Millisecond), kind, victim.id)
 	}
-	time.Sleep(faultAt)
+	if dropBefore >= 0 {
+		time.Sleep(max(faultAt-dropBefore, 0))
+		if raw.dropLink() {
+			t.Logf("+%v: the raw provider's link dropped", time.Since(began).Round(time.Millisecond))
+		}
+		time.Sleep(time.Until(began.Add(faultAt)))
+	} else {
+		time.Sleep(faultAt)
+	}
 	fault(kind, a)
 	b.h.Eventually("node-b leads", b.ready)
 	leader, other := b, a
@@ -466,6 +481,13 @@ func failoverChaos(t *testing.T, seed uint64) {
 		}
 	}
 	checkConsole(t, leader, epoch, sdkSigner.PublicKeyHex(), rawSigner.PublicKeyHex())
+	// A caller asking any door who is online sees both agents (D8: served
+	// under the current epoch, whose leader is alive).
+	for i, d := range doors {
+		if on := onlineAgents(t, d); !on["sdk"] || !on["raw"] {
+			t.Errorf("door %d's GET /agents after the failover: online %v, want sdk and raw", i+1, on)
+		}
+	}
 	other.restore()
 	if stopped := kind == "sigterm" && other == a || kind2 == "sigterm" && other == b; !stopped {
 		other.h.Eventually(other.id+" knows it does not lead", func() bool {
@@ -597,6 +619,7 @@ func chaosDoor(t testing.TB, dbURL, redisURL, prefix string) string {
 	for _, p := range agui.Patterns() {
 		mux.Handle(p, ag)
 	}
+	mux.Handle("GET /agents", door.Agents(deps.Store, nil))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv.URL
@@ -740,4 +763,27 @@ func checkConsole(t testing.TB, leader *chaosNode, epoch int64, keys ...string) 
 	if len(s.Failures.List) > 0 {
 		say("failures %+v", s.Failures.List)
 	}
+}
+
+// onlineAgents is a door's GET /agents: the names it says are online.
+func onlineAgents(t testing.TB, doorURL string) map[string]bool {
+	t.Helper()
+	resp, err := http.Get(doorURL + "/agents")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Agents []door.AgentJSON `json:"agents"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatalf("GET /agents: %d %v", resp.StatusCode, err)
+	}
+	on := map[string]bool{}
+	for _, a := range body.Agents {
+		if a.Online {
+			on[a.Name] = true
+		}
+	}
+	return on
 }

@@ -328,3 +328,16 @@ func (p *rawProv) expected(id string) ([][]byte, bool) {
 	}
 	return r.script, true
 }
+
+// dropLink drops the current link without a close frame, as a transport
+// failure does (D5: the link grace), and the provider reconnects as usual.
+func (p *rawProv) dropLink() bool {
+	p.mu.Lock()
+	l := p.cur
+	p.mu.Unlock()
+	if l == nil {
+		return false
+	}
+	l.kill()
+	return true
+}
