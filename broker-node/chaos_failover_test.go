@@ -721,17 +721,7 @@ const chaosConsoleToken = "chaos-console-token-0123"
 // and no failure.
 func checkConsole(t testing.TB, leader *chaosNode, epoch int64, keys ...string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, leader.h.URL+"/console/api/state", nil)
-	req.Header.Set("Authorization", "Bearer "+chaosConsoleToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var s console.State
-	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("console state: %d %v", resp.StatusCode, err)
-	}
+	s := consoleState(t, leader)
 	say := func(format string, a ...any) { t.Errorf("%s's console: "+format, append([]any{leader.id}, a...)...) }
 	if s.Node.Role != "leader" || s.Node.Epoch != epoch || s.Leader.NodeID != leader.id || s.Leader.Epoch != epoch ||
 		s.Leader.LeaseHolder != leader.id || s.Leader.AdvertiseURL != leader.front() {
@@ -763,6 +753,38 @@ func checkConsole(t testing.TB, leader *chaosNode, epoch int64, keys ...string) 
 	if len(s.Failures.List) > 0 {
 		say("failures %+v", s.Failures.List)
 	}
+	// The nodes seen: the leader as leader, no other node as one once a
+	// lease TTL has passed (a node that went away stops announcing; its
+	// last word goes stale).
+	oneLeader := func(s console.State) bool {
+		found := false
+		for _, n := range s.Nodes {
+			if n.Role == "leader" && n.NodeID != leader.id {
+				return false
+			}
+			found = found || n.Role == "leader"
+		}
+		return found
+	}
+	if !oneLeader(s) && !until(chaosGuard, func() bool { return oneLeader(consoleState(t, leader)) }) {
+		say("nodes seen %+v, want %s alone as leader", consoleState(t, leader).Nodes, leader.id)
+	}
+}
+
+func consoleState(t testing.TB, n *chaosNode) console.State {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, n.h.URL+"/console/api/state", nil)
+	req.Header.Set("Authorization", "Bearer "+chaosConsoleToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var s console.State
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("console state: %d %v", resp.StatusCode, err)
+	}
+	return s
 }
 
 // onlineAgents is a door's GET /agents: the names it says are online.
