@@ -395,7 +395,18 @@ func failoverChaos(t *testing.T, seed uint64) {
 			t.Fatal(err)
 		}
 		if r.Status != runstatus.Completed {
-			t.Errorf("run #%d %s (%s): %s/%s, want completed: its provider behaved and came back within the grace", c.n, c.id, c.agent, r.Status, r.FailureReason)
+			evs, _ := st.EventsAfter(context.Background(), c.id, 0, 1000)
+			var types []string
+			for _, e := range evs {
+				var v struct{ Type string }
+				_ = json.Unmarshal(e.Event, &v)
+				types = append(types, v.Type)
+			}
+			sdkMu.Lock()
+			done := sdkDone[c.id]
+			sdkMu.Unlock()
+			t.Errorf("run #%d %s (%s): %s/%s (owner epoch %d), want completed: its provider behaved and came back within the grace; stored %v; SDK handler returned %v",
+				c.n, c.id, c.agent, r.Status, r.FailureReason, r.OwnerEpoch, types, done)
 			continue
 		}
 		var want [][]byte
