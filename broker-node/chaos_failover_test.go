@@ -34,6 +34,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,6 +44,7 @@ import (
 	"time"
 
 	"github.com/funduq/funduq-go/broker-node/console"
+	"github.com/funduq/funduq-go/broker-node/node"
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/identity"
@@ -194,9 +196,10 @@ func chaosPair(t *testing.T, mut func(*config.Broker)) (a, b *chaosNode, lb stri
 			}
 		}
 	}
-	a.h = nodetest.StartOn(t, withHost(t, dbURL, a.pg.addr()), withHost(t, redisURL, a.redis.addr()), prefix, settings(a), nil)
+	logTo := func(o *node.Options) { o.Logger = chaosLogger(t) }
+	a.h = nodetest.StartOn(t, withHost(t, dbURL, a.pg.addr()), withHost(t, redisURL, a.redis.addr()), prefix, settings(a), logTo)
 	a.link.setTarget(hostOf(t, a.h.URL))
-	b.h = a.h.PeerWith(b.id, settings(b))
+	b.h = a.h.PeerWith(b.id, settings(b), logTo)
 	b.link.setTarget(hostOf(t, b.h.URL))
 	lb = leaderBalancer(t, balanced{a.ready, a.front()}, balanced{b.ready, b.front()})
 	doors = []string{chaosDoor(t, dbURL, redisURL, prefix), chaosDoor(t, dbURL, redisURL, prefix)}
@@ -225,7 +228,7 @@ func failoverChaos(t *testing.T, seed uint64) {
 		BaseURL: lb, Signer: sdkSigner, FunduqKey: a.h.Node.FunduqKey(), MaxConcurrentRuns: sdkCap,
 		Backoff:      provider.Backoff{Min: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 		PingInterval: 200 * time.Millisecond,
-		Logger:       testLog(),
+		Logger:       chaosLogger(t),
 		Agents: []provider.Agent{{Name: "sdk", Handler: func(ctx context.Context, r *provider.Run) error {
 			sdkMu.Lock()
 			sdkStarts[r.ID]++
@@ -717,8 +720,47 @@ func readStream(ctx context.Context, method, u, body string, lastID, limit int, 
 	return runID, n, sc.Err()
 }
 
+// chaosLogs keeps each test's node and SDK logs in memory (cheap enough
+// not to change the timing much, unlike writing them out), and writes them
+// to a file only when the test failed.
+var chaosLogs sync.Map // *testing.T name → *lockedBuf
+
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func chaosLogger(t testing.TB) *slog.Logger {
+	v, loaded := chaosLogs.LoadOrStore(t.Name(), &lockedBuf{})
+	buf := v.(*lockedBuf)
+	if !loaded {
+		t.Cleanup(func() {
+			chaosLogs.Delete(t.Name())
+			if !t.Failed() {
+				return
+			}
+			path := filepath.Join(os.TempDir(), "funduq-failover-"+strings.NewReplacer("/", "_", "=", "-").Replace(t.Name())+".log")
+			buf.mu.Lock()
+			err := os.WriteFile(path, buf.b.Bytes(), 0o644)
+			buf.mu.Unlock()
+			if err == nil {
+				t.Logf("the nodes' and the SDK's logs are in %s", path)
+			}
+		})
+	}
+	return slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// testLog is the SDK's logger: FUNDUQ_TEST_SDK_LOG turns it on (apart from
+// the nodes' FUNDUQ_TEST_LOG, since its debug lines change the timing).
 func testLog() *slog.Logger {
-	if os.Getenv("FUNDUQ_TEST_LOG") != "" {
+	if os.Getenv("FUNDUQ_TEST_SDK_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.DiscardHandler)

@@ -128,13 +128,14 @@ func startNode(t testing.TB, cfg config.Broker, prefix string, opts func(*node.O
 // a standby while this one leads. It shares nothing else with h.
 func (h *Harness) Peer(nodeID string) *Harness {
 	h.t.Helper()
-	return h.PeerWith(nodeID, nil)
+	return h.PeerWith(nodeID, nil, nil)
 }
 
-// PeerWith is Peer with the peer's configuration adjusted by mut: its own
+// PeerWith is Peer with the peer's configuration adjusted by mut (and its
+// options by opts): its own
 // store URLs (through a proxy the test can cut), its own advertised URL.
 // URL stays the node's own listener; an AdvertiseURL left empty is that too.
-func (h *Harness) PeerWith(nodeID string, mut func(*config.Broker)) *Harness {
+func (h *Harness) PeerWith(nodeID string, mut func(*config.Broker), opts func(*node.Options)) *Harness {
 	h.t.Helper()
 	cfg := h.Cfg
 	cfg.NodeID = nodeID
@@ -142,7 +143,7 @@ func (h *Harness) PeerWith(nodeID string, mut func(*config.Broker)) *Harness {
 	if mut != nil {
 		mut(&cfg)
 	}
-	return startNode(h.t, cfg, h.Prefix, nil)
+	return startNode(h.t, cfg, h.Prefix, opts)
 }
 
 // Ready reports whether this node's /readyz answers 200 (it leads).
