@@ -788,7 +788,11 @@ func checkConsole(t testing.TB, leader *chaosNode, epoch int64, keys ...string) 
 	}
 	for _, p := range s.Providers.List {
 		if p.Links != 1 || p.InFlight == nil || *p.InFlight != 0 || p.Withdrawn {
-			say("provider %s: %d links, in flight %v, withdrawn %v; want 1 link, 0 in flight", p.Key[:8], p.Links, p.InFlight, p.Withdrawn)
+			inFlight := "unknown"
+			if p.InFlight != nil {
+				inFlight = strconv.Itoa(*p.InFlight)
+			}
+			say("provider %s: %d links, in flight %s, withdrawn %v; want 1 link, 0 in flight", p.Key[:8], p.Links, inFlight, p.Withdrawn)
 		}
 	}
 	for _, q := range s.Quality.List {
