@@ -237,6 +237,11 @@ type fakeLink struct {
 	frames [][]byte
 	read   int // frames already taken by next
 	closed string
+	// closeGate, when set, holds Close (and with it the broker's
+	// teardown) open until it is closed; closing is closed once Close is
+	// entered. The link stays open meanwhile, as a real link is until its
+	// close frame goes.
+	closeGate, closing chan struct{}
 }
 
 // connect opens a link for the key of seed and attaches it (the
@@ -269,6 +274,10 @@ func (l *fakeLink) Send(frame []byte) error {
 func (l *fakeLink) SendNow(frame []byte) error { return l.Send(frame) }
 
 func (l *fakeLink) Close(reason string) {
+	if l.closeGate != nil {
+		close(l.closing)
+		<-l.closeGate
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed == "" {

@@ -346,6 +346,38 @@ func TestLaneCancelAskedAgainIsSentOnce(t *testing.T) {
 	p.none()
 }
 
+// A broker whose leadership has ended refuses no report: its links close
+// with "stopped leading; reconnect" and the provider resends to the next
+// leader. A refusal read in between (the lanes gone, the link not yet
+// closed) told our SDK that funduq had its finished run ("finish refused:
+// unknown run" confirms it), so it never resent it and the next leader
+// held the run until provider_grace failed it, its report lost (the
+// failover chaos test, seed 146).
+func TestEndedLeadershipRefusesNoReport(t *testing.T) {
+	h := newHarness(t, Settings{})
+	p := h.connect(0xe1, nil)
+	p.register("echo")
+	id, thread := h.door(p.key, "echo", "hi")
+	p.takes(id)
+	p.event(id, started(id, thread))
+	h.eventually("the event stored", func() bool { return len(h.events(id)) == 1 })
+	p.closeGate, p.closing = make(chan struct{}), make(chan struct{})
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); h.shutdown() }()
+	<-p.closing // leadership ended, every lane stopped; the link not yet closed
+	p.finish(id)
+	p.event(id, `{"type":"STEP_STARTED","stepName":"s"}`)
+	h.b.Ack(p, id, wire.Accepted, "")
+	p.mu.Lock()
+	rest := p.frames[p.read:]
+	p.mu.Unlock()
+	close(p.closeGate)
+	<-stopped
+	for _, f := range rest {
+		t.Errorf("sent after leadership ended: %s", f)
+	}
+}
+
 // A cancel requested while the run is held for its lost link is passed on
 // once the provider re-adopts it, and the record says cancelling then, as
 // for a cancel of a claimed run; the provider's stop ends it cancelled.
