@@ -31,6 +31,17 @@ const (
 // after it, which can quote what the provider sent and would let a
 // provider mint label values without bound.
 func (b *Broker) refuse(l Link, kind, runID, reason string) {
+	b.mu.Lock()
+	lctx := b.ctx
+	b.mu.Unlock()
+	if lctx == nil || lctx.Err() != nil {
+		// Leadership has ended: the link is closing with "stopped
+		// leading; reconnect", and the provider resends what it reported
+		// to the next leader. A refusal read before that close would tell
+		// it the run is over (our SDK stops resending a finished run on
+		// one) when the run has not ended (design.md D7).
+		return
+	}
 	label, _, _ := strings.Cut(reason, ":")
 	b.metrics.refusals.WithLabelValues(kind, label).Inc()
 	frame, err := wire.Marshal(wire.Error{Type: wire.TypeError, Message: kind + " refused: " + reason, RunID: runID})
