@@ -1,6 +1,7 @@
 package procstack
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -130,6 +131,40 @@ func (p *Proc) Freeze() {
 	p.frozen = true
 	p.mu.Unlock()
 	p.Signal(syscall.SIGSTOP)
+	p.waitStopped()
+}
+
+// waitStopped returns once every thread of the process is stopped (state T
+// in /proc/<pid>/task/*/stat), or it has exited. kill returns as soon as
+// SIGSTOP is queued, and on a busy machine a thread may run on for a while:
+// a frame sent to the process right after Freeze could still be read and
+// acted on, which a test of a frozen node must rule out.
+func (p *Proc) waitStopped() {
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Alive() && !allStopped(p.PID()) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// allStopped reports whether every thread of pid is stopped; false when
+// that cannot be read.
+func allStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+		if err != nil {
+			return false
+		}
+		// The state follows the command name's closing parenthesis.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+			return false
+		}
+	}
+	return true
 }
 
 // Thaw is SIGCONT after Freeze.
