@@ -54,6 +54,7 @@ import (
 	"github.com/funduq/funduq-go/core/store/storetest"
 	"github.com/funduq/funduq-go/functions/agui"
 	"github.com/funduq/funduq-go/functions/door"
+	"github.com/funduq/funduq-go/internal/syncbuf"
 	"github.com/funduq/funduq-go/provider"
 )
 
@@ -723,22 +724,11 @@ func readStream(ctx context.Context, method, u, body string, lastID, limit int, 
 // chaosLogs keeps each test's node and SDK logs in memory (cheap enough
 // not to change the timing much, unlike writing them out), and writes them
 // to a file only when the test failed.
-var chaosLogs sync.Map // *testing.T name → *lockedBuf
-
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
+var chaosLogs sync.Map // *testing.T name → *syncbuf.Buffer
 
 func chaosLogger(t testing.TB) *slog.Logger {
-	v, loaded := chaosLogs.LoadOrStore(t.Name(), &lockedBuf{})
-	buf := v.(*lockedBuf)
+	v, loaded := chaosLogs.LoadOrStore(t.Name(), &syncbuf.Buffer{})
+	buf := v.(*syncbuf.Buffer)
 	if !loaded {
 		t.Cleanup(func() {
 			chaosLogs.Delete(t.Name())
@@ -746,9 +736,7 @@ func chaosLogger(t testing.TB) *slog.Logger {
 				return
 			}
 			path := filepath.Join(os.TempDir(), "funduq-failover-"+strings.NewReplacer("/", "_", "=", "-").Replace(t.Name())+".log")
-			buf.mu.Lock()
-			err := os.WriteFile(path, buf.b.Bytes(), 0o644)
-			buf.mu.Unlock()
+			err := os.WriteFile(path, []byte(buf.String()), 0o644)
 			if err == nil {
 				t.Logf("the nodes' and the SDK's logs are in %s", path)
 			}
