@@ -3,7 +3,6 @@ package kyok_test
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,17 +19,7 @@ import (
 // (spec broker.md §9.6), as an abandoned stream is: nobody got the answer.
 func TestOutsideAbandonedCollapsedCallIsNotCounted(t *testing.T) {
 	e := newEnv(t, 0)
-	door, err := kyokdoor.New(kyokdoor.Options{Store: e.H.Store, Redis: e.rdb, Prefix: e.H.Prefix,
-		TokenSecret: []byte(secret), AckTimeout: 3 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	returned := make(chan struct{}, 8)
-	ds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		door.ServeHTTP(w, r)
-		returned <- struct{}{}
-	}))
-	defer ds.Close()
+	ds, returned := e.watchedDoor(t)
 	a := e.connectAgent(0x11, "translator")
 	for i, end := range []string{
 		`{"type":"done","requestId":"%s"}`,

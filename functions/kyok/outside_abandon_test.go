@@ -20,18 +20,7 @@ import (
 // counters describe what LLM providers delivered.
 func TestOutsideAbandonedStreamIsNotCounted(t *testing.T) {
 	e := newEnv(t, 0)
-	// A door of our own, to know when it has seen its caller go.
-	door, err := kyokdoor.New(kyokdoor.Options{Store: e.H.Store, Redis: e.rdb, Prefix: e.H.Prefix,
-		TokenSecret: []byte(secret), AckTimeout: 3 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	returned := make(chan struct{}, 8)
-	ds := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		door.ServeHTTP(w, r)
-		returned <- struct{}{}
-	}))
-	defer ds.Close()
+	ds, returned := e.watchedDoor(t)
 
 	a := e.connectAgent(0x11, "translator")
 	for i, end := range []string{
@@ -81,4 +70,23 @@ func TestOutsideAbandonedStreamIsNotCounted(t *testing.T) {
 			t.Errorf("%s: an abandoned stream counted %+v", end, q)
 		}
 	}
+}
+
+// watchedDoor is a KYOK door of the test's own behind a server that says
+// on returned each time the door has finished a request: how a test knows
+// the door has seen its caller go.
+func (e *env) watchedDoor(t *testing.T) (ds *httptest.Server, returned <-chan struct{}) {
+	t.Helper()
+	door, err := kyokdoor.New(kyokdoor.Options{Store: e.H.Store, Redis: e.rdb, Prefix: e.H.Prefix,
+		TokenSecret: []byte(secret), AckTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ret := make(chan struct{}, 8)
+	ds = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		door.ServeHTTP(w, r)
+		ret <- struct{}{}
+	}))
+	t.Cleanup(ds.Close)
+	return ds, ret
 }
