@@ -3,7 +3,9 @@ package scripts
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -47,4 +49,38 @@ func TestScriptsRefuseMistypedNumbers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A newcomer with scripts/dev-up running who types scripts/lease status in
+// another shell is told where the stack's settings are, instead of only
+// which variables are missing.
+func TestLeaseNamesTheDevStacksSettings(t *testing.T) {
+	state := t.TempDir()
+	env := filepath.Join(state, "dev.env")
+	if err := os.WriteFile(env, []byte("export FUNDUQ_DATABASE_URL=postgres://x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "./lease", "status")
+	cmd.Env = append(withoutFunduqEnv(os.Environ()), "FUNDUQ_STATE_DIR="+state)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Fatalf("exit: %v, want status 2; output:\n%s", err, out)
+	}
+	if want := "source " + env; !strings.Contains(string(out), want) {
+		t.Errorf("the refusal does not say %q:\n%s", want, out)
+	}
+}
+
+// withoutFunduqEnv is env less every FUNDUQ_ variable.
+func withoutFunduqEnv(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "FUNDUQ_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
