@@ -171,6 +171,42 @@ func TestFlags(t *testing.T) {
 	if _, err := parseFlags([]string{"-bin", "/tmp"}, &out); err == nil {
 		t.Fatal("-bin without -growth-only was accepted")
 	}
+	if _, err := parseFlags([]string{"-compare", "/tmp/a"}, &out); err == nil {
+		t.Fatal("-compare of one build was accepted")
+	}
+	if _, err := parseFlags([]string{"-compare", "/tmp/a,/tmp/b", "-rounds", "0"}, &out); err == nil {
+		t.Fatal("-compare with no rounds was accepted")
+	}
+	c, err := parseFlags([]string{"-compare", "/tmp/a, /tmp/b"}, &out)
+	if err != nil || !c.GrowthOnly || len(c.Compare) != 2 || c.Compare[1] != "/tmp/b" || c.Rounds != 3 {
+		t.Fatalf("-compare: %v %+v", err, c)
+	}
+}
+
+// A sitting's table gives each door's CPU per run per round and its mean
+// for every build, and each later build's ratio of the means to the first
+// build's with the spread of the round-by-round ratios.
+func TestSittingTable(t *testing.T) {
+	g := func(agui, a2a float64) *Growth {
+		return &Growth{Doors: []DoorFigures{
+			{Door: "agui", PGCPUPerRun: agui / 2, BrokerCPUPerRun: agui / 4, DoorsCPUPerRun: agui / 4, TxPerRun: 3},
+			{Door: "a2a", PGCPUPerRun: a2a / 2, BrokerCPUPerRun: a2a / 4, DoorsCPUPerRun: a2a / 4, TxPerRun: 4},
+		}}
+	}
+	s := &Sitting{Builds: []string{"before", "after"}, Rounds: [][]*Growth{
+		{g(3, 4), g(1.5, 2.4)},
+		{g(3, 4), g(1.8, 2)},
+	}}
+	table := sittingTable(s)
+	for _, want := range []string{
+		"| agui | before | 3.00 | 3.00 | **3.00** | 3.00 | 1 | |",
+		"| agui | after | 1.50 | 1.80 | **1.65** | 3.00 | **0.55** | 0.50–0.60 |",
+		"| a2a | after | 2.40 | 2.00 | **2.20** | 4.00 | **0.55** | 0.50–0.60 |",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
 }
 
 // With -bin the stack is another build's broker-node and doors-local: the

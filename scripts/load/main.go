@@ -30,6 +30,11 @@
 //  6. idle links (-links n): n provider links held open to the broker node,
 //     its memory per link and its CPU at idle.
 //
+// With -compare DIR,DIR[,…] it measures the growth section of each build
+// folder in turn, -rounds times over, and prints each door's CPU per run per
+// round, the means and their ratio to the first build (before and after in
+// one sitting).
+//
 // It prints a table and writes it as JSON (-json). -doc rewrites the table
 // between the markers in docs/performance.md.
 package main
@@ -79,7 +84,11 @@ type Config struct {
 	// doors: the doors' CPU is then measured apart, and another build can
 	// be measured with this tool.
 	BinDir string
-	Quiet  bool
+	// Compare holds two or more build folders (each as BinDir) measured
+	// in turn, Rounds times over, in one sitting (compare.go).
+	Compare []string
+	Rounds  int
+	Quiet   bool
 
 	idleWindow  time.Duration // how long idle links are watched for CPU (10s)
 	statsSettle time.Duration // the growth readings' wait for statistics (defaultStatsSettle)
@@ -90,7 +99,7 @@ func defaults() Config {
 		PostgresURL: envOr("FUNDUQ_LOAD_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"),
 		RedisURL:    envOr("FUNDUQ_LOAD_REDIS_URL", "redis://127.0.0.1:6379/0"),
 		Duration:    10 * time.Second, Providers: 4, Callers: 8, A2AShare: 0.25, Events: 4, EventSize: 64,
-		Stream: 20000, FloorTime: 3 * time.Second,
+		Stream: 20000, FloorTime: 3 * time.Second, Rounds: 3,
 	}
 }
 
@@ -114,12 +123,15 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	rep, err := Run(ctx, cfg, os.Stdout)
+	if len(cfg.Compare) > 0 {
+		_, err = runSitting(ctx, cfg, cfg.Compare, cfg.Rounds, os.Stdout)
+	} else {
+		_, err = Run(ctx, cfg, os.Stdout)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "load:", err)
 		os.Exit(1)
 	}
-	_ = rep
 }
 
 func parseFlags(args []string, out io.Writer) (Config, error) {
@@ -153,6 +165,8 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&c.DocPath, "doc", "", "rewrite the table between <!-- load:begin --> and <!-- load:end --> in this file")
 	fs.StringVar(&c.ProfileDir, "profile", "", "write CPU profiles of the broker node and of this process (doors, providers, callers) under load to this folder")
 	fs.StringVar(&c.BinDir, "bin", "", "run the stack from DIR/broker-node and DIR/doors-local (go build -o DIR/broker-node ./broker-node; go build -o DIR/doors-local ./functions/local, from any checkout) instead of this binary: the doors run in a process of their own and their CPU is measured apart; needs -growth-only")
+	compare := fs.String("compare", "", "DIR,DIR[,…]: measure the growth section of each build folder (as -bin) in turn, -rounds times over, alternating, and print each door's CPU per run (doors + broker + PostgreSQL) per round, the means and their ratio to the first build: before and after in one sitting")
+	fs.IntVar(&c.Rounds, "rounds", c.Rounds, "rounds of -compare")
 	fs.BoolVar(&c.Quiet, "q", false, "no progress on stderr")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -178,6 +192,18 @@ func parseFlags(args []string, out io.Writer) (Config, error) {
 	if c.GrowthOnly && c.BrokerURL != "" {
 		fmt.Fprintln(out, "-growth-only needs the tool's own stack (no -broker)")
 		return c, fmt.Errorf("bad flags")
+	}
+	if *compare != "" {
+		for _, d := range strings.Split(*compare, ",") {
+			if d = strings.TrimSpace(d); d != "" {
+				c.Compare = append(c.Compare, d)
+			}
+		}
+		if len(c.Compare) < 2 || c.Rounds < 1 || c.BinDir != "" || c.BrokerURL != "" || c.SVGPath != "" || c.DocPath != "" {
+			fmt.Fprintln(out, "-compare wants two or more build folders, -rounds ≥ 1, the tool's own stack, and no -bin, -svg or -doc")
+			return c, fmt.Errorf("bad -compare")
+		}
+		c.GrowthOnly = true
 	}
 	if c.BinDir != "" && (!c.GrowthOnly || c.BrokerURL != "") {
 		fmt.Fprintln(out, "-bin needs -growth-only and the tool's own stack (no -broker)")
