@@ -19,26 +19,39 @@ import (
 // fails its run malformed_event with a refusal the provider sees. Before,
 // the lane retried the end's write until StoreRetryFor passed and the
 // broker stepped down: one provider's event cost every run its leader.
+//
+// The same for what else runs.interrupt (jsonb) refuses: an escaped
+// surrogate without its pair, and a number beyond numeric's range. Before,
+// the end's write was refused, the lane let the run go, and the record
+// said running with nobody holding it.
 func TestLaneNULTextInAProvidersReport(t *testing.T) {
-	h := newHarness(t, Settings{})
-	p := h.connect(0xe1, nil)
-	p.register("echo")
-	id, thread := h.door(p.key, "echo", "hi")
-	p.offer()
-	p.accept(id)
-	p.event(id, started(id, thread))
-	p.event(id, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"int\u0000","reason":"confirm"}]}}`, thread, id))
-	p.finish(id)
-	r := h.waitStatus(id, run.Failed)
-	if r.FailureReason != string(run.ReasonMalformedEvent) {
-		t.Fatalf("reason %q", r.FailureReason)
-	}
-	checkEvents(t, h, id, []string{"RUN_STARTED", "RUN_ERROR"})
-	if f := p.expect(wire.TypeError); !strings.Contains(string(f), "NUL") {
-		t.Fatalf("refusal %s", f)
-	}
-	if ok, _ := h.b.Leading(); !ok {
-		t.Fatal("the broker stepped down")
+	for _, c := range []struct{ name, interrupt, refusal string }{
+		{"NUL", `{"id":"int\u0000","reason":"confirm"}`, "NUL"},
+		{"lone surrogate", `{"id":"int\ud800","reason":"confirm"}`, "surrogate"},
+		{"number out of range", `{"id":"int","reason":"confirm","payload":{"n":1e999999}}`, "number"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, Settings{})
+			p := h.connect(0xe1, nil)
+			p.register("echo")
+			id, thread := h.door(p.key, "echo", "hi")
+			p.offer()
+			p.accept(id)
+			p.event(id, started(id, thread))
+			p.event(id, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[%s]}}`, thread, id, c.interrupt))
+			p.finish(id)
+			r := h.waitStatus(id, run.Failed)
+			if r.FailureReason != string(run.ReasonMalformedEvent) {
+				t.Fatalf("reason %q", r.FailureReason)
+			}
+			checkEvents(t, h, id, []string{"RUN_STARTED", "RUN_ERROR"})
+			if f := p.expect(wire.TypeError); !strings.Contains(string(f), c.refusal) {
+				t.Fatalf("refusal %s, want it to name the %s", f, c.refusal)
+			}
+			if ok, _ := h.b.Leading(); !ok {
+				t.Fatal("the broker stepped down")
+			}
+		})
 	}
 }
 
