@@ -445,8 +445,13 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 		if seen[a.Name] {
 			return &RegisterError{fmt.Sprintf("agents[%d].name %q is listed twice", i, a.Name)}
 		}
-		if strings.ContainsRune(a.Description, 0) || strictjson.HasNULEscape(a.AgentCardExtra) || strictjson.HasNULEscape(a.Metadata) {
+		if strings.ContainsRune(a.Description, 0) {
 			return &RegisterError{fmt.Sprintf("agents[%d] (%s) holds a NUL character (\\u0000), which funduq cannot store", i, a.Name)}
+		}
+		for _, doc := range []json.RawMessage{a.AgentCardExtra, a.Metadata} {
+			if why := strictjson.Unstorable(doc); why != "" {
+				return &RegisterError{fmt.Sprintf("agents[%d] (%s) %s, which funduq cannot store", i, a.Name, why)}
+			}
 		}
 		seen[a.Name] = true
 		rows = append(rows, store.Agent{ProviderKey: l.Key(), Name: a.Name, Description: a.Description,

@@ -56,13 +56,14 @@ func validate(raw json.RawMessage) (Info, map[string]json.RawMessage, error) {
 		return Info{}, nil, fmt.Errorf("%w: not valid JSON", ErrMalformed)
 	}
 	// Valid JSON that PostgreSQL cannot hold: its jsonb (a pause's
-	// interrupts) refuses \u0000 and its text refuses bytes that are not
+	// interrupts) refuses \u0000, a lone escaped surrogate and a number
+	// beyond numeric's range, and its text refuses bytes that are not
 	// UTF-8, so a write carrying them could never land.
 	if !utf8.Valid(raw) {
 		return Info{}, nil, fmt.Errorf("%w: not valid UTF-8", ErrMalformed)
 	}
-	if strictjson.HasNULEscape(raw) {
-		return Info{}, nil, fmt.Errorf("%w: holds a NUL character (\\u0000), which funduq cannot store", ErrMalformed)
+	if why := strictjson.Unstorable(raw); why != "" {
+		return Info{}, nil, fmt.Errorf("%w: %s, which funduq cannot store", ErrMalformed, why)
 	}
 	obj, ok := decodeObject(raw)
 	if !ok {

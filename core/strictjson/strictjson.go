@@ -12,9 +12,11 @@
 package strictjson
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -93,20 +95,111 @@ func truncate(s string) string {
 	return ""
 }
 
-// HasNULEscape reports whether JSON raw holds the escape \u0000: valid
-// JSON that PostgreSQL cannot store, since jsonb refuses it and its text
-// decoded holds a NUL, which text columns refuse. A backslash occurs only
-// inside strings and always starts an escape, so skipping each escaped
-// character finds every escape exactly once.
-func HasNULEscape(raw []byte) bool {
+// Unstorable says why PostgreSQL's jsonb could not hold the JSON text raw
+// ("" when it can): an escaped NUL (\u0000), an escaped surrogate without
+// its pair, or a number beyond numeric's range (131072 digits before the
+// point, 16383 after). jsonb refuses all three, so a write carrying them
+// could never land; text columns refuse the NUL too. raw must be valid
+// JSON: a backslash occurs only inside strings and always starts an
+// escape, and a number only outside them.
+func Unstorable(raw []byte) string {
+	inStr := false
 	for i := 0; i < len(raw); i++ {
-		if raw[i] != '\\' {
+		c := raw[i]
+		if !inStr {
+			switch {
+			case c == '"':
+				inStr = true
+			case c == '-' || c >= '0' && c <= '9':
+				n := numberEnd(raw, i)
+				if !numericHolds(raw[i:n]) {
+					return "holds a number beyond PostgreSQL's numeric range"
+				}
+				i = n - 1
+			}
 			continue
 		}
-		if i+5 < len(raw) && raw[i+1] == 'u' && string(raw[i+2:i+6]) == "0000" {
-			return true
+		switch c {
+		case '"':
+			inStr = false
+		case '\\':
+			u, ok := escapedUnit(raw, i)
+			switch {
+			case !ok:
+				i++ // the escaped character: a second backslash is not a new escape
+			case u == 0:
+				return "holds a NUL character (\\u0000)"
+			case u >= 0xdc00 && u <= 0xdfff:
+				return "holds an escaped surrogate without its pair"
+			case u >= 0xd800 && u <= 0xdbff:
+				if lo, ok := escapedUnit(raw, i+6); !ok || lo < 0xdc00 || lo > 0xdfff {
+					return "holds an escaped surrogate without its pair"
+				}
+				i += 11 // the pair
+			default:
+				i += 5
+			}
 		}
-		i++ // the escaped character: a second backslash is not a new escape
 	}
-	return false
+	return ""
+}
+
+// escapedUnit reads the \uXXXX escape at raw[i], if there is one.
+func escapedUnit(raw []byte, i int) (uint16, bool) {
+	if i+5 >= len(raw) || raw[i] != '\\' || raw[i+1] != 'u' {
+		return 0, false
+	}
+	var u uint16
+	for _, h := range raw[i+2 : i+6] {
+		switch {
+		case h >= '0' && h <= '9':
+			h -= '0'
+		case h >= 'a' && h <= 'f':
+			h -= 'a' - 10
+		case h >= 'A' && h <= 'F':
+			h -= 'A' - 10
+		default:
+			return 0, false
+		}
+		u = u<<4 | uint16(h)
+	}
+	return u, true
+}
+
+// numberEnd is the end of the JSON number starting at raw[i].
+func numberEnd(raw []byte, i int) int {
+	for i < len(raw) && strings.IndexByte("+-.0123456789eE", raw[i]) >= 0 {
+		i++
+	}
+	return i
+}
+
+// numericHolds reports whether PostgreSQL's numeric holds the JSON number
+// n: at most 131072 digits before the point and 16383 after, once the
+// exponent has moved it (leading zeros of the integer part do not count,
+// and JSON allows none but a lone 0).
+func numericHolds(n []byte) bool {
+	n = bytes.TrimPrefix(n, []byte("-"))
+	mant, exp, _ := bytes.Cut(bytes.ToLower(n), []byte("e"))
+	intPart, frac, _ := bytes.Cut(mant, []byte("."))
+	if len(intPart) == 1 && intPart[0] == '0' {
+		intPart = nil
+	}
+	e := 0
+	if len(exp) > 0 {
+		neg := exp[0] == '-'
+		exp = bytes.TrimLeft(exp, "+-")
+		exp = bytes.TrimLeft(exp, "0")
+		if len(exp) > 7 {
+			return false // beyond either bound whatever the digits
+		}
+		for _, d := range exp {
+			e = e*10 + int(d-'0')
+		}
+		if neg {
+			e = -e
+		}
+	}
+	before, after := len(intPart)+e, len(frac)-e
+	return before <= 131072 && after <= 16383
 }
