@@ -73,6 +73,15 @@ func ParseSendParams(params json.RawMessage) (SendParams, *RPCError) {
 				}
 			}
 		}
+		// A push config asks for webhooks this door does not send (the
+		// card says so): refused, never taken and dropped (design.md
+		// §The doors). Each version's name is read.
+		for _, key := range []string{"pushNotificationConfig", "taskPushNotificationConfig", "pushNotification"} {
+			if v := cfg[key]; len(v) > 0 && firstByte(v) != 'n' {
+				return p, rpcErr(CodePushNotificationNotSupported,
+					"params.configuration.%s: this agent does not send push notifications; poll or stream the task instead", key)
+			}
+		}
 		// A count as ProtoJSON writes it (readCount).
 		n, ok, e := readCount(cfg["historyLength"], "params.configuration.historyLength")
 		if e != nil {
