@@ -75,18 +75,24 @@ func ReadCallerBag(raw json.RawMessage, field string) (CallerBag, error) {
 		if jsonFirstByte(v) != '{' || json.Unmarshal(v, &k) != nil {
 			return b, Refuse(http.StatusUnprocessableEntity, CodeInvalidRunInput, "%s.kyok must be an object", field)
 		}
-		if lp, ok := presentMember(k, "llmProvider"); ok {
-			var opt struct {
-				ProviderKey *string `json:"providerKey"`
-				Name        *string `json:"name"`
-			}
-			if jsonFirstByte(lp) != '{' || json.Unmarshal(lp, &opt) != nil || opt.ProviderKey == nil || opt.Name == nil ||
-				*opt.ProviderKey == "" || *opt.Name == "" {
-				return b, Refuse(http.StatusUnprocessableEntity, CodeInvalidRunInput,
-					"%s.kyok.llmProvider must be {providerKey, name} with non-empty strings", field)
-			}
-			b.Kyok = &KyokOptIn{ProviderKey: *opt.ProviderKey, Name: *opt.Name}
+		// A declaration naming no offering opts in to nothing, and its
+		// context (the caller's LLM credentials, sealed only with an
+		// opt-in) would reach the agent's provider in the clear.
+		lp, ok := presentMember(k, "llmProvider")
+		if !ok {
+			return b, Refuse(http.StatusUnprocessableEntity, CodeInvalidRunInput,
+				"%s.kyok must name its offering: kyok.llmProvider = {providerKey, name}", field)
 		}
+		var opt struct {
+			ProviderKey *string `json:"providerKey"`
+			Name        *string `json:"name"`
+		}
+		if jsonFirstByte(lp) != '{' || json.Unmarshal(lp, &opt) != nil || opt.ProviderKey == nil || opt.Name == nil ||
+			*opt.ProviderKey == "" || *opt.Name == "" {
+			return b, Refuse(http.StatusUnprocessableEntity, CodeInvalidRunInput,
+				"%s.kyok.llmProvider must be {providerKey, name} with non-empty strings", field)
+		}
+		b.Kyok = &KyokOptIn{ProviderKey: *opt.ProviderKey, Name: *opt.Name}
 	}
 	return b, nil
 }
