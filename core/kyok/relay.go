@@ -133,6 +133,13 @@ func ValidateChatRequest(body []byte) error {
 	if !ok || model == "" {
 		return fmt.Errorf("%w: \"model\" must be a non-empty string", ErrNotChatRequest)
 	}
+	// "stream" is a boolean or absent: read as anything else, the door
+	// (StreamRequested: false) and a provider reading it loosely would
+	// disagree about whether the agent asked for a stream.
+	if s := bytes.TrimSpace(probe["stream"]); len(s) > 0 && !bytes.Equal(s, []byte("true")) &&
+		!bytes.Equal(s, []byte("false")) && !bytes.Equal(s, []byte("null")) {
+		return fmt.Errorf("%w: \"stream\" must be a boolean", ErrNotChatRequest)
+	}
 	// The exact key, as the LLM provider reads it (StreamRequested).
 	if json.Unmarshal(probe["messages"], &messages) != nil || len(messages) == 0 {
 		return fmt.Errorf("%w: \"messages\" must be a non-empty array", ErrNotChatRequest)
