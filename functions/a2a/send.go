@@ -82,6 +82,15 @@ func ParseSendParams(params json.RawMessage) (SendParams, *RPCError) {
 					"params.configuration.%s: this agent does not send push notifications; poll or stream the task instead", key)
 			}
 		}
+		// Output modes are taken and not acted on (the door answers in
+		// text, as A2A lets an agent), but the wrong shape is refused like
+		// any other member's, not dropped.
+		if v := cfg["acceptedOutputModes"]; len(v) > 0 && firstByte(v) != 'n' {
+			var modes []string
+			if firstByte(v) != '[' || json.Unmarshal(v, &modes) != nil {
+				return p, rpcErr(CodeInvalidParams, "params.configuration.acceptedOutputModes must be an array of media type strings")
+			}
+		}
 		// A count as ProtoJSON writes it (readCount).
 		n, ok, e := readCount(cfg["historyLength"], "params.configuration.historyLength")
 		if e != nil {
