@@ -132,6 +132,14 @@ func parseMessage(raw json.RawMessage) (InboundMessage, *RPCError) {
 		}
 		return s, nil
 	}
+	// A discriminator naming another object (v0.3's kind) is not a
+	// message; one without it is (v1.0 has none).
+	if k, ok := obj["kind"]; ok && firstByte(k) != 'n' {
+		var kind string
+		if json.Unmarshal(k, &kind) != nil || kind != "message" {
+			return m, rpcErr(CodeInvalidParams, "params.message.kind must be \"message\"")
+		}
+	}
 	var e *RPCError
 	if m.MessageID, e = str("messageId", true); e != nil {
 		return m, e
