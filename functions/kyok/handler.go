@@ -184,9 +184,10 @@ type call struct {
 func (h *Handler) check(r *http.Request, body []byte) (call, *apiError) {
 	ctx := r.Context()
 	now := h.o.Now()
+	// The scheme is matched in any case (RFC 9110 §11.1).
 	token := r.Header.Get("Authorization")
-	if t, ok := strings.CutPrefix(token, "Bearer "); ok {
-		token = t
+	if len(token) > len("Bearer ") && strings.EqualFold(token[:len("Bearer ")], "Bearer ") {
+		token = token[len("Bearer "):]
 	}
 	claims, err := identity.VerifyKyokToken(h.o.TokenSecret, token, now)
 	if err != nil {
