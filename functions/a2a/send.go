@@ -144,6 +144,10 @@ func parseMessage(raw json.RawMessage) (InboundMessage, *RPCError) {
 	if m.MessageID, e = str("messageId", true); e != nil {
 		return m, e
 	}
+	// Kept to recognise a retry (door.MaxCallerID).
+	if len(m.MessageID) > door.MaxCallerID {
+		return m, rpcErr(CodeInvalidParams, "params.message.messageId is %d bytes; at most %d are accepted", len(m.MessageID), door.MaxCallerID)
+	}
 	if m.ContextID, e = str("contextId", false); e != nil {
 		return m, e
 	}

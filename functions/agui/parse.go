@@ -79,6 +79,12 @@ func ParseRunAgentInput(body []byte) (RunAgentInput, error) {
 	if in.CallerRunID, err = requiredString(obj, "runId"); err != nil {
 		return in, err
 	}
+	// Both are kept to recognise a retry (door.MaxCallerID).
+	for _, id := range []struct{ name, v string }{{"threadId", in.ThreadID}, {"runId", in.CallerRunID}} {
+		if len(id.v) > door.MaxCallerID {
+			return in, invalid("%s is %d bytes; at most %d are accepted", id.name, len(id.v), door.MaxCallerID)
+		}
+	}
 	if raw, ok := present(obj, "parentRunId"); ok {
 		if err := json.Unmarshal(raw, &in.ParentRunID); err != nil || firstByte(raw) != '"' {
 			return in, invalid("parentRunId must be a string or null")

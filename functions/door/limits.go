@@ -83,3 +83,9 @@ func ParseLastEventID(raw string) (n int, ok bool) {
 
 // MaxSeq is the largest seq a run's event can have (run_events.seq).
 const MaxSeq = math.MaxInt32
+
+// MaxCallerID bounds, in bytes, an id a caller chooses that the door keeps
+// to recognise a retry (an AG-UI runId and first-turn threadId, an A2A
+// messageId): stored in a unique index, a longer one would overflow its
+// row and answer 500. Ids are UUIDs and the like; 1 KiB leaves them room.
+const MaxCallerID = 1024
