@@ -117,13 +117,25 @@ func Refusal(err error) (de *Error, ok bool) {
 // cannot hold — a NUL character (SQLSTATE 22P05 from a JSON escape, 22021
 // otherwise) or bytes that are not UTF-8 (22021). No stored id can hold
 // one, so for a look-up it says nothing about what exists.
+//
+// So are JSON values jsonb cannot hold, in a bag kept with the thread it
+// opens: a lone surrogate escape (22P02; Go reads it as U+FFFD, jsonb
+// refuses it) or a number past numeric's range (22003). The doors write
+// no other value that PostgreSQL parses, so these are the caller's.
 func badText(err error) *Error {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "22021" && pgErr.Code != "22P05" {
+	if !errors.As(err, &pgErr) {
 		return nil
 	}
-	return &Error{Status: http.StatusBadRequest, Code: CodeBadRequest,
-		Message: "an id or text in the request holds a NUL character or bytes that are not UTF-8", Err: err}
+	switch pgErr.Code {
+	case "22021", "22P05":
+		return &Error{Status: http.StatusBadRequest, Code: CodeBadRequest,
+			Message: "an id or text in the request holds a NUL character or bytes that are not UTF-8", Err: err}
+	case "22P02", "22003":
+		return &Error{Status: http.StatusBadRequest, Code: CodeBadRequest,
+			Message: "a JSON value in the request cannot be stored: a lone surrogate escape (\\ud800-\\udfff) or a number out of range", Err: err}
+	}
+	return nil
 }
 
 // QueueFull is the refusal of a run whose thread has too many runs waiting
