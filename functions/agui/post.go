@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/run"
@@ -51,6 +52,18 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 			"the request carries %d messages; at most %d are accepted", n, h.o.Limits.MaxMessages))
 		return
 	}
+	// A retried POST resumes where its dropped stream ended (D9), as a
+	// fetch-based SSE client says with Last-Event-ID.
+	resumeAfter := -1
+	if raw := strings.TrimSpace(r.Header.Get(LastEventIDHeader)); raw != "" {
+		n, ok := door.ParseLastEventID(raw)
+		if !ok {
+			door.WriteError(w, r, h.log, door.Refuse(http.StatusBadRequest, door.CodeBadRequest,
+				"%s must be the non-negative integer id of an event received", LastEventIDHeader))
+			return
+		}
+		resumeAfter = n
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*door.StorageTimeout)
 	out, err := h.accept(ctx, r, body, in, true)
 	if errors.Is(err, store.ErrThreadExists) {
@@ -66,6 +79,11 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	if out.snapshot != nil {
 		door.WriteJSON(w, http.StatusOK, out.snapshot)
 		return
+	}
+	if !out.fresh && resumeAfter > out.after {
+		// Only on a run this request did not make: a new run's ids are
+		// not the ones the client counted.
+		out.after = resumeAfter
 	}
 	h.stream(w, r, out.run, out.after, out.fresh)
 }
