@@ -11,6 +11,7 @@ import (
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/provider"
 )
 
@@ -57,4 +58,9 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// charges sums the counters that withdraw a provider (design.md §Counters).
+func charges(q store.Quality) int64 {
+	return q.Misdeclared + q.Unanswered + q.AnsweredLate + q.Abandoned + q.Undelivered
 }

@@ -488,6 +488,40 @@ func (p *Prov) None() {
 	}
 }
 
+// DeclineOffers answers every offer that reaches p before a barrier (a
+// query, as None's) with a decline, as a process with no room does, and
+// returns their run ids. When it declined any it sends a second barrier, so
+// that the broker has read every decline when it returns (its lanes may
+// still be acting on them: Settle).
+func (p *Prov) DeclineOffers() []string {
+	p.t.Helper()
+	var declined []string
+	for {
+		p.barrier++
+		id := fmt.Sprintf("nodetest-barrier-%d", p.barrier)
+		p.Send(wire.Query{Type: wire.TypeQuery, QueryID: id, Method: "nodetest.barrier", Params: json.RawMessage(`{}`)})
+		n := len(declined)
+		for {
+			typ, f := p.Next()
+			if typ == wire.TypeRun {
+				var r wire.RunFrame
+				_ = json.Unmarshal(f, &r)
+				p.Decline(r.RunID)
+				declined = append(declined, r.RunID)
+				continue
+			}
+			var r wire.QueryResult
+			if typ != wire.TypeQueryResult || json.Unmarshal(f, &r) != nil || r.QueryID != id {
+				p.t.Fatalf("unexpected frame: %s", f)
+			}
+			break
+		}
+		if len(declined) == n {
+			return declined
+		}
+	}
+}
+
 func (p *Prov) Register(names ...string) {
 	p.t.Helper()
 	var regs []wire.Registration
