@@ -35,7 +35,7 @@ func (l *lane) try(ctx context.Context) {
 		return
 	}
 	bk := b.bucketFor(ls.key)
-	if !bk.hasRoom() {
+	if !bk.hasRoom() || !b.linkHasRoomLocked(ls) {
 		b.mu.Unlock()
 		return
 	}
@@ -155,7 +155,8 @@ func (l *lane) releasePlace() {
 
 // handBack ends the offer without a claim: the place comes back and the run
 // is queued again. Nothing re-nudges it; it waits for something to change.
-// It reports whether the provider had room after the release.
+// It reports whether the provider had room after the release: its key and
+// the link the offer went to, each under its own declaration.
 func (l *lane) handBack(ctx context.Context) (room bool) {
 	written := true
 	if l.offer != nil {
@@ -166,10 +167,11 @@ func (l *lane) handBack(ctx context.Context) (room bool) {
 	b := l.b
 	b.mu.Lock()
 	if l.offeredTo != nil {
-		bk := b.bucketFor(l.offeredTo.key)
+		ls := l.offeredTo
+		bk := b.bucketFor(ls.key)
 		bk.release()
-		room = bk.hasRoom()
 		b.holdLocked(l, l.claimedBy, nil)
+		room = bk.hasRoom() && b.linkHasRoomLocked(ls)
 	}
 	b.mu.Unlock()
 	if written {

@@ -128,6 +128,16 @@ type bucket struct {
 
 func (b *bucket) hasRoom() bool { return b.declared == nil || b.inFlight < *b.declared }
 
+// linkHasRoomLocked reports whether ls has room under its own declaration:
+// the runs it holds a place or a claim for are fewer than its hello's
+// maxConcurrentRuns. A key's bucket carries the last link's declaration,
+// so a key split across processes is also bounded per link: a process is
+// never offered more than it said it runs (design.md §The provider wire).
+// Caller holds b.mu.
+func (b *Broker) linkHasRoomLocked(ls *linkState) bool {
+	return ls.declared == nil || len(b.byLink[ls]) < *ls.declared
+}
+
 func (b *bucket) release() {
 	if b.inFlight > 0 {
 		b.inFlight--
