@@ -724,6 +724,15 @@ func (b *Broker) MalformedEvent(l Link, runID string, why error) {
 	b.event(l, runID, eventCmd{bad: why})
 }
 
+// OversizedEvent hands the run's lane an event frame over the link's frame
+// limit, read through and dropped, why saying how large it was: taken from
+// the run's holder it fails the run provider_sent_an_oversized_event, as an
+// event over MaxEventBytes does, and counts nothing (design.md D18);
+// otherwise it is refused as Event would refuse it (D15).
+func (b *Broker) OversizedEvent(l Link, runID string, why error) {
+	b.event(l, runID, eventCmd{bad: why, tooBig: true})
+}
+
 func (b *Broker) event(l Link, runID string, c eventCmd) {
 	ev := c.ev
 	b.mu.Lock()

@@ -27,8 +27,11 @@ type (
 		link *linkState
 		ev   json.RawMessage
 		pseq *int64
-		bad  error  // the event failed the frame's strict check (MalformedEvent)
-		ord  uint64 // its place in the link's backlog (backlog.take)
+		bad  error // the event failed the frame's strict check (MalformedEvent)
+		// tooBig: bad is an event frame over the link's frame limit,
+		// dropped unread (OversizedEvent).
+		tooBig bool
+		ord    uint64 // its place in the link's backlog (backlog.take)
 	}
 	finishCmd struct{ link *linkState } // the provider's stream ended
 	cancelCmd struct{}                  // someone asked for a cancel

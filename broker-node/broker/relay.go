@@ -43,6 +43,9 @@ func (l *lane) admit(batch []eventCmd) admitted {
 		}
 		if err != nil {
 			a.stop, a.stopErr, a.stopFrom, a.stopAt = run.ReasonMalformedEvent, err, c.link, i
+			if c.tooBig {
+				a.stop = run.ReasonEventTooLarge
+			}
 			break
 		}
 		// A provider seq is a resend guard matched exactly, by the store

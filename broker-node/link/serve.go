@@ -127,7 +127,8 @@ func (s *Server) sendError(c *Conn, msg, runID, name string) {
 // nor by funduq closing it.
 func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup) (lost bool) {
 	querySlots := make(chan struct{}, 8)
-	err := wsconn.ReadLoop(c.WS, c.Closed(), func(data []byte) {
+	limit := wsconn.Limit(s.MaxFrame)
+	err := wsconn.ReadLoopLimited(c.WS, c.Closed(), limit, func(data []byte) {
 		frame, err := wire.DecodeProviderFrame(data)
 		if err != nil {
 			var fe *wire.FrameError
@@ -150,6 +151,24 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 			return
 		}
 		s.sendError(c, reason, runID, "")
+	}, func(o wsconn.Oversized) {
+		// A frame over the limit is answered like any refused frame, and
+		// an event in it is an oversized event of its run: the run fails
+		// with that reason and nothing that withdraws is counted, where
+		// closing the link would have held the run and counted it
+		// abandoned (design.md D18).
+		reason := fmt.Sprintf("frame refused: %d bytes, over the frame limit of %d bytes (FUNDUQ_MAX_FRAME_BYTES)", o.Size, limit)
+		switch o.Type {
+		case wire.TypeEvent:
+			if o.RunID != "" {
+				s.Broker.OversizedEvent(c, o.RunID, errors.New(reason))
+				return
+			}
+		case wire.TypeAck, wire.TypeFinish:
+		default:
+			o.RunID = "" // only a report is answered naming its run
+		}
+		s.sendError(c, reason, o.RunID, "")
 	})
 	if err == nil { // funduq closed the link
 		return false

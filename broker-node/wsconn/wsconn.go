@@ -29,7 +29,8 @@ const (
 	ReadIdle = 2*PingEvery + 15*time.Second
 	// MaxFrame bounds one inbound frame by default (config
 	// BrokerLimits.MaxFrame); a larger frame closes the link with 1009
-	// (message too big).
+	// (message too big), or is read through and refused on a link read
+	// by ReadLoopLimited.
 	MaxFrame = 8 << 20
 )
 
