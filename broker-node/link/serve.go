@@ -170,8 +170,11 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 		}
 		s.sendError(c, reason, o.RunID, "")
 	})
-	if err == nil { // funduq closed the link
-		return false
+	if err == nil {
+		// funduq closed the link. One it cut off because the provider
+		// stopped reading (or its socket failed) had no goodbye: a lost
+		// link, whose runs wait the link grace (design.md D5).
+		return c.CutOff()
 	}
 	// Only the provider's own close frame is a goodbye (gorilla reports a
 	// connection cut without one as 1006); a link funduq closed answers

@@ -60,6 +60,7 @@ type Conn struct {
 	once    sync.Once
 	code    int
 	reason  string
+	cut     bool   // closed for the peer's side: it stopped reading, its socket failed
 	slowMsg string // the close reason for a peer that stopped reading
 	// Ping overrides PingEvery (tests); set before Writer starts.
 	Ping time.Duration
@@ -94,7 +95,7 @@ func (c *Conn) Send(frame []byte) error {
 	c.mu.Lock()
 	if len(c.out) >= sendQueue {
 		c.mu.Unlock()
-		c.CloseWith(websocket.CloseTryAgainLater, c.slowMsg)
+		c.cutOff(websocket.CloseTryAgainLater, c.slowMsg)
 		return ErrClosed
 	}
 	c.out = append(c.out, frame)
@@ -162,7 +163,7 @@ func (c *Conn) drain() bool {
 		for _, f := range fs {
 			_ = c.WS.SetWriteDeadline(time.Now().Add(c.writeTimeout()))
 			if err := c.WS.WriteMessage(websocket.TextMessage, f); err != nil {
-				c.CloseWith(websocket.CloseAbnormalClosure, "write failed")
+				c.cutOff(websocket.CloseAbnormalClosure, "write failed")
 				_ = c.WS.Close()
 				c.mu.Lock()
 				c.out = nil
@@ -227,11 +228,29 @@ func (c *Conn) awaitTurn() bool {
 func (c *Conn) Close(reason string) { c.CloseWith(websocket.CloseGoingAway, reason) }
 
 // CloseWith ends the link with a close code and reason.
-func (c *Conn) CloseWith(code int, reason string) {
+func (c *Conn) CloseWith(code int, reason string) { c.closeWith(code, reason, false) }
+
+// cutOff ends the link for the peer's side of it: it stopped reading (its
+// queue filled), or a write or ping to it failed.
+func (c *Conn) cutOff(code int, reason string) { c.closeWith(code, reason, true) }
+
+func (c *Conn) closeWith(code int, reason string, cut bool) {
 	c.once.Do(func() {
-		c.code, c.reason = code, reason
+		c.code, c.reason, c.cut = code, reason, cut
 		close(c.closed)
 	})
+}
+
+// CutOff reports whether the link was closed because the peer stopped
+// reading or its socket failed, not by Close or CloseWith: the peer said no
+// goodbye, and nothing says it stopped working (false while open).
+func (c *Conn) CutOff() bool {
+	select {
+	case <-c.closed:
+		return c.cut
+	default:
+		return false
+	}
 }
 
 // Writer writes what Send queues, pings the peer, and makes the close; it
@@ -253,7 +272,7 @@ func (c *Conn) Writer(done chan<- struct{}) {
 			}
 		case <-ping.C:
 			if err := c.WS.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.writeTimeout())); err != nil {
-				c.CloseWith(websocket.CloseAbnormalClosure, "ping failed")
+				c.cutOff(websocket.CloseAbnormalClosure, "ping failed")
 				_ = c.WS.Close()
 				return
 			}
