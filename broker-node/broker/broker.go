@@ -337,7 +337,7 @@ func (b *Broker) write(ctx context.Context, what string, fn func() error) error 
 			return err
 		case errors.Is(err, store.ErrIllegalTransition), errors.Is(err, store.ErrNotFound),
 			errors.Is(err, store.ErrDuplicateEvent), errors.Is(err, store.ErrAgentInUse),
-			errors.Is(err, store.ErrFingerprintTaken):
+			errors.Is(err, store.ErrFingerprintTaken), errors.Is(err, store.ErrSeqTaken):
 			return err
 		case refusedData(err):
 			// The data, not the database: retrying cannot land it, and

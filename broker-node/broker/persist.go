@@ -35,6 +35,9 @@ type roundWrite struct {
 // end are taken in (kept) once they are stored.
 func (l *lane) persist(ctx context.Context, w roundWrite) (store.Run, []livefeed.Published, error) {
 	b := l.b
+	for _, ls := range w.events.taken { // refused as they were admitted
+		l.b.refuse(ls.link, kindEvent, l.id, refusedSeqTaken)
+	}
 	evs := w.events.evs
 	if w.end == nil && len(evs) == 0 {
 		if !w.claim {
@@ -55,6 +58,7 @@ func (l *lane) persist(ctx context.Context, w roundWrite) (store.Run, []livefeed
 			return store.Run{}, nil, err
 		}
 		l.kept(w.events, seqs)
+		l.refuseTaken(w.events, seqs)
 		return store.Run{}, published(evs, seqs), nil
 	}
 	c := store.Conclusion{Claim: w.claim, ProviderEvents: evs, WriteKey: key, Move: store.Move{To: run.Running}}
@@ -70,6 +74,24 @@ func (l *lane) persist(ctx context.Context, w roundWrite) (store.Run, []livefeed
 		r, appended, err = b.st.Conclude(ctx, c)
 		return err
 	})
+	var pub []livefeed.Published
+	if errors.Is(err, store.ErrSeqTaken) && ctx.Err() == nil {
+		// An end carrying another event under a seq this round took: the
+		// events are stored alone, each answered (refuseTaken), and the
+		// end is written without them — rare enough for two writes. They
+		// were taken in (kept) when the end was decided.
+		seqs, aerr := l.appendEvents(ctx, store.NewWriteKey(), evs)
+		if aerr != nil {
+			return store.Run{}, nil, aerr
+		}
+		l.refuseTaken(w.events, seqs)
+		pub = published(evs, seqs)
+		c.ProviderEvents, c.WriteKey = nil, store.NewWriteKey()
+		err = b.write(ctx, what, func() (err error) {
+			r, appended, err = b.st.Conclude(ctx, c)
+			return err
+		})
+	}
 	if err != nil {
 		if len(evs) > 0 && w.end != nil && !w.claim && errors.Is(err, store.ErrIllegalTransition) && ctx.Err() == nil {
 			// The end was refused, not the events carried with it: they
@@ -95,11 +117,20 @@ func (l *lane) persist(ctx context.Context, w roundWrite) (store.Run, []livefeed
 		l.roundQueuedAt = r.QueuedAt // the row's, known now even for a lane born from a notice
 	}
 	b.mu.Unlock()
-	pub := make([]livefeed.Published, len(appended))
-	for i, a := range appended {
-		pub[i] = livefeed.Published{Seq: a.Seq, Event: a.Event}
+	for _, a := range appended {
+		pub = append(pub, livefeed.Published{Seq: a.Seq, Event: a.Event})
 	}
 	return r, pub, nil
+}
+
+// refuseTaken answers each event of a the store refused for its seq
+// (store.SeqTaken): not a resend, and not stored (design.md D7, D15).
+func (l *lane) refuseTaken(a admitted, seqs []int) {
+	for i, s := range seqs {
+		if s == store.SeqTaken && i < len(a.from) && a.from[i] != nil {
+			l.b.refuse(a.from[i].link, kindEvent, l.id, refusedSeqTaken)
+		}
+	}
 }
 
 // move writes a status under the lane's epoch.

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -24,7 +25,9 @@ func (l *lane) onEvents(ctx context.Context, link *linkState, batch []eventCmd, 
 type admitted struct {
 	evs      []store.NewEvent
 	infos    []agui.Info
-	idx      []int // the batch index each of evs came from
+	idx      []int        // the batch index each of evs came from
+	from     []*linkState // the link each of evs came from
+	taken    []*linkState // the links of events refused for their seq (store.SeqTaken)
 	pseq     int64
 	stop     run.Reason
 	stopErr  error
@@ -35,7 +38,21 @@ type admitted struct {
 func (l *lane) admit(batch []eventCmd) admitted {
 	a := admitted{evs: make([]store.NewEvent, 0, len(batch)), infos: make([]agui.Info, 0, len(batch)), pseq: l.lastPSeq}
 	counted := 0
+	var bySeq map[int64]json.RawMessage
 	for i, c := range batch {
+		if c.pseq != nil && c.bad == nil {
+			// Another event under a seq this batch already carries: a
+			// claim's round has nothing stored, so the store cannot tell
+			// it from a resend; it is refused here (store.SeqTaken).
+			if prev, ok := bySeq[*c.pseq]; ok && !bytes.Equal(prev, c.ev) {
+				a.taken = append(a.taken, c.link)
+				continue
+			}
+			if bySeq == nil {
+				bySeq = map[int64]json.RawMessage{}
+			}
+			bySeq[*c.pseq] = c.ev
+		}
 		err := c.bad
 		var info agui.Info
 		if err == nil {
@@ -67,6 +84,7 @@ func (l *lane) admit(batch []eventCmd) admitted {
 		a.evs = append(a.evs, store.NewEvent{Event: c.ev, ProviderSeq: c.pseq})
 		a.infos = append(a.infos, info)
 		a.idx = append(a.idx, i)
+		a.from = append(a.from, c.link)
 	}
 	return a
 }
@@ -75,13 +93,13 @@ func (l *lane) admit(batch []eventCmd) admitted {
 // as admit would have read it alone after the events before it were
 // stored (each part's pseq is the highest seen up to its end).
 func (a admitted) split(j int, base int64) (before, rest admitted) {
-	before = admitted{evs: a.evs[:j], infos: a.infos[:j], idx: a.idx[:j], pseq: base}
+	before = admitted{evs: a.evs[:j], infos: a.infos[:j], idx: a.idx[:j], from: a.from[:j], taken: a.taken, pseq: base}
 	for _, e := range before.evs {
 		if e.ProviderSeq != nil && *e.ProviderSeq > before.pseq {
 			before.pseq = *e.ProviderSeq
 		}
 	}
-	rest = admitted{evs: a.evs[j:], infos: a.infos[j:], pseq: a.pseq}
+	rest = admitted{evs: a.evs[j:], infos: a.infos[j:], from: a.from[j:], pseq: a.pseq}
 	for _, i := range a.idx[j:] {
 		rest.idx = append(rest.idx, i-a.idx[j])
 	}
@@ -162,8 +180,8 @@ func (l *lane) kept(a admitted, seqs []int) {
 	l.lastPSeq = a.pseq
 	n := 0
 	for i, e := range a.evs {
-		if seqs != nil && seqs[i] == 0 {
-			continue // already stored: a resend
+		if seqs != nil && seqs[i] <= 0 {
+			continue // already stored (a resend), or refused (store.SeqTaken)
 		}
 		l.note(e.Event, a.infos[i])
 		n++

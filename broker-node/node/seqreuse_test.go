@@ -45,4 +45,27 @@ func TestAnotherEventUnderAStoredSeqIsRefused(t *testing.T) {
 	if evs := h.Events(id); len(evs) != 4 {
 		t.Fatalf("stored %v, want the 4 distinct events", evs)
 	}
+
+	// The same within a claim's first events, and riding with the end.
+	id, thread = h.Door(p.Key, "echo", "", "again")
+	p.Offer()
+	p.Accept(id)
+	started = fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, id)
+	p.SendRaw(frame(1, started))
+	p.SendRaw(frame(1, `{"type":"CUSTOM","name":"a","value":1}`))
+	p.SendRaw(frame(1, `{"type":"CUSTOM","name":"b","value":2}`))
+	p.SendRaw(frame(2, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, thread, id)))
+	p.Finish(id)
+	for range 2 {
+		var e wire.Error
+		p.Expect(wire.TypeError, &e)
+		if e.RunID != id || !strings.HasPrefix(e.Message, "event refused") {
+			t.Fatalf("error %+v, want an event refusal naming run %s", e, id)
+		}
+	}
+	h.WaitStatus(id, run.Completed)
+	p.None()
+	if evs := h.Events(id); len(evs) != 2 {
+		t.Fatalf("stored %v, want RUN_STARTED and RUN_FINISHED", evs)
+	}
 }

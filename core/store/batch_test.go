@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -14,7 +15,8 @@ import (
 func pseq(n int64) *int64 { return &n }
 
 // A batch is stored in order under consecutive seqs; provider seqs already
-// stored this round, or repeated within the batch, are skipped (seq 0).
+// stored this round, or repeated within the batch, are skipped (seq 0), and
+// another event under such a seq is refused (SeqTaken).
 func TestAppendProviderEventsBatch(t *testing.T) {
 	st := storetest.Store(t)
 	ctx := context.Background()
@@ -42,13 +44,23 @@ func TestAppendProviderEventsBatch(t *testing.T) {
 	if len(evs) != 5 || string(evs[3].Event) != string(ev(4)) || string(evs[4].Event) != string(ev(5)) {
 		t.Fatalf("stored: %+v", evs)
 	}
+	// Another event under a seq the round took is no resend: not stored,
+	// and said so (SeqTaken); a conclusion carrying one is refused whole.
+	seqs, err = st.AppendProviderEvents(ctx, epoch, r.RunID, []store.NewEvent{{Event: ev(7), ProviderSeq: pseq(1)}, {Event: ev(8), ProviderSeq: pseq(9)}, {Event: ev(7), ProviderSeq: pseq(9)}})
+	if err != nil || fmt.Sprint(seqs) != fmt.Sprint([]int{store.SeqTaken, 6, store.SeqTaken}) {
+		t.Fatalf("seqs taken by other events: %v %v", seqs, err)
+	}
+	if _, _, err := st.Conclude(ctx, store.Conclusion{Move: store.Move{RunID: r.RunID, To: run.Completed, Writer: run.ByBroker, Epoch: epoch},
+		ProviderEvents: []store.NewEvent{{Event: ev(7), ProviderSeq: pseq(2)}}}); !errors.Is(err, store.ErrSeqTaken) {
+		t.Fatalf("conclude with a taken seq: %v", err)
+	}
 	if _, err := st.AppendProviderEvents(ctx, epoch-1, r.RunID, []store.NewEvent{{Event: ev(9)}}); err == nil {
 		t.Fatal("a stale epoch appended")
 	}
 	// The conclude stores a final batch with the move.
 	done, appended, err := st.Conclude(ctx, store.Conclusion{Move: store.Move{RunID: r.RunID, To: run.Completed, Writer: run.ByBroker, Epoch: epoch},
 		ProviderEvents: []store.NewEvent{{Event: ev(5), ProviderSeq: pseq(4)}, {Event: ev(6), ProviderSeq: pseq(5)}}})
-	if err != nil || done.Status != run.Completed || len(appended) != 1 || appended[0].Seq != 6 {
+	if err != nil || done.Status != run.Completed || len(appended) != 1 || appended[0].Seq != 7 {
 		t.Fatalf("conclude: %v %+v %v", done.Status, appended, err)
 	}
 }

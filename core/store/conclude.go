@@ -77,6 +77,9 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 			if rd.wrote(c.WriteKey) {
 				return errWritten
 			}
+			if !c.Claim && rd.taken(c.ProviderEvents) {
+				return ErrSeqTaken
+			}
 			if c.Claim {
 				if !run.Legal(m.Writer, run.Status(rd.status), run.Running) {
 					return &TransitionError{RunID: m.RunID, From: run.Status(rd.status), To: run.Running, Writer: m.Writer}

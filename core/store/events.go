@@ -38,8 +38,11 @@ func (s *Store) AppendProviderEvent(ctx context.Context, epoch int64, runID stri
 	if err != nil {
 		return 0, err
 	}
-	if seqs[0] == 0 {
+	switch seqs[0] {
+	case 0:
 		return 0, fmt.Errorf("append event to run %s: provider seq %d: %w", runID, *providerSeq, ErrDuplicateEvent)
+	case SeqTaken:
+		return 0, fmt.Errorf("append event to run %s: provider seq %d: %w", runID, *providerSeq, ErrSeqTaken)
 	}
 	return seqs[0], nil
 }
@@ -51,11 +54,24 @@ type NewEvent struct {
 	ProviderSeq *int64
 }
 
+// SeqTaken is the seq AppendProviderEvents returns for an event whose
+// provider seq this round already stored with another event (or that an
+// earlier event of the batch carries): no resend, but nothing is stored for
+// it, and its provider is told (design.md D7, D15).
+const SeqTaken = -1
+
+// ErrSeqTaken refuses a Conclusion (not a claim's: its round has nothing
+// stored) whose provider events hold one under a provider seq already taken
+// by another event (SeqTaken): store them alone with AppendProviderEvents,
+// which answers for each, and conclude without them.
+var ErrSeqTaken = errors.New("an event's provider seq is taken by another event this round")
+
 // AppendProviderEvents stores evs, in order, in one transaction under the
 // broker's epoch: one fence, one dedupe query, one multi-row insert however
 // many events there are, pipelined in two round trips. It returns, per
-// event, the seq it was stored under, or 0 for an event whose provider seq
-// is already stored in this round (a resend; nothing stored for it). Every
+// event, the seq it was stored under, 0 for an event whose provider seq is
+// already stored in this round with the same event (a resend; nothing stored
+// for it), or SeqTaken for another event under such a seq. Every
 // returned event is durable before the call returns (D9). A stale epoch
 // changes nothing; the run must exist.
 func (s *Store) AppendProviderEvents(ctx context.Context, epoch int64, runID string, evs []NewEvent) ([]int, error) {
@@ -144,7 +160,7 @@ type eventsRead struct {
 	status   string
 	threadID string
 	lastSeq  int
-	stored   map[int64]bool
+	stored   map[int64]string // provider seq → the event stored under it this round
 	// writeKey and writeSeqs are the run's last keyed event write: its key
 	// and the seqs it gave.
 	writeKey  string
@@ -193,18 +209,19 @@ func (rd *eventsRead) queueDedupe(b *pgx.Batch, runID string, evs []NewEvent) {
 	if len(pseqs) == 0 {
 		return
 	}
-	b.Queue(`SELECT p.s FROM runs r, unnest($2::bigint[]) AS p(s),
-		LATERAL (SELECT 1 FROM run_events e WHERE e.run_id = r.run_id AND e.provider_seq = p.s AND e.seq > r.round_seq LIMIT 1) AS hit
+	// The event's text as sent (a json column keeps it), to tell a resend
+	// from another event under the same seq.
+	b.Queue(`SELECT p.s, hit.ev FROM runs r, unnest($2::bigint[]) AS p(s),
+		LATERAL (SELECT e.event::text AS ev FROM run_events e WHERE e.run_id = r.run_id AND e.provider_seq = p.s AND e.seq > r.round_seq LIMIT 1) AS hit
 		WHERE r.run_id = $1`, runID, pseqs).Query(func(rows pgx.Rows) error {
-		got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-		if err != nil {
-			return err
-		}
-		rd.stored = make(map[int64]bool, len(got))
-		for _, p := range got {
-			rd.stored[p] = true
-		}
-		return nil
+		rd.stored = map[int64]string{}
+		var p int64
+		var ev string
+		_, err := pgx.ForEachRow(rows, []any{&p, &ev}, func() error {
+			rd.stored[p] = ev
+			return nil
+		})
+		return err
 	})
 }
 
@@ -226,26 +243,45 @@ type eventInsert struct {
 	nums  []int32
 	texts []string
 	ps    []*int64
-	seen  map[int64]bool
+	seen  map[int64]string
 }
 
 // add numbers the provider events of evs that are not resends (stored this
-// round, or repeated within evs) and returns their seqs, 0 for a resend.
+// round, or repeated within evs) and returns their seqs, 0 for a resend and
+// SeqTaken for another event under a seq taken so.
 func (ins *eventInsert) add(rd eventsRead, evs []NewEvent) []int {
 	seqs := make([]int, len(evs))
 	for i, e := range evs {
 		if p := e.ProviderSeq; p != nil {
-			if rd.stored[*p] || ins.seen[*p] {
+			held, ok := rd.stored[*p]
+			if !ok {
+				held, ok = ins.seen[*p] // a repeat within the batch is a resend too
+			}
+			if ok {
+				if held != string(e.Event) {
+					seqs[i] = SeqTaken
+				}
 				continue
 			}
 			if ins.seen == nil {
-				ins.seen = map[int64]bool{}
+				ins.seen = map[int64]string{}
 			}
-			ins.seen[*p] = true // a repeat within the batch is a resend too
+			ins.seen[*p] = string(e.Event)
 		}
 		seqs[i] = ins.push(e.Event, e.ProviderSeq)
 	}
 	return seqs
+}
+
+// taken reports whether add would give an event of evs SeqTaken.
+func (rd eventsRead) taken(evs []NewEvent) bool {
+	ins := eventInsert{}
+	for _, s := range ins.add(rd, evs) {
+		if s == SeqTaken {
+			return true
+		}
+	}
+	return false
 }
 
 // push numbers one event and returns its seq.
