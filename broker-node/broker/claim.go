@@ -143,6 +143,7 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 	b.mu.Lock()
 	switch {
 	case l.claimedBy == ls:
+		l.passed = false
 		b.mu.Unlock()
 		return ""
 	case l.claimedBy != nil && l.claimedBy.key == ls.key && (l.claimedBy.replaced || b.links[l.claimedBy.link] != l.claimedBy):
@@ -150,8 +151,24 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 		// (or is gone and its loss not yet read): the key carries on here.
 		old := l.claimedBy
 		b.holdLocked(l, ls, ls) // same key: the place stays taken
+		l.passed = false
 		b.mu.Unlock()
 		l.log.InfoContext(ctx, "run passed to the newer link of its key", "provider_key", ls.key, "from", old.id, "link", ls.id)
+		return ""
+	case l.claimedBy != nil && l.passed && l.claimedBy.key == ls.key:
+		// Passed to a link that replaced its holder and has not reported
+		// for it: the key reports for it here, so it is run here (a
+		// second process took the agent over while the first still runs
+		// the run, D5). Same key: the place stays taken.
+		old := l.claimedBy
+		b.holdLocked(l, ls, ls)
+		l.passed = false
+		cancel := l.cancelRequested
+		b.mu.Unlock()
+		l.log.InfoContext(ctx, "run passed to the link of its key that reports for it", "provider_key", ls.key, "from", old.id, "link", ls.id)
+		if cancel {
+			l.sendCancel(ctx) // asked of the link that runs it now
+		}
 		return ""
 	case l.claimedBy != nil:
 		b.mu.Unlock()

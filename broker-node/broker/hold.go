@@ -28,6 +28,7 @@ func (l *lane) onGone(ctx context.Context, c goneCmd) {
 		// serving its agent, as the key's next report would pass it
 		// (claimByReport). Same key: the place stays taken.
 		b.holdLocked(l, nl, nl)
+		l.passed = true
 		b.mu.Unlock()
 		l.log.InfoContext(ctx, "replaced link closed; its run passes to the link that replaced it", "provider_key", ls.key,
 			"from", ls.id, "link", nl.id)

@@ -42,6 +42,12 @@ type lane struct {
 	offeredTo       *linkState // a place is held on this link's key
 	claimedBy       *linkState
 	claimedAt       time.Time
+	// passed: claimedBy got the run when the link holding it was
+	// replaced, and has not reported for it since. The process running
+	// it may be another than claimedBy's (a second process of the key
+	// took the agent over), so a report from any link of the key takes
+	// the run along (claimByReport, design.md D5).
+	passed          bool
 	noted           bool // abandoned or undelivered already counted for this run
 	expirySent      bool
 	graceWait       bool // waiting within provider_grace for a provider expected back
