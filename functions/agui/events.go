@@ -13,20 +13,16 @@ import (
 
 func (h *Handler) getEvents(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("runId")
-	after := 0
 	raw := r.Header.Get(LastEventIDHeader)
 	if raw == "" {
 		raw = r.URL.Query().Get("after")
 	}
-	if raw = strings.TrimSpace(raw); raw != "" {
-		n, ok := door.ParseLastEventID(raw)
-		if !ok {
-			door.WriteError(w, r, h.log, door.Refuse(http.StatusBadRequest, door.CodeBadRequest,
-				"%s must be the non-negative integer id of an event received", LastEventIDHeader))
-			return
-		}
-		after = n
+	after, err := lastEventID(raw)
+	if err != nil {
+		door.WriteError(w, r, h.log, err)
+		return
 	}
+	after = max(after, 0)
 	ctx, cancel := context.WithTimeout(r.Context(), door.StorageTimeout)
 	rn, err := h.o.Store.GetRun(ctx, id)
 	if err == nil {
@@ -53,4 +49,19 @@ func (h *Handler) getEvents(w http.ResponseWriter, r *http.Request) {
 // deadline (Lambda's) less the margin (door.StreamEnd); zero for none.
 func (h *Handler) streamEnd(ctx context.Context) time.Time {
 	return door.StreamEnd(ctx, h.o.StreamBudget, h.o.DeadlineMargin)
+}
+
+// lastEventID reads a Last-Event-ID value (the seq of the last event the
+// client received): -1 when raw is empty, a 400 when it is not one.
+func lastEventID(raw string) (int, error) {
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		return -1, nil
+	}
+	n, ok := door.ParseLastEventID(raw)
+	if !ok {
+		return 0, door.Refuse(http.StatusBadRequest, door.CodeBadRequest,
+			"%s must be the non-negative integer id of an event received", LastEventIDHeader)
+	}
+	return n, nil
 }

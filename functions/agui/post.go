@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strings"
 
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/run"
@@ -54,15 +53,10 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	}
 	// A retried POST resumes where its dropped stream ended (D9), as a
 	// fetch-based SSE client says with Last-Event-ID.
-	resumeAfter := -1
-	if raw := strings.TrimSpace(r.Header.Get(LastEventIDHeader)); raw != "" {
-		n, ok := door.ParseLastEventID(raw)
-		if !ok {
-			door.WriteError(w, r, h.log, door.Refuse(http.StatusBadRequest, door.CodeBadRequest,
-				"%s must be the non-negative integer id of an event received", LastEventIDHeader))
-			return
-		}
-		resumeAfter = n
+	resumeAfter, err := lastEventID(r.Header.Get(LastEventIDHeader))
+	if err != nil {
+		door.WriteError(w, r, h.log, err)
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*door.StorageTimeout)
 	out, err := h.accept(ctx, r, body, in, true)
