@@ -112,12 +112,12 @@ func mismatch(noun, threadID string) error {
 }
 
 // IdempotencyKey is the request's Idempotency-Key (D13); 400 bad_request
-// unless it is at most 255 printable characters.
+// unless it is at most 255 bytes, none of them a control character.
 func IdempotencyKey(r *http.Request) (string, error) {
 	idem := r.Header.Get(IdempotencyHeader)
 	if len(idem) > maxIdempotencyKey || strings.ContainsFunc(idem, func(c rune) bool { return c < 0x20 || c == 0x7f }) {
 		return "", Refuse(http.StatusBadRequest, CodeBadRequest,
-			"%s must be at most %d printable characters", IdempotencyHeader, maxIdempotencyKey)
+			"%s must be at most %d bytes, none of them a control character", IdempotencyHeader, maxIdempotencyKey)
 	}
 	return idem, nil
 }
