@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/core/wire"
 )
 
@@ -91,5 +93,44 @@ func TestWriteReturnsADataRefusalAtOnce(t *testing.T) {
 		if ok, _ := h.b.Leading(); !ok {
 			t.Fatalf("%s: the broker stepped down", code)
 		}
+	}
+}
+
+// An end PostgreSQL refuses for its data — whatever slipped past the
+// event checks — fails its run malformed_event with a RUN_ERROR and a
+// refusal the provider sees, counting nothing, and the broker keeps
+// leading. Before, the lane logged the refusal and let the run go: the
+// record said running with nobody holding it, and its caller waited.
+func TestRefusedEndFailsItsRun(t *testing.T) {
+	h := newHarness(t, Settings{})
+	h.st.InjectFaults(&store.Faults{Conclude: func(c store.Conclusion) error {
+		if c.Move.To == run.Completed {
+			return &pgconn.PgError{Code: "22P02", Message: "injected: a value PostgreSQL cannot hold"}
+		}
+		return nil
+	}})
+	p := h.connect(0xe1, nil)
+	p.register("echo")
+	id, thread := h.door(p.key, "echo", "hi")
+	p.offer()
+	p.accept(id)
+	p.event(id, started(id, thread))
+	p.event(id, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, thread, id))
+	p.finish(id)
+	r := h.waitStatus(id, run.Failed)
+	if r.FailureReason != string(run.ReasonMalformedEvent) {
+		t.Fatalf("reason %q", r.FailureReason)
+	}
+	if evs := h.events(id); len(evs) == 0 || evs[len(evs)-1] != "RUN_ERROR" || slices.Contains(evs, "RUN_FINISHED") {
+		t.Fatalf("events %v: want a RUN_ERROR last and no RUN_FINISHED stored", evs)
+	}
+	if f := p.expect(wire.TypeError); !strings.Contains(string(f), id) || !strings.Contains(string(f), "could not store") {
+		t.Fatalf("refusal %s", f)
+	}
+	if ok, _ := h.b.Leading(); !ok {
+		t.Fatal("the broker stepped down")
+	}
+	if q, err := h.st.GetQuality(context.Background(), p.key); err != nil || q != (store.Quality{ProviderKey: p.key}) {
+		t.Fatalf("counted: %+v %v", q, err)
 	}
 }

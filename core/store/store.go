@@ -25,6 +25,9 @@ type Faults struct {
 	// returned instead of success, as when a connection drops after the
 	// server committed but before its answer arrived.
 	AfterCommit func(op string) error
+	// Conclude, when it returns an error, refuses a Conclude before it
+	// writes anything, as PostgreSQL refuses a value it cannot hold.
+	Conclude func(Conclusion) error
 }
 
 // InjectFaults sets (or, with nil, clears) the store's injected faults.
