@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/funduq/funduq-go/core/agui"
@@ -110,6 +111,24 @@ func (l *lane) conclude(ctx context.Context, w roundWrite) bool {
 	r, pub, err := l.persist(ctx, w)
 	if ctx.Err() != nil {
 		return false // leadership ended mid-write: the next leader ends it
+	}
+	if err != nil && refusedData(err) && w.end != nil {
+		// The end can never land as it is (PostgreSQL refuses a value
+		// in it); forgetting the run would leave its record running with
+		// nobody holding it. It fails malformed_event instead, without
+		// the provider's events that rode with the end, each refused to
+		// its link; nothing is counted (design.md D18).
+		l.log.ErrorContext(ctx, "run's end could not be stored; failing the run", "to", string(w.end.Move.To), "err", err)
+		for _, from := range w.events.from {
+			b.refuse(from.link, kindEvent, l.id, fmt.Sprintf("%s: funduq could not store the run's end", run.ReasonMalformedEvent))
+		}
+		w = roundWrite{claim: w.claim, end: &store.Conclusion{
+			Move:   store.Move{To: run.Failed, Reason: run.ReasonMalformedEvent},
+			Events: []json.RawMessage{agui.RunError(run.Sentence(run.ReasonMalformedEvent), string(run.ReasonMalformedEvent))},
+		}}
+		if r, pub, err = l.persist(ctx, w); ctx.Err() != nil {
+			return false
+		}
 	}
 	if err != nil {
 		l.log.ErrorContext(ctx, "run's end was refused", "to", string(w.end.Move.To), "err", err)
