@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
@@ -99,9 +100,10 @@ func TestNodeProviderFromTheWireDescription(t *testing.T) {
 			return l
 		case err := <-exited:
 			t.Fatalf("provider.mjs exited: %v\n%s", err, stderr.String())
-		case <-ctx.Done():
+		case <-time.After(guard):
+			t.Fatalf("provider.mjs did not serve %s\n%s", runID, stderr.String())
 		}
-		panic("unreachable")
+		return nodeLine{}
 	}
 	h.Eventually(agent+" is served", func() bool {
 		as, err := h.Store.ListAgents(context.Background())
