@@ -258,6 +258,15 @@ func (c *call) send(streaming bool) {
 		c.h.writeRPC(c.w, c.req.ID, nil, perr)
 		return
 	}
+	// A retried stream resumes where its dropped one ended (D9), as an
+	// SSE client says with Last-Event-ID; read before anything is written.
+	resume := -1
+	if streaming {
+		if resume, perr = c.lastEventID(); perr != nil {
+			c.h.writeRPC(c.w, c.req.ID, nil, perr)
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(c.r.Context(), 3*door.StorageTimeout)
 	acc, err := c.accept(ctx, p)
 	cancel()
@@ -266,7 +275,14 @@ func (c *call) send(streaming bool) {
 		return
 	}
 	if streaming {
-		c.stream(acc.run, acc.after, p.HistoryLength)
+		after := acc.after
+		if !acc.fresh && resume > after {
+			// Only on a task this request did not make: a new task's ids
+			// are not the ones the client counted. Past the run's last
+			// event reads as that event, as on tasks/resubscribe.
+			after = max(after, min(resume, acc.run.LastSeq))
+		}
+		c.stream(acc.run, after, p.HistoryLength)
 		return
 	}
 	var view taskView

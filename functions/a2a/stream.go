@@ -17,6 +17,20 @@ import (
 // event seq) of the last item received.
 const LastEventIDHeader = door.LastEventIDHeader
 
+// lastEventID reads the request's Last-Event-ID (the seq of the last item
+// the client received): -1 when it sent none, -32602 when it is not one.
+func (c *call) lastEventID() (int, *RPCError) {
+	raw := strings.TrimSpace(c.r.Header.Get(LastEventIDHeader))
+	if raw == "" {
+		return -1, nil
+	}
+	n, ok := door.ParseLastEventID(raw)
+	if !ok {
+		return 0, rpcErr(CodeInvalidParams, "%s must be the non-negative id of an item received", LastEventIDHeader)
+	}
+	return n, nil
+}
+
 // sse writes JSON-RPC responses as server-sent events, each flushed at
 // once.
 type sse struct {

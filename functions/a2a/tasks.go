@@ -6,7 +6,6 @@ import (
 	"errors"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/funduq/funduq-go/core/store"
@@ -157,14 +156,10 @@ func (c *call) subscribe() {
 		c.h.writeRPC(c.w, c.req.ID, nil, perr)
 		return
 	}
-	after := -1
-	if raw := strings.TrimSpace(c.r.Header.Get(LastEventIDHeader)); raw != "" {
-		n, ok := door.ParseLastEventID(raw)
-		if !ok {
-			c.h.writeRPC(c.w, c.req.ID, nil, rpcErr(CodeInvalidParams, "%s must be the non-negative id of an item received", LastEventIDHeader))
-			return
-		}
-		after = n
+	after, perr := c.lastEventID()
+	if perr != nil {
+		c.h.writeRPC(c.w, c.req.ID, nil, perr)
+		return
 	}
 	ctx, cancel := context.WithTimeout(c.r.Context(), door.StorageTimeout)
 	rn, err := c.readableTask(ctx, p.ID)
