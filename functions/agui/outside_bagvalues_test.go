@@ -1,9 +1,12 @@
 package agui_test
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/functions/door"
 )
 
@@ -33,4 +36,56 @@ func TestOutsideBagValuesPostgreSQLCannotHold(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A key is kept as the caller wrote it like a value is: a lone surrogate
+// escape in a key of the bag (Go reads it as U+FFFD, so the key stored
+// and relayed would not be the caller's) is refused as one in a value is
+// — 400 bad_request naming it, nothing written — on a new thread and on
+// one that exists alike, at any depth.
+func TestOutsideBagKeysPostgreSQLCannotHold(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	srv := startDoor(t, h, nil)
+	url := aguiURL(srv, p.Key, "echo")
+	// A thread that exists, its run done.
+	s := openStream(t, "POST", url, input("t0", "r0", ""), nil)
+	f := p.Offer()
+	p.Accept(f.RunID)
+	p.Complete(f.RunID, *f.ThreadID)
+	s.rest()
+	h.WaitStatus(f.RunID, run.Completed)
+	for _, thread := range []string{"t-new", *f.ThreadID} {
+		for name, bag := range map[string]string{
+			"a key":             `{"\ud800":1}`,
+			"a low half as key": `{"a\udc00b":"x"}`,
+			"a nested key":      `{"a":{"\ud800":1}}`,
+		} {
+			t.Run(thread+"/"+name, func(t *testing.T) {
+				runs, threads := runCount(t, h), threadCount(t, h)
+				body := input(thread, "r-"+name, "")
+				body = strings.Replace(body, `"forwardedProps":{}`, `"forwardedProps":`+bag, 1)
+				resp, cancel := do(t, "POST", url, body, nil)
+				defer cancel()
+				defer resp.Body.Close()
+				ct := resp.Header.Get("Content-Type")
+				if resp.StatusCode != 400 || !strings.HasPrefix(ct, "application/json") {
+					t.Fatalf("got %d %s, want 400 %s", resp.StatusCode, ct, door.CodeBadRequest)
+				}
+				var got map[string]any
+				if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+					t.Fatal(err)
+				}
+				msg, _ := got["error"].(map[string]any)["message"].(string)
+				if errCode(got) != door.CodeBadRequest || !strings.Contains(msg, "surrogate") {
+					t.Fatalf("got %v, want %s naming the surrogate", got, door.CodeBadRequest)
+				}
+				if r, th := runCount(t, h), threadCount(t, h); r != runs || th != threads {
+					t.Fatalf("written: runs %d→%d, threads %d→%d", runs, r, threads, th)
+				}
+			})
+		}
+	}
+	p.None()
 }
