@@ -12,6 +12,7 @@ import (
 	"github.com/funduq/funduq-go/core/kyok"
 	"github.com/funduq/funduq-go/core/runinput"
 	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/strictjson"
 )
 
 // The admission steps both doors take, each door in its own order
@@ -38,7 +39,19 @@ type Bag struct {
 
 // ReadBag reads a caller's bag (field names it in messages), taking a KYOK
 // opt-in's context out first.
+//
+// A bag holding what PostgreSQL's jsonb cannot (strictjson.Unstorable: a
+// lone surrogate escape, an escaped NUL, a number past numeric's range),
+// in a key or a value at any depth, is refused 400 bad_request before it
+// is read: the door decodes the bag's keys (to strip funduq's own and the
+// KYOK context), and Go reads a lone surrogate as U+FFFD, so such a key
+// would be stored and relayed as one the caller never sent; and a value
+// is refused alike whether or not the thread it names is new.
 func ReadBag(raw json.RawMessage, field string) (Bag, error) {
+	if why := strictjson.Unstorable(raw); why != "" {
+		return Bag{}, Refuse(http.StatusBadRequest, CodeBadRequest,
+			"%s cannot be stored: it %s (in a key or a value)", field, why)
+	}
 	opt, ok, _ := kyok.ParseOptIn(raw)
 	if ok {
 		raw = kyok.StripContext(raw)
