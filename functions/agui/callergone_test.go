@@ -1,0 +1,86 @@
+package agui_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/functions/agui"
+	"github.com/funduq/funduq-go/internal/syncbuf"
+)
+
+// A caller that hangs up while its request waits in PostgreSQL is no
+// fault of funduq's: the door's log says the caller went away, at INFO,
+// and holds no ERROR, no 500 and no "internal" for it — the lines an
+// operator alerts on. The turn it did not wait for is not written.
+func TestCallerGoneMidRequestIsNotAnInternalError(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	logs := &syncbuf.Buffer{}
+	srv := startDoor(t, h, func(o *agui.Options) {
+		o.Log = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	url := aguiURL(srv, p.Key, "echo")
+	s := openStream(t, "POST", url, input("t0", "r0", ""), nil)
+	f := p.Offer()
+	p.Accept(f.RunID)
+	p.Complete(f.RunID, *f.ThreadID)
+	s.rest()
+	h.WaitStatus(f.RunID, run.Completed)
+	runs := runCount(t, h)
+
+	// The next turn on the thread waits for the thread's row, held here...
+	release := h.Hold(`SELECT 1 FROM threads WHERE thread_id = $1 FOR UPDATE`, *f.ThreadID)
+	defer release()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(input(*f.ThreadID, "r1", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	h.Eventually("the turn waits for the thread's row", func() bool {
+		var n int
+		_ = h.Store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return n > 0
+	})
+	// ... and its caller hangs up.
+	cancel()
+	<-done
+	var line map[string]any
+	h.Eventually("the door logs the request's end", func() bool {
+		for _, l := range strings.Split(logs.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && m["path"] == req.URL.Path {
+				line = m
+				return true
+			}
+		}
+		return false
+	})
+	if line["level"] != "INFO" || line["msg"] != "caller went away" {
+		t.Errorf("the request's log line %v, want INFO \"caller went away\"", line)
+	}
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, `"level":"ERROR"`) || strings.Contains(l, `"status":500`) || strings.Contains(l, `"code":"internal"`) {
+			t.Errorf("logged as funduq's fault: %s", l)
+		}
+	}
+	if n := runCount(t, h); n != runs {
+		t.Errorf("%d runs written for a request whose caller left before it was admitted", n-runs)
+	}
+}
