@@ -232,7 +232,8 @@ func (c *call) result(v any) { c.h.writeRPC(c.w, c.req.ID, v, nil) }
 
 // fail answers err as a JSON-RPC error: an *RPCError as it is, a door
 // refusal mapped by its code, storage trouble as -32043 with 503, anything
-// else as -32603 (logged, never leaked).
+// else as -32603 (logged, never leaked). A caller that went away hears
+// nothing; it is logged as that (door.CallerGone), not as trouble.
 func (c *call) fail(err error) {
 	c.h.writeRPC(c.w, c.req.ID, nil, c.h.toRPC(c.r, err))
 }
@@ -270,14 +271,21 @@ func (h *Handler) toRPC(r *http.Request, err error) *RPCError {
 		h.log.InfoContext(r.Context(), "a2a request refused", "path", r.URL.Path, "code", e.Code, "reason", de.Code, "err", de.Error())
 		return e
 	}
+	// Before Unavailable: a query that found the request's context
+	// already done looks like storage trouble (pgx: a timeout, safe to
+	// retry), and is the caller leaving.
+	gone := door.CallerGone(r, err)
+	if gone {
+		door.LogCallerGone(h.log, r, err)
+	}
 	if door.Unavailable(err) {
-		h.log.ErrorContext(r.Context(), "a2a: storage unavailable", "path", r.URL.Path, "err", err)
+		if !gone {
+			h.log.ErrorContext(r.Context(), "a2a: storage unavailable", "path", r.URL.Path, "err", err)
+		}
 		return &RPCError{Code: CodeUnavailable, Message: "storage is unreachable; retry shortly",
 			Data: map[string]any{"reason": door.CodeUnavailable}, status: http.StatusServiceUnavailable, retryAfter: 1}
 	}
-	if door.CallerGone(r, err) {
-		h.log.InfoContext(r.Context(), "a2a: the caller went away mid-request", "path", r.URL.Path, "err", err)
-	} else {
+	if !gone {
 		h.log.ErrorContext(r.Context(), "a2a: internal error", "path", r.URL.Path, "err", err)
 	}
 	return &RPCError{Code: CodeInternalError, Message: "internal error"}

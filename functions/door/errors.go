@@ -70,7 +70,9 @@ const (
 
 // WriteError writes err as the error envelope. An *Error is written as it
 // says; a storage failure (see Unavailable) becomes 503 with Retry-After; any
-// other error is logged and answered 500 with a generic message.
+// other error is logged and answered 500 with a generic message. A failure
+// that is the caller hanging up (CallerGone) is logged as that, not as a
+// refusal of funduq's.
 func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	de, ok := Refusal(err)
 	if !ok {
@@ -82,9 +84,13 @@ func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 				Message: "internal error", Err: err}
 		}
 	}
-	if log != nil {
+	switch {
+	case log == nil:
+	case de.Status >= 500 && CallerGone(r, err):
+		LogCallerGone(log, r, err)
+	default:
 		lvl := slog.LevelInfo
-		if de.Status >= 500 && !CallerGone(r, err) {
+		if de.Status >= 500 {
 			lvl = slog.LevelError
 		}
 		log.Log(r.Context(), lvl, "request refused", "method", r.Method, "path", r.URL.Path,
@@ -150,10 +156,20 @@ func WriteJSON(w http.ResponseWriter, status int, v any) { apierr.WriteJSON(w, s
 
 // CallerGone reports that err is the request's own context ending: the
 // caller hung up mid-request (an SSE client closing, a load tool's phase
-// ending). Not funduq's fault, so not logged as an error; the caller
-// hears nothing either way.
+// ending). Not funduq's fault, so not logged as an error, nor as storage
+// being out of reach (pgx calls a query that finds its context already
+// done a timeout, safe to retry); the caller hears nothing either way.
+// What was written before it stands: a run admitted before the caller
+// left goes on as any other.
 func CallerGone(r *http.Request, err error) bool {
-	return r.Context().Err() != nil && errors.Is(err, context.Canceled)
+	return errors.Is(r.Context().Err(), context.Canceled) && errors.Is(err, context.Canceled)
+}
+
+// LogCallerGone logs a request whose caller went away mid-request
+// (CallerGone), at Info: one line an operator can tell from funduq's own
+// failures.
+func LogCallerGone(log *slog.Logger, r *http.Request, err error) {
+	log.InfoContext(r.Context(), "caller went away", "method", r.Method, "path", r.URL.Path, "err", err.Error())
 }
 
 // Unavailable reports whether err means shared storage could not be reached
