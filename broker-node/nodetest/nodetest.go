@@ -478,13 +478,48 @@ func (p *Prov) Expect(typ string, into any) []byte {
 func (p *Prov) None() {
 	p.t.Helper()
 	p.h.Settle()
+	if got := p.Barrier(); len(got) > 0 {
+		p.t.Fatalf("unexpected frame: %s", got[0])
+	}
+}
+
+// Barrier returns the frames the broker sent p before it answered a query
+// p sends now: the answer comes once every event p sent before the query
+// is stored or refused (design.md §The provider wire), after everything
+// the broker wrote before it read the query.
+func (p *Prov) Barrier() [][]byte {
+	p.t.Helper()
 	p.barrier++
 	id := fmt.Sprintf("nodetest-barrier-%d", p.barrier)
 	p.Send(wire.Query{Type: wire.TypeQuery, QueryID: id, Method: "nodetest.barrier", Params: json.RawMessage(`{}`)})
-	typ, f := p.Next()
-	var r wire.QueryResult
-	if typ != wire.TypeQueryResult || json.Unmarshal(f, &r) != nil || r.QueryID != id {
-		p.t.Fatalf("unexpected frame: %s", f)
+	var before [][]byte
+	for {
+		typ, f := p.Next()
+		var r wire.QueryResult
+		if typ == wire.TypeQueryResult && json.Unmarshal(f, &r) == nil && r.QueryID == id {
+			return before
+		}
+		before = append(before, f)
+	}
+}
+
+// ReadBarrier returns once the broker's read loop has handed on every
+// frame p sent before it: a deleteAgent of a name p never registered,
+// answered on the read loop itself (a query waits for the events before
+// it to be stored; this does not). Frames before its answer are returned.
+func (p *Prov) ReadBarrier() [][]byte {
+	p.t.Helper()
+	p.barrier++
+	name := fmt.Sprintf("nodetest-read-barrier-%d", p.barrier)
+	p.Send(wire.DeleteAgent{Type: wire.TypeDeleteAgent, Name: name})
+	var before [][]byte
+	for {
+		typ, f := p.Next()
+		var e wire.Error
+		if typ == wire.TypeError && json.Unmarshal(f, &e) == nil && e.Name == name {
+			return before
+		}
+		before = append(before, f)
 	}
 }
 

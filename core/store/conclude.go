@@ -57,10 +57,8 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 	if (m.To == run.Failed) != (m.Reason != "") {
 		return Run{}, nil, fmt.Errorf("conclude run %s: a failure reason is required for failed and only for failed", m.RunID)
 	}
-	if f := s.faults.Load(); f != nil && f.Conclude != nil {
-		if err := f.Conclude(c); err != nil {
-			return Run{}, nil, fmt.Errorf("conclude run %s (injected): %w", m.RunID, err)
-		}
+	if err := s.faults.Load().refuseConclude(c); err != nil {
+		return Run{}, nil, fmt.Errorf("conclude run %s (injected): %w", m.RunID, err)
 	}
 	var out Run
 	var appended []Appended

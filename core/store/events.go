@@ -89,6 +89,9 @@ func (s *Store) AppendProviderEventsOnce(ctx context.Context, epoch int64, runID
 	if len(evs) == 0 {
 		return nil, nil
 	}
+	if err := s.faults.Load().refuseEvents(evs); err != nil {
+		return nil, fmt.Errorf("append events to run %s (injected): %w", runID, err)
+	}
 	var rd eventsRead
 	var seqs []int
 	err := s.pipelined(ctx, "append events to run "+runID,

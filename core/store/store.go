@@ -28,6 +28,33 @@ type Faults struct {
 	// Conclude, when it returns an error, refuses a Conclude before it
 	// writes anything, as PostgreSQL refuses a value it cannot hold.
 	Conclude func(Conclusion) error
+	// Events, when it returns an error, refuses a write of provider
+	// events (AppendProviderEventsOnce, or a Conclude carrying them)
+	// before it writes anything, as PostgreSQL refuses a value it
+	// cannot hold in one of them.
+	Events func([]NewEvent) error
+}
+
+// refuseConclude is the injected refusal of Conclude c, or nil.
+func (f *Faults) refuseConclude(c Conclusion) error {
+	switch {
+	case f == nil:
+		return nil
+	case f.Conclude != nil:
+		if err := f.Conclude(c); err != nil {
+			return err
+		}
+	}
+	return f.refuseEvents(c.ProviderEvents)
+}
+
+// refuseEvents is the injected refusal of a write of provider events evs,
+// or nil.
+func (f *Faults) refuseEvents(evs []NewEvent) error {
+	if f == nil || f.Events == nil || len(evs) == 0 {
+		return nil
+	}
+	return f.Events(evs)
 }
 
 // InjectFaults sets (or, with nil, clears) the store's injected faults.
