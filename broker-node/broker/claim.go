@@ -38,16 +38,7 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 	if a.stop != "" || l.readBack {
 		// A refused event fails the run after what precedes it is stored:
 		// the claim goes alone, then the batch as any other.
-		if _, _, err := l.persist(ctx, roundWrite{claim: true}); err != nil {
-			ls.release(batch...)
-			l.claimRefused(ctx, ls, err)
-			return
-		}
-		l.tookClaim(ctx, ls, from)
-		if l.cancelRequested {
-			l.onCancel(ctx)
-		}
-		l.relay(ctx, ls, batch, a, finish)
+		l.claimAlone(ctx, ls, from, batch, a, finish)
 		return
 	}
 	if finish {
@@ -62,11 +53,22 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 	// sees the round's last event before its end is recorded.
 	var held []eventCmd
 	var heldA admitted
+	whole, wholeA := batch, a
 	if j := terminalAt(a.infos); j >= 0 {
 		held, batch = batch[a.idx[j]:], batch[:a.idx[j]]
 		a, heldA = a.split(j, l.lastPSeq)
 	}
 	_, pub, err := l.persist(ctx, roundWrite{claim: true, events: a})
+	if err != nil && refusedData(err) && ctx.Err() == nil {
+		// PostgreSQL refuses a value in the events, not the claim: the
+		// claim goes alone, then the events as any batch, which fails
+		// the run at the event it refuses (relay, design.md D18). Those
+		// the write refused for their seq are answered already, and the
+		// finish, when it comes, finds the run as that leaves it.
+		wholeA.taken = nil
+		l.claimAlone(ctx, ls, from, whole, wholeA, false)
+		return
+	}
 	ls.release(batch...)
 	if err != nil {
 		ls.release(held...)
@@ -88,6 +90,21 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 	default:
 		l.relay(ctx, ls, held, heldA, l.q.takeFinish(ls))
 	}
+}
+
+// claimAlone writes the claim by itself, then relays the batch read with
+// it (admitted as a) as any other, the finish behind it when finish.
+func (l *lane) claimAlone(ctx context.Context, ls *linkState, from run.Status, batch []eventCmd, a admitted, finish bool) {
+	if _, _, err := l.persist(ctx, roundWrite{claim: true}); err != nil {
+		ls.release(batch...)
+		l.claimRefused(ctx, ls, err)
+		return
+	}
+	l.tookClaim(ctx, ls, from)
+	if l.cancelRequested {
+		l.onCancel(ctx)
+	}
+	l.relay(ctx, ls, batch, a, finish)
 }
 
 // terminalAt is the index of the first RUN_FINISHED or RUN_ERROR among

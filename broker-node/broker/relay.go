@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/funduq/funduq-go/core/agui"
+	"github.com/funduq/funduq-go/core/livefeed"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
 )
@@ -121,17 +123,30 @@ func (l *lane) relay(ctx context.Context, link *linkState, batch []eventCmd, a a
 	}
 	stored := true
 	if len(a.evs) > 0 {
-		_, pub, err := l.persist(ctx, roundWrite{events: a})
+		pub, n, err := l.storeUntilRefused(ctx, a)
 		// The backlog counts events not yet stored: it is given back as
 		// soon as the batch is, so the link is read again while the batch
 		// is published.
 		link.release(batch...)
-		if err != nil {
+		switch {
+		case err != nil && refusedData(err) && ctx.Err() == nil:
+			// PostgreSQL refuses a value in the event after the n it
+			// stored, which no retry changes: the run fails as for an
+			// event that does not validate, and the events before it
+			// stay stored (D18). Going on without it would end the run
+			// completed without an event its provider sent.
+			l.log.ErrorContext(ctx, "provider event could not be stored", "err", err)
+			a.stop, a.stopErr, a.stopFrom, a.stopAt = run.ReasonMalformedEvent, errUnstorable, a.from[n], a.idx[n]
+		case err != nil:
 			stored = false
 			if ctx.Err() == nil {
 				// Refused, not lost in a failover: the provider hears it.
-				l.log.ErrorContext(ctx, "could not store events", "events", len(a.evs), "err", err)
-				for _, c := range batch {
+				l.log.ErrorContext(ctx, "could not store events", "events", len(a.evs)-n, "err", err)
+				from := 0
+				if n > 0 {
+					from = a.idx[n]
+				}
+				for _, c := range batch[from:] {
 					l.b.refuse(c.link.link, kindEvent, l.id, refusedNotStored)
 				}
 			}
@@ -171,6 +186,34 @@ func (l *lane) relay(ctx context.Context, link *linkState, batch []eventCmd, a a
 		}
 		l.endByFunnel(ctx)
 	}
+}
+
+// errUnstorable is what a provider is told of an event PostgreSQL refused
+// for a value in it: the driver's message stays in the log.
+var errUnstorable = errors.New("funduq cannot store a value in it")
+
+// storeUntilRefused stores the events of a in order, up to the first one
+// PostgreSQL refuses for its data (refusedData), and returns what it stored
+// for the live feed, how many of a's events it stored (n), and the error
+// that stopped it: a's events from n on are not stored. One write takes
+// the whole batch; only when PostgreSQL refuses it are its halves written
+// in turn, down to the one event it refuses.
+func (l *lane) storeUntilRefused(ctx context.Context, a admitted) (pub []livefeed.Published, n int, err error) {
+	_, pub, err = l.persist(ctx, roundWrite{events: a})
+	if err == nil {
+		return pub, len(a.evs), nil
+	}
+	if len(a.evs) == 1 || !refusedData(err) || ctx.Err() != nil {
+		return nil, 0, err
+	}
+	a.taken = nil // answered by the write just refused (persist)
+	before, rest := a.split(len(a.evs)/2, l.lastPSeq)
+	pub, n, err = l.storeUntilRefused(ctx, before)
+	if err != nil {
+		return pub, n, err
+	}
+	more, m, err := l.storeUntilRefused(ctx, rest)
+	return append(pub, more...), n + m, err
 }
 
 // kept takes in the events of a that the store took now — seqs[i] > 0, or
