@@ -9,9 +9,10 @@ import (
 // handled: events and their bytes. One event is always let in when nothing
 // waits, however large (a frame is bounded by the link's read limit).
 //
-// Each event taken gets the next ordinal, so a query can wait for the
-// events read before it (passed): its answer tells the provider that
-// funduq has them (link.Server answers a query only then).
+// Each event taken gets the next ordinal, and so does each finish (hold,
+// which takes no place), so a query can wait for the reports read before
+// it (passed): its answer tells the provider that funduq has them
+// (link.Server answers a query only then).
 type backlog struct {
 	mu       sync.Mutex
 	n, bytes int
@@ -50,6 +51,28 @@ func (b *backlog) give(ord uint64, size int) {
 	close(b.changed)
 	b.changed = make(chan struct{})
 	b.mu.Unlock()
+}
+
+// hold gives a report that is not an event (a finish) the next ordinal,
+// without taking a place: a query read after it waits for it (let).
+func (b *backlog) hold() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.taken++
+	b.open[b.taken] = struct{}{}
+	return b.taken
+}
+
+// let counts the report held as ord out; again, or for 0, it does nothing.
+func (b *backlog) let(ord uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.open[ord]; !ok {
+		return
+	}
+	delete(b.open, ord)
+	close(b.changed)
+	b.changed = make(chan struct{})
 }
 
 func (b *backlog) count() (n, bytes int) {

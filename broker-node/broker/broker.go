@@ -775,14 +775,15 @@ func (b *Broker) event(l Link, runID string, c eventCmd) {
 }
 
 // Reported is called as a query is read from l; the wait it returns
-// blocks until every event l sent before the query has been handled by its
-// lane — stored, or refused with an error frame — and reports whether the
-// query may be answered. Our SDK takes answered queries after a finish for
-// funduq having stored it, and stops resending it (provider/sync.go), so
-// an answer must not overtake an event still waiting on the store. It
-// reports false when the link goes or this node stops leading first: those
-// events may never be stored, the link closes, and the provider resends
-// them on its next link.
+// blocks until every event and finish l sent before the query has been
+// handled by its lane — stored (the run's end written, for a finish), or
+// refused with an error frame — and reports whether the query may be
+// answered. Our SDK takes answered queries after a finish for funduq
+// having stored it, and stops resending it (provider/sync.go), so an
+// answer must not overtake an event or a finish still waiting in its lane.
+// It reports false when the link goes or this node stops leading first:
+// those reports may never be taken, the link closes, and the provider
+// resends them on its next link.
 func (b *Broker) Reported(l Link) (wait func(ctx context.Context) bool) {
 	b.mu.Lock()
 	ls, lctx := b.links[l], b.ctx
@@ -832,7 +833,16 @@ func (b *Broker) Finish(l Link, runID string) {
 		b.refuse(l, kindFinish, runID, refusedUnknown)
 		return
 	}
-	if ln == nil || ls == nil || !ln.q.push(finishCmd{ls}) {
+	if ln == nil || ls == nil {
+		b.refuse(l, kindFinish, runID, b.noLaneReason(l, runID))
+		return
+	}
+	// Held in the link's backlog until the lane has taken or refused it,
+	// as an event is until it is stored: a query read after it is not
+	// answered before (design.md §The provider wire).
+	c := finishCmd{link: ls, ord: ls.backlog.hold()}
+	if !ln.q.push(c) {
+		c.handled()
 		b.refuse(l, kindFinish, runID, b.noLaneReason(l, runID))
 	}
 }

@@ -20,7 +20,9 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 		// Nothing is stored after the run's terminal event: what came
 		// behind it is refused here as on any other path (lane.handle).
 		batch = l.cutAfterEnd(l.q.takeEvents(ls, maxEventBatch))
-		finish = l.q.takeFinish(ls)
+		var fin finishCmd
+		fin, finish = l.q.takeFinish(ls)
+		defer fin.handled()
 	}
 	if len(batch) == 0 && !finish {
 		// The record says running before the next utterance can be offered.
@@ -88,7 +90,9 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 	case l.isEnded():
 		ls.release(held...)
 	default:
-		l.relay(ctx, ls, held, heldA, l.q.takeFinish(ls))
+		fin, finish := l.q.takeFinish(ls)
+		l.relay(ctx, ls, held, heldA, finish)
+		fin.handled()
 	}
 }
 

@@ -33,9 +33,12 @@ type (
 		tooBig bool
 		ord    uint64 // its place in the link's backlog (backlog.take)
 	}
-	finishCmd struct{ link *linkState } // the provider's stream ended
-	cancelCmd struct{}                  // someone asked for a cancel
-	goneCmd   struct {                  // the link the run was offered to or claimed by closed
+	finishCmd struct { // the provider's stream ended
+		link *linkState
+		ord  uint64 // its ordinal in the link's backlog (backlog.hold); 0: none
+	}
+	cancelCmd struct{} // someone asked for a cancel
+	goneCmd   struct { // the link the run was offered to or claimed by closed
 		link *linkState
 		lost bool // without the provider's close frame
 	}

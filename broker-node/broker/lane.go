@@ -167,8 +167,11 @@ func (l *lane) refuseLive(ctx context.Context, c command, why string) {
 		l.refuseCmd(c, why)
 		return
 	}
-	if e, ok := c.(eventCmd); ok {
-		e.link.release(e)
+	switch c := c.(type) {
+	case eventCmd:
+		c.link.release(c)
+	case finishCmd:
+		c.handled()
 	}
 }
 
@@ -207,20 +210,23 @@ func (l *lane) handle(ctx context.Context, c command) {
 		// transaction: the batch grows while PostgreSQL is slow. Not while
 		// commands deferred behind an offer wait: they come first.
 		batch := []eventCmd{c}
+		var fin finishCmd
 		finish := false
 		if len(l.deferred) == 0 {
 			batch = append(batch, l.q.takeEvents(c.link, maxEventBatch-1)...)
 			// The run's end right behind its last events: both in one
 			// transaction when that is safe.
-			finish = l.q.takeFinish(c.link)
+			fin, finish = l.q.takeFinish(c.link)
 		}
 		l.onEvents(ctx, c.link, l.cutAfterEnd(batch), finish)
+		fin.handled()
 	case finishCmd:
 		if why := l.claimByReport(ctx, c.link); why != "" {
 			l.refuseLive(ctx, c, why)
 		} else {
 			l.endByFunnel(ctx)
 		}
+		c.handled()
 	case cancelCmd:
 		l.onCancel(ctx)
 	case goneCmd:

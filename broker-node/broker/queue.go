@@ -52,19 +52,21 @@ func (q *queue) takeEvents(link *linkState, max int) []eventCmd {
 	return out
 }
 
-// takeFinish pops the head of the queue when it is a finish from link.
-func (q *queue) takeFinish(link *linkState) bool {
+// takeFinish pops the head of the queue when it is a finish from link. The
+// caller counts it out of the link's backlog (finishCmd.handled) once it
+// has taken or refused it.
+func (q *queue) takeFinish(link *linkState) (finishCmd, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.items) == 0 {
-		return false
+		return finishCmd{}, false
 	}
 	if c, ok := q.items[0].(finishCmd); ok && c.link == link {
 		q.items[0] = nil
 		q.items = q.items[1:]
-		return true
+		return c, true
 	}
-	return false
+	return finishCmd{}, false
 }
 
 // close refuses every later push and returns what was still queued.

@@ -60,6 +60,7 @@ func (l *lane) refuseCmd(c command, reason string) {
 		l.b.refuse(c.link.link, kindEvent, l.id, reason)
 	case finishCmd:
 		l.b.refuse(c.link.link, kindFinish, l.id, reason)
+		c.handled()
 	case verdictCmd:
 		l.b.refuse(c.link.link, kindAck, l.id, reason)
 	}

@@ -178,7 +178,7 @@ func (l *lane) relay(ctx context.Context, link *linkState, batch []eventCmd, a a
 		// The store refused the events: the run does not end without
 		// them. When leadership ended mid-write instead, the link closes
 		// with it and the next leader takes the resent finish (refuseLive).
-		l.refuseLive(ctx, finishCmd{link}, refusedNotStored)
+		l.refuseLive(ctx, finishCmd{link: link}, refusedNotStored)
 	default:
 		if why := l.claimByReport(ctx, link); why != "" {
 			l.b.refuse(link.link, kindFinish, l.id, why)

@@ -114,6 +114,16 @@ func (ls *linkState) release(cmds ...eventCmd) {
 	}
 }
 
+// handled counts a finish out of the link's backlog once the lane has
+// taken it — the run's end written — or refused it: a query behind it is
+// answered only then. Counting one out twice, or none (the zero
+// finishCmd), does nothing.
+func (c finishCmd) handled() {
+	if c.link != nil {
+		c.link.backlog.let(c.ord)
+	}
+}
+
 func (ls *linkState) detached() { ls.goneOnce.Do(func() { close(ls.gone) }) }
 
 func (ls *linkState) String() string { return fmt.Sprintf("link#%d(%s)", ls.id, short(ls.key)) }

@@ -226,8 +226,9 @@ func (s *Server) handle(ctx context.Context, c *Conn, frame any, querySlots chan
 				return
 			}
 		}
-		// Answered only once the events read before it are stored
-		// (Broker.Reported): an answer tells the provider funduq has them.
+		// Answered only once the events and finishes read before it are
+		// taken (Broker.Reported): an answer tells the provider funduq
+		// has them.
 		reported := s.Broker.Reported(c)
 		queries.Add(1)
 		go func() {
