@@ -147,6 +147,58 @@ func TestBuildRefusesBadInput(t *testing.T) {
 	}
 }
 
+// The builder relays a caller's message and bag as they were written or
+// refuses them: it decodes their top-level keys (to lay a message out, to
+// strip the bag's "funduq"), and Go reads a lone surrogate escape as
+// U+FFFD, so {"\ud800":1} would be offered as {"\ufffd":1}, a key the
+// caller never sent. What funduq cannot carry (a lone surrogate escape, an
+// escaped NUL, a number past PostgreSQL's numeric: strictjson.Unstorable),
+// in a key or a value, is ErrInvalid naming the reason; an escaped pair is
+// a character like any other.
+func TestBuildRefusesWhatItCannotCarry(t *testing.T) {
+	msg := func(s string) func(*runinput.Request) {
+		return func(r *runinput.Request) { r.Messages = []json.RawMessage{json.RawMessage(s)} }
+	}
+	for _, tc := range []struct {
+		name, why string
+		mut       func(*runinput.Request)
+	}{
+		{"a message key", "surrogate", msg(`{"id":"x","role":"user","content":"hi","\ud800":1}`)},
+		{"a message key, low half", "surrogate", msg(`{"id":"x","role":"user","content":"hi","a\udc00":1}`)},
+		{"a message value", "surrogate", msg(`{"id":"x","role":"user","content":"a\ud800b"}`)},
+		{"a nested message key", "surrogate", msg(`{"id":"x","role":"user","content":"hi","x":{"\ud800":1}}`)},
+		{"a message NUL", "NUL", msg(`{"id":"x","role":"user","content":"a\u0000b"}`)},
+		{"a message number", "numeric", msg(`{"id":"x","role":"user","content":"hi","n":1e999999}`)},
+		{"a bag key", "surrogate", func(r *runinput.Request) { r.ForwardedProps = json.RawMessage(`{"\ud800":1}`) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := baseRequest()
+			tc.mut(&req)
+			b, err := runinput.Build(req)
+			if !errors.Is(err, runinput.ErrInvalid) || !strings.Contains(err.Error(), tc.why) {
+				t.Fatalf("built %s (err %v), want ErrInvalid naming the %s", b.Bytes, err, tc.why)
+			}
+		})
+	}
+	req := baseRequest()
+	req.Messages = []json.RawMessage{json.RawMessage(`{"id":"x","role":"user","content":"\ud83d\ude00","\ud83d\ude00":1}`)}
+	req.ForwardedProps = json.RawMessage(`{"\ud83d\ude00":2}`)
+	b, err := runinput.Build(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in struct {
+		Messages       []map[string]any `json:"messages"`
+		ForwardedProps map[string]any   `json:"forwardedProps"`
+	}
+	if err := json.Unmarshal(b.Bytes, &in); err != nil {
+		t.Fatal(err)
+	}
+	if m := in.Messages[0]; m["content"] != "\U0001F600" || m["\U0001F600"] != float64(1) || in.ForwardedProps["\U0001F600"] != float64(2) {
+		t.Fatalf("built %s, want the pair kept as the same character", b.Bytes)
+	}
+}
+
 func FuzzBuild(f *testing.F) {
 	f.Add([]byte(`{"id":"x","role":"user","content":"hi"}`), []byte(`{"a":1,"funduq":2}`))
 	f.Add([]byte(`{"role":"tool"}`), []byte(`null`))
