@@ -7,6 +7,7 @@ import (
 
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/strictjson"
 )
 
 // FunduqKey is the reserved forwardedProps key: the only key funduq writes
@@ -178,11 +179,15 @@ func Build(req Request) (Built, error) {
 // forwardedProps is the caller's bag minus any "funduq" key, with funduq's
 // additions under "funduq" when there are any. A bag that is not an object
 // passes through untouched when funduq adds nothing, and is replaced by
-// {"funduq": …} when it does.
+// {"funduq": …} when it does. A bag holding what funduq cannot carry is
+// refused, never rewritten (NormalizeMessage says why).
 func forwardedProps(caller json.RawMessage, add object) (json.RawMessage, error) {
 	c, err := compact(caller)
 	if err != nil {
 		return nil, fmt.Errorf("%w: forwardedProps: %v", ErrInvalid, err)
+	}
+	if why := strictjson.Unstorable(c); why != "" {
+		return nil, fmt.Errorf("%w: forwardedProps %s (in a key or a value), which funduq does not carry", ErrInvalid, why)
 	}
 	obj, err := parseObject(c)
 	isObject := err == nil

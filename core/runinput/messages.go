@@ -3,6 +3,8 @@ package runinput
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/funduq/funduq-go/core/strictjson"
 )
 
 // canonicalKeys lists, per AG-UI role, the keys a message is emitted with,
@@ -20,7 +22,16 @@ var canonicalKeys = map[string][]string{
 // NormalizeMessage returns the AG-UI message raw with its id replaced by id
 // and its keys laid out canonically for its role. A message of a role this
 // version does not know keeps its own keys after id and role.
+//
+// A message holding what funduq cannot carry (strictjson.Unstorable: a
+// lone surrogate escape, an escaped NUL, a number past PostgreSQL's
+// numeric), in a key or a value, is an error, never rewritten: its keys
+// are decoded here, and Go reads a lone surrogate as U+FFFD, so such a
+// key would reach the provider as one the caller never sent.
 func NormalizeMessage(raw json.RawMessage, id string) (json.RawMessage, error) {
+	if why := strictjson.Unstorable(raw); why != "" {
+		return nil, fmt.Errorf("message %s (in a key or a value), which funduq does not carry", why)
+	}
 	obj, err := parseObject(raw)
 	if err != nil {
 		return nil, fmt.Errorf("message: %w", err)

@@ -114,6 +114,12 @@ func ParseSendParams(params json.RawMessage) (SendParams, *RPCError) {
 
 func parseMessage(raw json.RawMessage) (InboundMessage, *RPCError) {
 	var m InboundMessage
+	// Relayed as sent or not at all (door.RefuseUnstorable): its text is
+	// decoded, and a lone surrogate escape would reach the agent as
+	// U+FFFD; its metadata is refused alike, as the request's is.
+	if e := door.RefuseUnstorable(raw, "params.message"); e != nil {
+		return m, &RPCError{Code: CodeInvalidParams, Message: e.Message, Data: map[string]any{"reason": e.Code}}
+	}
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(raw, &obj) != nil {
 		return m, rpcErr(CodeInvalidParams, "params.message must be an object")

@@ -3,6 +3,7 @@ package agui
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -57,7 +58,8 @@ func invalid(format string, args ...any) *door.Error {
 
 // ParseRunAgentInput reads body as an AG-UI RunAgentInput. Malformed JSON is
 // a 400 (malformed_json); a well-formed body of the wrong shape is a 422
-// (invalid_run_input) naming the offending field. Every error is a
+// (invalid_run_input) naming the offending field; a message holding what
+// funduq cannot carry is a 400 (bad_request, door.RefuseUnstorable). Every error is a
 // *door.Error. An accepted input always builds: each message is an object
 // with a non-empty string role, tools and context entries are objects.
 func ParseRunAgentInput(body []byte) (RunAgentInput, error) {
@@ -100,6 +102,11 @@ func ParseRunAgentInput(body []byte) (RunAgentInput, error) {
 		return in, err
 	}
 	for i, m := range in.Messages {
+		// Relayed as sent or not at all (door.RefuseUnstorable): its keys
+		// are decoded to lay it out for the provider.
+		if e := door.RefuseUnstorable(m, fmt.Sprintf("messages[%d]", i)); e != nil {
+			return in, e
+		}
 		var msg map[string]json.RawMessage
 		_ = json.Unmarshal(m, &msg)
 		var role string

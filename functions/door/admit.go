@@ -37,20 +37,34 @@ type Bag struct {
 	sealable bool
 }
 
-// ReadBag reads a caller's bag (field names it in messages), taking a KYOK
-// opt-in's context out first.
+// RefuseUnstorable is the refusal of a caller's JSON (field names it in
+// the message) holding what funduq cannot carry (strictjson.Unstorable: a
+// lone surrogate escape, an escaped NUL, a number past PostgreSQL's
+// numeric), in a key or a value at any depth: 400 bad_request naming the
+// reason (A2A -32602); nil when raw holds none.
 //
-// A bag holding what PostgreSQL's jsonb cannot (strictjson.Unstorable: a
-// lone surrogate escape, an escaped NUL, a number past numeric's range),
-// in a key or a value at any depth, is refused 400 bad_request before it
-// is read: the door decodes the bag's keys (to strip funduq's own and the
-// KYOK context), and Go reads a lone surrogate as U+FFFD, so such a key
-// would be stored and relayed as one the caller never sent; and a value
-// is refused alike whether or not the thread it names is new.
-func ReadBag(raw json.RawMessage, field string) (Bag, error) {
+// The doors ask it of what they decode and relay — the caller's bag and
+// its messages — before reading them: Go reads a lone surrogate as U+FFFD,
+// so a key (or an A2A text) holding one would be stored and relayed as
+// text the caller never sent. A value is refused alike: the bag is kept in
+// jsonb, which holds none of the three, and funduq stores no provider
+// event holding them (D18), so an agent echoing such a message would have
+// its run failed malformed_event.
+func RefuseUnstorable(raw json.RawMessage, field string) *Error {
 	if why := strictjson.Unstorable(raw); why != "" {
-		return Bag{}, Refuse(http.StatusBadRequest, CodeBadRequest,
+		return Refuse(http.StatusBadRequest, CodeBadRequest,
 			"%s cannot be stored: it %s (in a key or a value)", field, why)
+	}
+	return nil
+}
+
+// ReadBag reads a caller's bag (field names it in messages), taking a KYOK
+// opt-in's context out first. A bag holding what funduq cannot carry is
+// refused before it is read (RefuseUnstorable), whether or not the thread
+// it names is new.
+func ReadBag(raw json.RawMessage, field string) (Bag, error) {
+	if e := RefuseUnstorable(raw, field); e != nil {
+		return Bag{}, e
 	}
 	opt, ok, _ := kyok.ParseOptIn(raw)
 	if ok {
