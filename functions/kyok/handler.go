@@ -18,6 +18,7 @@ import (
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/core/strictjson"
+	"github.com/funduq/funduq-go/functions/door"
 )
 
 // Header names (they kept the reference's old "souk" name in wire v4).
@@ -119,12 +120,20 @@ func refuse(status int, code, msg string) *apiError {
 	return &apiError{Status: status, Code: code, Message: msg}
 }
 
+// writeError answers e. A failure that is the calling agent hanging up
+// (door.CallerGone: a store or Redis call ended by the request's own
+// context) is logged as that, at INFO, like the other doors, not as
+// funduq's trouble; genuine failures keep their level.
 func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, e *apiError) {
-	lvl := slog.LevelInfo
-	if e.Status >= 500 && e.Status != http.StatusBadGateway {
-		lvl = slog.LevelWarn
+	if e.Status >= 500 && e.Err != nil && door.CallerGone(r, e.Err) {
+		door.LogCallerGone(h.o.Log, r, e.Err)
+	} else {
+		lvl := slog.LevelInfo
+		if e.Status >= 500 && e.Status != http.StatusBadGateway {
+			lvl = slog.LevelWarn
+		}
+		h.o.Log.Log(r.Context(), lvl, "kyok call refused", "status", e.Status, "code", e.Code, "msg", e.Message, "err", e.Err)
 	}
-	h.o.Log.Log(r.Context(), lvl, "kyok call refused", "status", e.Status, "code", e.Code, "msg", e.Message, "err", e.Err)
 	body := map[string]any{"code": e.Code, "message": e.Message, "type": e.Code}
 	if len(e.Refusal) > 0 {
 		body["refusal"] = e.Refusal

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/core/kyok"
+	"github.com/funduq/funduq-go/functions/door"
 )
 
 // tail reads one reply stream in order.
@@ -28,6 +29,8 @@ type tail struct {
 
 var (
 	errSilent = errors.New("no reply in time")
+	// errWriteFailed: the caller's connection took no more of the answer.
+	errWriteFailed = errors.New("writing the answer to the caller failed")
 	// errRelayLost: nothing at all — not even a keep-alive — came from the
 	// relay for kyok.KeepAliveSilence: the leader serving the completion is
 	// gone (the caller may retry; a new leader serves new calls).
@@ -87,7 +90,9 @@ func (t *tail) next(ctx context.Context, wait time.Duration) (kyok.Reply, error)
 }
 
 // relay sends the checked call to the leader and answers from the reply
-// stream.
+// stream. A calling agent that leaves before its answer ended is logged
+// once, at INFO, as the caller going away (door.LogCallerGone), as the
+// other doors log theirs.
 func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 	ctx := r.Context()
 	reqJSON, err := json.Marshal(c.req)
@@ -127,6 +132,8 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 	case err != nil:
 		if ctx.Err() == nil {
 			h.writeError(w, r, storageDown(err))
+		} else {
+			door.LogCallerGone(log, r, err)
 		}
 		return
 	case first.Kind == kyok.ReplyUnavailable:
@@ -145,6 +152,8 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 	if err != nil {
 		if ctx.Err() == nil {
 			h.writeError(w, r, unanswered(err, "the LLM provider did not answer"))
+		} else {
+			door.LogCallerGone(log, r, err)
 		}
 		return
 	}
@@ -173,6 +182,8 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 		if err != nil {
 			if ctx.Err() == nil {
 				h.writeError(w, r, unanswered(err, "the LLM provider went silent mid-completion"))
+			} else {
+				door.LogCallerGone(log, r, err)
 			}
 			return
 		}
@@ -240,7 +251,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, t *tail, rep ky
 		switch rep.Kind {
 		case kyok.ReplyChunk:
 			if !write(kyok.DropNulls(rep.Data)) {
-				log.Info("kyok caller left mid-stream")
+				door.LogCallerGone(log, r, errWriteFailed)
 				return
 			}
 		case kyok.ReplyDone:
@@ -263,6 +274,8 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, t *tail, rep ky
 					msg = errRelayLost.Error() + " mid-completion; retry the call"
 				}
 				fail(relayFailed(msg))
+			} else {
+				door.LogCallerGone(log, r, err)
 			}
 			return
 		}
