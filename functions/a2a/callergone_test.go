@@ -7,8 +7,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/functions/a2a"
 	"github.com/funduq/funduq-go/internal/syncbuf"
 )
@@ -81,4 +83,69 @@ func TestCallerGoneMidRequestIsNotAnInternalError(t *testing.T) {
 	if n := count(t, h, "runs"); n != runs {
 		t.Errorf("%d runs written for a send whose caller left before it was admitted", n-runs)
 	}
+}
+
+// A stream whose round's terminal event is relayed waits for the round's
+// end to be recorded before its final status; a caller that hangs up
+// meanwhile is no fault of funduq's either: one INFO line says the caller
+// went away, with no WARN or ERROR. The record's read waits here behind a
+// lock held on the runs table (the tail reads PostgreSQL only as it
+// starts, so the door's only read waiting is that one), and the caller
+// hangs up.
+func TestCallerGoneWhileTheStreamAwaitsTheEndIsNotAFailure(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	logs := &syncbuf.Buffer{}
+	c := newClient(t, startDoor(t, h, func(o *a2a.Options) {
+		o.Log = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		// The end is waited for as long as the test needs; the tail
+		// rereads PostgreSQL only as it starts.
+		o.Tail.SettleWait, o.Tail.DBCheck = time.Hour, time.Hour
+	}), p.Key, "echo", "")
+	s := c.stream(c.body("message/stream", map[string]any{"message": c.message("m0", "hi", nil)}), nil)
+	if it, ok := s.next(); !ok || it.Resp.Result["kind"] != "task" {
+		t.Fatalf("first item %+v, want the task", it)
+	}
+	f := p.Offer()
+	p.Accept(f.RunID)
+	p.Event(f.RunID, runStarted(*f.ThreadID, f.RunID))
+	if it, ok := s.next(); !ok || stateOf(it.Resp.Result) != "working" {
+		t.Fatalf("second item %+v, want the task working", it)
+	}
+	// The round's terminal event, and no finish: its end is not recorded.
+	p.Event(f.RunID, runFinished(*f.ThreadID, f.RunID))
+	h.Eventually("the terminal event is stored", func() bool { return len(h.Events(f.RunID)) == 2 })
+	release := h.Hold(`LOCK TABLE runs IN ACCESS EXCLUSIVE MODE`)
+	defer release()
+	h.Eventually("the stream's read of the run waits", func() bool {
+		var n int
+		_ = h.DB().QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = 'funduq-door' AND wait_event_type = 'Lock'`).Scan(&n)
+		return n > 0
+	})
+	// The caller hangs up.
+	s.cancel()
+	var line map[string]any
+	h.Eventually("the door logs the stream's end", func() bool {
+		for _, l := range strings.Split(logs.String(), "\n") {
+			var m map[string]any
+			if json.Unmarshal([]byte(l), &m) == nil && (m["level"] != "INFO" || m["msg"] == "caller went away") {
+				line = m
+				return true
+			}
+		}
+		return false
+	})
+	if line["level"] != "INFO" || line["msg"] != "caller went away" || line["run_id"] != f.RunID {
+		t.Errorf("the stream's log line %v, want INFO \"caller went away\" naming the run", line)
+	}
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, `"level":"ERROR"`) || strings.Contains(l, `"level":"WARN"`) {
+			t.Errorf("logged as funduq's fault: %s", l)
+		}
+	}
+	release()
+	p.Finish(f.RunID)
+	h.WaitStatus(f.RunID, run.Completed)
 }
