@@ -168,6 +168,14 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 		cur, err = t.Settle(ctx)
 	}
 	if err != nil {
+		// The caller hanging up ends the wait for the run's end: the read
+		// under way fails with the request's context (or its own storage
+		// deadline, passing at that moment). That is the caller leaving,
+		// logged as the doors log it, not a failed read.
+		if door.CallerGone(c.r, ctx.Err()) {
+			door.LogCallerGone(c.h.log.With("run_id", rn.RunID), c.r, err)
+			return
+		}
 		c.h.log.WarnContext(ctx, "a2a stream: reading the settled run failed", "run_id", rn.RunID, "err", err)
 		return
 	}
