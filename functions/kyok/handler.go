@@ -132,7 +132,7 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, e *apiError
 		if e.Status >= 500 && e.Status != http.StatusBadGateway {
 			lvl = slog.LevelWarn
 		}
-		h.o.Log.Log(r.Context(), lvl, "kyok call refused", "status", e.Status, "code", e.Code, "msg", e.Message, "err", e.Err)
+		h.o.Log.Log(r.Context(), lvl, "kyok call refused", "status", e.Status, "code", e.Code, "message", e.Message, "err", e.Err)
 	}
 	body := map[string]any{"code": e.Code, "message": e.Message, "type": e.Code}
 	if len(e.Refusal) > 0 {
