@@ -2,7 +2,6 @@ package a2a_test
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -52,20 +51,14 @@ func TestCallerGoneMidRequestIsNotAnInternalError(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	h.Eventually("the send waits for the thread's row", func() bool {
-		var n int
-		_ = h.Store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
-		return n > 0
-	})
+	h.Eventually("the send waits for the thread's row", h.LockWaits)
 	// ... and its caller hangs up.
 	cancel()
 	<-done
 	var line map[string]any
 	h.Eventually("the door logs the request's end", func() bool {
-		for _, l := range strings.Split(logs.String(), "\n") {
-			var m map[string]any
-			if json.Unmarshal([]byte(l), &m) == nil && m["path"] == req.URL.Path {
+		for _, m := range logs.Records() {
+			if m["path"] == req.URL.Path {
 				line = m
 				return true
 			}
@@ -128,9 +121,8 @@ func TestCallerGoneWhileTheStreamAwaitsTheEndIsNotAFailure(t *testing.T) {
 	s.cancel()
 	var line map[string]any
 	h.Eventually("the door logs the stream's end", func() bool {
-		for _, l := range strings.Split(logs.String(), "\n") {
-			var m map[string]any
-			if json.Unmarshal([]byte(l), &m) == nil && (m["level"] != "INFO" || m["msg"] == "caller went away") {
+		for _, m := range logs.Records() {
+			if m["level"] != "INFO" || m["msg"] == "caller went away" {
 				line = m
 				return true
 			}

@@ -6,6 +6,7 @@ package syncbuf
 
 import (
 	"bytes"
+	"encoding/json"
 	"sync"
 )
 
@@ -33,4 +34,17 @@ func (s *Buffer) Bytes() []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return bytes.Clone(s.b.Bytes())
+}
+
+// Records returns the lines written so far that are JSON objects, in
+// order: the records of a log/slog JSON handler writing to s.
+func (s *Buffer) Records() []map[string]any {
+	var out []map[string]any
+	for _, l := range bytes.Split(s.Bytes(), []byte("\n")) {
+		var m map[string]any
+		if json.Unmarshal(l, &m) == nil && m != nil {
+			out = append(out, m)
+		}
+	}
+	return out
 }
