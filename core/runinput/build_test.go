@@ -153,8 +153,9 @@ func TestBuildRefusesBadInput(t *testing.T) {
 // U+FFFD, so {"\ud800":1} would be offered as {"\ufffd":1}, a key the
 // caller never sent. What funduq cannot carry (a lone surrogate escape, an
 // escaped NUL, a number past PostgreSQL's numeric: strictjson.Unstorable),
-// in a key or a value, is ErrInvalid naming the reason; an escaped pair is
-// a character like any other.
+// in a key or a value, is ErrInvalid naming the reason — in the state,
+// tools, context and resume too, which are relayed as sent; an escaped
+// pair is a character like any other.
 func TestBuildRefusesWhatItCannotCarry(t *testing.T) {
 	msg := func(s string) func(*runinput.Request) {
 		return func(r *runinput.Request) { r.Messages = []json.RawMessage{json.RawMessage(s)} }
@@ -170,6 +171,13 @@ func TestBuildRefusesWhatItCannotCarry(t *testing.T) {
 		{"a message NUL", "NUL", msg(`{"id":"x","role":"user","content":"a\u0000b"}`)},
 		{"a message number", "numeric", msg(`{"id":"x","role":"user","content":"hi","n":1e999999}`)},
 		{"a bag key", "surrogate", func(r *runinput.Request) { r.ForwardedProps = json.RawMessage(`{"\ud800":1}`) }},
+		{"a state key", "surrogate", func(r *runinput.Request) { r.State = json.RawMessage(`{"\ud800":1}`) }},
+		{"a state number", "numeric", func(r *runinput.Request) { r.State = json.RawMessage(`{"n":1e999999}`) }},
+		{"a tool value", "NUL", func(r *runinput.Request) { r.Tools = []json.RawMessage{json.RawMessage(`{"name":"a\u0000"}`)} }},
+		{"a context key", "surrogate", func(r *runinput.Request) { r.Context = []json.RawMessage{json.RawMessage(`{"\udc00":"v"}`)} }},
+		{"a resume payload", "surrogate", func(r *runinput.Request) {
+			r.Resume = json.RawMessage(`[{"interruptId":"i","status":"resolved","payload":"\ud800"}]`)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := baseRequest()
