@@ -116,6 +116,17 @@ func Build(req Request) (Built, error) {
 	if in.Resume, err = compact(req.Resume); err != nil {
 		return Built{}, fmt.Errorf("%w: resume: %v", ErrInvalid, err)
 	}
+	// Relayed as sent or not at all, like the messages and the bag: funduq
+	// stores no event holding what it cannot carry (design.md D18), so an
+	// agent echoing them would have its run failed.
+	for _, v := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"state", in.State}, {"resume", in.Resume}} {
+		if why := strictjson.Unstorable(v.raw); why != "" {
+			return Built{}, fmt.Errorf("%w: %s %s (in a key or a value), which funduq does not carry", ErrInvalid, v.name, why)
+		}
+	}
 	var out Built
 	for i, m := range req.Messages {
 		id := newID()
@@ -136,6 +147,9 @@ func Build(req Request) (Built, error) {
 				return Built{}, fmt.Errorf("%w: %s[%d]: %v", ErrInvalid, list.name, i, err)
 			}
 			c, _ := compact(v)
+			if why := strictjson.Unstorable(c); why != "" {
+				return Built{}, fmt.Errorf("%w: %s[%d] %s (in a key or a value), which funduq does not carry", ErrInvalid, list.name, i, why)
+			}
 			*list.dst = append(*list.dst, c)
 		}
 	}

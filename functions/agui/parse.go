@@ -58,8 +58,9 @@ func invalid(format string, args ...any) *door.Error {
 
 // ParseRunAgentInput reads body as an AG-UI RunAgentInput. Malformed JSON is
 // a 400 (malformed_json); a well-formed body of the wrong shape is a 422
-// (invalid_run_input) naming the offending field; a message holding what
-// funduq cannot carry is a 400 (bad_request, door.RefuseUnstorable). Every error is a
+// (invalid_run_input) naming the offending field; a message, the state, a
+// tool, a context entry or a resume entry holding what funduq cannot carry
+// is a 400 (bad_request, door.RefuseUnstorable). Every error is a
 // *door.Error. An accepted input always builds: each message is an object
 // with a non-empty string role, tools and context entries are objects.
 func ParseRunAgentInput(body []byte) (RunAgentInput, error) {
@@ -93,6 +94,10 @@ func ParseRunAgentInput(body []byte) (RunAgentInput, error) {
 		}
 	}
 	if raw, ok := present(obj, "state"); ok {
+		// Relayed as sent or not at all, like the messages and the bag.
+		if e := door.RefuseUnstorable(raw, "state"); e != nil {
+			return in, e
+		}
 		in.State = raw
 	}
 	if raw, ok := present(obj, "forwardedProps"); ok {
@@ -135,6 +140,18 @@ func ParseRunAgentInput(body []byte) (RunAgentInput, error) {
 	entries, err := objects(obj, "resume")
 	if err != nil {
 		return in, err
+	}
+	// Relayed as sent or not at all (door.RefuseUnstorable), like the
+	// messages: an agent echoing them would have its run failed (D18).
+	for _, list := range []struct {
+		name  string
+		items []json.RawMessage
+	}{{"tools", in.Tools}, {"context", in.Context}, {"resume", entries}} {
+		for i, it := range list.items {
+			if e := door.RefuseUnstorable(it, fmt.Sprintf("%s[%d]", list.name, i)); e != nil {
+				return in, e
+			}
+		}
 	}
 	if raw, ok := present(obj, "resume"); ok {
 		in.Resume = raw
