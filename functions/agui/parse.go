@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/funduq/funduq-go/core/strictjson"
 	"github.com/funduq/funduq-go/functions/door"
 )
 
@@ -60,7 +61,8 @@ func invalid(format string, args ...any) *door.Error {
 // a 400 (malformed_json); a well-formed body of the wrong shape is a 422
 // (invalid_run_input) naming the offending field; a message, the state, a
 // tool, a context entry or a resume entry holding what funduq cannot carry
-// is a 400 (bad_request, door.RefuseUnstorable). Every error is a
+// is a 400 (bad_request, door.RefuseUnstorable), as is a threadId, runId or
+// parentRunId that cannot be stored as sent. Every error is a
 // *door.Error. An accepted input always builds: each message is an object
 // with a non-empty string role, tools and context entries are objects.
 func ParseRunAgentInput(body []byte) (RunAgentInput, error) {
@@ -91,6 +93,14 @@ func ParseRunAgentInput(body []byte) (RunAgentInput, error) {
 	if raw, ok := present(obj, "parentRunId"); ok {
 		if err := json.Unmarshal(raw, &in.ParentRunID); err != nil || firstByte(raw) != '"' {
 			return in, invalid("parentRunId must be a string or null")
+		}
+	}
+	// Kept (and a parentRunId relayed) as sent or not at all: they are
+	// decoded, and Go reads a lone surrogate escape as U+FFFD, so "r\ud800"
+	// and "r\udbff" would be one retry key; a NUL no text column holds.
+	for _, name := range []string{"threadId", "runId", "parentRunId"} {
+		if why := strictjson.Unstorable(obj[name]); why != "" {
+			return in, door.Refuse(http.StatusBadRequest, door.CodeBadRequest, "%s cannot be stored as sent: it %s", name, why)
 		}
 	}
 	if raw, ok := present(obj, "state"); ok {
