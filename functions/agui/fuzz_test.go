@@ -21,6 +21,7 @@ func FuzzParseRunAgentInput(f *testing.F) {
 		`{"threadId":"t","runId":"r","forwardedProps":[1,{"funduq":2}],"tools":[{}],"context":[{"value":"v"}]}`,
 		`{"threadId":"t","runId":"r","messages":[{"role":"user","content":[{"type":"text","text":"x"}]}],"parentRunId":"p"}`,
 		`{"threadId":"\u0000","runId":"r","messages":[{"role":"x"}]}`,
+		`{"threadId":"t","runId":"r","forwardedProps":{"a":"\ud800"}}`,
 		`{"threadId":"t"`, `[]`, `null`, `"x"`, ``,
 	} {
 		f.Add([]byte(s))
