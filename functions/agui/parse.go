@@ -60,10 +60,10 @@ func invalid(format string, args ...any) *door.Error {
 // ParseRunAgentInput reads body as an AG-UI RunAgentInput. Malformed JSON is
 // a 400 (malformed_json); a well-formed body of the wrong shape is a 422
 // (invalid_run_input) naming the offending field; a message, the state, a
-// tool, a context entry or a resume entry holding what funduq cannot carry
-// is a 400 (bad_request, door.RefuseUnstorable), as is a threadId, runId or
-// parentRunId that cannot be stored as sent. Every error is a
-// *door.Error. An accepted input always builds: each message is an object
+// tool, a context entry, a resume entry or forwardedProps holding what
+// funduq cannot carry is a 400 (bad_request, door.RefuseUnstorable), as is
+// a threadId, runId or parentRunId that cannot be stored as sent. Every
+// error is a *door.Error. An accepted input always builds: each message is an object
 // with a non-empty string role, tools and context entries are objects.
 func ParseRunAgentInput(body []byte) (RunAgentInput, error) {
 	var in RunAgentInput
@@ -111,6 +111,11 @@ func ParseRunAgentInput(body []byte) (RunAgentInput, error) {
 		in.State = raw
 	}
 	if raw, ok := present(obj, "forwardedProps"); ok {
+		// The caller's bag: door.ReadBag refuses the same later, but an
+		// accepted input always builds.
+		if e := door.RefuseUnstorable(raw, "forwardedProps"); e != nil {
+			return in, e
+		}
 		in.ForwardedProps = raw
 	}
 	if in.Messages, err = objects(obj, "messages"); err != nil {
