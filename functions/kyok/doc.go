@@ -26,6 +26,9 @@
 //  9. the body is a chat-completion request (model, messages)     400 invalid_request
 //  10. the LLM link has room (config KyokMaxConcurrent)            429 llm_busy, Retry-After
 //  11. the provider fails before the first chunk                   502 llm_refused / llm_failed
+//     (llm_refused with X-Should-Retry: false: a refusal is the
+//     provider's answer, which an OpenAI client's retry would only
+//     ask for, and count, again)
 //  12. no broker node takes the request up, or the one relaying
 //     it goes silent (not even keep-alives) before the door has
 //     committed to a status                                      503 relay_unavailable, Retry-After

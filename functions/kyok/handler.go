@@ -113,7 +113,12 @@ type apiError struct {
 	Code    string
 	Message string
 	Refusal json.RawMessage
-	Err     error // logs only
+	// Final marks an answer that asking again cannot change (the LLM
+	// provider's structured refusal): it carries X-Should-Retry: false,
+	// which the official OpenAI clients obey over their default retry of
+	// every 5xx.
+	Final bool
+	Err   error // logs only
 }
 
 func refuse(status int, code, msg string) *apiError {
@@ -140,6 +145,9 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, e *apiError
 	}
 	if e.Status == http.StatusServiceUnavailable || e.Status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", "1")
+	}
+	if e.Final {
+		w.Header().Set("X-Should-Retry", "false")
 	}
 	writeJSON(w, e.Status, map[string]any{"error": body})
 }

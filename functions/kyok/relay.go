@@ -215,7 +215,7 @@ func providerFailure(rep kyok.Reply) *apiError {
 		msg = "the LLM provider failed the completion"
 	}
 	if len(rep.Refusal) > 0 {
-		return &apiError{Status: http.StatusBadGateway, Code: "llm_refused", Message: msg, Refusal: rep.Refusal}
+		return &apiError{Status: http.StatusBadGateway, Code: "llm_refused", Message: msg, Refusal: rep.Refusal, Final: true}
 	}
 	return &apiError{Status: http.StatusBadGateway, Code: "llm_failed", Message: msg}
 }
