@@ -96,6 +96,37 @@ func TestCollapse(t *testing.T) {
 	}
 }
 
+// A model's refusal and its tool calls stream as deltas of their own;
+// the collapsed answer keeps them as OpenAI's non-streamed message holds
+// them: refusal a string or null, tool calls merged by their index, each
+// call's arguments concatenated.
+func TestCollapseKeepsRefusalAndToolCalls(t *testing.T) {
+	chunks := []json.RawMessage{
+		json.RawMessage(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","refusal":"I can't "}},{"index":1,"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get","arguments":"{\"q\":"}}]}}]}`),
+		json.RawMessage(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"refusal":"help."},"finish_reason":"stop"},{"index":1,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"1}"}},{"index":1,"id":"call_b","type":"function","function":{"name":"put","arguments":"{}"}}]},"finish_reason":"tool_calls"}]}`),
+	}
+	got, err := json.Marshal(kyok.Collapse(chunks, "fb", "fm", 99))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Choices []struct {
+			Message map[string]json.RawMessage
+		}
+	}
+	if err := json.Unmarshal(got, &c); err != nil || len(c.Choices) != 2 {
+		t.Fatalf("%s: %v", got, err)
+	}
+	refused, called := c.Choices[0].Message, c.Choices[1].Message
+	if string(refused["refusal"]) != `"I can't help."` || string(refused["content"]) != `""` || refused["tool_calls"] != nil {
+		t.Errorf("the refusing choice collapsed to %s", got)
+	}
+	want := `[{"id":"call_a","type":"function","function":{"name":"get","arguments":"{\"q\":1}"}},{"id":"call_b","type":"function","function":{"name":"put","arguments":"{}"}}]`
+	if string(called["refusal"]) != "null" || string(called["tool_calls"]) != want {
+		t.Errorf("the calling choice collapsed to %s\nwant tool_calls %s", got, want)
+	}
+}
+
 func TestValidate(t *testing.T) {
 	if err := kyok.ValidateChatRequest([]byte(`{"model":"gpt-4","messages":[{"role":"user","content":"hi"}],"x-ext":1}`)); err != nil {
 		t.Fatal(err)

@@ -186,17 +186,13 @@ func TestOpenAINodeClientEndToEnd(t *testing.T) {
 	defer mu.Unlock()
 	t.Run("collapsed message.refusal", func(t *testing.T) {
 		// OpenAI's ChatCompletionMessage.refusal is required, string or
-		// null; the client's type says so. The collapse (core/kyok
-		// Collapse, design.md §KYOK) concatenates contents only: it omits
-		// refusal (the client reads undefined where it expects null), and
-		// a model's streamed refusal collapses into an empty answer with
-		// finish "stop" — a wrong answer that looks like success. The fix
-		// belongs in core/kyok; carried skipped until it lands.
-		if string(rep.RefusalMember) == "null" && string(rep.ModelRefusal.Collapsed) == `"I can't help with that."` {
-			return
+		// null; the client's type says so. A collapsed answer carries it
+		// null, and a model's streamed refusal collapses into it, not
+		// into an empty answer that looks like success (design.md §KYOK).
+		if string(rep.RefusalMember) != "null" || string(rep.ModelRefusal.Collapsed) != `"I can't help with that."` {
+			t.Errorf("collapsed refusal member %s; a model's refusal collapses to refusal %s, content %s (streamed %q)",
+				rep.RefusalMember, rep.ModelRefusal.Collapsed, rep.ModelRefusal.CollapsedContent, rep.ModelRefusal.Streamed)
 		}
-		t.Skipf("collapsed refusal member %s; a model's refusal collapses to refusal %s, content %s (streamed %q)",
-			rep.RefusalMember, rep.ModelRefusal.Collapsed, rep.ModelRefusal.CollapsedContent, rep.ModelRefusal.Streamed)
 	})
 	if fmt.Sprint(models) != fmt.Sprint(want) {
 		t.Errorf("completion requests by model %v, want %v", models, want)
