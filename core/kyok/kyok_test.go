@@ -139,7 +139,10 @@ func TestValidate(t *testing.T) {
 	if err := kyok.ValidateChunk([]byte(`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{}}]}`)); err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []string{`"s"`, `{"id":"c","created":1,"model":"m"}`, `{"id":"c","created":1,"model":"m","choices":[{"delta":{}}]}`} {
+	for _, bad := range []string{`"s"`, `{"id":"c","created":1,"model":"m"}`, `{"id":"c","created":1,"model":"m","choices":[{"delta":{}}]}`,
+		// What a collapse reads must be as typed: a refusal, a tool call's arguments.
+		`{"id":"c","created":1,"model":"m","choices":[{"index":0,"delta":{"refusal":7}}]}`,
+		`{"id":"c","created":1,"model":"m","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":{"q":1}}}]}}]}`} {
 		if kyok.ValidateChunk([]byte(bad)) == nil {
 			t.Errorf("%s accepted", bad)
 		}

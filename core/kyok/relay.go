@@ -7,7 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -214,8 +215,18 @@ func ValidateChunk(data []byte) error {
 		Model   *string `json:"model"`
 		Choices []struct {
 			Delta struct {
-				Role    *string `json:"role"`
-				Content *string `json:"content"`
+				Role      *string `json:"role"`
+				Content   *string `json:"content"`
+				Refusal   *string `json:"refusal"`
+				ToolCalls []struct {
+					Index    int64   `json:"index"`
+					ID       *string `json:"id"`
+					Type     *string `json:"type"`
+					Function *struct {
+						Name      *string `json:"name"`
+						Arguments *string `json:"arguments"`
+					} `json:"function"`
+				} `json:"tool_calls"`
 			} `json:"delta"`
 			FinishReason *string `json:"finish_reason"`
 		} `json:"choices"`
@@ -244,23 +255,41 @@ type CompletionChoice struct {
 	Logprobs     json.RawMessage   `json:"logprobs"`
 }
 
-// CompletionMessage is a collapsed choice's message.
+// CompletionMessage is a collapsed choice's message. Refusal is null
+// unless the model refused (OpenAI's message always has the member).
 type CompletionMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role      string     `json:"role"`
+	Content   string     `json:"content"`
+	Refusal   *string    `json:"refusal"`
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+}
+
+// ToolCall is one tool call of a collapsed message: the deltas of one
+// tool-call index merged, id, type and name as first sent, the arguments
+// concatenated.
+type ToolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
 }
 
 // Collapse merges chunks into one chat.completion (design.md §KYOK): id,
 // created and model from the first chunk; per choice index the contents
-// concatenated and the last non-empty finish reason (default "stop"); role
-// assistant; choices sorted by index; the last usage seen. No chunks gives
+// and the refusals concatenated, the tool calls merged by their index, and
+// the last non-empty finish reason (default "stop"); role assistant;
+// choices sorted by index; the last usage seen. No chunks gives
 // one empty assistant message with "stop" (id fallbackID, model
 // fallbackModel, created now).
 func Collapse(chunks []json.RawMessage, fallbackID, fallbackModel string, now int64) Completion {
 	out := Completion{ID: fallbackID, Object: "chat.completion", Created: now, Model: fallbackModel}
 	type acc struct {
-		content []byte
-		finish  string
+		content, refusal []byte
+		refused          bool
+		calls            map[int64]*ToolCall
+		finish           string
 	}
 	byIndex := map[int64]*acc{}
 	for i, raw := range chunks {
@@ -278,6 +307,30 @@ func Collapse(chunks []json.RawMessage, fallbackID, fallbackModel string, now in
 				byIndex[ch.Index] = a
 			}
 			a.content = append(a.content, ch.Delta.Content...)
+			if ch.Delta.JSON.Refusal.Valid() {
+				a.refused = true
+				a.refusal = append(a.refusal, ch.Delta.Refusal...)
+			}
+			for _, tc := range ch.Delta.ToolCalls {
+				if a.calls == nil {
+					a.calls = map[int64]*ToolCall{}
+				}
+				call := a.calls[tc.Index]
+				if call == nil {
+					call = &ToolCall{}
+					a.calls[tc.Index] = call
+				}
+				if call.ID == "" {
+					call.ID = tc.ID
+				}
+				if call.Type == "" {
+					call.Type = tc.Type
+				}
+				if call.Function.Name == "" {
+					call.Function.Name = tc.Function.Name
+				}
+				call.Function.Arguments += tc.Function.Arguments
+			}
 			if ch.FinishReason != "" {
 				a.finish = ch.FinishReason
 			}
@@ -289,19 +342,26 @@ func Collapse(chunks []json.RawMessage, fallbackID, fallbackModel string, now in
 	if len(byIndex) == 0 {
 		byIndex[0] = &acc{}
 	}
-	idx := make([]int64, 0, len(byIndex))
-	for k := range byIndex {
-		idx = append(idx, k)
-	}
-	sort.Slice(idx, func(i, j int) bool { return idx[i] < idx[j] })
-	for _, k := range idx {
+	for _, k := range sortedKeys(byIndex) {
 		a := byIndex[k]
 		f := a.finish
 		if f == "" {
 			f = "stop"
 		}
-		out.Choices = append(out.Choices, CompletionChoice{Index: k, FinishReason: f, Message: CompletionMessage{Role: "assistant", Content: string(a.content)},
-			Logprobs: json.RawMessage("null")})
+		m := CompletionMessage{Role: "assistant", Content: string(a.content)}
+		if a.refused {
+			r := string(a.refusal)
+			m.Refusal = &r
+		}
+		for _, i := range sortedKeys(a.calls) {
+			m.ToolCalls = append(m.ToolCalls, *a.calls[i])
+		}
+		out.Choices = append(out.Choices, CompletionChoice{Index: k, FinishReason: f, Message: m, Logprobs: json.RawMessage("null")})
 	}
 	return out
+}
+
+// sortedKeys returns m's keys in increasing order.
+func sortedKeys[V any](m map[int64]V) []int64 {
+	return slices.Sorted(maps.Keys(m))
 }
