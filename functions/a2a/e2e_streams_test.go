@@ -16,6 +16,7 @@ import (
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/wire"
+	"github.com/funduq/funduq-go/internal/nodejs"
 	"github.com/funduq/funduq-go/internal/syncbuf"
 )
 
@@ -30,7 +31,7 @@ import (
 // final flag once); this side plays the agent, one step per request of
 // the script, so the agent's pace follows the client's.
 func TestA2AClientStreams(t *testing.T) {
-	node, dir := npmProject(t)
+	node, dir := nodejs.Project(t, "e2e", "@a2a-js/sdk")
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe1, nil)
 	p.Register("echo")

@@ -16,6 +16,7 @@ import (
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/wire"
+	"github.com/funduq/funduq-go/internal/nodejs"
 	"github.com/funduq/funduq-go/internal/syncbuf"
 )
 
@@ -51,7 +52,7 @@ func userText(t *testing.T, f wire.RunFrame) string {
 // refused, and an answer to an input-required task resuming the same task
 // id — against a real broker node and the door on loopback.
 func TestA2AClientEndToEnd(t *testing.T) {
-	node, dir := npmProject(t)
+	node, dir := nodejs.Project(t, "e2e", "@a2a-js/sdk")
 	h := nodetest.Start(t, nil)
 	echo := h.Connect(0xe1, nil)
 	echo.Register("echo")

@@ -3,58 +3,21 @@ package a2a_test
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
 
 	"github.com/funduq/funduq-go/functions/a2a"
+	"github.com/funduq/funduq-go/internal/nodejs"
 )
-
-// requireTool finds a program, skipping without it — or failing under
-// CI=true, where the tests against the official client must run.
-func requireTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is required under CI=true: %v", name, err)
-		}
-		t.Skipf("%s not found (%v): this test needs Node 20 and npm (@a2a-js/sdk)", name, err)
-	}
-	return p
-}
-
-// npmProject returns functions/a2a/e2e with its node_modules installed
-// (npm ci only when they are missing).
-func npmProject(t *testing.T) (node, dir string) {
-	t.Helper()
-	node = requireTool(t, "node")
-	npm := requireTool(t, "npm")
-	dir, err := filepath.Abs("e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@a2a-js", "sdk", "package.json")); err != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci: %v\n%s", err, out)
-		}
-	}
-	return node, dir
-}
 
 // The door's method names and error codes are the official JavaScript
 // SDK's own: its v0.3 method constants map to the v1.0 names the door
 // pairs them with, every v1.0 name is one the SDK knows, and the error
 // code table is the SDK's A2A_ERROR_CODE exactly.
 func TestNamesMatchOfficialSDK(t *testing.T) {
-	node, dir := npmProject(t)
+	node, dir := nodejs.Project(t, "e2e", "@a2a-js/sdk")
 	var v10 []string
 	for _, m := range a2a.Methods {
 		if m.V10 != "" {

@@ -7,30 +7,16 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/internal/nodejs"
 	"github.com/funduq/funduq-go/internal/syncbuf"
 	"github.com/funduq/funduq-go/provider"
 )
-
-// requireTool finds a program, skipping the test without it — or failing
-// under CI=true, where the end-to-end test must run.
-func requireTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is required under CI=true: %v", name, err)
-		}
-		t.Skipf("%s not found (%v): the AG-UI client end-to-end test needs Node 20 and npm", name, err)
-	}
-	return p
-}
 
 // e2eAgents is the Go provider SDK side the official client talks to: echo
 // answers, slow holds its turn until release is closed (one turn per
@@ -152,22 +138,7 @@ func TestResumeWithSDKProvider(t *testing.T) {
 // its resume, and a queued second run — against a real broker node and the
 // door on loopback, served by the Go provider SDK.
 func TestAGUIClientEndToEnd(t *testing.T) {
-	node := requireTool(t, "node")
-	npm := requireTool(t, "npm")
-	dir, err := filepath.Abs("e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@ag-ui", "client")); err != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
-		cmd.Dir = dir
-		out, err := cmd.CombinedOutput()
-		cancel()
-		if err != nil {
-			t.Fatalf("npm ci: %v\n%s", err, out)
-		}
-	}
+	node, dir := nodejs.Project(t, "e2e", "@ag-ui/client")
 
 	h := nodetest.Start(t, nil)
 	gone := h.Connect(0xe9, nil)

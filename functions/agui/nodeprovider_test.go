@@ -15,6 +15,7 @@ import (
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/internal/nodejs"
 	"github.com/funduq/funduq-go/internal/syncbuf"
 )
 
@@ -44,7 +45,7 @@ type nodeLine struct {
 // fails the run with that reason, verbatim; nothing is counted against the
 // key.
 func TestNodeProviderFromTheWireDescription(t *testing.T) {
-	node := requireTool(t, "node")
+	node := nodejs.Require(t, "node")
 	h := nodetest.Start(t, nil)
 	key := signer(t, 0xd7).PublicKeyHex()
 	const agent = "node-echo"
