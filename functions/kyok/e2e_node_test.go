@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -57,11 +58,25 @@ func npmProject(t *testing.T) (node, dir string) {
 // no choices, the usage.
 const usageChunk = `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1755300000,"model":"gpt-4","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":3,"total_tokens":6}}`
 
+// toolCallChunks are OpenAI's stream of two parallel tool calls: each
+// call's first delta carries its index, id, type, function name and the
+// start of its arguments, the later ones only the index and more
+// arguments; a last empty delta finishes "tool_calls".
+var toolCallChunks = []string{
+	`{"role":"assistant","content":null,"refusal":null,"tool_calls":[{"index":0,"id":"call_weather","type":"function","function":{"name":"get_weather","arguments":"{\"ci"}}]}`,
+	`{"tool_calls":[{"index":0,"function":{"arguments":"ty\":\"Paris\","}}]}`,
+	`{"tool_calls":[{"index":0,"function":{"arguments":"\"unit\":\"celsius\"}"}}]}`,
+	`{"tool_calls":[{"index":1,"id":"call_time","type":"function","function":{"name":"get_time","arguments":""}}]}`,
+	`{"tool_calls":[{"index":1,"function":{"arguments":"{\"tz\":"}}]}`,
+	`{"tool_calls":[{"index":1,"function":{"arguments":"\"Europe/Paris\"}"}}]}`,
+}
+
 // nodeLLM answers like an OpenAI-compatible LLM provider, by the body's
 // model: "gpt-4" with three chunks (usage null on each, as OpenAI streams
 // them) and a usage chunk; "gpt-4-cut" with a chunk then an unstructured
-// failure; "gpt-4-refuse" with the model's refusal (delta.refusal); any
-// other model refused with OpenAI's model_not_found.
+// failure; "gpt-4-refuse" with the model's refusal (delta.refusal);
+// "gpt-4-tools" with two tool calls streamed as OpenAI streams them
+// (toolCallChunks); any other model refused with OpenAI's model_not_found.
 func nodeLLM(l *llm, req wire.KyokCompletionRequest) {
 	var body struct {
 		Model string `json:"model"`
@@ -89,6 +104,16 @@ func nodeLLM(l *llm, req wire.KyokCompletionRequest) {
 			`{"id":"chatcmpl-2","object":"chat.completion.chunk","created":1755300000,"model":"gpt-4",` +
 				`"choices":[{"index":0,"delta":{"role":"assistant","content":null,"refusal":"I can't help with that."},"finish_reason":"stop"}]}`)})
 		l.send(wire.Done{Type: wire.TypeDone, RequestID: req.RequestID})
+	case "gpt-4-tools":
+		for _, delta := range toolCallChunks {
+			l.send(wire.Chunk{Type: wire.TypeChunk, RequestID: req.RequestID, Data: json.RawMessage(
+				`{"id":"chatcmpl-3","object":"chat.completion.chunk","created":1755300000,"model":"gpt-4",` +
+					`"choices":[{"index":0,"delta":` + delta + `,"logprobs":null,"finish_reason":null}]}`)})
+		}
+		l.send(wire.Chunk{Type: wire.TypeChunk, RequestID: req.RequestID, Data: json.RawMessage(
+			`{"id":"chatcmpl-3","object":"chat.completion.chunk","created":1755300000,"model":"gpt-4",` +
+				`"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"tool_calls"}]}`)})
+		l.send(wire.Done{Type: wire.TypeDone, RequestID: req.RequestID})
 	case "gpt-4-cut":
 		chunk("par", "")
 		l.send(wire.KyokError{Type: wire.TypeError, RequestID: req.RequestID, Message: "upstream 500"})
@@ -102,7 +127,8 @@ func nodeLLM(l *llm, req wire.KyokCompletionRequest) {
 // The acceptance test with the official OpenAI Node client (openai, its
 // defaults, retries included), signing each call as an agent's SDK does:
 // a non-streaming completion, a streaming one (text, finish_reason,
-// usage), the client's own stream accumulator, a bad token
+// usage), the client's own stream accumulator, function calling (two tool
+// calls streamed in pieces, collapsed and accumulated), a bad token
 // (AuthenticationError 401), an unknown model (the LLM provider's refusal:
 // InternalServerError 502 llm_refused, sent to the provider once per
 // call), and a mid-stream failure — against a real broker node, relay and
@@ -167,6 +193,7 @@ func TestOpenAINodeClientEndToEnd(t *testing.T) {
 			Code    string
 			Refusal json.RawMessage
 		}
+		ToolCalls struct{ Collapsed, Accumulated toolAnswer }
 	}
 	if err := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &rep); err != nil {
 		t.Fatalf("report %q: %v", stdout.String(), err)
@@ -176,11 +203,12 @@ func TestOpenAINodeClientEndToEnd(t *testing.T) {
 		t.Errorf("report %+v", rep)
 	}
 	// What reached the LLM provider: three gpt-4 calls, the stream cut
-	// once, and each unknown-model call once — a refusal is not retried.
-	want := map[string]int{"gpt-4": 3, "gpt-4-refuse": 2, "gpt-4-cut": 1, "gpt-nope": 2}
+	// once, two tool-calling calls, and each unknown-model call once — a
+	// refusal is not retried.
+	want := map[string]int{"gpt-4": 3, "gpt-4-refuse": 2, "gpt-4-tools": 2, "gpt-4-cut": 1, "gpt-nope": 2}
 	eventually(t, "every call counted", func() bool {
 		q := e.H.Quality(l.Key)
-		return q.Completions+q.Refused+q.Failed >= 8
+		return q.Completions+q.Refused+q.Failed >= 10
 	})
 	mu.Lock()
 	defer mu.Unlock()
@@ -194,10 +222,56 @@ func TestOpenAINodeClientEndToEnd(t *testing.T) {
 				rep.RefusalMember, rep.ModelRefusal.Collapsed, rep.ModelRefusal.CollapsedContent, rep.ModelRefusal.Streamed)
 		}
 	})
+	t.Run("tool calls", func(t *testing.T) {
+		// The two streamed calls, merged by index (id, type and name as
+		// first sent, the arguments concatenated), whether the door
+		// collapses them or the client's stream helper accumulates them.
+		wantCalls := []toolCall{
+			{ID: "call_weather", Type: "function", Name: "get_weather", Arguments: map[string]any{"city": "Paris", "unit": "celsius"}},
+			{ID: "call_time", Type: "function", Name: "get_time", Arguments: map[string]any{"tz": "Europe/Paris"}},
+		}
+		for name, got := range map[string]toolAnswer{"collapsed": rep.ToolCalls.Collapsed, "accumulated": rep.ToolCalls.Accumulated} {
+			if got.Finish != "tool_calls" || string(got.Refusal) != "null" || !reflect.DeepEqual(got.Calls, wantCalls) {
+				t.Errorf("%s: finish_reason %q, refusal %s, tool_calls %+v; want tool_calls, null, %+v",
+					name, got.Finish, got.Refusal, got.Calls, wantCalls)
+			}
+			// Recorded, not asserted: with no content streamed, the
+			// helper's message.content is null (as OpenAI's own answer),
+			// the door's collapse "" (CompletionMessage.Content is a string).
+			t.Logf("%s: message.content %s", name, got.Content)
+		}
+		// The helper's tool_calls.function.arguments.done events: one per
+		// call, in order, with its full arguments.
+		var done []toolCall
+		for _, c := range wantCalls {
+			done = append(done, toolCall{Name: c.Name, Arguments: c.Arguments})
+		}
+		if got := rep.ToolCalls.Accumulated.ArgumentsDone; !reflect.DeepEqual(got, done) {
+			t.Errorf("arguments.done events %+v, want %+v", got, done)
+		}
+	})
 	if fmt.Sprint(models) != fmt.Sprint(want) {
 		t.Errorf("completion requests by model %v, want %v", models, want)
 	}
-	if q := e.H.Quality(l.Key); q.Completions != 5 || q.Refused != 2 || q.Failed != 1 {
-		t.Errorf("quality %+v, want 5 completions, 2 refused, 1 failed", q)
+	if q := e.H.Quality(l.Key); q.Completions != 7 || q.Refused != 2 || q.Failed != 1 {
+		t.Errorf("quality %+v, want 7 completions, 2 refused, 1 failed", q)
 	}
+}
+
+// toolAnswer is what run.mjs reports of a tool-calling answer: the
+// choice's finish_reason, its message's refusal, content and tool calls,
+// and (from the stream helper) its tool_calls.function.arguments.done
+// events.
+type toolAnswer struct {
+	Finish        string
+	Refusal       json.RawMessage
+	Content       json.RawMessage
+	Calls         []toolCall
+	ArgumentsDone []toolCall
+}
+
+// toolCall is a tool call as run.mjs reports it, its arguments parsed.
+type toolCall struct {
+	ID, Type, Name string
+	Arguments      any // parsed; the string as sent when not JSON
 }

@@ -10,7 +10,9 @@
 //
 // The scripted LLM answers model "gpt-4" with "Hel" "lo, " "world" (finish
 // "stop", usage 3+3 as a last choiceless chunk), "gpt-4-refuse" with the
-// model's refusal (delta.refusal), "gpt-4-cut" with one chunk then an
+// model's refusal (delta.refusal), "gpt-4-tools" with two tool calls
+// (get_weather and get_time) streamed in pieces and finish "tool_calls",
+// "gpt-4-cut" with one chunk then an
 // unstructured failure, and any other model with a structured refusal
 // {"code":"model_not_found", …}.
 //
@@ -150,6 +152,44 @@ async function rejection(p) {
   const c = await client().chat.completions.create({ model: "gpt-4-refuse", messages });
   const m = c.choices[0].message;
   report.modelRefusal = { streamed, collapsed: "refusal" in m ? m.refusal : "absent", collapsedContent: m.content };
+}
+
+// 2d. Function calling: the LLM provider streams two tool calls in pieces
+// (each call's first delta with index, id, type, name and the start of its
+// arguments, the later ones with the index and more arguments), finishing
+// "tool_calls". What the client hands back — the door's collapsed answer,
+// and the client's stream helper accumulating the chunks — is recorded
+// for the Go test, which checks both against the calls sent.
+{
+  const tools = [
+    { type: "function", function: { name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" }, unit: { type: "string" } } } } },
+    { type: "function", function: { name: "get_time", parameters: { type: "object", properties: { tz: { type: "string" } } } } },
+  ];
+  const args = (s) => {
+    try {
+      return JSON.parse(s);
+    } catch {
+      return s; // not JSON: reported as sent
+    }
+  };
+  const calls = (m) => (m.tool_calls ?? []).map((tc) => ({ id: tc.id, type: tc.type, name: tc.function?.name, arguments: args(tc.function?.arguments) }));
+  const answer = (ch) => ({
+    finish: ch.finish_reason,
+    refusal: "refusal" in ch.message ? ch.message.refusal : "absent",
+    content: "content" in ch.message ? ch.message.content : "absent",
+    calls: calls(ch.message),
+  });
+
+  const c = await client().chat.completions.create({ model: "gpt-4-tools", messages, tools });
+  assert(c.object === "chat.completion" && c.id === "chatcmpl-3" && c.choices.length === 1, "tool calls: one collapsed completion", c);
+  const collapsed = answer(c.choices[0]);
+
+  const runner = client().chat.completions.stream({ model: "gpt-4-tools", messages, tools });
+  const argumentsDone = [];
+  runner.on("tool_calls.function.arguments.done", (e) => argumentsDone.push({ name: e.name, arguments: args(e.arguments) }));
+  const f = await runner.finalChatCompletion();
+  assert(f.id === "chatcmpl-3" && f.choices.length === 1, "tool calls: one accumulated completion", f);
+  report.toolCalls = { collapsed, accumulated: { ...answer(f.choices[0]), argumentsDone } };
 }
 
 // 3. A refused call: a bad token is the client's AuthenticationError,
