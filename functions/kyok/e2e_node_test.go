@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"reflect"
 	"sync"
 	"testing"
@@ -16,43 +15,9 @@ import (
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/kyok"
 	"github.com/funduq/funduq-go/core/wire"
+	"github.com/funduq/funduq-go/internal/nodejs"
 	"github.com/funduq/funduq-go/internal/syncbuf"
 )
-
-// requireTool finds a program, skipping the test without it — or failing
-// under CI=true, where the end-to-end test must run.
-func requireTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is required under CI=true: %v", name, err)
-		}
-		t.Skipf("%s not found (%v): the OpenAI Node client end-to-end test needs Node 20 and npm", name, err)
-	}
-	return p
-}
-
-// npmProject is e2e/ with its packages installed (npm ci, once).
-func npmProject(t *testing.T) (node, dir string) {
-	t.Helper()
-	node = requireTool(t, "node")
-	npm := requireTool(t, "npm")
-	dir, err := filepath.Abs("e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai", "package.json")); err != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci: %v\n%s", err, out)
-		}
-	}
-	return node, dir
-}
 
 // usageChunk is OpenAI's last chunk under stream_options.include_usage:
 // no choices, the usage.
@@ -134,7 +99,7 @@ func nodeLLM(l *llm, req wire.KyokCompletionRequest) {
 // call), and a mid-stream failure — against a real broker node, relay and
 // door on loopback.
 func TestOpenAINodeClientEndToEnd(t *testing.T) {
-	node, dir := npmProject(t)
+	node, dir := nodejs.Project(t, "e2e", "openai")
 	e := newEnv(t, 0)
 	l := e.attachLLM(0x41, "gpt-4")
 	l.onRequest(nodeLLM)
