@@ -182,7 +182,7 @@ func TestOpenAINodeClientEndToEnd(t *testing.T) {
 		// null; the client's type says so. A collapsed answer carries it
 		// null, and a model's streamed refusal collapses into it, not
 		// into an empty answer that looks like success (design.md §KYOK).
-		if string(rep.RefusalMember) != "null" || string(rep.ModelRefusal.Collapsed) != `"I can't help with that."` {
+		if string(rep.RefusalMember) != "null" || string(rep.ModelRefusal.Collapsed) != `"I can't help with that."` || string(rep.ModelRefusal.CollapsedContent) != "null" {
 			t.Errorf("collapsed refusal member %s; a model's refusal collapses to refusal %s, content %s (streamed %q)",
 				rep.RefusalMember, rep.ModelRefusal.Collapsed, rep.ModelRefusal.CollapsedContent, rep.ModelRefusal.Streamed)
 		}
@@ -200,10 +200,12 @@ func TestOpenAINodeClientEndToEnd(t *testing.T) {
 				t.Errorf("%s: finish_reason %q, refusal %s, tool_calls %+v; want tool_calls, null, %+v",
 					name, got.Finish, got.Refusal, got.Calls, wantCalls)
 			}
-			// Recorded, not asserted: with no content streamed, the
-			// helper's message.content is null (as OpenAI's own answer),
-			// the door's collapse "" (CompletionMessage.Content is a string).
-			t.Logf("%s: message.content %s", name, got.Content)
+			// With no content streamed, message.content is null, as in
+			// OpenAI's own answer and the client's accumulation: "" would
+			// read as a text answer to code that tells them apart.
+			if string(got.Content) != "null" {
+				t.Errorf("%s: message.content %s, want null", name, got.Content)
+			}
 		}
 		// The helper's tool_calls.function.arguments.done events: one per
 		// call, in order, with its full arguments.
