@@ -79,6 +79,14 @@ func TestDropNulls(t *testing.T) {
 	}
 }
 
+// content is m's content, "<null>" for none.
+func content(m kyok.CompletionMessage) string {
+	if m.Content == nil {
+		return "<null>"
+	}
+	return *m.Content
+}
+
 func TestCollapse(t *testing.T) {
 	chunks := []json.RawMessage{
 		json.RawMessage(`{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":1,"delta":{"content":"B"},"finish_reason":null},{"index":0,"delta":{"role":"assistant","content":"A"},"finish_reason":null}]}`),
@@ -86,12 +94,12 @@ func TestCollapse(t *testing.T) {
 	}
 	c := kyok.Collapse(chunks, "fb", "fm", 99)
 	if c.ID != "c1" || c.Created != 7 || c.Model != "m" || len(c.Choices) != 2 ||
-		c.Choices[0].Message.Content != "Aa" || c.Choices[0].FinishReason != "length" ||
-		c.Choices[1].Message.Content != "Bb" || c.Choices[1].FinishReason != "stop" || c.Choices[1].Message.Role != "assistant" {
+		content(c.Choices[0].Message) != "Aa" || c.Choices[0].FinishReason != "length" ||
+		content(c.Choices[1].Message) != "Bb" || c.Choices[1].FinishReason != "stop" || c.Choices[1].Message.Role != "assistant" {
 		t.Fatalf("%+v", c)
 	}
 	e := kyok.Collapse(nil, "fb", "fm", 99)
-	if e.ID != "fb" || len(e.Choices) != 1 || e.Choices[0].Message.Content != "" || e.Choices[0].FinishReason != "stop" {
+	if e.ID != "fb" || len(e.Choices) != 1 || content(e.Choices[0].Message) != "" || e.Choices[0].FinishReason != "stop" {
 		t.Fatalf("%+v", e)
 	}
 }

@@ -256,10 +256,12 @@ type CompletionChoice struct {
 }
 
 // CompletionMessage is a collapsed choice's message. Refusal is null
-// unless the model refused (OpenAI's message always has the member).
+// unless the model refused (OpenAI's message always has the member);
+// Content is null when the model sent no content beside tool calls or a
+// refusal, as OpenAI answers, and a string otherwise.
 type CompletionMessage struct {
 	Role      string     `json:"role"`
-	Content   string     `json:"content"`
+	Content   *string    `json:"content"`
 	Refusal   *string    `json:"refusal"`
 	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 }
@@ -287,7 +289,7 @@ func Collapse(chunks []json.RawMessage, fallbackID, fallbackModel string, now in
 	out := Completion{ID: fallbackID, Object: "chat.completion", Created: now, Model: fallbackModel}
 	type acc struct {
 		content, refusal []byte
-		refused          bool
+		said, refused    bool
 		calls            map[int64]*ToolCall
 		finish           string
 	}
@@ -306,7 +308,10 @@ func Collapse(chunks []json.RawMessage, fallbackID, fallbackModel string, now in
 				a = &acc{}
 				byIndex[ch.Index] = a
 			}
-			a.content = append(a.content, ch.Delta.Content...)
+			if ch.Delta.JSON.Content.Valid() {
+				a.said = true
+				a.content = append(a.content, ch.Delta.Content...)
+			}
 			if ch.Delta.JSON.Refusal.Valid() {
 				a.refused = true
 				a.refusal = append(a.refusal, ch.Delta.Refusal...)
@@ -348,7 +353,10 @@ func Collapse(chunks []json.RawMessage, fallbackID, fallbackModel string, now in
 		if f == "" {
 			f = "stop"
 		}
-		m := CompletionMessage{Role: "assistant", Content: string(a.content)}
+		m := CompletionMessage{Role: "assistant"}
+		if content := string(a.content); a.said || (!a.refused && len(a.calls) == 0) {
+			m.Content = &content
+		}
 		if a.refused {
 			r := string(a.refusal)
 			m.Refusal = &r
