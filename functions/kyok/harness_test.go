@@ -283,6 +283,7 @@ type signedCall struct {
 	ts     *int64 // nil: now
 	signer *identity.Signer
 	noSig  bool
+	header *http.Header // when set, receives the answer's header
 }
 
 func (e *env) call(c signedCall) (int, []byte) {
@@ -303,6 +304,9 @@ func (e *env) call(c signedCall) (int, []byte) {
 		e.t.Fatal(err)
 	}
 	defer resp.Body.Close()
+	if c.header != nil {
+		*c.header = resp.Header
+	}
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, b
 }

@@ -42,7 +42,10 @@ func TestConcurrentCompletionsPerLink(t *testing.T) {
 }
 
 // A non-streaming call holds its answer whole to collapse it; an answer
-// past MaxCollapsed is refused rather than held.
+// past MaxCollapsed is refused rather than held — and not to be retried as
+// it was sent (the official OpenAI clients retry a 502 twice by default,
+// asking the caller's LLM for the same long answer again): the remedy is
+// stream: true.
 func TestCollapsedAnswerIsBounded(t *testing.T) {
 	e := newEnv(t, 0)
 	small, err := kyokdoor.New(kyokdoor.Options{Store: e.H.Store, Redis: e.rdb, Prefix: e.H.Prefix,
@@ -57,8 +60,12 @@ func TestCollapsedAnswerIsBounded(t *testing.T) {
 	l.onRequest(streamAnswer(strings.Repeat("a", 60), strings.Repeat("b", 60)))
 	a := e.connectAgent(0x11, "translator")
 	_, _, token := e.startRun(a, kyok.Ref{ProviderKey: l.Key, Name: "gpt-4"}, "")
-	code, b := e.call(signedCall{token: token, body: `{"model":"gpt-4","messages":[{"role":"user","content":"hi"}]}`, signer: a.signer})
+	var h http.Header
+	code, b := e.call(signedCall{token: token, body: `{"model":"gpt-4","messages":[{"role":"user","content":"hi"}]}`, signer: a.signer, header: &h})
 	if got, _ := errorCode(t, b); code != http.StatusBadGateway || got != "llm_answer_too_large" {
 		t.Fatalf("%d %s", code, b)
+	}
+	if got := h.Get("X-Should-Retry"); got != "false" {
+		t.Errorf("X-Should-Retry %q, want false", got)
 	}
 }
