@@ -114,9 +114,9 @@ type apiError struct {
 	Message string
 	Refusal json.RawMessage
 	// Final marks an answer that asking again cannot change (the LLM
-	// provider's structured refusal): it carries X-Should-Retry: false,
-	// which the official OpenAI clients obey over their default retry of
-	// every 5xx.
+	// provider's structured refusal, an answer too large to collapse): it
+	// carries X-Should-Retry: false, which the official OpenAI clients
+	// obey over their default retry of every 5xx.
 	Final bool
 	Err   error // logs only
 }

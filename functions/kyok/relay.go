@@ -173,7 +173,7 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 			// nothing).
 			if held += len(rep.Data); held > h.o.MaxCollapsed {
 				h.writeError(w, r, &apiError{Status: http.StatusBadGateway, Code: "llm_answer_too_large",
-					Message: fmt.Sprintf("the LLM provider's answer exceeds %d bytes; ask for stream: true", h.o.MaxCollapsed)})
+					Message: fmt.Sprintf("the LLM provider's answer exceeds %d bytes; ask for stream: true", h.o.MaxCollapsed), Final: true})
 				return
 			}
 			chunks = append(chunks, rep.Data)
