@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
-	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/functions/agui"
 	"github.com/funduq/funduq-go/internal/syncbuf"
 )
@@ -26,20 +25,15 @@ func TestCallerGoneMidRequestIsNotAnInternalError(t *testing.T) {
 		o.Log = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
 	url := aguiURL(srv, p.Key, "echo")
-	s := openStream(t, "POST", url, input("t0", "r0", ""), nil)
-	f := p.Offer()
-	p.Accept(f.RunID)
-	p.Complete(f.RunID, *f.ThreadID)
-	s.rest()
-	h.WaitStatus(f.RunID, run.Completed)
+	thread := doneThread(t, h, p, url)
 	runs := runCount(t, h)
 
 	// The next turn on the thread waits for the thread's row, held here...
-	release := h.Hold(`SELECT 1 FROM threads WHERE thread_id = $1 FOR UPDATE`, *f.ThreadID)
+	release := h.Hold(`SELECT 1 FROM threads WHERE thread_id = $1 FOR UPDATE`, thread)
 	defer release()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(input(*f.ThreadID, "r1", "")))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(input(thread, "r1", "")))
 	if err != nil {
 		t.Fatal(err)
 	}

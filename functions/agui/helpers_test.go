@@ -14,6 +14,7 @@ import (
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/functions/agui"
 	"github.com/funduq/funduq-go/functions/door"
 	"github.com/funduq/funduq-go/internal/leaktest"
@@ -268,4 +269,18 @@ func idsOf(fs []frame) []string {
 		out = append(out, f.ID)
 	}
 	return out
+}
+
+// doneThread has p serve one turn, sent to url on a new thread, and
+// returns the thread's id once that run is completed: a thread that
+// exists, with nothing in flight.
+func doneThread(t *testing.T, h *nodetest.Harness, p *nodetest.Prov, url string) string {
+	t.Helper()
+	s := openStream(t, "POST", url, input("t0", "r0", ""), nil)
+	f := p.Offer()
+	p.Accept(f.RunID)
+	p.Complete(f.RunID, *f.ThreadID)
+	s.rest()
+	h.WaitStatus(f.RunID, run.Completed)
+	return *f.ThreadID
 }

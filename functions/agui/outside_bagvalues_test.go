@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
-	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/functions/door"
 )
 
@@ -50,13 +49,8 @@ func TestOutsideBagKeysPostgreSQLCannotHold(t *testing.T) {
 	srv := startDoor(t, h, nil)
 	url := aguiURL(srv, p.Key, "echo")
 	// A thread that exists, its run done.
-	s := openStream(t, "POST", url, input("t0", "r0", ""), nil)
-	f := p.Offer()
-	p.Accept(f.RunID)
-	p.Complete(f.RunID, *f.ThreadID)
-	s.rest()
-	h.WaitStatus(f.RunID, run.Completed)
-	for _, thread := range []string{"t-new", *f.ThreadID} {
+	existing := doneThread(t, h, p, url)
+	for _, thread := range []string{"t-new", existing} {
 		for name, bag := range map[string]string{
 			"a key":             `{"\ud800":1}`,
 			"a low half as key": `{"a\udc00b":"x"}`,

@@ -26,12 +26,7 @@ func TestOutsideCallerIDsFunduqCannotStoreAsSent(t *testing.T) {
 	p.Register("echo")
 	srv := startDoor(t, h, nil)
 	url := aguiURL(srv, p.Key, "echo")
-	s := openStream(t, "POST", url, input("t0", "r0", ""), nil)
-	f := p.Offer()
-	p.Accept(f.RunID)
-	p.Complete(f.RunID, *f.ThreadID)
-	s.rest()
-	existing := fmt.Sprintf("%q", *f.ThreadID)
+	existing := fmt.Sprintf("%q", doneThread(t, h, p, url))
 	body := func(thread, runID, extra string) string {
 		return fmt.Sprintf(`{"threadId":%s,"runId":%s,"messages":[{"id":"u1","role":"user","content":"hi"}],"forwardedProps":{}%s}`,
 			thread, runID, extra)
@@ -78,8 +73,8 @@ func TestOutsideCallerIDsFunduqCannotStoreAsSent(t *testing.T) {
 
 	// An escaped pair is a character like any other: the runId is kept as
 	// that character, and the parentRunId offered as it.
-	s = openStream(t, "POST", url, body(`"t-pair"`, `"r\ud83d\ude00"`, `,"parentRunId":"p\ud83d\ude00"`), nil)
-	f = p.Offer()
+	s := openStream(t, "POST", url, body(`"t-pair"`, `"r\ud83d\ude00"`, `,"parentRunId":"p\ud83d\ude00"`), nil)
+	f := p.Offer()
 	if !strings.Contains(string(f.RunInput), `"parentRunId":"p`+"\U0001F600"+`"`) {
 		t.Errorf("offered %s, want parentRunId p\U0001F600", f.RunInput)
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
-	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/functions/door"
 )
 
@@ -27,14 +26,9 @@ func TestOutsideMessageKeysAndValuesFunduqCannotCarry(t *testing.T) {
 	srv := startDoor(t, h, nil)
 	url := aguiURL(srv, p.Key, "echo")
 	// A thread that exists, its run done.
-	s := openStream(t, "POST", url, input("t0", "r0", ""), nil)
-	f := p.Offer()
-	p.Accept(f.RunID)
-	p.Complete(f.RunID, *f.ThreadID)
-	s.rest()
-	h.WaitStatus(f.RunID, run.Completed)
+	existing := doneThread(t, h, p, url)
 	const ok = `{"id":"u0","role":"user","content":"hi"}`
-	for _, thread := range []string{"t-new", *f.ThreadID} {
+	for _, thread := range []string{"t-new", existing} {
 		for _, c := range []struct{ name, messages, why string }{
 			{"a key", `[{"id":"u1","role":"user","content":"hi","\ud800":1}]`, "surrogate"},
 			{"a low half as key", `[{"id":"u1","role":"user","content":"hi","a\udc00b":"x"}]`, "surrogate"},
@@ -77,8 +71,8 @@ func TestOutsideMessageKeysAndValuesFunduqCannotCarry(t *testing.T) {
 	// An escaped pair is a character like any other: taken, and offered
 	// as the same key and text.
 	body := strings.Replace(input("t-pair", "r-pair", ""), `"content":"hi"`, `"content":"smile \ud83d\ude00","\ud83d\ude00":1`, 1)
-	s = openStream(t, "POST", url, body, nil)
-	f = p.Offer()
+	s := openStream(t, "POST", url, body, nil)
+	f := p.Offer()
 	var in struct {
 		Messages []map[string]any `json:"messages"`
 	}
