@@ -649,6 +649,32 @@ func (h *Harness) DB() *pgx.Conn {
 	return h.db
 }
 
+// HangUpWhileLocked posts body to url as a caller that hangs up once
+// the request waits on a lock in the harness's database (one Hold keeps),
+// and returns the request's path when the client has given up: a caller
+// leaving while the door waits in PostgreSQL.
+func (h *Harness) HangUpWhileLocked(url, body string) (path string) {
+	h.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	h.Eventually("the request waits on a lock", h.LockWaits)
+	cancel()
+	<-done
+	return req.URL.Path
+}
+
 // LockWaits reports whether a backend of the harness's database is waiting
 // on a lock (one that Hold keeps, say).
 func (h *Harness) LockWaits() bool {

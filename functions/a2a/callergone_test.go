@@ -3,7 +3,6 @@ package a2a_test
 import (
 	"context"
 	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -36,29 +35,13 @@ func TestCallerGoneMidRequestIsNotAnInternalError(t *testing.T) {
 	// here...
 	release := h.Hold(`SELECT 1 FROM threads WHERE thread_id = $1 FOR UPDATE`, ctxID)
 	defer release()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	body := c.body("message/send", map[string]any{"message": c.message("m1", "again", map[string]any{"contextId": ctxID})})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-		}
-	}()
-	h.Eventually("the send waits for the thread's row", h.LockWaits)
 	// ... and its caller hangs up.
-	cancel()
-	<-done
+	body := c.body("message/send", map[string]any{"message": c.message("m1", "again", map[string]any{"contextId": ctxID})})
+	path := h.HangUpWhileLocked(c.url, body)
 	var line map[string]any
 	h.Eventually("the door logs the request's end", func() bool {
 		for _, m := range logs.Records() {
-			if m["path"] == req.URL.Path {
+			if m["path"] == path {
 				line = m
 				return true
 			}

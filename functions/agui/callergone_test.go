@@ -1,9 +1,7 @@
 package agui_test
 
 import (
-	"context"
 	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -31,28 +29,12 @@ func TestCallerGoneMidRequestIsNotAnInternalError(t *testing.T) {
 	// The next turn on the thread waits for the thread's row, held here...
 	release := h.Hold(`SELECT 1 FROM threads WHERE thread_id = $1 FOR UPDATE`, thread)
 	defer release()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(input(thread, "r1", "")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-		}
-	}()
-	h.Eventually("the turn waits for the thread's row", h.LockWaits)
 	// ... and its caller hangs up.
-	cancel()
-	<-done
+	path := h.HangUpWhileLocked(url, input(thread, "r1", ""))
 	var line map[string]any
 	h.Eventually("the door logs the request's end", func() bool {
 		for _, m := range logs.Records() {
-			if m["path"] == req.URL.Path {
+			if m["path"] == path {
 				line = m
 				return true
 			}
