@@ -40,13 +40,8 @@ func TestCallerGoneMidRequestIsNotAnInternalError(t *testing.T) {
 	path := h.HangUpWhileLocked(c.url, body)
 	var line map[string]any
 	h.Eventually("the door logs the request's end", func() bool {
-		for _, m := range logs.Records() {
-			if m["path"] == path {
-				line = m
-				return true
-			}
-		}
-		return false
+		line = logs.Record("path", path)
+		return line != nil
 	})
 	if line["level"] != "INFO" || line["msg"] != "caller went away" {
 		t.Errorf("the request's log line %v, want INFO \"caller went away\"", line)

@@ -48,3 +48,14 @@ func (s *Buffer) Records() []map[string]any {
 	}
 	return out
 }
+
+// Record returns the first of Records whose member key equals value, or
+// nil if none does yet.
+func (s *Buffer) Record(key string, value any) map[string]any {
+	for _, m := range s.Records() {
+		if m[key] == value {
+			return m
+		}
+	}
+	return nil
+}
