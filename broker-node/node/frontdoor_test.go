@@ -1,0 +1,131 @@
+package node_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// The front door seen by a stranger on the raw wire (design.md D11, §The
+// provider wire): a client of its own over gorilla/websocket, not the SDK
+// and not nodetest.Connect, so that it can send what they never would.
+
+// doorKey is a provider key the tests hold.
+func doorKey(t *testing.T, seed byte) *identity.Signer {
+	t.Helper()
+	s, err := identity.NewSignerFromSeedHex(nodetest.SeedHex(seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// postTicket asks h for a ticket for key and returns the status and, on
+// 201, the ticket.
+func postTicket(t *testing.T, h *nodetest.Harness, key string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(h.URL+"/tickets", "application/json", strings.NewReader(`{"publicKey":"`+key+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var tr wire.TicketResponse
+	_ = json.NewDecoder(resp.Body).Decode(&tr)
+	return resp.StatusCode, tr.Ticket
+}
+
+// ticketFor is postTicket that must succeed.
+func ticketFor(t *testing.T, h *nodetest.Harness, key string) string {
+	t.Helper()
+	code, tk := postTicket(t, h, key)
+	if code != http.StatusCreated || tk == "" {
+		t.Fatalf("POST /tickets for %s…: %d", key[:8], code)
+	}
+	return tk
+}
+
+// rawHello is a hello naming key and ticket, its proof signed by signer
+// over nonce (signer need not hold key: a stranger's attempt).
+func rawHello(h *nodetest.Harness, key, ticket, nonce string, signer *identity.Signer) map[string]any {
+	return map[string]any{
+		"type": "hello", "version": 4, "publicKey": key, "ticket": ticket, "nonce": nonce,
+		"proof": signer.Sign(identity.ProviderConnectPayload(h.Node.FunduqKey(), ticket, nonce)),
+	}
+}
+
+// helloAnswer dials /ws/provider, sends hello and returns the first thing
+// the node answers: the welcome frame's type, or the close it sent.
+func helloAnswer(t *testing.T, h *nodetest.Harness, hello map[string]any) (string, *websocket.CloseError) {
+	t.Helper()
+	ws, resp, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(h.URL, "http")+"/ws/provider", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	defer ws.Close()
+	if err := ws.WriteJSON(hello); err != nil {
+		t.Fatal(err)
+	}
+	_ = ws.SetReadDeadline(time.Now().Add(15 * time.Second))
+	_, data, err := ws.ReadMessage()
+	if err != nil {
+		var ce *websocket.CloseError
+		if !errors.As(err, &ce) {
+			t.Fatalf("hello answered with %v, not a close frame", err)
+		}
+		return "", ce
+	}
+	typ, _ := wire.PeekType(data)
+	return typ, nil
+}
+
+// expectWelcome fails t unless hello is welcomed.
+func expectWelcome(t *testing.T, h *nodetest.Harness, hello map[string]any, what string) {
+	t.Helper()
+	if typ, ce := helloAnswer(t, h, hello); typ != wire.TypeWelcome {
+		t.Fatalf("%s: answered %q, close %v; want a welcome", what, typ, ce)
+	}
+}
+
+// expectClosed fails t unless hello is refused with code and reason.
+func expectClosed(t *testing.T, h *nodetest.Harness, hello map[string]any, code int, reason, what string) {
+	t.Helper()
+	typ, ce := helloAnswer(t, h, hello)
+	if ce == nil || ce.Code != code || ce.Text != reason {
+		t.Fatalf("%s: answered %q, close %v; want %d %q", what, typ, ce, code, reason)
+	}
+}
+
+func nonceOf(s string) string { return fmt.Sprintf("%032x", s) }
+
+// A stranger who saw another key's ticket cannot spend it: not by naming
+// the owner's key with a proof of its own (key B's signature on key A's
+// ticket), nor with the owner's own proof lifted from an earlier hello (a
+// signature over another challenge). The owner's hello with the ticket is
+// then welcomed (design.md D11: "a stranger who saw a ticket cannot burn
+// it").
+func TestStrangerCannotBurnAnotherKeysTicket(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	owner, stranger := doorKey(t, 0xe1), doorKey(t, 0xe2)
+	earlier := rawHello(h, owner.PublicKeyHex(), ticketFor(t, h, owner.PublicKeyHex()), nonceOf("o0"), owner)
+	expectWelcome(t, h, earlier, "the owner's earlier hello")
+	tk := ticketFor(t, h, owner.PublicKeyHex())
+
+	expectClosed(t, h, rawHello(h, owner.PublicKeyHex(), tk, nonceOf("s1"), stranger),
+		websocket.ClosePolicyViolation, "bad proof", "the owner's key, the stranger's signature")
+	lifted := rawHello(h, owner.PublicKeyHex(), tk, earlier["nonce"].(string), owner)
+	lifted["proof"] = earlier["proof"]
+	expectClosed(t, h, lifted, websocket.ClosePolicyViolation, "bad proof", "the owner's proof from an earlier hello")
+
+	expectWelcome(t, h, rawHello(h, owner.PublicKeyHex(), tk, nonceOf("o1"), owner), "the owner after the stranger")
+}
