@@ -116,9 +116,9 @@ const (
 // failed, 1001 when ctx ended, and without one when the peer left or the
 // connection failed.
 //
-// The checks run in the reference's order; notably the ticket is claimed
-// (spent) before the proof is checked, so a bad proof from the ticket's own
-// key burns it, while a ticket presented by another key is left unspent.
+// The checks run in the reference's order but one: the proof is checked
+// before the ticket is claimed, so a hello with a bad proof never spends a
+// ticket, and a ticket presented by another key is left unspent too.
 func Accept(ctx context.Context, conn *websocket.Conn, cfg Config) (Result, error) {
 	if cfg.Funduq == nil || cfg.Tickets == nil {
 		conn.Close()
@@ -157,6 +157,17 @@ func Accept(ctx context.Context, conn *websocket.Conn, cfg Config) (Result, erro
 		return Result{}, refuse(conn, now, reason)
 	}
 
+	// The proof is checked before the ticket is claimed, unlike the
+	// reference: claiming first let anyone who saw a ticket burn it by
+	// naming its owner's key with any proof, which D11 rules out ("a
+	// stranger who saw a ticket cannot burn it"). The proof depends only
+	// on the hello, so nothing is learnt from the order.
+	pub, _ := identity.ParsePublicKey(res.PublicKey) // checked by parseHello
+	payload := identity.ProviderConnectPayload(cfg.Funduq.PublicKeyHex(), res.Ticket, res.Nonce)
+	if identity.Verify(pub, payload, proof) != nil {
+		return Result{}, refuse(conn, now, reasonBadProof)
+	}
+
 	switch err := cfg.Tickets.Claim(ctx, res.Ticket, res.PublicKey); {
 	case err == nil:
 	case errors.Is(err, tickets.ErrUnknownTicket):
@@ -169,12 +180,6 @@ func Accept(ctx context.Context, conn *websocket.Conn, cfg Config) (Result, erro
 	default:
 		closeWith(conn, now, websocket.CloseTryAgainLater, reasonStoreDown)
 		return Result{}, fmt.Errorf("handshake: claiming ticket: %w", err)
-	}
-
-	pub, _ := identity.ParsePublicKey(res.PublicKey) // checked by parseHello
-	payload := identity.ProviderConnectPayload(cfg.Funduq.PublicKeyHex(), res.Ticket, res.Nonce)
-	if identity.Verify(pub, payload, proof) != nil {
-		return Result{}, refuse(conn, now, reasonBadProof)
 	}
 
 	welcome, err := json.Marshal(wire.Welcome{
