@@ -129,3 +129,22 @@ func TestStrangerCannotBurnAnotherKeysTicket(t *testing.T) {
 
 	expectWelcome(t, h, rawHello(h, owner.PublicKeyHex(), tk, nonceOf("o1"), owner), "the owner after the stranger")
 }
+
+// A stranger replaying another key's ticket under its own key, with a
+// proof that is good for its key, learns no more than "unknown": the close
+// it gets is the one a ticket never issued gets, so a ticket it saw tells
+// it nothing about whether its owner has connected yet. The ticket is left
+// for its owner.
+func TestForeignTicketIsAnsweredAsUnknown(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	owner, stranger := doorKey(t, 0xe1), doorKey(t, 0xe2)
+	never := strings.Repeat("0", 32)
+	typ, unknown := helloAnswer(t, h, rawHello(h, stranger.PublicKeyHex(), never, nonceOf("s0"), stranger))
+	if unknown == nil || unknown.Code != websocket.ClosePolicyViolation {
+		t.Fatalf("a ticket never issued: answered %q, close %v", typ, unknown)
+	}
+	tk := ticketFor(t, h, owner.PublicKeyHex())
+	expectClosed(t, h, rawHello(h, stranger.PublicKeyHex(), tk, nonceOf("s1"), stranger),
+		unknown.Code, unknown.Text, "another key's ticket")
+	expectWelcome(t, h, rawHello(h, owner.PublicKeyHex(), tk, nonceOf("o1"), owner), "the owner after the stranger")
+}
