@@ -45,12 +45,19 @@ const closeGrace = time.Second
 var ErrRefused = errors.New("handshake: refused")
 
 // RefusedError is a hello this funduq turned down. Reason is exactly the close
-// reason sent to the peer with code 1008.
+// reason sent to the peer with code 1008; Detail, when set, is what the
+// operator's log adds and the peer is not told.
 type RefusedError struct {
 	Reason string
+	Detail string
 }
 
-func (e *RefusedError) Error() string { return "handshake: refused: " + e.Reason }
+func (e *RefusedError) Error() string {
+	if e.Detail != "" {
+		return "handshake: refused: " + e.Reason + " (" + e.Detail + ")"
+	}
+	return "handshake: refused: " + e.Reason
+}
 
 // Is makes errors.Is(err, ErrRefused) hold.
 func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
@@ -100,7 +107,6 @@ const (
 	reasonMaxRuns      = "maxConcurrentRuns must be a positive integer or null"
 	reasonNonceColon   = "nonce must not contain ':'"
 	reasonUnknown      = "unknown or expired ticket"
-	reasonForeign      = "ticket was issued to another key"
 	reasonBadProof     = "bad proof"
 	reasonStoreDown    = "ticket store unavailable; try again shortly"
 	reasonShuttingDown = "funduq is going away"
@@ -173,7 +179,12 @@ func Accept(ctx context.Context, conn *websocket.Conn, cfg Config) (Result, erro
 	case errors.Is(err, tickets.ErrUnknownTicket):
 		return Result{}, refuse(conn, now, reasonUnknown)
 	case errors.Is(err, tickets.ErrForeignTicket):
-		return Result{}, refuse(conn, now, reasonForeign)
+		// Told exactly what an unknown ticket is told: the presenter is a
+		// stranger to the ticket, and "issued to another key" would tell
+		// it the ticket it saw is live (a refusal to a stranger says no
+		// more than "unknown"). The log keeps the difference.
+		_ = refuse(conn, now, reasonUnknown)
+		return Result{}, &RefusedError{Reason: reasonUnknown, Detail: "the ticket was issued to another key, which may still use it"}
 	case ctx.Err() != nil:
 		closeWith(conn, now, websocket.CloseGoingAway, reasonShuttingDown)
 		return Result{}, fmt.Errorf("handshake: claiming ticket: %w", context.Cause(ctx))

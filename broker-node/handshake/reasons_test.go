@@ -10,7 +10,7 @@ func TestReasonsFitACloseFrame(t *testing.T) {
 	for _, r := range []string{
 		reasonNoHello, reasonNotHello, reasonTooLarge, reasonNoVersion, reasonNoPublicKey,
 		reasonNoTicket, reasonNoNonce, reasonNoProof, reasonMaxRuns, reasonNonceColon,
-		reasonUnknown, reasonForeign, reasonBadProof, reasonStoreDown, reasonShuttingDown,
+		reasonUnknown, reasonBadProof, reasonStoreDown, reasonShuttingDown,
 	} {
 		if len(r) > MaxReasonBytes || !utf8.ValidString(r) || r == "" {
 			t.Errorf("reason %q: %d bytes (max %d), valid UTF-8 %v", r, len(r), MaxReasonBytes, utf8.ValidString(r))
