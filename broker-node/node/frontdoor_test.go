@@ -12,6 +12,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/wire"
 )
@@ -147,4 +148,25 @@ func TestForeignTicketIsAnsweredAsUnknown(t *testing.T) {
 	expectClosed(t, h, rawHello(h, stranger.PublicKeyHex(), tk, nonceOf("s1"), stranger),
 		unknown.Code, unknown.Text, "another key's ticket")
 	expectWelcome(t, h, rawHello(h, owner.PublicKeyHex(), tk, nonceOf("o1"), owner), "the owner after the stranger")
+}
+
+// POST /tickets is unauthenticated, so a stranger may ask for tickets in
+// any key's name; doing so must not use up that key's allowance
+// (FUNDUQ_TICKETS_PER_MINUTE): an honest provider reconnecting meanwhile
+// gets its ticket and its link.
+func TestStrangerCannotUseUpAnotherKeysTickets(t *testing.T) {
+	const perMinute = 3
+	h := nodetest.Start(t, func(c *config.Broker) { c.TicketsPerMinute = perMinute })
+	owner := doorKey(t, 0xe1)
+	for i := 0; ; i++ {
+		code, _ := postTicket(t, h, owner.PublicKeyHex())
+		if code == http.StatusTooManyRequests {
+			break
+		}
+		if code != http.StatusCreated || i > 2*perMinute {
+			t.Fatalf("the stranger's request %d in the owner's name: %d", i, code)
+		}
+	}
+	tk := ticketFor(t, h, owner.PublicKeyHex())
+	expectWelcome(t, h, rawHello(h, owner.PublicKeyHex(), tk, nonceOf("o1"), owner), "the owner after the stranger's requests")
 }
