@@ -145,7 +145,11 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 	n.elector = &lease.Elector{Lease: lease.New(rdb, LeaseKey(prefix), cfg.NodeID, cfg.LeaseTTL),
 		Channel: LeaseChannel(prefix), Log: log, Lead: n.leadUnder}
 	n.mux = http.NewServeMux()
-	issue := tickets.LimitedHandler(n.tickets, signer.PublicKeyHex(), log, tickets.HandlerOptions{PerMinute: cfg.TicketsPerMinute})
+	ticketOpts := tickets.HandlerOptions{PerMinute: cfg.TicketsPerMinute}
+	if o.Clock != nil {
+		n.tickets.Now, ticketOpts.Now = o.Clock.Now, o.Clock.Now
+	}
+	issue := tickets.LimitedHandler(n.tickets, signer.PublicKeyHex(), log, ticketOpts)
 	n.mux.Handle("POST /tickets", issue)
 	n.mux.Handle("/tickets", issue)
 	n.mux.Handle("GET /ws/provider", n.links)

@@ -51,12 +51,15 @@ const DefaultPerMinute = 60
 
 // HandlerOptions tune LimitedHandler.
 type HandlerOptions struct {
-	// PerMinute caps the tickets issued to one public key per calendar
-	// minute, counted in Redis so every node shares the count (0:
-	// DefaultPerMinute). One more is 429 with Retry-After (the seconds left
-	// in the minute) and issues nothing.
+	// PerMinute caps the tickets one public key claims (the links it
+	// opens) per calendar minute, counted in Redis so every node shares the
+	// count (0: DefaultPerMinute). A request for a key that has claimed
+	// that many this minute is 429 with Retry-After (the seconds left in
+	// the minute) and issues nothing. Requests are not counted: anyone may
+	// ask in any key's name.
 	PerMinute int
-	// Now is the clock the minute is read from (time.Now if nil).
+	// Now is the clock the minute is read from (time.Now if nil); the
+	// Store's Now should be the same clock.
 	Now func() time.Time
 }
 
@@ -108,7 +111,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// within IssueTimeout.
 	ictx, cancel := context.WithTimeout(r.Context(), IssueTimeout)
 	defer cancel()
-	retry, err := h.store.take(ictx, key, h.o.PerMinute, h.o.Now())
+	retry, err := h.store.over(ictx, key, h.o.PerMinute, h.o.Now())
 	if err == nil && retry > 0 {
 		h.log.WarnContext(r.Context(), "tickets: rate limit", "public_key", key, "per_minute", h.o.PerMinute)
 		w.Header().Set("Retry-After", strconv.Itoa(retry))

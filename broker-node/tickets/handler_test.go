@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -200,23 +201,37 @@ func TestHandlerPanicsOnBadFunduqKey(t *testing.T) {
 	tickets.Handler(nil, "nope", nil)
 }
 
-// POST /tickets issues at most PerMinute tickets to one key per minute
-// (counted in Redis), then 429 with Retry-After, issuing nothing; another
-// key and the next minute are unaffected.
+// POST /tickets serves a key that has claimed PerMinute tickets this minute
+// (counted in Redis) 429 with Retry-After, issuing nothing; another key and
+// the next minute are unaffected. Requests alone count nothing: a stranger
+// may ask in any key's name.
 func TestHandlerRateLimit(t *testing.T) {
 	s, rdb, prefix := newStore(t)
 	now := time.Date(2026, 12, 1, 12, 0, 10, 0, time.UTC)
+	s.Now = func() time.Time { return now }
 	h := tickets.LimitedHandler(s, funduqKey, nil, tickets.HandlerOptions{PerMinute: 2, Now: func() time.Time { return now }})
 	body := `{"publicKey": "` + keyA + `"}`
-	for i := 0; i < 2; i++ {
-		if rec := do(t, h, http.MethodPost, body); rec.Code != http.StatusCreated {
-			t.Fatalf("ticket %d: %d %s", i, rec.Code, rec.Body)
+	issue := func(what string) string {
+		t.Helper()
+		rec := do(t, h, http.MethodPost, body)
+		var tr struct{ Ticket string }
+		if rec.Code != http.StatusCreated || json.Unmarshal(rec.Body.Bytes(), &tr) != nil {
+			t.Fatalf("%s: %d %s", what, rec.Code, rec.Body)
+		}
+		return tr.Ticket
+	}
+	for i := range 5 {
+		issue(fmt.Sprintf("request %d, nothing claimed", i))
+	}
+	for i := range 2 {
+		if err := s.Claim(context.Background(), issue(fmt.Sprintf("ticket %d", i)), keyA); err != nil {
+			t.Fatal(err)
 		}
 	}
 	before := countTickets(t, rdb, prefix)
 	rec := do(t, h, http.MethodPost, body)
 	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "50" {
-		t.Fatalf("third ticket: %d Retry-After %q %s", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
+		t.Fatalf("after two claims: %d Retry-After %q %s", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
 	}
 	errorOf(t, rec, "rate_limited")
 	if after := countTickets(t, rdb, prefix); after != before {
@@ -226,9 +241,7 @@ func TestHandlerRateLimit(t *testing.T) {
 		t.Fatalf("another key: %d", rec.Code)
 	}
 	now = now.Add(time.Minute)
-	if rec := do(t, h, http.MethodPost, body); rec.Code != http.StatusCreated {
-		t.Fatalf("next minute: %d", rec.Code)
-	}
+	issue("next minute")
 }
 
 // A body two JSON readers could read differently is refused: a repeated

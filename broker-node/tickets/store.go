@@ -37,6 +37,9 @@ var (
 type Store struct {
 	rdb    redis.UniversalClient
 	prefix string
+	// Now is the clock that names the minute a claim is counted in
+	// (time.Now if nil); set it before use.
+	Now func() time.Time
 }
 
 // New returns a Store on rdb whose keys all start with prefix.
@@ -70,25 +73,30 @@ func (s *Store) Issue(ctx context.Context, publicKeyHex string) (string, error) 
 }
 
 // claimScript: 0 = absent, -1 = issued to another key (left in place),
-// 1 = claimed (deleted).
+// 1 = claimed (deleted, and counted in the key's minute KEYS[2], which
+// expires after ARGV[2] seconds).
 var claimScript = redis.NewScript(`
 local v = redis.call('GET', KEYS[1])
 if not v then return 0 end
 if v ~= ARGV[1] then return -1 end
 redis.call('DEL', KEYS[1])
+redis.call('INCR', KEYS[2])
+redis.call('EXPIRE', KEYS[2], ARGV[2])
 return 1
 `)
 
 // Claim spends ticket for publicKeyHex, atomically. It returns
 // ErrUnknownTicket when the ticket is absent or expired (or cannot be a
 // ticket at all), ErrForeignTicket — without spending it — when it was issued
-// to another key, and nil once it is spent. Any other error is Redis's,
+// to another key, and nil once it is spent. A spent ticket counts towards
+// its key's tickets this minute (see over). Any other error is Redis's,
 // wrapped.
 func (s *Store) Claim(ctx context.Context, ticket, publicKeyHex string) error {
 	if !isTicket(ticket) {
 		return ErrUnknownTicket
 	}
-	n, err := claimScript.Run(ctx, s.rdb, []string{s.key(ticket)}, publicKeyHex).Int()
+	keys := []string{s.key(ticket), s.rateKey(publicKeyHex, s.minute(s.now()))}
+	n, err := claimScript.Run(ctx, s.rdb, keys, publicKeyHex, int(rateTTL/time.Second)).Int()
 	if err != nil {
 		return fmt.Errorf("tickets: claim: %w", err)
 	}
@@ -117,19 +125,35 @@ func isTicket(t string) bool {
 	return true
 }
 
-// take counts one ticket request by publicKeyHex in now's minute and
-// returns 0 while the key is within perMinute, else the seconds left in the
-// minute. The counter is a Redis key per key and minute, expiring after two.
-func (s *Store) take(ctx context.Context, publicKeyHex string, perMinute int, now time.Time) (retryAfter int, err error) {
-	minute := now.Unix() / 60
-	key := fmt.Sprintf("%sticketrate:%s:%d", s.prefix, publicKeyHex, minute)
-	pipe := s.rdb.TxPipeline()
-	n := pipe.Incr(ctx, key)
-	pipe.Expire(ctx, key, 2*time.Minute)
-	if _, err := pipe.Exec(ctx); err != nil {
+// rateTTL is how long a key's count of one minute is kept: past the minute.
+const rateTTL = 2 * time.Minute
+
+func (s *Store) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+func (s *Store) minute(t time.Time) int64 { return t.Unix() / 60 }
+
+func (s *Store) rateKey(publicKeyHex string, minute int64) string {
+	return fmt.Sprintf("%sticketrate:%s:%d", s.prefix, publicKeyHex, minute)
+}
+
+// over returns 0 while publicKeyHex has claimed fewer than perMinute
+// tickets in now's minute, else the seconds left in the minute. Only claims
+// count, never requests: POST /tickets is unauthenticated, so a count of
+// requests would let a stranger asking in an honest key's name use up that
+// key's allowance and lock it out, while a claim takes the key's own proof
+// (handshake.Accept checks it first).
+func (s *Store) over(ctx context.Context, publicKeyHex string, perMinute int, now time.Time) (retryAfter int, err error) {
+	minute := s.minute(now)
+	n, err := s.rdb.Get(ctx, s.rateKey(publicKeyHex, minute)).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, fmt.Errorf("tickets: rate: %w", err)
 	}
-	if n.Val() <= int64(perMinute) {
+	if n < int64(perMinute) {
 		return 0, nil
 	}
 	return int((minute+1)*60 - now.Unix()), nil

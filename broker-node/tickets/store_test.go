@@ -95,8 +95,14 @@ func TestClaimIsSingleUse(t *testing.T) {
 	if err := s.Claim(ctx, tk, keyA); !errors.Is(err, tickets.ErrUnknownTicket) {
 		t.Fatalf("second claim err = %v, want ErrUnknownTicket", err)
 	}
-	if keys := redistest.Keys(t, rdb, prefix); len(keys) != 0 {
-		t.Fatalf("claimed ticket left keys: %v", keys)
+	// What is left is the key's count of claims this minute, expiring.
+	for _, k := range redistest.Keys(t, rdb, prefix) {
+		if !strings.HasPrefix(k, "ticketrate:"+keyA+":") {
+			t.Fatalf("claimed ticket left key %q", k)
+		}
+		if ttl := rdb.TTL(ctx, prefix+k).Val(); ttl <= 0 || ttl > 2*time.Minute {
+			t.Fatalf("%s: TTL %v", k, ttl)
+		}
 	}
 }
 

@@ -108,8 +108,9 @@ type BrokerLimits struct {
 	// MaxEventBytes caps one AG-UI event; a larger one fails the run
 	// provider_sent_an_oversized_event.
 	MaxEventBytes int `env:"FUNDUQ_MAX_EVENT_BYTES" envDefault:"1048576"`
-	// TicketsPerMinute caps POST /tickets per public key per minute
-	// (a Redis counter shared by every node); one more is 429.
+	// TicketsPerMinute caps the tickets one public key claims (the links
+	// it opens) per minute (a Redis counter shared by every node); a
+	// POST /tickets for a key at the cap is 429.
 	TicketsPerMinute int `env:"FUNDUQ_TICKETS_PER_MINUTE" envDefault:"60"`
 	// KyokMaxConcurrent caps the completions in flight on one LLM link;
 	// one more is refused to its caller at once (429 from the KYOK door).
