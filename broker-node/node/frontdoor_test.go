@@ -1,9 +1,12 @@
 package node_test
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -173,5 +176,37 @@ func TestStrangerCannotUseUpAnotherKeysTickets(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("the owner past its allowance: %d Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+}
+
+// A connection that asked one thing and then says nothing is let go, as a
+// new connection that says nothing is (ReadHeaderTimeout): otherwise a
+// stranger holds a socket and a goroutine of the broker node for every
+// keep-alive connection it leaves idle, for ever, and the node runs out of
+// them before an honest provider can connect.
+func TestIdleConnectionIsLetGo(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(h.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /livez HTTP/1.1\r\nHost: funduq\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("GET /livez: %d, close %v", resp.StatusCode, resp.Close)
+	}
+	// Guard: well past the idle bound (the header timeout, 10 s).
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if n, err := br.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("an idle keep-alive connection: read %d, %v; want it closed by the node", n, err)
 	}
 }
