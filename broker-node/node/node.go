@@ -240,7 +240,11 @@ func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
 // Run serves HTTP on ln and leads until ctx ends; then it closes every link
 // and shuts the listener down.
 func (n *Node) Run(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{Handler: n.mux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: MaxHeaderBytes}
+	// A kept-alive connection waiting for its next request is given what a
+	// new one is given to send its headers: with no IdleTimeout, net/http
+	// waits for ever, and anyone could hold the node's sockets by leaving
+	// connections idle. (An upgraded link is the link's own business.)
+	srv := &http.Server{Handler: n.mux, ReadHeaderTimeout: headerTimeout, IdleTimeout: headerTimeout, MaxHeaderBytes: MaxHeaderBytes}
 	var wg sync.WaitGroup
 	var prof *http.Server
 	if n.cfg.PprofAddr != "" {
@@ -254,7 +258,7 @@ func (n *Node) Run(ctx context.Context, ln net.Listener) error {
 		pm.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		pm.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		pm.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		prof = &http.Server{Handler: pm, ReadHeaderTimeout: 10 * time.Second}
+		prof = &http.Server{Handler: pm, ReadHeaderTimeout: headerTimeout, IdleTimeout: headerTimeout}
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = prof.Serve(pln) }()
 		n.log.Info("pprof serving", "addr", pln.Addr().String())
@@ -430,6 +434,10 @@ func (n *Node) startIntake(ctx context.Context) error {
 
 // Store is the node's store (for tests and operator tools).
 func (n *Node) Store() *store.Store { return n.st }
+
+// headerTimeout bounds how long a connection may take to send a request's
+// headers, and how long a kept-alive one may wait before its next request.
+const headerTimeout = 10 * time.Second
 
 // MaxHeaderBytes bounds a request's header block, request line and query
 // included (larger is 431); providers send a few short headers.
