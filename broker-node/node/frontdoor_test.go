@@ -210,3 +210,32 @@ func TestIdleConnectionIsLetGo(t *testing.T) {
 		t.Fatalf("an idle keep-alive connection: read %d, %v; want it closed by the node", n, err)
 	}
 }
+
+// An agent's agentCardExtra and metadata are JSON objects (the reference's
+// Registration: an object each, default {}). Anything else was taken and
+// then dropped — the A2A card reads skills and the rest only from an
+// object — so the provider was told "registered" about a card it does not
+// have. It is refused naming the field, and nothing is registered.
+func TestRegisterRefusesAgentDocumentsThatAreNotObjects(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe2, nil)
+	for _, tc := range []struct{ agent, field string }{
+		{`{"name":"a","agentCardExtra":[{"skills":[]}]}`, "agentCardExtra"},
+		{`{"name":"a","agentCardExtra":"skills"}`, "agentCardExtra"},
+		{`{"name":"a","metadata":5}`, "metadata"},
+		{`{"name":"a","metadata":true}`, "metadata"},
+	} {
+		p.SendRaw(`{"type":"register","agents":[` + tc.agent + `]}`)
+		var e wire.Error
+		p.Expect(wire.TypeError, &e)
+		if !strings.Contains(e.Message, "agents[0]") || !strings.Contains(e.Message, tc.field+" must be a JSON object") {
+			t.Fatalf("%s: %+v", tc.agent, e)
+		}
+	}
+	if l := listing(t, h); len(l) != 0 {
+		t.Fatalf("registered: %+v", l)
+	}
+	// null is the field's absence, as for every optional field.
+	p.SendRaw(`{"type":"register","agents":[{"name":"a","agentCardExtra":null,"metadata":null}]}`)
+	p.Expect(wire.TypeRegistered, nil)
+}
