@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -448,8 +449,17 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 		if strings.ContainsRune(a.Description, 0) {
 			return &RegisterError{fmt.Sprintf("agents[%d] (%s) holds a NUL character (\\u0000), which funduq cannot store", i, a.Name)}
 		}
-		for _, doc := range []json.RawMessage{a.AgentCardExtra, a.Metadata} {
-			if why := strictjson.Unstorable(doc); why != "" {
+		for _, doc := range []struct {
+			field string
+			raw   json.RawMessage
+		}{{"agentCardExtra", a.AgentCardExtra}, {"metadata", a.Metadata}} {
+			// An object or nothing, as in the reference's Registration:
+			// the A2A card reads only an object's members, so anything
+			// else would be taken and then dropped unseen (D15).
+			if !objectOrAbsent(doc.raw) {
+				return &RegisterError{fmt.Sprintf("agents[%d] (%s) %s must be a JSON object", i, a.Name, doc.field)}
+			}
+			if why := strictjson.Unstorable(doc.raw); why != "" {
 				return &RegisterError{fmt.Sprintf("agents[%d] (%s) %s, which funduq cannot store", i, a.Name, why)}
 			}
 		}
@@ -581,6 +591,13 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 	}
 	b.log.Info("agents registered", "provider_key", ls.key, "link", ls.id, "names", names, "dropped", dropped, "epoch", epoch)
 	return nil
+}
+
+// objectOrAbsent reports whether raw, a value of a frame that passed the
+// strict JSON check, is an object, null or missing.
+func objectOrAbsent(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) == 0 || string(raw) == "null" || raw[0] == '{'
 }
 
 // ErrReplaced is what a link is told when a newer link of its key took over
