@@ -239,3 +239,23 @@ func TestRegisterRefusesAgentDocumentsThatAreNotObjects(t *testing.T) {
 	p.SendRaw(`{"type":"register","agents":[{"name":"a","agentCardExtra":null,"metadata":null}]}`)
 	p.Expect(wire.TypeRegistered, nil)
 }
+
+// A key of small order (the neutral point, the point of order two, …) is
+// no one's: Ed25519 as Go verifies it accepts one signature under it for
+// every message, so anyone could open a link as that key — and take over,
+// replace or delete the agents another stranger serves under it, or sign
+// its view proofs. The handshake refuses such a key's proof.
+func TestSmallOrderKeyCannotHandshake(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	// R = the neutral point, S = 0: [S]B = R + [k]A for every k when A
+	// is the neutral point.
+	const universal = "01" + "000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000000"
+	for _, key := range []string{
+		"0100000000000000000000000000000000000000000000000000000000000000", // the neutral point
+		"eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f", // the same, y = p+1
+	} {
+		tk := ticketFor(t, h, key)
+		hello := map[string]any{"type": "hello", "version": 4, "publicKey": key, "ticket": tk, "nonce": nonceOf(key), "proof": universal}
+		expectClosed(t, h, hello, websocket.ClosePolicyViolation, "bad proof", "a hello as "+key[:8]+"…")
+	}
+}
