@@ -166,7 +166,7 @@ func parseHop(tok string) (Hop, error) {
 		return Hop{}, hopErr(fmt.Sprintf("signature is %d bytes, want %d", len(sig), ed25519.SignatureSize), ErrBadSignature)
 	}
 	pub, _ := ParsePublicKey(h.ActorKey) // cannot fail: validated by parseClaims
-	if !ed25519.Verify(pub, []byte(headerSeg+"."+claimsSeg), sig) {
+	if smallOrder(pub) || !ed25519.Verify(pub, []byte(headerSeg+"."+claimsSeg), sig) {
 		return Hop{}, hopErr("signature does not verify under actorPublicKey", ErrBadSignature)
 	}
 	return h, nil

@@ -127,8 +127,11 @@ func (s *Signer) String() string { return "identity.Signer(" + s.pubHex + ")" }
 func (s *Signer) GoString() string { return s.String() }
 
 // Verify checks a lowercase-hex Ed25519 signature over payload. A malformed or
-// non-verifying signature wraps ErrBadSignature; a key of the wrong size wraps
-// ErrBadKey (and is refused rather than handed to ed25519.Verify, which panics).
+// non-verifying signature wraps ErrBadSignature, as does any signature under
+// a key of small order (smallorder.go: nobody holds one, and
+// ed25519.Verify takes signatures under it that anyone can make); a key of
+// the wrong size wraps ErrBadKey (and is refused rather than handed to
+// ed25519.Verify, which panics).
 func Verify(pub ed25519.PublicKey, payload []byte, sigHex string) error {
 	if len(pub) != ed25519.PublicKeySize {
 		return fmt.Errorf("%w: public key is %d bytes, want %d", ErrBadKey, len(pub), ed25519.PublicKeySize)
@@ -138,7 +141,7 @@ func Verify(pub ed25519.PublicKey, payload []byte, sigHex string) error {
 			ErrBadSignature, SignatureHexLen, describeHex(sigHex, SignatureHexLen))
 	}
 	sig, _ := hex.DecodeString(sigHex) // cannot fail: checked above
-	if !ed25519.Verify(pub, payload, sig) {
+	if smallOrder(pub) || !ed25519.Verify(pub, payload, sig) {
 		return fmt.Errorf("%w: does not verify under %s", ErrBadSignature, PublicKeyHex(pub))
 	}
 	return nil
