@@ -259,3 +259,47 @@ func TestSmallOrderKeyCannotHandshake(t *testing.T) {
 		expectClosed(t, h, hello, websocket.ClosePolicyViolation, "bad proof", "a hello as "+key[:8]+"…")
 	}
 }
+
+// A request to a link's path that cannot be upgraded is refused in the one
+// error body every HTTP refusal of funduq's has (core/apierr, design.md
+// §The provider wire), saying what is wrong — not gorilla's bare
+// "Bad Request" or the mux's plain-text 405.
+func TestLinkUpgradeRefusalsAreTheErrorBody(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	upgrade := map[string]string{"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+	for _, tc := range []struct {
+		method, path string
+		hdr          map[string]string
+		status       int
+		code         string
+	}{
+		{"GET", "/ws/provider", nil, http.StatusBadRequest, "bad_request"},
+		{"GET", "/ws/kyok", nil, http.StatusBadRequest, "bad_request"},
+		{"GET", "/ws/provider", map[string]string{"Sec-WebSocket-Version": "12"}, http.StatusBadRequest, "bad_request"},
+		{"POST", "/ws/provider", nil, http.StatusMethodNotAllowed, "method_not_allowed"},
+		{"POST", "/ws/kyok", nil, http.StatusMethodNotAllowed, "method_not_allowed"},
+	} {
+		req, _ := http.NewRequest(tc.method, h.URL+tc.path, nil)
+		if tc.hdr != nil {
+			for k, v := range upgrade {
+				req.Header.Set(k, v)
+			}
+			for k, v := range tc.hdr {
+				req.Header.Set(k, v)
+			}
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Error struct{ Code, Message string }
+		}
+		derr := json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || derr != nil || body.Error.Code != tc.code || body.Error.Message == "" ||
+			body.Error.Message == http.StatusText(tc.status) {
+			t.Errorf("%s %s %v: %d %q, %+v (%v)", tc.method, tc.path, tc.hdr, resp.StatusCode, resp.Header.Get("Content-Type"), body, derr)
+		}
+	}
+}
