@@ -90,6 +90,7 @@ type Relay struct {
 	httpWG   sync.WaitGroup   // every ServeHTTP
 	keepWG   sync.WaitGroup   // every completion's keep-alive
 	upgrader websocket.Upgrader
+	upOnce   sync.Once
 }
 
 func (r *Relay) log() *slog.Logger {

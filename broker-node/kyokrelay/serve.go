@@ -38,7 +38,10 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		apierr.Write(w, http.StatusServiceUnavailable, apierr.New(apierr.CodeNotLeader, "this funduq node is not the leader"))
 		return
 	}
-	r.upgrader.CheckOrigin = func(*http.Request) bool { return true } // providers are not browsers
+	r.upOnce.Do(func() {
+		r.upgrader.CheckOrigin = func(*http.Request) bool { return true } // providers are not browsers
+		r.upgrader.Error = wsconn.RefuseUpgrade
+	})
 	ws, err := r.upgrader.Upgrade(w, req, nil)
 	if err != nil {
 		return

@@ -59,6 +59,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.once.Do(func() {
 		s.upgrader.CheckOrigin = func(*http.Request) bool { return true } // providers are not browsers
+		s.upgrader.Error = wsconn.RefuseUpgrade
 		// Write buffers only while writing: an idle link holds none.
 		s.upgrader.WriteBufferPool = &writeBuffers
 	})

@@ -27,6 +27,7 @@ import (
 	"github.com/funduq/funduq-go/broker-node/link"
 	"github.com/funduq/funduq-go/broker-node/retention"
 	"github.com/funduq/funduq-go/broker-node/tickets"
+	"github.com/funduq/funduq-go/broker-node/wsconn"
 	"github.com/funduq/funduq-go/core/apierr"
 	"github.com/funduq/funduq-go/core/backoff"
 	"github.com/funduq/funduq-go/core/config"
@@ -154,6 +155,8 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 	n.mux.Handle("/tickets", issue)
 	n.mux.Handle("GET /ws/provider", n.links)
 	n.mux.Handle("GET /ws/kyok", n.kyok)
+	n.mux.HandleFunc("/ws/provider", wsconn.MethodNotAllowed)
+	n.mux.HandleFunc("/ws/kyok", wsconn.MethodNotAllowed)
 	n.mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "alive"}) })
 	n.mux.HandleFunc("GET /readyz", n.readyz)
 	n.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
