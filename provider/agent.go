@@ -12,7 +12,12 @@ import (
 
 // Handler runs one accepted run. It reports through run.Emit and ends the run
 // by returning: the client then sends finish (after a RUN_ERROR carrying the
-// error's text if it returned an error and emitted no terminal event). ctx is
+// error's text if it returned an error and emitted no terminal event). The
+// caller sees that text, so keep secrets out of it. A panic is recovered and
+// ends the run the same way ("handler panicked: <value>"), logged as an error
+// with its stack. A handler that returns nil without having emitted
+// RUN_FINISHED or RUN_ERROR leaves funduq to fail the run
+// (provider_stream_ended_without_finishing); the client logs a warning. ctx is
 // cancelled when funduq asks to cancel the run (context.Cause is
 // ErrCancelRequested), when funduq says it no longer holds the run
 // (ErrRunNotHeld) or when Client.Run's context ends.

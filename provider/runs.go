@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -332,21 +333,42 @@ func (c *Client) execute(rs *runState, h Handler) {
 	err := callHandler(rs.ctx, h, rs.run)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err != nil {
+	var pe *panicError
+	switch {
+	case errors.As(err, &pe):
+		// A bug in the agent: an error with the stack, which is all that
+		// leads its author to the line (the caller sees only the value).
+		c.log.Error("handler panicked", "runId", rs.run.ID, "agent", rs.run.AgentName, "panic", fmt.Sprint(pe.value), "stack", string(pe.stack))
+	case err != nil:
 		c.log.Info("handler returned an error", "runId", rs.run.ID, "err", err)
-		if !rs.terminal {
-			ev, _ := json.Marshal(map[string]string{"type": "RUN_ERROR", "message": err.Error()})
-			c.enqueueEventLocked(rs, ev, "RUN_ERROR")
-		}
+	case !rs.terminal && !rs.done:
+		// Nothing says how the run ended, so funduq fails it
+		// (design.md §The status machine, step 4); say so where the
+		// author looks, not only to the caller.
+		c.log.Warn("handler returned without emitting RUN_FINISHED or RUN_ERROR: funduq fails the run provider_stream_ended_without_finishing",
+			"runId", rs.run.ID, "agent", rs.run.AgentName)
+	}
+	if err != nil && !rs.terminal {
+		ev, _ := json.Marshal(map[string]string{"type": "RUN_ERROR", "message": err.Error()})
+		c.enqueueEventLocked(rs, ev, "RUN_ERROR")
 	}
 	c.finishLocked(rs)
 }
 
-// callHandler calls h, turning a panic into an error.
+// panicError is a handler's panic turned into its error, with the stack
+// of the goroutine where it happened.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.value) }
+
+// callHandler calls h, turning a panic into a *panicError.
 func callHandler(ctx context.Context, h Handler, run *Run) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("handler panicked: %v", p)
+			err = &panicError{value: p, stack: debug.Stack()}
 		}
 	}()
 	return h(ctx, run)
