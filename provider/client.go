@@ -43,8 +43,15 @@ const (
 	handshakeTimeout = 10 * time.Second
 	writeTimeout     = 10 * time.Second
 	drainTimeout     = 5 * time.Second
-	maxFrameBytes    = 32 << 20
+	// endWriteTimeout bounds writing the frames that end the runs a
+	// shutdown's drain gave up on (endHeldRuns).
+	endWriteTimeout = time.Second
+	maxFrameBytes   = 32 << 20
 )
+
+// shutdownMessage is the RUN_ERROR message of a run ended because the
+// client shut down before its handler returned.
+const shutdownMessage = "the provider shut down before the agent finished this run"
 
 // Errors a Client reports.
 var (
@@ -310,9 +317,14 @@ func (c *Client) Connected() bool { return c.connected.Load() }
 // each; an offer still arriving is declined behind it), every handler's context is
 // cancelled, and Run waits — in all at most 5 s while the link is up — for
 // funduq's answers, for the handlers to return and for their last frames
-// to be written; then it closes the link and returns nil once every
-// goroutine it started has stopped. It returns ErrAlreadyRunning if the
-// client is already running.
+// to be written. A run whose handler has not returned by then is ended by
+// the client, with a RUN_ERROR ("the provider shut down before the agent
+// finished this run") and its finish, written within a further second, so
+// its caller gets a typed end and funduq counts nothing against the key
+// (leaving holding it would count abandoned). Then Run closes the link and
+// returns nil once every goroutine it started has stopped: a handler that
+// ignores its context keeps Run waiting until it returns. It returns
+// ErrAlreadyRunning if the client is already running.
 func (c *Client) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning

@@ -12,7 +12,9 @@
 // first takes its agents out of service on the link (a deleteAgent each,
 // answered before it goes on), so funduq offers it nothing more and it
 // declines nothing, then drains: handlers are cancelled and their last frames
-// written before the link closes. The client reconnects with exponential
+// written before the link closes (a run whose handler has not returned
+// within the 5 s drain is ended by the client with a RUN_ERROR naming the
+// shutdown, so funduq does not count the key abandoned). The client reconnects with exponential
 // backoff and jitter after any failure, re-registers, and keeps its handlers
 // running through a lost link. Once the next link is registered it resends
 // only what funduq may not have: every run it still holds, and every run it

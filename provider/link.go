@@ -153,7 +153,13 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 		// One deadline for the whole goodbye.
 		t := time.NewTimer(drainTimeout)
 		c.leave(l, t.C)
-		c.drain(l, t.C)
+		if !c.drain(l, t.C) && c.endHeldRuns() {
+			// The handlers that did not return have their runs ended
+			// here; those frames get a short deadline of their own.
+			t2 := time.NewTimer(endWriteTimeout)
+			c.flush(l, t2.C)
+			t2.Stop()
+		}
 		t.Stop()
 		l.fail(errShutdown)
 	}
@@ -253,10 +259,63 @@ func (c *Client) answerLeaving(l *link, name string) bool {
 
 // drain waits, while the link lives, until every handler has returned and
 // every frame has been written, so a shutdown still reports how runs ended.
-func (c *Client) drain(l *link, expired <-chan time.Time) {
+// It reports whether it got there before expired.
+func (c *Client) drain(l *link, expired <-chan time.Time) bool {
 	for {
 		c.mu.Lock()
 		idle := c.active == 0 && len(c.outbox) == 0 && len(l.ctrl) == 0
+		wait := c.changed
+		c.mu.Unlock()
+		if idle {
+			return true
+		}
+		select {
+		case <-wait:
+		case <-l.dead:
+			return false
+		case <-expired:
+			c.log.Warn("provider shutdown: gave up waiting for handlers and frames", "after", drainTimeout)
+			return false
+		}
+	}
+}
+
+// endHeldRuns ends every run the client still holds when a shutdown's
+// drain gave up on its handler: a RUN_ERROR naming the shutdown (unless the
+// handler emitted its terminal event already) and a finish. Closing the link
+// while holding them would fail them provider_left_holding_it and count the
+// key abandoned (design.md D5, D6) for what is the provider's own, reported
+// failure; this way the caller gets its typed end and nothing is counted.
+// A handler still running afterwards gets ErrRunFinished from Emit. It
+// reports whether it ended any run.
+func (c *Client) endHeldRuns() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ended := false
+	for _, rs := range c.runs {
+		if rs.done {
+			continue
+		}
+		c.log.Warn("provider shutdown: ending a run whose handler did not return", "runId", rs.run.ID, "agent", rs.run.AgentName, "after", drainTimeout)
+		if !rs.started {
+			c.dropFromThreadQueueLocked(rs)
+		}
+		if !rs.terminal {
+			ev, _ := json.Marshal(map[string]string{"type": "RUN_ERROR", "message": shutdownMessage})
+			c.enqueueEventLocked(rs, ev, "RUN_ERROR")
+		}
+		c.finishLocked(rs)
+		ended = true
+	}
+	return ended
+}
+
+// flush waits, while the link lives and until expired, for every frame to
+// be written.
+func (c *Client) flush(l *link, expired <-chan time.Time) {
+	for {
+		c.mu.Lock()
+		idle := len(c.outbox) == 0 && len(l.ctrl) == 0
 		wait := c.changed
 		c.mu.Unlock()
 		if idle {
@@ -267,7 +326,7 @@ func (c *Client) drain(l *link, expired <-chan time.Time) {
 		case <-l.dead:
 			return
 		case <-expired:
-			c.log.Warn("provider shutdown: gave up waiting for handlers and frames", "after", drainTimeout)
+			c.log.Warn("provider shutdown: gave up writing the ended runs' frames", "after", endWriteTimeout)
 			return
 		}
 	}

@@ -348,7 +348,7 @@ func (c *Client) execute(rs *runState, h Handler) {
 		c.log.Warn("handler returned without emitting RUN_FINISHED or RUN_ERROR: funduq fails the run provider_stream_ended_without_finishing",
 			"runId", rs.run.ID, "agent", rs.run.AgentName)
 	}
-	if err != nil && !rs.terminal {
+	if err != nil && !rs.terminal && !rs.done {
 		ev, _ := json.Marshal(map[string]string{"type": "RUN_ERROR", "message": err.Error()})
 		c.enqueueEventLocked(rs, ev, "RUN_ERROR")
 	}
