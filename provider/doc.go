@@ -27,4 +27,18 @@
 // that one), or by an error frame naming the run. Finished runs are kept
 // for Config.Retention either way: a run offered again after it finished is
 // accepted and answered from its frames, not handled twice.
+//
+// A handler asks its caller a question by pausing the run: it emits a
+// RUN_FINISHED whose outcome is an interrupt,
+//
+//	{"type":"RUN_FINISHED","threadId":…,"runId":…,
+//	 "outcome":{"type":"interrupt","interrupts":[{"id":"q1","reason":"confirm","message":"Proceed?"}]}}
+//
+// and returns nil. funduq marks the run input-required (A2A) and relays the
+// interrupts. The caller's answer reopens the same run: the Handler is called
+// again with the same Run.ID, an Input whose parentRunId is that id, and the
+// answer — an AG-UI caller's "resume" array ({"interruptId":"q1",
+// "status":"resolved","payload":…}, with the messages the caller sent, often
+// none, so LastUserText may be ""), or an A2A caller's message as the last
+// user message. Each round starts with RUN_STARTED and ends like any run.
 package provider
