@@ -82,6 +82,11 @@ var (
 	ErrRunFinished = errors.New("provider: run already finished")
 	// ErrDetachedRun: Emit on a Run that was not delivered by a Client.
 	ErrDetachedRun = errors.New("provider: run is not attached to a client")
+	// ErrEventTooLarge is the cause of a run context cancelled, and Emit's
+	// error, once funduq closed the link over one of the run's events
+	// (1009, message too big): the client ended the run with a RUN_ERROR
+	// in that event's place rather than resend it to every next link.
+	ErrEventTooLarge = errors.New("provider: funduq closed the link over an event too large to read")
 )
 
 // Backoff bounds the reconnect delay: the n-th consecutive failure waits about

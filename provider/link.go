@@ -340,6 +340,9 @@ func (c *Client) readLoop(l *link) {
 		}
 		mt, raw, err := l.conn.ReadMessage()
 		if err != nil {
+			if websocket.IsCloseError(err, websocket.CloseMessageTooBig) {
+				c.endOversizedRun()
+			}
 			l.fail(fmt.Errorf("reading: %w", err))
 			return
 		}
@@ -551,5 +554,62 @@ func (c *Client) sendCtrlLocked(l *link, v any) {
 		return
 	}
 	l.ctrl = append(l.ctrl, ctrlFrame{data: b})
+	c.notifyLocked()
+}
+
+// endOversizedRun answers funduq closing the link over a frame too large
+// to read (1009: past sixteen times FUNDUQ_MAX_FRAME_BYTES, README
+// "Security and limits"). Only an event can be that large, and resending it
+// after the reconnect would close every next link the same way, stalling
+// every run the client holds. The largest event written so far is at least
+// as large as the one funduq could not read, so it is replaced, under its
+// own seq, by a RUN_ERROR that ends its run; its handler's context is
+// cancelled with ErrEventTooLarge. Should another event be too large as
+// well, the next close takes that one. Frames of the run written after it
+// are dropped, as funduq would refuse them after the run's end.
+func (c *Client) endOversizedRun() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var big *runState
+	at, size := -1, 0
+	consider := func(rs *runState) {
+		written := len(rs.log) - rs.pending
+		for i, data := range rs.log[:max(written, 0)] {
+			if len(data) > size && !(rs.done && i == len(rs.log)-1) {
+				big, at, size = rs, i, len(data)
+			}
+		}
+	}
+	for _, rs := range c.runs {
+		consider(rs)
+	}
+	for _, rs := range c.retained {
+		if !rs.confirmed {
+			consider(rs)
+		}
+	}
+	if big == nil {
+		c.log.Error("funduq closed the link over a frame too large to read, and no event was written")
+		return
+	}
+	var ev struct {
+		Seq int64 `json:"seq"`
+	}
+	if json.Unmarshal(big.log[at], &ev) != nil || ev.Seq == 0 {
+		return
+	}
+	c.log.Error("funduq closed the link over an event too large to read; ending its run with a RUN_ERROR in its place",
+		"runId", big.run.ID, "agent", big.run.AgentName, "seq", ev.Seq, "bytes", size)
+	msg, _ := json.Marshal(map[string]string{"type": "RUN_ERROR",
+		"message": fmt.Sprintf("the agent emitted an event of %d bytes, more than funduq reads", size)})
+	tail := big.log[len(big.log)-big.pending:] // not written yet
+	if big.done && big.pending == 0 {
+		tail = big.log[len(big.log)-1:] // the finish, always last
+	}
+	big.log[at] = eventFrame(big.qid, ev.Seq, msg)
+	big.log = append(big.log[:at+1], tail...)
+	big.terminal = true
+	big.tooLarge = true
+	big.cancel(ErrEventTooLarge)
 	c.notifyLocked()
 }

@@ -43,6 +43,7 @@ type runState struct {
 	pending  int          // frames of this run in the outbox
 	seq      int64        // last event seq assigned
 	terminal bool         // RUN_FINISHED or RUN_ERROR was emitted
+	tooLarge bool         // funduq closed a link over one of its events (endOversizedRun)
 	paused   bool         // the last RUN_FINISHED has an interrupt outcome
 	// confirmed: funduq showed it had the run's finish (sync.go), so a
 	// reconnect does not resend the run; a re-offer still is answered
@@ -391,14 +392,7 @@ func (c *Client) finishLocked(rs *runState) {
 // enqueueEventLocked queues one event with the next seq. c.mu must be held.
 func (c *Client) enqueueEventLocked(rs *runState, event []byte, typ string) {
 	rs.seq++
-	data := make([]byte, 0, len(event)+len(rs.qid)+64)
-	data = append(data, `{"type":"event","runId":`...)
-	data = append(data, rs.qid...)
-	data = append(data, `,"seq":`...)
-	data = strconv.AppendInt(data, rs.seq, 10)
-	data = append(data, `,"event":`...)
-	data = append(data, event...)
-	data = append(data, '}')
+	data := eventFrame(rs.qid, rs.seq, event)
 	if typ == "RUN_ERROR" || typ == "RUN_FINISHED" {
 		rs.terminal = true
 	}
@@ -409,6 +403,18 @@ func (c *Client) enqueueEventLocked(rs *runState, event []byte, typ string) {
 	rs.pending++
 	c.logFrameLocked(rs, data)
 	c.notifyLocked()
+}
+
+// eventFrame is the event frame of run qid (a JSON string) at seq.
+func eventFrame(qid string, seq int64, event []byte) []byte {
+	data := make([]byte, 0, len(event)+len(qid)+64)
+	data = append(data, `{"type":"event","runId":`...)
+	data = append(data, qid...)
+	data = append(data, `,"seq":`...)
+	data = strconv.AppendInt(data, seq, 10)
+	data = append(data, `,"event":`...)
+	data = append(data, event...)
+	return append(data, '}')
 }
 
 // popLocked removes the head frame, just written on l. c.mu must be held.
@@ -448,6 +454,10 @@ func (r *Run) Emit(ctx context.Context, event any) error {
 		if rs.done {
 			c.mu.Unlock()
 			return ErrRunFinished
+		}
+		if rs.tooLarge {
+			c.mu.Unlock()
+			return ErrEventTooLarge
 		}
 		if rs.pending < c.maxBuffered {
 			break

@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"strings"
@@ -82,7 +83,7 @@ func TestSDKEventThatClosesTheLinkIsNotResent(t *testing.T) {
 	if last := evs[len(evs)-1]; last["type"] != "RUN_ERROR" || last["code"] != nil {
 		t.Fatalf("run %s (%s) ended on %v, want the SDK's RUN_ERROR", huge, r.FailureReason, last)
 	}
-	if err := <-cause; err == nil || !strings.Contains(err.Error(), "too large") {
+	if err := <-cause; !errors.Is(err, provider.ErrEventTooLarge) {
 		t.Fatalf("the handler's context ended with %v, want ErrEventTooLarge", err)
 	}
 	release()
