@@ -288,3 +288,31 @@ func TestRunInputHelpers(t *testing.T) {
 		}
 	}
 }
+
+// Once funduq refused one of a run's reports (it no longer holds the run),
+// Emit says so: a handler that streams with "if err := run.Emit(…); err !=
+// nil { return err }", as the README's agent does, stops there instead of
+// producing the rest of an answer nobody will record.
+func TestEmitAfterARefusedReportReturnsErrRunNotHeld(t *testing.T) {
+	f := newFakeFunduq(t)
+	emitted := make(chan error, 1)
+	g := newGates()
+	_, p, _ := singleAgent(t, f, func(ctx context.Context, run *Run) error {
+		if err := run.Emit(ctx, map[string]any{"type": "RUN_STARTED", "threadId": run.ThreadID, "runId": run.ID}); err != nil {
+			return err
+		}
+		g.started <- run
+		<-ctx.Done()
+		err := run.Emit(ctx, map[string]any{"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"})
+		emitted <- err
+		return err
+	})
+	p.send(t, runFrame("r-1", "a", "t-1", "hi"))
+	p.expectAck(t, "r-1")
+	p.expectEvent(t, "r-1", 1)
+	g.waitStarted(t)
+	p.send(t, wire.Error{Type: wire.TypeError, RunID: "r-1", Message: "event refused: the run has ended"})
+	if err := <-emitted; !errors.Is(err, ErrRunNotHeld) {
+		t.Fatalf("Emit after the refusal returned %v, want ErrRunNotHeld", err)
+	}
+}
