@@ -76,7 +76,8 @@ var (
 	ErrCancelRequested = errors.New("provider: funduq asked to cancel the run")
 	// ErrRunNotHeld is the cause of a run context cancelled because funduq
 	// answered one of the run's reports with "no such run": it no longer
-	// holds the run, so nothing the handler emits will be recorded.
+	// holds the run, so nothing the handler emits will be recorded; Emit
+	// returns it from then on.
 	ErrRunNotHeld = errors.New("provider: funduq does not hold this run")
 	// ErrRunFinished: Emit on a run whose finish has been sent.
 	ErrRunFinished = errors.New("provider: run already finished")

@@ -438,7 +438,8 @@ func (c *Client) popLocked(l *link, of *outFrame) {
 // While the link is down they are buffered and resent after the next
 // register; when MaxBufferedFrames of the run's frames are waiting, Emit waits
 // for room until ctx ends. Emit returns ErrRunFinished after the handler has
-// returned.
+// returned, ErrRunNotHeld once funduq refused one of the run's reports, and
+// ErrEventTooLarge once funduq closed a link over one of its events.
 func (r *Run) Emit(ctx context.Context, event any) error {
 	if r == nil || r.rs == nil {
 		return ErrDetachedRun
@@ -458,6 +459,12 @@ func (r *Run) Emit(ctx context.Context, event any) error {
 		if rs.tooLarge {
 			c.mu.Unlock()
 			return ErrEventTooLarge
+		}
+		if cause := context.Cause(rs.ctx); errors.Is(cause, ErrRunNotHeld) {
+			// funduq refused a report of the run: it would refuse this
+			// one too, so the handler hears it here as well as from ctx.
+			c.mu.Unlock()
+			return cause
 		}
 		if rs.pending < c.maxBuffered {
 			break
