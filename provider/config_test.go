@@ -33,6 +33,12 @@ func TestNewValidatesConfig(t *testing.T) {
 		"no handler":    {func(c *Config) { c.Agents[0].Handler = nil }, "no Handler"},
 		"card array":    {func(c *Config) { c.Agents[0].AgentCardExtra = json.RawMessage(`[]`) }, "AgentCardExtra"},
 		"bad metadata":  {func(c *Config) { c.Agents[0].Metadata = json.RawMessage(`{`) }, "Metadata"},
+		// What funduq refuses to register for good is refused here, where
+		// the author sees it at once, not as a register retried forever.
+		"NUL description":   {func(c *Config) { c.Agents[0].Description = "a\x00b" }, "Description"},
+		"NUL provider name": {func(c *Config) { c.ProviderName = "p\x00" }, "ProviderName"},
+		"NUL in metadata":   {func(c *Config) { c.Agents[0].Metadata = json.RawMessage(`{"a":"\u0000"}`) }, "Metadata"},
+		"surrogate in card": {func(c *Config) { c.Agents[0].AgentCardExtra = json.RawMessage(`{"a":"\ud800"}`) }, "AgentCardExtra"},
 	} {
 		cfg := good()
 		tc.mut(&cfg)
