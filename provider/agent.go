@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/funduq/funduq-go/core/strictjson"
 	"github.com/funduq/funduq-go/core/wire"
 )
 
@@ -63,6 +65,14 @@ func checkAgents(agents []Agent) (map[string]*Agent, []wire.Registration, error)
 			if len(f.raw) > 0 && !isJSONObject(f.raw) {
 				return nil, nil, fmt.Errorf("provider: agent %q: %s must be a JSON object", a.Name, f.field)
 			}
+			// funduq refuses such a register for good (jsonb cannot hold
+			// it): refused here rather than retried forever by Run.
+			if why := strictjson.Unstorable(f.raw); len(f.raw) > 0 && why != "" {
+				return nil, nil, fmt.Errorf("provider: agent %q: %s %s, which funduq cannot store", a.Name, f.field, why)
+			}
+		}
+		if strings.ContainsRune(a.Description, 0) {
+			return nil, nil, fmt.Errorf("provider: agent %q: Description holds a NUL character, which funduq cannot store", a.Name)
 		}
 		byName[a.Name] = &a
 		regs = append(regs, wire.Registration{

@@ -228,6 +228,9 @@ func New(cfg Config) (*Client, error) {
 		}
 		maxRuns = *cfg.MaxConcurrentRuns
 	}
+	if strings.ContainsRune(cfg.ProviderName, 0) {
+		return nil, errors.New("provider: Config.ProviderName holds a NUL character, which funduq cannot store")
+	}
 	agents, regs, err := checkAgents(cfg.Agents)
 	if err != nil {
 		return nil, err
