@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"sync"
 	"testing"
@@ -171,5 +172,38 @@ func TestSerializedQueueCountsAndCancels(t *testing.T) {
 	defer tt.mu.Unlock()
 	if !slices.Equal(tt.order["A"], []string{"a1", "a3"}) {
 		t.Fatalf("thread A ran %v", tt.order["A"])
+	}
+}
+
+// A run still queued behind its thread when the client shuts down never
+// starts, so nothing of the agent says how it ended: a bare finish would
+// read as a stream that ended without finishing
+// (provider_stream_ended_without_finishing). The client ends it with a
+// RUN_ERROR naming the shutdown, so its caller knows what happened.
+func TestShutdownEndsAQueuedRunWithARunError(t *testing.T) {
+	f := newFakeFunduq(t)
+	tt := newTurnTaker()
+	cfg := baseConfig(t, f, Agent{Name: "a", Handler: tt.handler})
+	cfg.SerializePerThread = true
+	_, stop := startClient(t, cfg)
+	p := f.registeredPeer(t)
+
+	p.send(t, runFrame("a1", "a", "A", "x"))
+	wantVerdict(t, p.expectAck(t, "a1"), wire.Accepted, "")
+	expectFrames(t, p, "event a1 #1 RUN_STARTED")
+	p.send(t, runFrame("a2", "a", "A", "x"))
+	wantVerdict(t, p.expectAck(t, "a2"), wire.Accepted, "")
+
+	go stop()
+	var a2 []string
+	for _, raw := range p.closed(t) {
+		var fr frame
+		_ = json.Unmarshal(raw, &fr)
+		if fr.RunID == "a2" {
+			a2 = append(a2, fr.String())
+		}
+	}
+	if !slices.Equal(a2, []string{"event a2 #1 RUN_ERROR", "finish a2"}) {
+		t.Fatalf("the queued run's frames at the shutdown: %q, want its RUN_ERROR and finish", a2)
 	}
 }
