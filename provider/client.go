@@ -53,6 +53,10 @@ const (
 // client shut down before its handler returned.
 const shutdownMessage = "the provider shut down before the agent finished this run"
 
+// notStartedMessage is the RUN_ERROR message of a run still queued behind
+// its thread (Config.SerializePerThread) when the client shut down.
+const notStartedMessage = "the provider shut down before this run started"
+
 // Errors a Client reports.
 var (
 	// ErrAlreadyRunning: Run was called while another Run of the same client

@@ -297,11 +297,13 @@ func (c *Client) endHeldRuns() bool {
 			continue
 		}
 		c.log.Warn("provider shutdown: ending a run whose handler did not return", "runId", rs.run.ID, "agent", rs.run.AgentName, "after", drainTimeout)
+		msg := shutdownMessage
 		if !rs.started {
 			c.dropFromThreadQueueLocked(rs)
+			msg = notStartedMessage
 		}
 		if !rs.terminal {
-			ev, _ := json.Marshal(map[string]string{"type": "RUN_ERROR", "message": shutdownMessage})
+			ev, _ := json.Marshal(map[string]string{"type": "RUN_ERROR", "message": msg})
 			c.enqueueEventLocked(rs, ev, "RUN_ERROR")
 		}
 		c.finishLocked(rs)

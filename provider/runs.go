@@ -325,8 +325,14 @@ func (c *Client) handleCancel(runID string) {
 func (c *Client) execute(rs *runState, h Handler) {
 	defer rs.cancel(ErrRunFinished)
 	if rs.ctx.Err() != nil {
-		// Cancelled before its turn came (Run is stopping): never started.
+		// Cancelled before its turn came: never started. When Run is
+		// stopping, a RUN_ERROR says so; a bare finish would read as an
+		// agent whose stream ended without finishing.
 		c.mu.Lock()
+		if c.runCtx.Err() != nil && !rs.done {
+			ev, _ := json.Marshal(map[string]string{"type": "RUN_ERROR", "message": notStartedMessage})
+			c.enqueueEventLocked(rs, ev, "RUN_ERROR")
+		}
 		c.finishLocked(rs)
 		c.mu.Unlock()
 		return
