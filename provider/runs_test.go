@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -315,4 +316,31 @@ func TestEmitAfterARefusedReportReturnsErrRunNotHeld(t *testing.T) {
 	if err := <-emitted; !errors.Is(err, ErrRunNotHeld) {
 		t.Fatalf("Emit after the refusal returned %v, want ErrRunNotHeld", err)
 	}
+}
+
+// An event funduq would refuse as malformed AG-UI (here a
+// TEXT_MESSAGE_CONTENT without its delta) fails the whole run once sent,
+// and the author hears of it only from a log line later. Emit checks it
+// as funduq does and returns the error at the call, naming the field;
+// nothing is sent, so the run goes on.
+func TestEmitRefusesAnInvalidAGUIEvent(t *testing.T) {
+	f := newFakeFunduq(t)
+	refused := make(chan error, 1)
+	_, p, _ := singleAgent(t, f, func(ctx context.Context, run *Run) error {
+		refused <- run.Emit(ctx, map[string]any{"type": "TEXT_MESSAGE_CONTENT", "messageId": "m"})
+		if err := run.Emit(ctx, map[string]any{"type": "RUN_STARTED", "threadId": run.ThreadID, "runId": run.ID}); err != nil {
+			return err
+		}
+		return run.Emit(ctx, map[string]any{"type": "RUN_FINISHED", "threadId": run.ThreadID, "runId": run.ID})
+	})
+	p.send(t, runFrame("r-1", "a", "t-1", "hi"))
+	p.expectAck(t, "r-1")
+	if ev := p.expectEvent(t, "r-1", 1); ev["type"] != "RUN_STARTED" {
+		t.Fatalf("first event sent: %v, want RUN_STARTED (the invalid one kept back)", ev)
+	}
+	if err := <-refused; err == nil || !strings.Contains(err.Error(), "delta") {
+		t.Fatalf("Emit of the invalid event returned %v, want an error naming delta", err)
+	}
+	p.expectEvent(t, "r-1", 2)
+	p.expectFinish(t, "r-1")
 }
