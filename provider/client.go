@@ -87,6 +87,9 @@ var (
 	ErrRunFinished = errors.New("provider: run already finished")
 	// ErrDetachedRun: Emit on a Run that was not delivered by a Client.
 	ErrDetachedRun = errors.New("provider: run is not attached to a client")
+	// ErrInvalidEvent: Emit was given an event funduq would refuse as
+	// malformed AG-UI (which fails the run); it was not sent.
+	ErrInvalidEvent = errors.New("provider: not a valid AG-UI event")
 	// ErrEventTooLarge is the cause of a run context cancelled, and Emit's
 	// error, once funduq closed the link over one of the run's events
 	// (1009, message too big): the client ended the run with a RUN_ERROR

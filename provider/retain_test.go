@@ -251,7 +251,7 @@ func TestPausedRunIsNotAnnouncedAfterReconnect(t *testing.T) {
 	pause := Agent{Name: "a", Handler: func(ctx context.Context, run *Run) error {
 		g.started <- run
 		return run.Emit(ctx, map[string]any{"type": "RUN_FINISHED", "threadId": run.ThreadID, "runId": run.ID,
-			"outcome": map[string]any{"type": "interrupt", "interrupts": []any{map[string]any{"id": "i-1"}}}})
+			"outcome": map[string]any{"type": "interrupt", "interrupts": []any{map[string]any{"id": "i-1", "reason": "approval"}}}})
 	}}
 	c, _ := startClient(t, baseConfig(t, f, pause))
 	p1 := f.registeredPeer(t)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/funduq/funduq-go/core/agui"
 	"github.com/funduq/funduq-go/core/wire"
 )
 
@@ -445,7 +446,11 @@ func (c *Client) popLocked(l *link, of *outFrame) {
 // register; when MaxBufferedFrames of the run's frames are waiting, Emit waits
 // for room until ctx ends. Emit returns ErrRunFinished after the handler has
 // returned, ErrRunNotHeld once funduq refused one of the run's reports, and
-// ErrEventTooLarge once funduq closed a link over one of its events.
+// ErrEventTooLarge once funduq closed a link over one of its events. An
+// event that funduq's AG-UI check would refuse (core/agui Validate: a known
+// type missing a required field, a field of the wrong type, text PostgreSQL
+// cannot store) is not sent: Emit returns an error wrapping ErrInvalidEvent
+// naming the field, and the run goes on.
 func (r *Run) Emit(ctx context.Context, event any) error {
 	if r == nil || r.rs == nil {
 		return ErrDetachedRun
@@ -508,6 +513,12 @@ func encodeEvent(event any) ([]byte, string, error) {
 	typ, ok := wire.PeekType(raw)
 	if !ok {
 		return nil, "", errors.New(`provider: an event must be a JSON object with a string "type"`)
+	}
+	// funduq fails the whole run on an event its AG-UI check refuses
+	// (design.md §The provider link); the same check here refuses it at
+	// the call, where its author sees which field, and sends nothing.
+	if _, err := agui.Validate(raw); err != nil {
+		return nil, "", fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
 	return raw, typ, nil
 }

@@ -58,12 +58,12 @@ func sameJSON(a, b any) bool {
 func TestEventFrameBytes(t *testing.T) {
 	f := newFakeFunduq(t)
 	_, p, _ := singleAgent(t, f, func(ctx context.Context, run *Run) error {
-		return run.Emit(ctx, []byte(`{ "type" : "CUSTOM", "name": "x<y" }`))
+		return run.Emit(ctx, []byte(`{ "type" : "CUSTOM", "name": "x<y", "value": 1 }`))
 	})
 	p.send(t, runFrame("r-\"q\"", "a", "t-1", "hi"))
 	p.expectAck(t, `r-"q"`)
 	_, raw := p.next(t)
-	const want = `{"type":"event","runId":"r-\"q\"","seq":1,"event":{"type":"CUSTOM","name":"x<y"}}`
+	const want = `{"type":"event","runId":"r-\"q\"","seq":1,"event":{"type":"CUSTOM","name":"x<y","value":1}}`
 	if string(raw) != want {
 		t.Fatalf("event frame\n got %s\nwant %s", raw, want)
 	}
@@ -141,7 +141,7 @@ func TestEmitChecksItsInput(t *testing.T) {
 		}
 	}
 	run := <-done
-	if err := run.Emit(t.Context(), map[string]any{"type": "CUSTOM"}); !errors.Is(err, ErrRunFinished) {
+	if err := run.Emit(t.Context(), map[string]any{"type": "CUSTOM", "name": "n", "value": 1}); !errors.Is(err, ErrRunFinished) {
 		t.Fatalf("Emit after finish: %v", err)
 	}
 	detached := &Run{ID: "x"}
@@ -338,7 +338,7 @@ func TestEmitRefusesAnInvalidAGUIEvent(t *testing.T) {
 	if ev := p.expectEvent(t, "r-1", 1); ev["type"] != "RUN_STARTED" {
 		t.Fatalf("first event sent: %v, want RUN_STARTED (the invalid one kept back)", ev)
 	}
-	if err := <-refused; err == nil || !strings.Contains(err.Error(), "delta") {
+	if err := <-refused; !errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), "delta") {
 		t.Fatalf("Emit of the invalid event returned %v, want an error naming delta", err)
 	}
 	p.expectEvent(t, "r-1", 2)
