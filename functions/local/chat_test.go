@@ -222,6 +222,40 @@ func TestChatPageHeaders(t *testing.T) {
 	}
 }
 
+// Every answer under /chat, not only the page and its files, carries the
+// page's CSP and the other security headers: a 404 for a file the page
+// does not have, and the answer to a method it does not take (a 405 naming
+// GET), since a browser may render any of them in the page's place.
+func TestChatPageHeadersOnErrors(t *testing.T) {
+	base := startDoors(t, nodetest.Start(t, nil))
+	for _, c := range []struct {
+		method, path string
+		status       int
+	}{
+		{"GET", "/chat/chat.html.bak", 404},
+		{"GET", "/chat/", 404},
+		{"GET", "/chat/static/chat.js", 404},
+		{"POST", "/chat", 405},
+		{"DELETE", "/chat/chat.js", 405},
+	} {
+		req, _ := http.NewRequest(c.method, base+c.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		hd := resp.Header
+		if resp.StatusCode != c.status || hd.Get("Content-Security-Policy") != chat.CSP || hd.Get("X-Content-Type-Options") != "nosniff" ||
+			hd.Get("X-Frame-Options") != "DENY" || hd.Get("Referrer-Policy") != "no-referrer" {
+			t.Errorf("%s %s: %d %v", c.method, c.path, resp.StatusCode, hd)
+		}
+		if c.status == 405 && !strings.Contains(hd.Get("Allow"), "GET") {
+			t.Errorf("%s %s: Allow %q", c.method, c.path, hd.Get("Allow"))
+		}
+	}
+}
+
 // selectAgent picks an agent in the page's list.
 func selectAgent(b *browsertest.Browser, key, name string) {
 	v := strconv.Quote(key + "/" + name)
