@@ -16,6 +16,7 @@ package chat
 import (
 	"embed"
 	"net/http"
+	"strings"
 )
 
 //go:embed static
@@ -25,27 +26,40 @@ var static embed.FS
 const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; " +
 	"form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
 
-// Patterns are the routes the page answers on a doors mux.
-func Patterns() []string { return []string{"GET /chat", "GET /chat/{file}"} }
+// Patterns are the routes the page answers on a doors mux: everything
+// under /chat, whatever the method, so that every answer there — a 404 for
+// a file the page does not have, a 405 for a method it does not take —
+// carries the page's security headers, not only the page itself.
+func Patterns() []string { return []string{"/chat", "/chat/"} }
 
 var files = map[string]string{
-	"":            "text/html; charset=utf-8",
-	"chat.js":     "text/javascript; charset=utf-8",
-	"chat.css":    "text/css; charset=utf-8",
-	"favicon.svg": "image/svg+xml",
+	"/chat":             "text/html; charset=utf-8",
+	"/chat/chat.js":     "text/javascript; charset=utf-8",
+	"/chat/chat.css":    "text/css; charset=utf-8",
+	"/chat/favicon.svg": "image/svg+xml",
 }
 
-// Handler serves the page and its two assets.
+// Handler serves the page and its assets.
 func Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		name := r.PathValue("file")
-		ct, ok := files[name]
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", CSP)
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Referrer-Policy", "no-referrer")
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("Cache-Control", "no-cache")
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			hd.Set("Allow", "GET, HEAD")
+			http.Error(w, "the chat page answers only GET", http.StatusMethodNotAllowed)
+			return
+		}
+		ct, ok := files[r.URL.Path]
 		if !ok {
 			http.NotFound(w, r)
 			return
 		}
-		path := "static/" + name
-		if name == "" {
+		path := "static/" + strings.TrimPrefix(r.URL.Path, "/chat/")
+		if r.URL.Path == "/chat" {
 			path = "static/chat.html"
 		}
 		b, err := static.ReadFile(path)
@@ -53,13 +67,7 @@ func Handler() http.Handler {
 			http.NotFound(w, r)
 			return
 		}
-		hd := w.Header()
 		hd.Set("Content-Type", ct)
-		hd.Set("Content-Security-Policy", CSP)
-		hd.Set("X-Content-Type-Options", "nosniff")
-		hd.Set("Referrer-Policy", "no-referrer")
-		hd.Set("X-Frame-Options", "DENY")
-		hd.Set("Cache-Control", "no-cache")
 		_, _ = w.Write(b)
 	})
 }
