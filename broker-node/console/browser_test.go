@@ -3,6 +3,7 @@ package console_test
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -108,5 +109,58 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatal("untrusted text was rendered as markup")
 	}
 	b.Screenshot("console.png")
+	b.CheckClean()
+}
+
+// within is true when the element at sel (its row's cell i) ends inside
+// its section: seen without scrolling the section sideways.
+func within(sel string, i int) string {
+	return fmt.Sprintf(`(() => { const c = document.querySelector(%q).children[%d];
+		return c.getBoundingClientRect().right <= c.closest('section').getBoundingClientRect().right })()`, sel, i)
+}
+
+// A provider's name and its refusal reason are its own text, of any length
+// and without a space: the console still shows every row whole — the
+// provider's capacity and state, the failure's count — within its section,
+// and the text itself is shortened with the whole kept in the title.
+func TestConsoleLongProviderTextInBrowser(t *testing.T) {
+	h := nodetest.Start(t, withToken)
+	b := browsertest.New(t)
+	b.Run("open the console", chromedp.Navigate(h.URL+"/console"))
+	b.Eventually("the token form", `document.querySelector('#login input[name=token]')`)
+	b.Run("log in", chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Submit(chromedp.CSS("#login")))
+	b.Eventually("the console, live", `document.getElementById('status').textContent.startsWith('live')`)
+
+	name, reason := strings.Repeat("W", 5000), strings.Repeat("R", 5000)
+	p := h.Connect(0xc3, nodetest.Limit(3))
+	p.Send(wire.Register{Type: wire.TypeRegister, ProviderName: name, Agents: []wire.Registration{{Name: strings.Repeat("a", 128)}}})
+	p.Expect(wire.TypeRegistered, nil)
+	id, _ := h.Door(p.Key, strings.Repeat("a", 128), "", "x")
+	if f := p.Offer(); f.RunID != id {
+		t.Fatalf("offered %s, want %s", f.RunID, id)
+	}
+	p.Refuse(id, reason)
+
+	const prow, frow = `#providers tbody tr`, `#failures tbody tr`
+	b.Eventually("the provider and its failure are listed", `document.querySelector('`+prow+`').textContent.includes('aaaa') && `+
+		`document.querySelector('`+frow+` td') && document.querySelector('`+frow+` td').textContent.startsWith('RRRR')`)
+	b.Screenshot("console-long.png")
+	if !browsertest.Eval[bool](b, within(prow, 6)) {
+		t.Errorf("the provider's state is off to the side, at x=%v", browsertest.Eval[float64](b, `document.querySelector('`+prow+`').children[6].getBoundingClientRect().right`))
+	}
+	if !browsertest.Eval[bool](b, within(frow, 1)) {
+		t.Errorf("the failure's count is off to the side, at x=%v", browsertest.Eval[float64](b, `document.querySelector('`+frow+`').children[1].getBoundingClientRect().right`))
+	}
+	for _, sel := range []string{prow, frow} {
+		if hgt := browsertest.Eval[float64](b, `document.querySelector('`+sel+`').getBoundingClientRect().height`); hgt > 200 {
+			t.Errorf("%s is %vpx tall", sel, hgt)
+		}
+	}
+	if got := browsertest.Eval[string](b, `document.querySelector('`+prow+`').children[1].title`); got != name {
+		t.Errorf("the whole name is not in the title (%d characters)", len(got))
+	}
+	if got := browsertest.Eval[string](b, `document.querySelector('`+frow+`').children[0].title`); got != reason {
+		t.Errorf("the whole reason is not in the title (%d characters)", len(got))
+	}
 	b.CheckClean()
 }
