@@ -5,8 +5,10 @@
 // oldest queued and the longest running, and recent failures by reason.
 //
 // It is one static page (HTML, CSS and a small script, embedded) that polls
-// GET /console/api/state. Every value is rendered with textContent, and the
-// page is served under a Content-Security-Policy that allows only its own
+// GET /console/api/state. Every value is rendered with textContent; text a
+// provider chose (its name, a refusal reason) is shown to 120 characters,
+// whole in the cell's title, so that no provider can push the other
+// columns out of sight. The page is served under a Content-Security-Policy that allows only its own
 // script and style. Access is a bearer token (FUNDUQ_CONSOLE_TOKEN):
 // scripts send "Authorization: Bearer <token>"; a browser posts the token
 // once to the login form, which sets an HttpOnly, SameSite=Strict cookie.

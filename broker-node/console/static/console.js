@@ -16,11 +16,26 @@
     const tr = el("tr", null, cls);
     for (const c of cells) {
       if (c instanceof Node) { const td = el("td"); td.appendChild(c); tr.appendChild(td); }
+      else if (c instanceof Clipped) { const td = el("td", c.shown, "free"); td.title = c.text; tr.appendChild(td); }
       else if (typeof c === "number") tr.appendChild(el("td", c, "num"));
       else tr.appendChild(el("td", c));
     }
     return tr;
   }
+  // Clipped is text a provider chose (its name, a refusal reason): of any
+  // length, so the cell shows its start and the title holds it whole.
+  const CLIP = 120;
+  function Clipped(text) {
+    this.text = String(text);
+    let shown = this.text;
+    if (shown.length > CLIP) {
+      shown = shown.slice(0, CLIP);
+      if (/[\uD800-\uDBFF]$/.test(shown)) shown = shown.slice(0, -1); // not half a character
+      shown += "…";
+    }
+    this.shown = shown;
+  }
+  const clip = (text) => new Clipped(text);
   function fill(tableId, rows, empty, span) {
     const body = $(tableId).tBodies[0];
     body.replaceChildren();
@@ -77,7 +92,7 @@
     $("providers-source").textContent = roster ? "(this node's roster)"
       : "(from the database: this node is a standby; capacity and in-flight counts are known only on the leader)";
     fill("providers", s.providers.list.map((p) => row([
-      keyCell(p.key, p.fingerprint), p.name || "–", agents(p.agents),
+      keyCell(p.key, p.fingerprint), p.name ? clip(p.name) : "–", agents(p.agents),
       roster ? (p.unlimited ? "unlimited" : p.capacity) : "–",
       roster ? p.inFlight : "–", roster ? p.links : "–",
       p.withdrawn ? tag("withdrawn", "withdrawn") : tag("serving", "leader"),
@@ -89,7 +104,7 @@
     $("longest-running").textContent = runAge(s.runs.longestRunning);
 
     $("failures-window").textContent = "(last " + dur(s.failures.windowMs) + ")";
-    fill("failures", s.failures.list.map((f) => row([f.reason, f.count, new Date(f.last).toLocaleString()])),
+    fill("failures", s.failures.list.map((f) => row([clip(f.reason), f.count, new Date(f.last).toLocaleString()])),
       "no run failed in the window", 3);
 
     $("quality-tolerance").textContent = s.quality.tolerance > 0
