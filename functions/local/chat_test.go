@@ -172,13 +172,19 @@ func slow(gate <-chan struct{}) provider.Handler {
 // startAgents connects a provider (our SDK) serving approver and slow.
 func startAgents(t *testing.T, h *nodetest.Harness, gate <-chan struct{}) string {
 	t.Helper()
-	signer, err := identity.NewSignerFromSeedHex(nodetest.SeedHex(0xd7))
+	return startProvider(t, h, 0xd7, provider.Agent{Name: "approver", Handler: approver}, provider.Agent{Name: "slow", Handler: slow(gate)})
+}
+
+// startProvider connects a provider (our SDK) with the key of seed, serving
+// agents until the test ends, and returns its key once the last is served.
+func startProvider(t *testing.T, h *nodetest.Harness, seed byte, agents ...provider.Agent) string {
+	t.Helper()
+	signer, err := identity.NewSignerFromSeedHex(nodetest.SeedHex(seed))
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := provider.New(provider.Config{BaseURL: h.URL, Signer: signer, FunduqKey: h.Node.FunduqKey(), ProviderName: "chat-test",
-		Logger: slog.New(slog.DiscardHandler),
-		Agents: []provider.Agent{{Name: "approver", Handler: approver}, {Name: "slow", Handler: slow(gate)}}})
+		Logger: slog.New(slog.DiscardHandler), Agents: agents})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,8 +198,9 @@ func startAgents(t *testing.T, h *nodetest.Harness, gate <-chan struct{}) string
 		}
 	})
 	key := signer.PublicKeyHex()
+	last := agents[len(agents)-1].Name
 	h.Eventually("the agents register", func() bool {
-		return slices.Contains(h.Node.Broker.Snapshot().Served, broker.AgentRef{Key: key, Name: "slow"})
+		return slices.Contains(h.Node.Broker.Snapshot().Served, broker.AgentRef{Key: key, Name: last})
 	})
 	return key
 }
@@ -352,5 +359,41 @@ func TestChatInBrowser(t *testing.T) {
 			t.Fatalf("events after the reload: %s", got)
 		}
 	})
+	b.CheckClean()
+}
+
+// A hostile agent's question is its own text, of any length: the page still
+// shows the conversation and keeps the answer buttons in view.
+func TestChatLongQuestionInBrowser(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	reason := strings.Repeat("Q", 20000)
+	key := startProvider(t, h, 0xd8, provider.Agent{Name: "asker", Handler: func(ctx context.Context, r *provider.Run) error {
+		if err := r.Emit(ctx, map[string]any{"type": "RUN_STARTED", "threadId": r.ThreadID, "runId": r.ID}); err != nil {
+			return err
+		}
+		return r.Emit(ctx, map[string]any{"type": "RUN_FINISHED", "threadId": r.ThreadID, "runId": r.ID,
+			"outcome": map[string]any{"type": "interrupt", "interrupts": []any{map[string]any{"id": "ask-1", "reason": reason}}}})
+	}})
+	base := startDoors(t, h)
+	b := browsertest.New(t)
+	b.Run("open the chat page", chromedp.Navigate(base+"/chat"))
+	b.Eventually("the page is ready", `document.body.dataset.ready === '1'`)
+	selectAgent(b, key, "asker")
+	say(b, "hello")
+	b.Eventually("the question", `!document.getElementById('interrupt').hidden && document.getElementById('interrupt-list').textContent.includes('QQQQ')`)
+	inView := func(id string) string {
+		return `(() => { const r = document.getElementById('` + id + `').getBoundingClientRect(); return r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight })()`
+	}
+	for _, id := range []string{"interrupt-resolve", "interrupt-cancel", "interrupt-payload"} {
+		if !browsertest.Eval[bool](b, inView(id)) {
+			t.Errorf("#%s is out of view: %v", id, browsertest.Eval[string](b, `JSON.stringify(document.getElementById('`+id+`').getBoundingClientRect())`))
+		}
+	}
+	if hgt := browsertest.Eval[float64](b, `document.getElementById('transcript').getBoundingClientRect().height`); hgt < 100 {
+		t.Errorf("the conversation is squeezed to %vpx", hgt)
+	}
+	if !t.Failed() {
+		b.Screenshot("chat-long-question.png")
+	}
 	b.CheckClean()
 }
