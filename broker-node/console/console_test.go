@@ -204,3 +204,27 @@ func TestSeenNodes(t *testing.T) {
 		t.Fatalf("a stopped node left its entry: %d fields", n)
 	}
 }
+
+// A method the console does not take on one of its routes is answered 405
+// naming the methods it takes, with the console's headers — not "no such
+// console page", which sends a script's author looking for a wrong path.
+func TestConsoleMethods(t *testing.T) {
+	h := nodetest.Start(t, withToken)
+	for _, c := range []struct{ method, path, allow string }{
+		{"POST", "/console/api/state", "GET, HEAD"},
+		{"DELETE", "/console/api/state", "GET, HEAD"},
+		{"PUT", "/console", "GET, HEAD"},
+		{"GET", "/console/login", "POST"},
+	} {
+		req, _ := http.NewRequest(c.method, h.URL+c.path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, body := do(t, req)
+		if resp.StatusCode != 405 || resp.Header.Get("Allow") != c.allow || resp.Header.Get("Content-Security-Policy") != console.CSP ||
+			resp.Header.Get("Cache-Control") != "no-store" {
+			t.Errorf("%s %s: %d Allow %q %v %s", c.method, c.path, resp.StatusCode, resp.Header.Get("Allow"), resp.Header, body)
+		}
+	}
+	if resp, _ := get(t, h.URL+"/console/nope"); resp.StatusCode != 404 || resp.Header.Get("Content-Security-Policy") != console.CSP {
+		t.Errorf("an unknown page: %d %v", resp.StatusCode, resp.Header)
+	}
+}
