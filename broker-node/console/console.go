@@ -107,9 +107,9 @@ func New(o Options) *Handler {
 	h.mux.Handle("POST /console/logout", cop.Handler(http.HandlerFunc(h.logout)))
 	h.mux.HandleFunc("GET /console/api/state", h.state)
 	h.mux.HandleFunc("GET /console/static/{file}", h.asset)
-	h.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "no such console page", http.StatusNotFound)
-	})
+	// No catch-all: the mux answers an unknown page 404 and a known one
+	// asked with another method 405 naming the methods it takes (a
+	// catch-all would answer both "no such page").
 	return h
 }
 
