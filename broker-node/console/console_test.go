@@ -228,3 +228,38 @@ func TestConsoleMethods(t *testing.T) {
 		t.Errorf("an unknown page: %d %v", resp.StatusCode, resp.Header)
 	}
 }
+
+// The login cookie lets in for its twelve hours, then no more, even when
+// its holder keeps sending it (a copy outlives the browser's expiry); and a
+// cookie from before a token change does not let in under the new token.
+func TestConsoleSessionEnds(t *testing.T) {
+	h := nodetest.Start(t, withToken)
+	req, _ := http.NewRequest("POST", h.URL+"/console/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, _ := do(t, req)
+	if resp.StatusCode != 303 || len(resp.Cookies()) != 1 {
+		t.Fatalf("login: %d %v", resp.StatusCode, resp.Cookies())
+	}
+	c := resp.Cookies()[0]
+	withCookie := func(base string) int {
+		req, _ := http.NewRequest("GET", base+"/console/api/state", nil)
+		req.AddCookie(&http.Cookie{Name: c.Name, Value: c.Value})
+		resp, _ := do(t, req)
+		return resp.StatusCode
+	}
+	if code := withCookie(h.URL); code != 200 {
+		t.Fatalf("with a fresh cookie: %d", code)
+	}
+	other := h.PeerWith("rotated-node", func(cfg *config.Broker) { cfg.ConsoleToken = token + "-rotated" }, nil)
+	if code := withCookie(other.URL); code != 401 {
+		t.Fatalf("under another token: %d", code)
+	}
+	h.Clock.Advance(11 * time.Hour)
+	if code := withCookie(h.URL); code != 200 {
+		t.Fatalf("after 11 hours: %d", code)
+	}
+	h.Clock.Advance(time.Hour + time.Minute)
+	if code := withCookie(h.URL); code != 401 {
+		t.Fatalf("after 12 hours: %d", code)
+	}
+}
