@@ -11,7 +11,10 @@
 // columns out of sight. The page is served under a Content-Security-Policy that allows only its own
 // script and style. Access is a bearer token (FUNDUQ_CONSOLE_TOKEN):
 // scripts send "Authorization: Bearer <token>"; a browser posts the token
-// once to the login form, which sets an HttpOnly, SameSite=Strict cookie.
+// once to the login form, which sets an HttpOnly, SameSite=Strict cookie
+// that lets in for twelve hours: it carries its expiry and an HMAC of it
+// keyed by the token, so the node refuses it after that time even from a
+// copy, and at once under another token.
 // Without a token configured the console is off and answers 404 saying so.
 //
 // A standby serves the console too: it shows who leads, and the providers
@@ -27,12 +30,15 @@ import (
 	"embed"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"html/template"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/broker-node/broker"
@@ -44,6 +50,9 @@ var static embed.FS
 
 // CookieName is the console's session cookie.
 const CookieName = "funduq_console"
+
+// SessionTTL is how long a login lets in.
+const SessionTTL = 12 * time.Hour
 
 // DefaultFailureWindow is how far back "recent failures" reach.
 const DefaultFailureWindow = time.Hour
@@ -72,20 +81,24 @@ type Options struct {
 	Tolerance     int
 	FailureWindow time.Duration
 	Log           *slog.Logger
+	// Clock dates the login cookie (nil: the real clock).
+	Clock clockwork.Clock
 }
 
 // Handler serves /console and everything under it.
 type Handler struct {
-	o       Options
-	mux     *http.ServeMux
-	session string // the cookie value: an HMAC of the token, never the token
-	login   *template.Template
+	o     Options
+	mux   *http.ServeMux
+	login *template.Template
 }
 
 // New builds the console.
 func New(o Options) *Handler {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Clock == nil {
+		o.Clock = clockwork.NewRealClock()
 	}
 	if o.FailureWindow <= 0 {
 		o.FailureWindow = DefaultFailureWindow
@@ -95,9 +108,6 @@ func New(o Options) *Handler {
 		h.mux.HandleFunc("/", disabled)
 		return h
 	}
-	mac := hmac.New(sha256.New, []byte(o.Token))
-	mac.Write([]byte("funduq console session v1"))
-	h.session = hex.EncodeToString(mac.Sum(nil))
 	h.login = template.Must(template.ParseFS(static, "static/login.html"))
 
 	cop := http.NewCrossOriginProtection()
@@ -138,7 +148,30 @@ func (h *Handler) authorized(r *http.Request) bool {
 		return ok && strings.EqualFold(scheme, "Bearer") && h.tokenMatches(strings.TrimSpace(tok))
 	}
 	c, err := r.Cookie(CookieName)
-	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(h.session)) == 1
+	if err != nil {
+		return false
+	}
+	exp, mac, ok := strings.Cut(c.Value, ".")
+	until, err := strconv.ParseInt(exp, 10, 64)
+	if !ok || err != nil || h.o.Clock.Now().Unix() >= until {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(mac), []byte(h.sessionMAC(until))) == 1
+}
+
+// session is a login cookie's value: its expiry (unix seconds) and an HMAC
+// of it keyed by the token, never the token. The node checks the expiry
+// itself — Max-Age is only the browser's to honour — and a new token
+// refuses every cookie made under the old one.
+func (h *Handler) session() string {
+	until := h.o.Clock.Now().Add(SessionTTL).Unix()
+	return fmt.Sprintf("%d.%s", until, h.sessionMAC(until))
+}
+
+func (h *Handler) sessionMAC(until int64) string {
+	mac := hmac.New(sha256.New, []byte(h.o.Token))
+	fmt.Fprintf(mac, "funduq console session v2\x00%d", until)
+	return hex.EncodeToString(mac.Sum(nil))
 }
 
 // tokenMatches compares in constant time (hashes first, so the length of
@@ -171,8 +204,8 @@ func (h *Handler) postLogin(w http.ResponseWriter, r *http.Request) {
 		h.showLogin(w, http.StatusUnauthorized, true)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: h.session, Path: "/console", HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: secure(r), MaxAge: 12 * 3600})
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: h.session(), Path: "/console", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: secure(r), MaxAge: int(SessionTTL / time.Second)})
 	http.Redirect(w, r, "/console", http.StatusSeeOther)
 }
 

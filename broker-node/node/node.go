@@ -162,7 +162,7 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 	n.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	con := console.New(console.Options{Token: cfg.ConsoleToken, Store: st, Redis: rdb, Broker: b,
 		LeaseKey: LeaseKey(prefix), NodesKey: NodesKey(prefix), LeaseTTL: cfg.LeaseTTL,
-		NodeID: cfg.NodeID, AdvertiseURL: cfg.AdvertiseURL, Tolerance: cfg.ProviderQualityTolerance, Log: log})
+		NodeID: cfg.NodeID, AdvertiseURL: cfg.AdvertiseURL, Tolerance: cfg.ProviderQualityTolerance, Log: log, Clock: o.Clock})
 	for _, p := range console.Patterns() {
 		n.mux.Handle(p, con)
 	}
