@@ -397,3 +397,41 @@ func TestChatLongQuestionInBrowser(t *testing.T) {
 	}
 	b.CheckClean()
 }
+
+// A run's answer belongs to its own conversation: when the user picks
+// another agent while a reply is still streaming, the rest of the reply,
+// its events and its thread are not shown in the other agent's
+// conversation, and they are there on going back.
+func TestChatSwitchAgentMidRunInBrowser(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	defer release()
+	key := startAgents(t, h, gate)
+	base := startDoors(t, h)
+	b := browsertest.New(t)
+	b.Run("open the chat page", chromedp.Navigate(base+"/chat"))
+	b.Eventually("the page is ready", `document.body.dataset.ready === '1'`)
+
+	selectAgent(b, key, "slow")
+	say(b, "go")
+	b.Eventually("the first half", lastAgentText+` === 'part one, '`)
+	selectAgent(b, key, "approver")
+	b.Eventually("the other conversation is shown", `document.getElementById('thread-info').textContent === 'a new conversation'`)
+	release()
+	slowConv := `JSON.parse(localStorage.getItem('funduq.chat.v1')).convs[` + strconv.Quote(key+"/slow") + `]`
+	b.Eventually("the slow run is over", `!`+slowConv+`.active && `+slowConv+`.transcript.some(m => m.text === 'part one, part two')`)
+	if got := browsertest.Eval[string](b, `document.getElementById('transcript').textContent`); got != "" {
+		t.Errorf("the approver's conversation shows %q", got)
+	}
+	if got := browsertest.Eval[string](b, `document.getElementById('thread-info').textContent`); got != "a new conversation" {
+		t.Errorf("the approver's conversation is labelled %q", got)
+	}
+	if got := browsertest.Eval[string](b, `document.getElementById('events').textContent`); got != "" {
+		t.Errorf("the approver's events pane shows %q", got)
+	}
+	selectAgent(b, key, "slow")
+	b.Eventually("the whole answer, back in its conversation", lastAgentText+` === 'part one, part two'`)
+	b.CheckClean()
+}
