@@ -89,7 +89,8 @@
     $("interrupt-cancel").disabled = busy;
   }
 
-  function logEvent(seq, ev, raw) {
+  function logEvent(c, seq, ev, raw) {
+    if (!shown(c)) return;
     const li = el("li");
     if (seq !== null) li.value = seq;
     li.appendChild(el("span", (ev && typeof ev.type === "string" ? ev.type : "?") + " ", "type"));
@@ -98,8 +99,16 @@
     $("events").scrollTop = $("events").scrollHeight;
   }
 
-  function entry(id, role, text) {
-    const c = conv();
+  // shown: c is the conversation on screen. A stream keeps writing to its
+  // own conversation after the user picks another agent, but only the one
+  // on screen is drawn.
+  function shown(c) { return c === conv(); }
+
+  // show draws a transcript entry of c when c is on screen.
+  function show(c, m) { if (shown(c)) renderEntry(m); }
+
+  // entry finds or adds the transcript entry id of c.
+  function entry(c, id, role, text) {
     let m = c.transcript.find((x) => x.id === id);
     if (!m) { m = { id, role, text: "" }; c.transcript.push(m); }
     if (text !== undefined) m.text = text;
@@ -152,21 +161,21 @@
         if (typeof ev.runId === "string") c.runId = ev.runId;
         break;
       case "TEXT_MESSAGE_START":
-        renderEntry(entry("a:" + ev.messageId, "assistant"));
+        show(c, entry(c, "a:" + ev.messageId, "assistant"));
         break;
       case "TEXT_MESSAGE_CONTENT":
       case "TEXT_MESSAGE_CHUNK": {
-        const m = entry("a:" + ev.messageId, "assistant");
+        const m = entry(c, "a:" + ev.messageId, "assistant");
         if (typeof ev.delta === "string") m.text += ev.delta;
-        renderEntry(m);
+        show(c, m);
         break;
       }
       case "TOOL_CALL_START":
-        renderEntry(entry("t:" + ev.toolCallId, "note", "the agent calls " + (ev.toolCallName || "a tool")));
+        show(c, entry(c, "t:" + ev.toolCallId, "note", "the agent calls " + (ev.toolCallName || "a tool")));
         break;
       case "RUN_ERROR":
         c.active = false;
-        renderEntry(entry("e:" + c.runId + ":" + seq, "error", ev.message || "the run failed"));
+        show(c, entry(c, "e:" + c.runId + ":" + seq, "error", ev.message || "the run failed"));
         break;
       case "RUN_FINISHED":
         c.active = false;
@@ -175,10 +184,10 @@
         } else {
           c.interrupts = null;
         }
-        renderInterrupt();
+        if (shown(c)) renderInterrupt();
         break;
     }
-    $("thread-info").textContent = "thread " + c.threadId + " · run " + c.runId + " · seq " + c.lastSeq;
+    if (shown(c)) $("thread-info").textContent = "thread " + c.threadId + " · run " + c.runId + " · seq " + c.lastSeq;
     persist();
   }
 
@@ -204,7 +213,7 @@
       const raw = data.join("\n");
       let ev = null;
       try { ev = JSON.parse(raw); } catch (e) { /* shown as is */ }
-      logEvent(seq, ev, raw);
+      logEvent(c, seq, ev, raw);
       if (ev && typeof ev === "object") handleEvent(c, seq, ev);
     };
     for (;;) {
@@ -236,7 +245,7 @@
     const ct = res.headers.get("Content-Type") || "";
     if (!res.ok) {
       c.active = false;
-      renderEntry(entry(rid("e"), "error", await errorText(res)));
+      show(c, entry(c, rid("e"), "error", await errorText(res)));
       persist();
       return;
     }
@@ -245,7 +254,7 @@
       let snap = null;
       try { snap = await res.json(); } catch (e) { /* not JSON */ }
       const w = snap && snap.waiting_run;
-      renderEntry(entry(rid("n"), "note", w ? "the run still waits for: " + (w.outstanding_asks || []).join(", ") : "the door answered with the thread's snapshot"));
+      show(c, entry(c, rid("n"), "note", w ? "the run still waits for: " + (w.outstanding_asks || []).join(", ") : "the door answered with the thread's snapshot"));
       persist();
       return;
     }
@@ -310,7 +319,7 @@
     if (!a || busy || text.trim() === "") return;
     const c = conv();
     const id = rid("m");
-    renderEntry(entry("u:" + id, "user", text));
+    renderEntry(entry(c, "u:" + id, "user", text));
     $("message").value = "";
     c.active = true;
     c.lastSeq = 0;
@@ -331,7 +340,7 @@
     const body = baseBody(c);
     body.messages = [];
     body.resume = c.interrupts.map((it) => (status === "resolved" ? { interruptId: it.id, status, payload } : { interruptId: it.id, status }));
-    renderEntry(entry(rid("u"), "user", status === "resolved" ? "answered: " + raw : "declined"));
+    renderEntry(entry(c, rid("u"), "user", status === "resolved" ? "answered: " + raw : "declined"));
     c.interrupts = null;
     c.active = true;
     renderInterrupt();
