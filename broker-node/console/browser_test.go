@@ -164,3 +164,34 @@ func TestConsoleLongProviderTextInBrowser(t *testing.T) {
 	}
 	b.CheckClean()
 }
+
+// A provider chooses how many agents it serves: one with hundreds still
+// takes a row of bounded height, so the providers after it stay in view,
+// and says how many it serves.
+func TestConsoleManyAgentsInBrowser(t *testing.T) {
+	h := nodetest.Start(t, withToken)
+	b := browsertest.New(t)
+	b.Run("open the console", chromedp.Navigate(h.URL+"/console"))
+	b.Eventually("the token form", `document.querySelector('#login input[name=token]')`)
+	b.Run("log in", chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Submit(chromedp.CSS("#login")))
+	b.Eventually("the console, live", `document.getElementById('status').textContent.startsWith('live')`)
+
+	var regs []wire.Registration
+	for i := range 400 {
+		regs = append(regs, wire.Registration{Name: fmt.Sprintf("agent-%03d-%s", i, strings.Repeat("x", 100))})
+	}
+	p := h.Connect(0xc4, nil)
+	p.Send(wire.Register{Type: wire.TypeRegister, Agents: regs})
+	p.Expect(wire.TypeRegistered, nil)
+	h.Connect(0xc5, nil).Register("echo")
+
+	b.Eventually("both providers are listed", `document.querySelectorAll('#providers tbody tr').length === 2 && document.getElementById('providers').textContent.includes('echo')`)
+	many := `[...document.querySelectorAll('#providers tbody tr')].find(r => r.textContent.includes('agent-000'))`
+	if hgt := browsertest.Eval[float64](b, many+`.getBoundingClientRect().height`); hgt > 300 {
+		t.Errorf("the provider with 400 agents takes a row %vpx tall", hgt)
+	}
+	if !browsertest.Eval[bool](b, many+`.children[2].textContent.includes('400')`) {
+		t.Errorf("the row does not say how many agents: %q", browsertest.Eval[string](b, many+`.children[2].textContent.slice(-200)`))
+	}
+	b.CheckClean()
+}
