@@ -7,8 +7,9 @@
 // It is one static page (HTML, CSS and a small script, embedded) that polls
 // GET /console/api/state. Every value is rendered with textContent; text a
 // provider chose (its name, a refusal reason) is shown to 120 characters,
-// whole in the cell's title, so that no provider can push the other
-// columns out of sight. The page is served under a Content-Security-Policy that allows only its own
+// whole in the cell's title, and a provider's agents to the first eight and
+// their count, so that no provider can push the other columns or rows out
+// of sight. The page is served under a Content-Security-Policy that allows only its own
 // script and style. Access is a bearer token (FUNDUQ_CONSOLE_TOKEN):
 // scripts send "Authorization: Bearer <token>"; a browser posts the token
 // once to the login form, which sets an HttpOnly, SameSite=Strict cookie

@@ -61,10 +61,23 @@
     return span;
   }
   function tag(text, cls) { return el("span", text, "tag " + cls); }
+  // agents shows the first few of a provider's agents and how many there
+  // are: the provider chooses how many it registers, and a row listing
+  // hundreds would push every other provider out of view.
+  const AGENTS_SHOWN = 8, AGENT_CLIP = 48;
   function agents(list) {
     const frag = el("span");
     if (!list || list.length === 0) { frag.textContent = "–"; return frag; }
-    for (const a of list) frag.appendChild(el("span", a, "agent"));
+    for (const a of list.slice(0, AGENTS_SHOWN)) {
+      const chip = el("span", a.length > AGENT_CLIP ? a.slice(0, AGENT_CLIP) + "…" : a, "agent");
+      chip.title = a;
+      frag.appendChild(chip);
+    }
+    if (list.length > AGENTS_SHOWN) {
+      const more = el("span", "+" + (list.length - AGENTS_SHOWN) + " more (" + list.length + " agents)", "muted");
+      more.title = list.join("\n");
+      frag.appendChild(more);
+    }
     return frag;
   }
   let fingerprints = new Map(); // provider key -> fingerprint, from the last state
