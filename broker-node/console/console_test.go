@@ -263,3 +263,62 @@ func TestConsoleSessionEnds(t *testing.T) {
 		t.Fatalf("after 12 hours: %d", code)
 	}
 }
+
+// A refusal's reason is the provider's text, up to a frame's size, and
+// every distinct one is a row of the failures: a few huge reasons or many
+// distinct ones keep the console's answer small — each reason shortened to
+// reasonChars, the most frequent failureReasons listed, the
+// rest counted — and its counts whole.
+const failureReasons, reasonChars = 50, 512
+
+func TestConsoleFailuresBounded(t *testing.T) {
+	h := nodetest.Start(t, withToken)
+	p := h.Connect(0xc6, nil)
+	p.Register("echo")
+	refuse := func(reason string) {
+		t.Helper()
+		id, _ := h.Door(p.Key, "echo", "", "x")
+		if f := p.Offer(); f.RunID != id {
+			t.Fatalf("offered %s, want %s", f.RunID, id)
+		}
+		p.Refuse(id, reason)
+		h.WaitStatus(id, "failed")
+	}
+	for i := range 3 {
+		refuse(fmt.Sprintf("huge-%d-%s", i, strings.Repeat("R", 2<<20)))
+	}
+	for i := range failureReasons + 5 {
+		refuse(fmt.Sprintf("distinct-%03d", i))
+	}
+	refuse("distinct-000") // the most frequent: listed first
+
+	resp, body := get(t, h.URL+"/console/api/state", "Authorization", "Bearer "+token)
+	if resp.StatusCode != 200 || len(body) > 64<<10 {
+		t.Fatalf("state: %d, %d bytes", resp.StatusCode, len(body))
+	}
+	var s struct {
+		Failures struct {
+			List           []console.FailureJSON `json:"list"`
+			OmittedRuns    int64                 `json:"omittedRuns"`
+			OmittedReasons int64                 `json:"omittedReasons"`
+		} `json:"failures"`
+	}
+	if err := json.Unmarshal([]byte(body), &s); err != nil {
+		t.Fatal(err)
+	}
+	f := s.Failures
+	if len(f.List) != failureReasons || f.List[0].Reason != "distinct-000" || f.List[0].Count != 2 {
+		t.Fatalf("%d reasons listed, first %+v", len(f.List), f.List[0])
+	}
+	listed := int64(0)
+	for _, r := range f.List {
+		listed += r.Count
+		if n := len([]rune(r.Reason)); n > reasonChars {
+			t.Fatalf("a reason of %d characters", n)
+		}
+	}
+	total := int64(3 + failureReasons + 5 + 1)
+	if listed+f.OmittedRuns != total || f.OmittedReasons != int64(3+failureReasons+5)-int64(len(f.List)) {
+		t.Fatalf("listed %d runs, omitted %d runs in %d reasons; want %d runs in all", listed, f.OmittedRuns, f.OmittedReasons, total)
+	}
+}
