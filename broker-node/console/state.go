@@ -113,10 +113,14 @@ type RunAgeJSON struct {
 	AgeMS       int64     `json:"ageMs"`
 }
 
-// FailuresJSON: the runs that failed within the window, by reason.
+// FailuresJSON: the runs that failed within the window, by reason (its
+// first store.OverviewReasonChars characters), the store.OverviewReasons
+// most frequent; OmittedReasons and OmittedRuns count the rest.
 type FailuresJSON struct {
-	WindowMS int64         `json:"windowMs"`
-	List     []FailureJSON `json:"list"`
+	WindowMS       int64         `json:"windowMs"`
+	List           []FailureJSON `json:"list"`
+	OmittedReasons int64         `json:"omittedReasons"`
+	OmittedRuns    int64         `json:"omittedRuns"`
 }
 
 // FailureJSON is one failure reason.
@@ -221,6 +225,7 @@ func (h *Handler) collect(ctx context.Context) State {
 		for _, f := range ov.Failures {
 			s.Failures.List = append(s.Failures.List, FailureJSON{Reason: f.Reason, Count: f.Count, Last: f.Last.UTC()})
 		}
+		s.Failures.OmittedReasons, s.Failures.OmittedRuns = ov.OmittedReasons, ov.OmittedRuns
 	}
 	return s
 }

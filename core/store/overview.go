@@ -35,12 +35,25 @@ type Overview struct {
 	// LongestRunning is the running (or cancelling) run that started
 	// earliest (nil: none).
 	LongestRunning *RunAge
-	// Failures counts the runs that failed within the window, by reason,
-	// most frequent first.
-	Failures []FailureCount
+	// Failures counts the runs that failed within the window, by reason
+	// (its first OverviewReasonChars characters), most frequent first, at
+	// most OverviewReasons of them; OmittedReasons and OmittedRuns count
+	// the reasons past those and their runs. A reason may be a provider's
+	// text of any length, and each distinct one a row: bounded, the
+	// overview stays small whatever providers write.
+	Failures       []FailureCount
+	OmittedReasons int64
+	OmittedRuns    int64
 	// Window is the failures' window.
 	Window time.Duration
 }
+
+// OverviewReasons is how many failure reasons the overview lists, and
+// OverviewReasonChars how much of each it keeps.
+const (
+	OverviewReasons     = 50
+	OverviewReasonChars = 512
+)
 
 // RunsOverview reads the runs table for the operator console: counts by
 // status, the oldest queued and longest running run, and the failures of
@@ -68,14 +81,27 @@ func (s *Store) RunsOverview(ctx context.Context, window time.Duration) (Overvie
 			return err
 		}
 		rows, err = tx.Query(ctx, `
-			SELECT failure_reason, count(*), max(coalesce(completed_at, last_activity_at))
-			FROM runs WHERE status = 'failed' AND coalesce(completed_at, last_activity_at) > now() - $1::interval
-			GROUP BY failure_reason ORDER BY count(*) DESC, failure_reason`, window)
+			WITH f AS (
+				SELECT coalesce(left(failure_reason, $2), '') AS reason, count(*) AS n,
+					max(coalesce(completed_at, last_activity_at)) AS last
+				FROM runs WHERE status = 'failed' AND coalesce(completed_at, last_activity_at) > now() - $1::interval
+				GROUP BY 1)
+			SELECT reason, n, last, count(*) OVER (), (sum(n) OVER ())::bigint
+			FROM f ORDER BY n DESC, reason LIMIT $3`, window, OverviewReasonChars, OverviewReasons)
 		if err != nil {
 			return err
 		}
 		var f FailureCount
-		_, err = pgx.ForEachRow(rows, []any{&f.Reason, &f.Count, &f.Last}, func() error { ov.Failures = append(ov.Failures, f); return nil })
+		var reasons, runs int64
+		_, err = pgx.ForEachRow(rows, []any{&f.Reason, &f.Count, &f.Last, &reasons, &runs}, func() error {
+			ov.Failures = append(ov.Failures, f)
+			ov.OmittedReasons, ov.OmittedRuns = reasons, runs
+			return nil
+		})
+		for _, f := range ov.Failures {
+			ov.OmittedReasons--
+			ov.OmittedRuns -= f.Count
+		}
 		return err
 	})
 	if err != nil {

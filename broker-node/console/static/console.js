@@ -117,8 +117,11 @@
     $("longest-running").textContent = runAge(s.runs.longestRunning);
 
     $("failures-window").textContent = "(last " + dur(s.failures.windowMs) + ")";
-    fill("failures", s.failures.list.map((f) => row([clip(f.reason), f.count, new Date(f.last).toLocaleString()])),
-      "no run failed in the window", 3);
+    const failures = s.failures.list.map((f) => row([clip(f.reason), f.count, new Date(f.last).toLocaleString()]));
+    if (s.failures.omittedReasons > 0) {
+      failures.push(row(["and " + s.failures.omittedReasons + " less frequent reasons", s.failures.omittedRuns, ""], "muted"));
+    }
+    fill("failures", failures, "no run failed in the window", 3);
 
     $("quality-tolerance").textContent = s.quality.tolerance > 0
       ? "(a counter at " + s.quality.tolerance + " withdraws a provider)" : "(withdrawal disabled)";
