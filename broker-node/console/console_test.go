@@ -15,6 +15,7 @@ import (
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/redistest"
+	"github.com/funduq/funduq-go/core/wire"
 )
 
 const token = "console-token-for-tests-0123456789"
@@ -320,5 +321,48 @@ func TestConsoleFailuresBounded(t *testing.T) {
 	total := int64(3 + failureReasons + 5 + 1)
 	if listed+f.OmittedRuns != total || f.OmittedReasons != int64(3+failureReasons+5)-int64(len(f.List)) {
 		t.Fatalf("listed %d runs, omitted %d runs in %d reasons; want %d runs in all", listed, f.OmittedRuns, f.OmittedReasons, total)
+	}
+}
+
+// A provider's name and its agents are its own choice, up to a frame: the
+// console's state stays small whatever it registers — the name shortened
+// to reasonChars, the first agentsListed agents listed and all counted.
+const agentsListed = 100
+
+func TestConsoleProviderBounded(t *testing.T) {
+	h := nodetest.Start(t, withToken)
+	var regs []wire.Registration
+	for i := range 3000 {
+		regs = append(regs, wire.Registration{Name: fmt.Sprintf("agent-%04d-%s", i, strings.Repeat("x", 100))})
+	}
+	name := strings.Repeat("N", 3<<20)
+	p := h.Connect(0xc7, nil)
+	p.Send(wire.Register{Type: wire.TypeRegister, ProviderName: name, Agents: regs})
+	p.Expect(wire.TypeRegistered, nil)
+	sb := h.Peer("standby-node")
+	for _, base := range []string{h.URL, sb.URL} {
+		resp, body := get(t, base+"/console/api/state", "Authorization", "Bearer "+token)
+		if resp.StatusCode != 200 || len(body) > 64<<10 {
+			t.Fatalf("%s state: %d, %d bytes", base, resp.StatusCode, len(body))
+		}
+		var s struct {
+			Providers struct {
+				List []struct {
+					Name       string   `json:"name"`
+					Agents     []string `json:"agents"`
+					AgentCount int      `json:"agentCount"`
+				} `json:"list"`
+			} `json:"providers"`
+		}
+		if err := json.Unmarshal([]byte(body), &s); err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Providers.List) != 1 {
+			t.Fatalf("%s providers %d", base, len(s.Providers.List))
+		}
+		pv := s.Providers.List[0]
+		if pv.Name != name[:reasonChars] || len(pv.Agents) != agentsListed || pv.Agents[0] != regs[0].Name || pv.AgentCount != len(regs) {
+			t.Fatalf("%s: name of %d, %d agents listed of %d", base, len(pv.Name), len(pv.Agents), pv.AgentCount)
+		}
 	}
 }
