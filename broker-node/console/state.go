@@ -64,12 +64,15 @@ type ProvidersJSON struct {
 	List   []ProviderJSON `json:"list"`
 }
 
-// ProviderJSON is one connected provider.
+// ProviderJSON is one connected provider. Name is its first NameChars
+// characters; Agents the first AgentsListed of AgentCount: a provider
+// chooses both, up to a frame, and the state is read every 1.5 s.
 type ProviderJSON struct {
 	Key         string   `json:"key"`
 	Fingerprint string   `json:"fingerprint"`
 	Name        string   `json:"name"`
 	Agents      []string `json:"agents"`
+	AgentCount  int      `json:"agentCount"`
 	Links       int      `json:"links"`
 	// Capacity is the declared maxConcurrentRuns (null: unlimited, or
 	// unknown on a standby); InFlight is null on a standby.
@@ -78,6 +81,34 @@ type ProviderJSON struct {
 	InFlight  *int       `json:"inFlight"`
 	Withdrawn bool       `json:"withdrawn"`
 	Since     *time.Time `json:"since,omitempty"`
+}
+
+// NameChars is how much of a provider's name the state carries, and
+// AgentsListed how many of its agents.
+const (
+	NameChars    = 512
+	AgentsListed = 100
+)
+
+// clipName is a provider's name as the state carries it.
+func clipName(name string) string {
+	n := 0
+	for i := range name {
+		if n == NameChars {
+			return name[:i]
+		}
+		n++
+	}
+	return name
+}
+
+// listAgents fills p's agents from all: the first AgentsListed, and the count.
+func (p *ProviderJSON) listAgents(all []string) {
+	p.AgentCount = len(all)
+	p.Agents = all[:min(len(all), AgentsListed):min(len(all), AgentsListed)]
+	if p.Agents == nil {
+		p.Agents = []string{}
+	}
 }
 
 // QualityJSON: every provider's counters, withdrawn ones marked.
@@ -178,11 +209,9 @@ func (h *Handler) collect(ctx context.Context) State {
 		for _, pv := range o.Broker.Snapshot().Providers {
 			row := byKey[pv.Key]
 			in := pv.InFlight
-			p := ProviderJSON{Key: pv.Key, Fingerprint: row.Fingerprint, Name: row.DisplayName, Agents: pv.Agents,
+			p := ProviderJSON{Key: pv.Key, Fingerprint: row.Fingerprint, Name: clipName(row.DisplayName),
 				Links: pv.Links, Capacity: pv.Declared, Unlimited: pv.Declared == nil, InFlight: &in, Withdrawn: pv.Withdrawn}
-			if p.Agents == nil {
-				p.Agents = []string{}
-			}
+			p.listAgents(pv.Agents)
 			since := pv.Since.UTC()
 			p.Since = &since
 			s.Providers.List = append(s.Providers.List, p)
@@ -193,8 +222,9 @@ func (h *Handler) collect(ctx context.Context) State {
 			if len(row.Online) == 0 {
 				continue
 			}
-			s.Providers.List = append(s.Providers.List, ProviderJSON{Key: row.PublicKey, Fingerprint: row.Fingerprint,
-				Name: row.DisplayName, Agents: row.Online})
+			p := ProviderJSON{Key: row.PublicKey, Fingerprint: row.Fingerprint, Name: clipName(row.DisplayName)}
+			p.listAgents(row.Online)
+			s.Providers.List = append(s.Providers.List, p)
 		}
 	}
 
@@ -203,7 +233,7 @@ func (h *Handler) collect(ctx context.Context) State {
 		fail("quality", err)
 	} else {
 		for _, q := range qs {
-			item := QualityItem{Key: q.ProviderKey, Fingerprint: byKey[q.ProviderKey].Fingerprint, Name: byKey[q.ProviderKey].DisplayName,
+			item := QualityItem{Key: q.ProviderKey, Fingerprint: byKey[q.ProviderKey].Fingerprint, Name: clipName(byKey[q.ProviderKey].DisplayName),
 				Counters: map[string]int64{}, Withdrawn: q.WithdrawnAt != nil, WithdrawnAt: q.WithdrawnAt}
 			for _, c := range []store.Counter{store.Misdeclared, store.Unanswered, store.AnsweredLate, store.Abandoned,
 				store.Undelivered, store.Completions, store.Refused, store.FailedLLM} {

@@ -65,17 +65,18 @@
   // are: the provider chooses how many it registers, and a row listing
   // hundreds would push every other provider out of view.
   const AGENTS_SHOWN = 8, AGENT_CLIP = 48;
-  function agents(list) {
+  function agents(list, count) {
     const frag = el("span");
     if (!list || list.length === 0) { frag.textContent = "–"; return frag; }
+    if (!(count > list.length)) count = list.length;
     for (const a of list.slice(0, AGENTS_SHOWN)) {
       const chip = el("span", a.length > AGENT_CLIP ? a.slice(0, AGENT_CLIP) + "…" : a, "agent");
       chip.title = a;
       frag.appendChild(chip);
     }
-    if (list.length > AGENTS_SHOWN) {
-      const more = el("span", "+" + (list.length - AGENTS_SHOWN) + " more (" + list.length + " agents)", "muted");
-      more.title = list.join("\n");
+    if (count > AGENTS_SHOWN) {
+      const more = el("span", "+" + (count - AGENTS_SHOWN) + " more (" + count + " agents)", "muted");
+      more.title = list.join("\n") + (count > list.length ? "\n…" : "");
       frag.appendChild(more);
     }
     return frag;
@@ -105,7 +106,7 @@
     $("providers-source").textContent = roster ? "(this node's roster)"
       : "(from the database: this node is a standby; capacity and in-flight counts are known only on the leader)";
     fill("providers", s.providers.list.map((p) => row([
-      keyCell(p.key, p.fingerprint), p.name ? clip(p.name) : "–", agents(p.agents),
+      keyCell(p.key, p.fingerprint), p.name ? clip(p.name) : "–", agents(p.agents, p.agentCount),
       roster ? (p.unlimited ? "unlimited" : p.capacity) : "–",
       roster ? p.inFlight : "–", roster ? p.links : "–",
       p.withdrawn ? tag("withdrawn", "withdrawn") : tag("serving", "leader"),
