@@ -435,3 +435,30 @@ func TestChatSwitchAgentMidRunInBrowser(t *testing.T) {
 	b.Eventually("the whole answer, back in its conversation", lastAgentText+` === 'part one, part two'`)
 	b.CheckClean()
 }
+
+// A reply still streaming in a conversation that is not on screen when
+// the page reloads is picked up when the user goes back to it.
+func TestChatResumeHiddenRunInBrowser(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	defer release()
+	key := startAgents(t, h, gate)
+	base := startDoors(t, h)
+	b := browsertest.New(t)
+	b.Run("open the chat page", chromedp.Navigate(base+"/chat"))
+	b.Eventually("the page is ready", `document.body.dataset.ready === '1'`)
+
+	selectAgent(b, key, "slow")
+	say(b, "go")
+	b.Eventually("the first half", lastAgentText+` === 'part one, '`)
+	selectAgent(b, key, "approver")
+	b.Run("reload", chromedp.Reload())
+	b.Eventually("the page is ready again", `document.body.dataset.ready === '1'`)
+	release()
+	selectAgent(b, key, "slow")
+	b.Eventually("the rest of the answer", lastAgentText+` === 'part one, part two'`)
+	b.Eventually("the run is over", `!document.getElementById('send').disabled`)
+	b.CheckClean()
+}
