@@ -349,7 +349,7 @@
   }
 
   // ---- wiring ----
-  $("agent").addEventListener("change", () => { saved.agent = $("agent").value; persist(); renderAll(); });
+  $("agent").addEventListener("change", () => { saved.agent = $("agent").value; persist(); renderAll(); resumeShown(); });
   $("refresh-agents").addEventListener("click", () => { listed = null; loadAgents(); });
   // Agents come and go while the page is open: look again now and then.
   setInterval(() => loadAgents(true), 10000);
@@ -364,28 +364,33 @@
   $("interrupt-resolve").addEventListener("click", () => resolve("resolved"));
   $("interrupt-cancel").addEventListener("click", () => resolve("cancelled"));
 
+  // resumeShown picks up the run of the conversation on screen where it
+  // was, when one was going and nothing is being read: after a reload, or
+  // when the user comes back to a conversation whose run went on unread.
+  async function resumeShown() {
+    const c = conv();
+    if (busy || !c.active || !c.runId) return;
+    busy = true;
+    updateButtons();
+    status("reconnecting to run " + c.runId + " after seq " + c.lastSeq + "…");
+    try {
+      const res = await fetch("/runs/" + encodeURIComponent(c.runId) + "/events", { headers: { "Last-Event-ID": String(c.lastSeq) }, cache: "no-store" });
+      if (res.ok) await follow(c, res);
+      else { c.active = false; status("could not reconnect: " + (await errorText(res)), true); }
+      if (!c.active) status("");
+    } catch (e) {
+      status("could not reconnect: " + e.message, true);
+    } finally {
+      busy = false;
+      persist();
+      updateButtons();
+    }
+  }
+
   (async function start() {
     await loadAgents();
     renderAll();
-    const c = conv();
-    if (c.active && c.runId) {
-      // A run was going when the page went away: pick it up where we were.
-      busy = true;
-      updateButtons();
-      status("reconnecting to run " + c.runId + " after seq " + c.lastSeq + "…");
-      try {
-        const res = await fetch("/runs/" + encodeURIComponent(c.runId) + "/events", { headers: { "Last-Event-ID": String(c.lastSeq) }, cache: "no-store" });
-        if (res.ok) await follow(c, res);
-        else { c.active = false; status("could not reconnect: " + (await errorText(res)), true); }
-        if (!c.active) status("");
-      } catch (e) {
-        status("could not reconnect: " + e.message, true);
-      } finally {
-        busy = false;
-        persist();
-        updateButtons();
-      }
-    }
+    await resumeShown();
     document.body.dataset.ready = "1";
   })();
 })();
