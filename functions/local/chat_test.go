@@ -462,3 +462,51 @@ func TestChatResumeHiddenRunInBrowser(t *testing.T) {
 	b.Eventually("the run is over", `!document.getElementById('send').disabled`)
 	b.CheckClean()
 }
+
+// An agent's reply has no length limit the page can rely on, but the
+// page's localStorage has one: after a reply too long to keep whole, the
+// page still keeps every conversation — a later turn with another agent
+// is there after a reload, and the long one is not streamed again.
+func TestChatHugeReplyInBrowser(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	chunk := strings.Repeat("F", 1_000_000)
+	key := startProvider(t, h, 0xd9, provider.Agent{Name: "approver", Handler: approver}, provider.Agent{Name: "flood", Handler: func(ctx context.Context, r *provider.Run) error {
+		evs := []map[string]any{{"type": "RUN_STARTED", "threadId": r.ThreadID, "runId": r.ID},
+			{"type": "TEXT_MESSAGE_START", "messageId": "f1", "role": "assistant"}}
+		for range 6 {
+			evs = append(evs, map[string]any{"type": "TEXT_MESSAGE_CONTENT", "messageId": "f1", "delta": chunk})
+		}
+		evs = append(evs, map[string]any{"type": "TEXT_MESSAGE_END", "messageId": "f1"}, map[string]any{"type": "RUN_FINISHED", "threadId": r.ThreadID, "runId": r.ID})
+		for _, ev := range evs {
+			if err := r.Emit(ctx, ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	}})
+	base := startDoors(t, h)
+	b := browsertest.New(t)
+	b.Run("open the chat page", chromedp.Navigate(base+"/chat"))
+	b.Eventually("the page is ready", `document.body.dataset.ready === '1'`)
+
+	selectAgent(b, key, "flood")
+	say(b, "flood me")
+	b.Eventually("the run is over", `(document.querySelector('#events li:last-child .type') || {}).textContent === 'RUN_FINISHED ' && !document.getElementById('send').disabled`)
+	if n := browsertest.Eval[int](b, `document.querySelector('#transcript .msg.assistant .text').textContent.length`); n != 6_000_000 {
+		t.Fatalf("a reply of %d characters", n)
+	}
+	selectAgent(b, key, "approver")
+	say(b, "after the flood")
+	b.Eventually("the question", `!document.getElementById('interrupt').hidden`)
+
+	b.Run("reload", chromedp.Reload())
+	b.Eventually("the page is ready again", `document.body.dataset.ready === '1'`)
+	selectAgent(b, key, "approver")
+	b.Eventually("the later turn is still there", `document.getElementById('transcript').textContent.includes('after the flood') && !document.getElementById('interrupt').hidden`)
+	selectAgent(b, key, "flood")
+	b.Eventually("the long reply's conversation", `document.getElementById('transcript').textContent.includes('flood me')`)
+	if got := browsertest.Eval[string](b, `document.getElementById('chat-status').textContent + '|' + document.getElementById('events').textContent.slice(0, 200)`); got != "|" {
+		t.Errorf("the long reply is streamed again: %q", got)
+	}
+	b.CheckClean()
+}
