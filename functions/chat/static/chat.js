@@ -20,7 +20,21 @@
   let saved;
   try { saved = JSON.parse(localStorage.getItem(STORE)) || {}; } catch (e) { saved = {}; }
   if (!saved.convs) saved.convs = {};
-  const persist = () => { try { localStorage.setItem(STORE, JSON.stringify(saved)); } catch (e) { /* full or disabled */ } };
+  // persist saves every conversation as one item. An agent's reply can
+  // outgrow localStorage (a few million characters), and a write that
+  // fails would leave every later turn, in every conversation, unsaved:
+  // then the ids, seqs and turns are kept with the longest texts shortened
+  // (the page shows them whole until it reloads).
+  const persist = () => {
+    for (let keep = Infinity; keep >= 1024; keep = keep === Infinity ? 65536 : keep / 4) {
+      const k = keep;
+      const text = JSON.stringify(saved, function (key, v) {
+        if (key !== "text" || typeof v !== "string" || v.length <= k || typeof this.role !== "string") return v;
+        return v.slice(0, k) + "\n[… " + (v.length - k) + " more characters were not kept in this browser]";
+      });
+      try { localStorage.setItem(STORE, text); return; } catch (e) { /* too large, or storage disabled */ }
+    }
+  };
 
   // conv: {threadId, runId, lastSeq, active, transcript:[{id, role, text}], interrupts:[...]}
   function conv() {
