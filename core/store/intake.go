@@ -117,6 +117,13 @@ var ErrThreadMismatch = errors.New("thread belongs to another agent")
 // ErrThreadExists: NewRun.UnlessThread names a thread that exists.
 var ErrThreadExists = errors.New("the thread exists")
 
+// ErrThreadGone: the thread the run goes on, or the parent of the thread
+// it opens, no longer exists. A door reads both before it admits, so this
+// is retention having deleted it in between (FUNDUQ_RETENTION, broker-node
+// prune); the door answers as it would have had it read the thread gone.
+// It matches ErrNotFound too.
+var ErrThreadGone = fmt.Errorf("the thread was deleted since it was read: %w", ErrNotFound)
+
 // CreateRun writes a queued run, its thread (when new) and its caller
 // messages, and NOTIFYs the broker, all in one transaction. A retried request
 // (same caller request id on the thread, or same idempotency key for the
@@ -201,7 +208,7 @@ func (s *Store) Admit(ctx context.Context, nr NewRun) (Admitted, error) {
 		case nr.CreateThread != nil:
 			return nil
 		case !threadFound:
-			return fmt.Errorf("thread %s: %w", nr.ThreadID, ErrNotFound)
+			return fmt.Errorf("thread %s: %w", nr.ThreadID, ErrThreadGone)
 		case pk != nr.ProviderKey || name != nr.AgentName:
 			return fmt.Errorf("thread %s: %w", nr.ThreadID, ErrThreadMismatch)
 		case nr.MaxQueued > 0 && waiting >= nr.MaxQueued:
@@ -254,6 +261,9 @@ func (s *Store) Admit(ctx context.Context, nr NewRun) (Admitted, error) {
 	}
 	if errors.As(err, &pgErr) && pgErr.Code == "23503" && strings.HasSuffix(pgErr.ConstraintName, "provider_key_agent_name_fkey") {
 		return Admitted{}, fmt.Errorf("%s: agent %s/%s: %w", what, nr.ProviderKey, nr.AgentName, ErrAgentGone)
+	}
+	if errors.As(err, &pgErr) && pgErr.Code == "23503" && pgErr.ConstraintName == "threads_parent_thread_id_fkey" {
+		return Admitted{}, fmt.Errorf("%s: parent thread %s: %w", what, nr.CreateThread.ParentThreadID, ErrThreadGone)
 	}
 	if err != nil {
 		return Admitted{}, err

@@ -275,6 +275,12 @@ func (c *call) send(streaming bool) {
 	}
 	ctx, cancel := context.WithTimeout(c.r.Context(), 3*door.StorageTimeout)
 	acc, err := c.accept(ctx, p)
+	if errors.Is(err, store.ErrThreadGone) {
+		// Retention deleted the context, or a referenced task's, between
+		// its check and the write: checked again, it is unknown, as to a
+		// request arriving now (design.md §The doors).
+		acc, err = c.accept(ctx, p)
+	}
 	cancel()
 	if err != nil {
 		c.fail(err)

@@ -65,6 +65,12 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		// on it, checked as such from the start.
 		out, err = h.accept(ctx, r, body, in, false)
 	}
+	if errors.Is(err, store.ErrThreadGone) {
+		// Retention deleted the thread between its check and the write:
+		// checked again, it is unknown, as to a request arriving now
+		// (design.md §The doors).
+		out, err = h.accept(ctx, r, body, in, false)
+	}
 	cancel()
 	if err != nil {
 		door.WriteError(w, r, h.log, err)
