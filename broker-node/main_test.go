@@ -45,6 +45,32 @@ func TestMigrateCommand(t *testing.T) {
 	}
 }
 
+// `broker-node migrate` on a database a newer release migrated (a binary
+// rolled back, or a host booting an old image) applies nothing and says
+// so, failing: the node would refuse that schema anyway, and "current"
+// would send the operator looking in the wrong place.
+func TestMigrateOnANewerSchema(t *testing.T) {
+	url := storetest.URL(t)
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_, embedded, err := store.SchemaVersion(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO goose_db_version (version_id, is_applied) VALUES ($1, true)`, embedded+1); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"migrate"}, map[string]string{"FUNDUQ_DATABASE_URL": url}, &out, &errb)
+	say := errb.String()
+	if code == 0 || strings.Contains(say, "schema is current") || !strings.Contains(say, "newer") {
+		t.Fatalf("migrate on a schema one version newer: exit %d, stderr %q; want a failure saying the schema is newer than this binary", code, say)
+	}
+}
+
 func TestCommandErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string

@@ -30,3 +30,19 @@ func TestCheckSchema(t *testing.T) {
 		t.Fatalf("an empty database: %v", err)
 	}
 }
+
+// A database a newer release migrated is refused naming both versions,
+// and without telling the operator to run `broker-node migrate`, which
+// has nothing to apply there.
+func TestCheckSchemaOnANewerSchema(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Store(t)
+	if _, err := st.Pool().Exec(ctx, `INSERT INTO goose_db_version (version_id, is_applied)
+		SELECT max(version_id) + 1, true FROM goose_db_version`); err != nil {
+		t.Fatal(err)
+	}
+	err := st.CheckSchema(ctx)
+	if err == nil || !strings.Contains(err.Error(), "newer") || strings.Contains(err.Error(), "run `broker-node migrate`") {
+		t.Fatalf("a database one migration ahead: %v; want a refusal saying it is newer than this binary", err)
+	}
+}
