@@ -76,7 +76,33 @@ func MigrateDB(ctx context.Context, db *sql.DB, log *slog.Logger) error {
 	for _, r := range results {
 		log.InfoContext(ctx, "migration applied", "version", r.Source.Version, "file", r.Source.Path, "took", r.Duration.String())
 	}
+	// A schema a newer release migrated has nothing for this binary to
+	// apply, and CheckSchema refuses it: say so here rather than call it
+	// current (an old image booting, a rolled-back binary).
+	applied, err := p.GetDBVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: read the applied version: %w", err)
+	}
+	if embedded := newestEmbedded(p); applied > embedded {
+		return fmt.Errorf("migrate: %w", newerSchema(applied, embedded))
+	}
 	return nil
+}
+
+func newestEmbedded(p *goose.Provider) int64 {
+	srcs := p.ListSources()
+	if len(srcs) == 0 {
+		return 0
+	}
+	return srcs[len(srcs)-1].Version
+}
+
+// newerSchema is the refusal of a schema past this binary's newest
+// migration: running migrate again cannot help, a binary of the release
+// that migrated it can.
+func newerSchema(applied, embedded int64) error {
+	return fmt.Errorf("the database schema is at version %d, newer than this binary's %d: "+
+		"run a broker-node of the release that migrated it (or a later one)", applied, embedded)
 }
 
 // SchemaVersion returns the newest applied migration version and the newest
@@ -90,11 +116,7 @@ func SchemaVersion(ctx context.Context, db *sql.DB) (applied, embedded int64, er
 	if err != nil {
 		return 0, 0, fmt.Errorf("schema version: %w", err)
 	}
-	srcs := p.ListSources()
-	if len(srcs) > 0 {
-		embedded = srcs[len(srcs)-1].Version
-	}
-	return applied, embedded, nil
+	return applied, newestEmbedded(p), nil
 }
 
 // keep the pgx database/sql driver registered for sql.Open("pgx", …).
@@ -109,6 +131,9 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 	applied, embedded, err := SchemaVersion(ctx, db)
 	if err != nil {
 		return fmt.Errorf("the database has no funduq schema (run `broker-node migrate`): %w", err)
+	}
+	if applied > embedded {
+		return newerSchema(applied, embedded)
 	}
 	if applied != embedded {
 		return fmt.Errorf("the database schema is at version %d, this binary needs %d: run `broker-node migrate`", applied, embedded)
