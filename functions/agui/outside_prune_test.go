@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/functions/agui"
 )
 
 // waitsOn reports whether a connection whose application_name matches
@@ -88,5 +91,66 @@ func TestPruneRacingANewTurnOnItsThread(t *testing.T) {
 	later.close()
 	if a.status != http.StatusOK || !strings.HasPrefix(a.ctype, "text/event-stream") {
 		t.Fatalf("the turn racing the prune: %d %s %s; a turn after it streams a run on a new thread", a.status, a.ctype, a.body)
+	}
+}
+
+// A caller reading a settled run's events (GET …/events, Last-Event-ID)
+// while retention deletes that run: the door found the run, then its read
+// of the record finds nothing. The stream must end with a typed end
+// saying the run is unknown, as a request a moment later is told (404
+// run_not_found), not keep the caller waiting on keep-alives for a run
+// that no longer exists.
+func TestPruneWhileACallerReadsTheRun(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	srv := startDoor(t, h, nil)
+	runID, thread, _ := h.CompletedRun(p, "echo", "old")
+
+	// The record is locked while the door reads it; what retention
+	// deletes for the run is deleted under that lock and committed once
+	// the door's read waits on it.
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, h.Cfg.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `LOCK TABLE run_events IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	s := openStream(t, "GET", srv.URL+"/runs/"+runID+"/events", "", map[string]string{agui.LastEventIDHeader: "1"})
+	h.Eventually("the stream's read waits on the record", func() bool { return waitsOn(h, "funduq-door", "run_events") })
+	for _, q := range []string{
+		`DELETE FROM run_events WHERE run_id = $1`,
+		`DELETE FROM thread_messages WHERE run_id = $1`,
+		`DELETE FROM answer_requests WHERE run_id = $1`,
+		`DELETE FROM runs WHERE run_id = $1`,
+	} {
+		if _, err := tx.Exec(ctx, q, runID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM threads WHERE thread_id = $1`, thread); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	evs := events(s.rest())
+	if len(evs) == 0 {
+		t.Fatal("the stream ended without an event saying why")
+	}
+	last := evs[len(evs)-1].event(t)
+	if last["type"] != "RUN_ERROR" || last["code"] != "run_not_found" {
+		t.Fatalf("the stream's last event %v, want RUN_ERROR run_not_found", last)
+	}
+	if code, _, _ := jsonCall(t, "GET", srv.URL+"/runs/"+runID+"/events", "", nil); code != http.StatusNotFound {
+		t.Fatalf("a read after the prune: %d, want 404", code)
 	}
 }
