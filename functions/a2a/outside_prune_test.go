@@ -6,10 +6,13 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/functions/a2a"
 )
 
 // doorWaitsOn reports whether one of the door's connections waits on a
@@ -151,5 +154,55 @@ func TestPruneRacingAReferenceToItsTask(t *testing.T) {
 		if parent != "" {
 			t.Errorf("%s: its context's parent is %s, which retention deleted", name, parent)
 		}
+	}
+}
+
+// A caller streaming a settled task (its retried message/stream) while
+// retention deletes it: the door found the task, then retention commits
+// (here as the stream opens), and the stream's reads of the record find
+// nothing. The stream must end with the error a request a moment later
+// gets (task not found), not keep the caller waiting on keep-alives for a
+// task that no longer exists.
+func TestPruneWhileACallerStreamsTheTask(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	pruned := make(chan error, 1)
+	var streams atomic.Int32
+	c := newClient(t, startDoor(t, h, func(o *a2a.Options) {
+		a2a.BeforeSnapshot(o, func() {
+			if streams.Add(1) != 2 {
+				return // the first stream is the one that makes the task
+			}
+			_, err := h.Store.PruneBatch(context.Background(), time.Now().Add(time.Hour), 100)
+			pruned <- err
+		})
+	}), p.Key, "echo", "")
+	body := c.body("message/stream", map[string]any{"message": c.message("m-old", "old", nil)})
+	first := c.stream(body, map[string]string{a2a.IdempotencyHeader: "old-1"})
+	f := p.Offer()
+	p.Accept(f.RunID)
+	p.Complete(f.RunID, *f.ThreadID)
+	first.rest()
+	runID := f.RunID
+	h.WaitStatus(runID, run.Completed)
+
+	// The caller's retried stream (D13) streams the task it made, as it
+	// stands.
+	s := c.stream(body, map[string]string{a2a.IdempotencyHeader: "old-1", a2a.LastEventIDHeader: "1"})
+	if err := <-pruned; err != nil {
+		t.Fatalf("prune: %v", err)
+	}
+	items := s.rest()
+	later := c.call("tasks/get", map[string]any{"id": runID})
+	if later.Error == nil || later.Error.Code != a2a.CodeTaskNotFound {
+		t.Fatalf("tasks/get after the prune: %+v, want %d", later.Error, a2a.CodeTaskNotFound)
+	}
+	if len(items) == 0 {
+		t.Fatal("the stream ended without an item")
+	}
+	last := items[len(items)-1].Resp
+	if last.Error == nil || last.Error.Code != a2a.CodeTaskNotFound {
+		t.Fatalf("the stream's items %v end with %+v, want the error %d (the task is unknown now)", kinds(items), last.Error, a2a.CodeTaskNotFound)
 	}
 }
