@@ -50,6 +50,12 @@ func (s *sse) item(seq int, result any) {
 	s.Flush()
 }
 
+// fail writes a JSON-RPC error as the stream's last item.
+func (s *sse) fail(e *RPCError) {
+	s.Write("data: " + string(marshalResponse(s.id, nil, e)) + "\n\n")
+	s.Flush()
+}
+
 func (s *sse) comment(text string) {
 	s.Comment(text)
 	s.Flush()
@@ -141,6 +147,11 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 		return
 	case door.TailBudget:
 		budget()
+		return
+	case door.TailUnknown:
+		// Retention deleted the task while it was read: the stream ends
+		// with the error a request now gets (design.md §The doors).
+		out.fail(c.h.toRPC(c.r, notFoundTask(taskID)))
 		return
 	}
 	cur, err := t.Settle(ctx)

@@ -37,6 +37,16 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rn store.Run, a
 	case door.TailBudget:
 		s.Comment(fmt.Sprintf("stream budget reached: reconnect with GET /runs/%s/events and %s: %d",
 			rn.RunID, LastEventIDHeader, t.After))
+	case door.TailUnknown:
+		// Retention deleted the run while it was read: the stream ends
+		// with funduq's RUN_ERROR (no id: not a stored event) saying what
+		// a request now is told (design.md §The doors).
+		gone, _ := json.Marshal(struct {
+			Type    string `json:"type"`
+			Message string `json:"message"`
+			Code    string `json:"code"`
+		}{agui.TypeRunError, "no run " + rn.RunID + ": it is no longer stored (retention deleted it)", door.CodeRunNotFound})
+		s.Write("data: " + string(gone) + "\n\n")
 	}
 }
 

@@ -3,6 +3,7 @@ package door
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -79,6 +80,12 @@ const (
 	TailBudget
 	// TailGone: the context ended or the client went (Gone said so).
 	TailGone
+	// TailUnknown: the run is no longer stored: retention deleted it
+	// while it was being read (FUNDUQ_RETENTION, broker-node prune). The
+	// stream ends saying so, as a request after the prune is told the run
+	// is unknown (design.md §The doors), rather than wait on a record
+	// that will never settle.
+	TailUnknown
 )
 
 // Tail follows one run's events after seq After.
@@ -252,6 +259,9 @@ func (t *Tail) fromDB(ctx context.Context) (TailEnd, error) {
 		}
 		return end != 0
 	})
+	if errors.Is(err, store.ErrNotFound) {
+		return TailUnknown, nil
+	}
 	if err != nil {
 		return end, err
 	}
