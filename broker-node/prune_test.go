@@ -72,3 +72,27 @@ func TestPruneCommand(t *testing.T) {
 		}
 	}
 }
+
+// A wrong prune command line is refused (exit 2) naming what is wrong, as
+// `lease` does, before any store is touched: the operator about to delete
+// data sees which part to fix, not only the usage.
+func TestPruneCommandNamesTheMistake(t *testing.T) {
+	env := map[string]string{"FUNDUQ_DATABASE_URL": "postgres://127.0.0.1:1/none"}
+	for _, tc := range []struct {
+		args []string
+		say  string
+	}{
+		{[]string{"prune"}, "--older-than is required"},
+		{[]string{"prune", "--older-than", "10m"}, "--older-than 10m0s is under 1h"},
+		{[]string{"prune", "--older-than", "-720h"}, "--older-than -720h0m0s is under 1h"},
+		{[]string{"prune", "--older-than", "720h", "extra"}, `unexpected argument "extra"`},
+		{[]string{"prune", "--older-than", "720h", "--batch", "0"}, "--batch 0 is outside 1-10000"},
+		{[]string{"prune", "--older-than", "720"}, `invalid value "720" for flag -older-than`},
+	} {
+		var out, errb bytes.Buffer
+		code := run(tc.args, env, &out, &errb)
+		if code != 2 || !strings.Contains(errb.String(), tc.say) || !strings.Contains(errb.String(), "usage: broker-node prune") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 saying %q, with the usage", tc.args, code, errb.String(), tc.say)
+		}
+	}
+}
