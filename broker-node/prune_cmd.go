@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,20 +13,44 @@ import (
 	"github.com/funduq/funduq-go/core/store"
 )
 
+const pruneUsage = `usage: broker-node prune --older-than DURATION (at least 1h, e.g. 720h) [--dry-run] [--batch 1-10000]
+
+--older-than  delete settled runs (completed, failed, cancelled) that settled longer ago than this
+--dry-run     print what would be deleted and delete nothing
+--batch       runs per transaction (default 500)
+`
+
 // pruneCmd is `broker-node prune --older-than D [--dry-run] [--batch N]`:
 // the operator's run of what FUNDUQ_RETENTION has the leader do.
 func pruneCmd(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("prune", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // its errors are printed below, once, with the usage
 	olderThan := fs.Duration("older-than", 0, "delete settled runs that settled longer ago than this (e.g. 720h); at least 1h")
 	dry := fs.Bool("dry-run", false, "print what would be deleted and delete nothing")
 	batch := fs.Int("batch", 500, "runs per transaction")
-	if err := fs.Parse(args); err != nil {
+	// Name the mistake before any store is touched, as lease does: the
+	// operator is about to delete data.
+	refuse := func(format string, a ...any) error {
+		fmt.Fprintf(stderr, "broker-node prune: %s\n%s", fmt.Sprintf(format, a...), pruneUsage)
 		return errUsage
 	}
-	if fs.NArg() > 0 || *olderThan < time.Hour || *batch < 1 || *batch > 10000 {
-		fmt.Fprintln(stderr, "usage: broker-node prune --older-than DURATION (at least 1h, e.g. 720h) [--dry-run] [--batch 1-10000]")
-		return errUsage
+	err := fs.Parse(args)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(stdout, pruneUsage)
+		return nil
+	case err != nil:
+		return refuse("%v", err)
+	case fs.NArg() > 0:
+		return refuse("unexpected argument %q", fs.Arg(0))
+	case !set["older-than"]:
+		return refuse("--older-than is required")
+	case *olderThan < time.Hour:
+		return refuse("--older-than %s is under 1h", *olderThan)
+	case *batch < 1 || *batch > 10000:
+		return refuse("--batch %d is outside 1-10000", *batch)
 	}
 	cfg, err := config.ParseMigrate(environ)
 	if err != nil {
