@@ -121,6 +121,22 @@ func TestLeaseCommands(t *testing.T) {
 	}
 }
 
+// `lease handover` with no standby: the leader hands over, nobody else
+// takes the lease, and after its cool-off the same node takes it back
+// under a new epoch. The operator about to stop that host must not be
+// told the handover succeeded: the command fails saying nobody took over.
+func TestLeaseHandoverWithoutAStandby(t *testing.T) {
+	a := nodetest.Start(t, nil)
+	env := map[string]string{"FUNDUQ_DATABASE_URL": a.Cfg.DatabaseURL, "FUNDUQ_REDIS_URL": a.Cfg.RedisURL,
+		"FUNDUQ_REDIS_PREFIX": a.Prefix}
+	var out, errb bytes.Buffer
+	code := run([]string{"lease", "handover", "--wait", "15s"}, env, &out, &errb)
+	if code == 0 || strings.Contains(out.String(), "leads now") || !strings.Contains(errb.String(), "standby") {
+		t.Fatalf("handover with no standby: exit %d, stdout %q, stderr %q; want a failure saying no standby took over",
+			code, out.String(), errb.String())
+	}
+}
+
 // emptyLeaseEnv is the lease tool's environment on stores nobody leads.
 func emptyLeaseEnv(t *testing.T) map[string]string {
 	t.Helper()
