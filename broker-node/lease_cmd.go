@@ -22,7 +22,8 @@ const leaseUsage = `usage: broker-node lease status [--json]
 
 status    who leads, under which epoch, its advertised URL and the lease's time left
 handover  ask the leader to hand the lease over (it tells its providers to reconnect,
-          releases the lease, and a standby takes it); waits until another epoch leads
+          releases the lease, and a standby takes it); waits until another node leads,
+          and fails when none does (the leader takes the lease back after a cool-off)
 `
 
 // leaseStatus is what `lease status` prints.
@@ -174,6 +175,13 @@ func leaseCmd(ctx context.Context, args []string, environ map[string]string, std
 		}
 		s, err := status()
 		if err == nil && s.Leading && s.Epoch > before.Epoch {
+			if s.Node == before.Node {
+				// No standby took the lease, and the node took it back
+				// after its cool-off: stopping its host now would leave
+				// nobody leading for a lease TTL.
+				return fmt.Errorf("no standby took the lease: %s took it back (epoch %d); start a standby that reaches "+
+					"PostgreSQL and Redis, then hand over again", s.Node, s.Epoch)
+			}
 			fmt.Fprintf(stdout, "%s leads now, epoch %d\n", s.Node, s.Epoch)
 			return nil
 		}
