@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,30 @@ func TestPruneCommandNamesTheMistake(t *testing.T) {
 		code := run(tc.args, env, &out, &errb)
 		if code != 2 || !strings.Contains(errb.String(), tc.say) || !strings.Contains(errb.String(), "usage: broker-node prune") {
 			t.Errorf("%v: exit %d, stderr %q; want 2 saying %q, with the usage", tc.args, code, errb.String(), tc.say)
+		}
+	}
+}
+
+// prune against a database without funduq's schema (a wrong
+// FUNDUQ_DATABASE_URL, or one never migrated) refuses as the node does,
+// saying what to run, and does not report anything deleted.
+func TestPruneCommandOnAnUnmigratedDatabase(t *testing.T) {
+	url := storetest.URL(t)
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`DROP SCHEMA public CASCADE; CREATE SCHEMA public`); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"FUNDUQ_DATABASE_URL": url}
+	for _, args := range [][]string{{"prune", "--older-than", "720h", "--dry-run"}, {"prune", "--older-than", "720h"}} {
+		var out, errb bytes.Buffer
+		code := run(args, env, &out, &errb)
+		if code == 0 || strings.Contains(out.String(), "delete") || !strings.Contains(errb.String(), "broker-node migrate") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want a failure naming `broker-node migrate` and nothing reported deleted",
+				args, code, out.String(), errb.String())
 		}
 	}
 }
