@@ -17,6 +17,7 @@ import (
 	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/core/store/storetest"
 	"github.com/funduq/funduq-go/internal/leaktest"
+	"github.com/funduq/funduq-go/internal/syncbuf"
 )
 
 // value reads a counter.
@@ -122,4 +123,62 @@ func TestPass(t *testing.T) {
 		t.Error("Start ran no pass")
 	}
 	stop()
+}
+
+// A pass stopped because leadership ended (a handover, a shutdown) while a
+// batch is in flight is no failure: the batch rolls back and the next
+// leader's pass deletes the rest. It must not count in
+// funduq_retention_errors_total nor log a WARN, or every handover during a
+// pass would page whoever alerts on retention failing.
+func TestPassStoppedMidBatchIsNoFailure(t *testing.T) {
+	st := storetest.Store(t)
+	ids := Seed(t, st, 3, time.Now().Add(-31*24*time.Hour))
+	ctx := context.Background()
+	// The batch's deletes wait behind a lock the test holds.
+	conn, err := st.Pool().Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `LOCK TABLE run_events IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncbuf.Buffer{}
+	c := &retention.Cleaner{Store: st, Retention: 720 * time.Hour, Batch: 10, Metrics: retention.NewMetrics(nil),
+		Log: slog.New(slog.NewJSONHandler(logs, nil))}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Pass(pctx)
+		done <- err
+	}()
+	for waiting := false; !waiting; {
+		if err := st.Pool().QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%DELETE FROM run_events%'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel() // leadership ends
+	if err := <-done; err == nil {
+		t.Fatal("the stopped pass reported success")
+	}
+	if got := value(c.Metrics.Errors); got != 0 {
+		t.Errorf("errors metric %v after a pass stopped by its leader's end, want 0", got)
+	}
+	if strings.Contains(logs.String(), `"level":"WARN"`) || strings.Contains(logs.String(), `"level":"ERROR"`) {
+		t.Errorf("logged as a failure: %s", logs.String())
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM runs WHERE run_id = ANY($1)`, ids).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("runs left after the stopped pass: %d %v, want all 3 (its batch rolled back)", n, err)
+	}
 }
