@@ -77,6 +77,12 @@ func (c *Cleaner) Pass(ctx context.Context) (store.Pruned, error) {
 	var total store.Pruned
 	for {
 		p, err := c.Store.PruneBatch(ctx, cutoff, c.Batch)
+		if err != nil && ctx.Err() != nil {
+			// Leadership ended (a handover, a shutdown): the batch rolled
+			// back and the next leader's pass deletes the rest; no failure.
+			c.Log.InfoContext(ctx, "retention pass stopped", "cutoff", cutoff)
+			return total, ctx.Err()
+		}
 		if err != nil {
 			c.Metrics.Errors.Inc()
 			c.Log.WarnContext(ctx, "retention batch failed", "err", err, "cutoff", cutoff)
