@@ -71,6 +71,35 @@ func TestMigrateOnANewerSchema(t *testing.T) {
 	}
 }
 
+// `broker-node migrate` takes no arguments: one it does not know (say an
+// operator's --dry-run, which it does not have) is refused with exit 2
+// before anything is applied, not ignored while the schema is migrated.
+func TestMigrateRefusesArguments(t *testing.T) {
+	url := storetest.URL(t)
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`DROP SCHEMA public CASCADE; CREATE SCHEMA public`); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"migrate", "--dry-run"}, {"migrate", "now"}} {
+		var out, errb bytes.Buffer
+		code := run(args, map[string]string{"FUNDUQ_DATABASE_URL": url}, &out, &errb)
+		if code != 2 || !strings.Contains(errb.String(), args[1]) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 naming %q", args, code, errb.String(), args[1])
+		}
+		var tables int
+		if err := db.QueryRow(`SELECT count(*) FROM pg_tables WHERE schemaname = 'public'`).Scan(&tables); err != nil {
+			t.Fatal(err)
+		}
+		if tables != 0 {
+			t.Fatalf("%v migrated the database (%d tables)", args, tables)
+		}
+	}
+}
+
 func TestCommandErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
