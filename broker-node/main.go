@@ -59,6 +59,12 @@ func run(args []string, environ map[string]string, stdout, stderr io.Writer) int
 	case "serve":
 		err = serve(ctx, environ, stderr)
 	case "migrate":
+		// It has no flags: one an operator expects (--dry-run, say) must
+		// not be ignored while the schema is migrated.
+		if len(args) > 1 {
+			fmt.Fprintf(stderr, "broker-node migrate: unexpected argument %q (migrate takes none)\n\n%s", args[1], usage)
+			return 2
+		}
 		err = migrate(ctx, environ, stderr)
 	case "lease":
 		err = leaseCmd(ctx, args[1:], environ, stdout, stderr)
