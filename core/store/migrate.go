@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -89,6 +90,10 @@ func MigrateDB(ctx context.Context, db *sql.DB, log *slog.Logger) error {
 	return nil
 }
 
+// ErrSchemaNewer: the database is at a migration past this binary's
+// newest. Migrate applied nothing; a node of this binary refuses it.
+var ErrSchemaNewer = errors.New("the database schema is newer than this binary")
+
 func newestEmbedded(p *goose.Provider) int64 {
 	srcs := p.ListSources()
 	if len(srcs) == 0 {
@@ -101,8 +106,8 @@ func newestEmbedded(p *goose.Provider) int64 {
 // migration: running migrate again cannot help, a binary of the release
 // that migrated it can.
 func newerSchema(applied, embedded int64) error {
-	return fmt.Errorf("the database schema is at version %d, newer than this binary's %d: "+
-		"run a broker-node of the release that migrated it (or a later one)", applied, embedded)
+	return fmt.Errorf("%w: it is at version %d, this binary's newest is %d; "+
+		"run a broker-node of the release that migrated it (or a later one)", ErrSchemaNewer, applied, embedded)
 }
 
 // SchemaVersion returns the newest applied migration version and the newest
