@@ -146,6 +146,9 @@ func TestPruneWhileACallerReadsTheRun(t *testing.T) {
 	if len(evs) == 0 {
 		t.Fatal("the stream ended without an event saying why")
 	}
+	if first := evs[0].event(t); first["type"] != "RUN_STARTED" {
+		t.Errorf("the stream's first event %v, want RUN_STARTED (every stream opens with one)", first)
+	}
 	last := evs[len(evs)-1].event(t)
 	if last["type"] != "RUN_ERROR" || last["code"] != "run_not_found" {
 		t.Fatalf("the stream's last event %v, want RUN_ERROR run_not_found", last)

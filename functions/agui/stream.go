@@ -41,6 +41,9 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rn store.Run, a
 		// Retention deleted the run while it was read: the stream ends
 		// with funduq's RUN_ERROR (no id: not a stored event) saying what
 		// a request now is told (design.md §The doors).
+		if s.relayed == 0 {
+			s.started() // a stream's first event is a RUN_STARTED
+		}
 		gone, _ := json.Marshal(struct {
 			Type    string `json:"type"`
 			Message string `json:"message"`
@@ -48,6 +51,17 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rn store.Run, a
 		}{agui.TypeRunError, "no run " + rn.RunID + ": it is no longer stored (retention deleted it)", door.CodeRunNotFound})
 		s.Write("data: " + string(gone) + "\n\n")
 	}
+}
+
+// started writes the RUN_STARTED the door synthesizes (without an id: it
+// is not a stored event) for a stream whose first event is another.
+func (s *sse) started() {
+	started, _ := json.Marshal(struct {
+		Type     string `json:"type"`
+		ThreadID string `json:"threadId"`
+		RunID    string `json:"runId"`
+	}{agui.TypeRunStarted, s.threadID, s.runID})
+	s.Write("data: " + string(started) + "\n\n")
 }
 
 // sse writes one stream's events; they go out at each flush (door.Tail's
@@ -89,12 +103,7 @@ func (s *sse) relay(seq int, ev json.RawMessage) bool {
 		out = buf.Bytes()
 	}
 	if s.relayed == 0 && typ != agui.TypeRunStarted {
-		started, _ := json.Marshal(struct {
-			Type     string `json:"type"`
-			ThreadID string `json:"threadId"`
-			RunID    string `json:"runId"`
-		}{agui.TypeRunStarted, s.threadID, s.runID})
-		s.Write("data: " + string(started) + "\n\n")
+		s.started()
 	}
 	s.Write("id: " + strconv.Itoa(seq) + "\ndata: " + string(out) + "\n\n")
 	s.relayed++
