@@ -91,10 +91,8 @@ func NewAPIGatewayRequest(ctx context.Context, ev *events.APIGatewayProxyRequest
 	if ev.Path != "" && !strings.HasPrefix(ev.Path, "/") {
 		return nil, nil, errors.New("apigw: the request path is not absolute")
 	}
-	u := &url.URL{Scheme: "https", Host: ev.RequestContext.DomainName, Path: ev.Path}
-	if u.Path == "" {
-		u.Path = "/"
-	}
+	u := &url.URL{Scheme: "https", Host: ev.RequestContext.DomainName}
+	setEscapedPath(u, ev.Path)
 	q := url.Values{}
 	if len(ev.MultiValueQueryStringParameters) > 0 {
 		for k, vs := range ev.MultiValueQueryStringParameters {
@@ -150,6 +148,43 @@ func NewAPIGatewayRequest(ctx context.Context, ev *events.APIGatewayProxyRequest
 	r.RequestURI = u.RequestURI()
 	r.ContentLength = int64(len(body))
 	return r, body, nil
+}
+
+// setEscapedPath sets u's path from a proxy event's. A REST API hands the
+// path on as the caller sent it, still percent-encoded, so it is read as
+// an escaped path (what net/http does with a request line, so the doors
+// route and name the same thing behind API Gateway as behind the local
+// server). A byte that never appears literally in an escaped path (a space,
+// non-ASCII, '?', '#', a '%' not starting an escape) is escaped first: a
+// path that arrives decoded (an HTTP API, a hand-written test event) then
+// names what it says instead of being split into a query or refused.
+func setEscapedPath(u *url.URL, p string) {
+	if p == "" {
+		p = "/"
+	}
+	var b strings.Builder
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch {
+		case c == '%' && i+2 < len(p) && isHexDigit(p[i+1]) && isHexDigit(p[i+2]):
+			b.WriteByte(c)
+		case c <= ' ' || c >= 0x7f || c == '%' || c == '?' || c == '#' || c == '"' || c == '<' || c == '>' ||
+			c == '\\' || c == '^' || c == '`' || c == '{' || c == '|' || c == '}':
+			fmt.Fprintf(&b, "%%%02X", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	raw := b.String()
+	dec, err := url.PathUnescape(raw)
+	if err != nil { // cannot happen: every '%' above starts an escape
+		dec = p
+	}
+	u.Path, u.RawPath = dec, raw
+}
+
+func isHexDigit(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
 func authorizerString(ev *events.APIGatewayProxyRequest, field string) string {
