@@ -177,8 +177,10 @@ func (a *Authorizer) Decide(ctx context.Context, ev *events.APIGatewayCustomAuth
 		}
 	}
 	if v, ok := header(ev.Headers, "Authorization"); ok {
-		tok, isBearer := strings.CutPrefix(v, "Bearer ")
-		if !isBearer || a.jwt == nil {
+		// The scheme is case-insensitive (RFC 9110 §11.1), as the KYOK
+		// door reads it.
+		scheme, tok, _ := strings.Cut(v, " ")
+		if !strings.EqualFold(scheme, "Bearer") || a.jwt == nil {
 			return deny("an Authorization header that is not an accepted bearer token")
 		}
 		t, err := a.jwt.Verify(ctx, strings.TrimSpace(tok))
