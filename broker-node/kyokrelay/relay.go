@@ -250,9 +250,11 @@ func (r *Relay) consume(ctx context.Context, log *slog.Logger) {
 			continue
 		}
 		failures = 0
+		var taken []string
 		for _, s := range res {
 			for _, m := range s.Messages {
 				last = m.ID
+				taken = append(taken, m.ID)
 				raw, _ := m.Values[kyok.FieldRequest].(string)
 				var req kyok.Request
 				if err := json.Unmarshal([]byte(raw), &req); err != nil || req.RequestID == "" || req.ReplyKey == "" {
@@ -268,6 +270,12 @@ func (r *Relay) consume(ctx context.Context, log *slog.Logger) {
 				}
 				r.dispatch(ctx, req)
 			}
+		}
+		// A request is taken up once; its entry (the agent's prompt, the
+		// caller's context in the clear) is not kept for a door that died
+		// before deleting it (design.md §KYOK).
+		if err := r.Redis.XDel(ctx, stream, taken...).Err(); err != nil && ctx.Err() == nil {
+			log.WarnContext(ctx, "kyok requests taken up not deleted", "err", err)
 		}
 	}
 }

@@ -18,7 +18,8 @@ import (
 // owns every /ws/kyok link):
 //
 //	door:   XADD {prefix}kyok:requests  requestId=<id> request=<Request JSON>
-//	leader: XREAD BLOCK from its last id; finds the link serving the offering
+//	leader: XREAD BLOCK from its last id, XDEL what it read (the door
+//	        deletes its entry too when the call is over); finds the link serving the offering
 //	        now; writes completionRequest to it and XADDs Replies to
 //	        Request.ReplyKey (with a short TTL): accepted | unavailable, then
 //	        chunk*, then done | error.

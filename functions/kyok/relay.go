@@ -100,8 +100,9 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 		h.writeError(w, r, &apiError{Status: http.StatusInternalServerError, Code: "internal", Message: "funduq could not build the request", Err: err})
 		return
 	}
-	err = h.o.Redis.XAdd(ctx, &redis.XAddArgs{Stream: kyok.RequestStream(h.o.Prefix), MaxLen: h.o.StreamMaxLen, Approx: true,
-		Values: []any{kyok.FieldRequestID, c.req.RequestID, kyok.FieldRequest, string(reqJSON)}}).Err()
+	stream := kyok.RequestStream(h.o.Prefix)
+	entry, err := h.o.Redis.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: h.o.StreamMaxLen, Approx: true,
+		Values: []any{kyok.FieldRequestID, c.req.RequestID, kyok.FieldRequest, string(reqJSON)}}).Result()
 	if err != nil {
 		h.writeError(w, r, storageDown(err))
 		return
@@ -110,6 +111,11 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
+		// The entry holds the agent's prompt and the caller's context in the
+		// clear, which funduq keeps only sealed (design.md §KYOK): once the
+		// call is over nobody needs it (the relay takes a request up once, or
+		// never), so it does not wait for MAXLEN to trim it.
+		_ = h.o.Redis.XDel(cctx, stream, entry).Err()
 		if ctx.Err() != nil && !t.ended {
 			// The caller left before the answer ended: the relay must not
 			// count what nobody read (design.md §Counters).
