@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/kyok"
 	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/strictjson"
 	"github.com/funduq/funduq-go/core/wire"
 )
 
@@ -184,8 +186,10 @@ func (r *Relay) register(ctx context.Context, c *conn, f wire.RegisterModels) {
 	seen := map[string]bool{}
 	var names []string
 	for _, n := range f.Models {
-		if n == "" || len(n) > maxModelName || !utf8.ValidString(n) {
-			r.sendError(c, "", "", fmt.Sprintf("register does not validate: model names are 1 to %d bytes of UTF-8", maxModelName))
+		// A NUL is valid UTF-8 but no text column holds it: refused as
+		// invalid, not left to fail the write as passing trouble.
+		if n == "" || len(n) > maxModelName || !utf8.ValidString(n) || strings.ContainsRune(n, 0) {
+			r.sendError(c, "", "", fmt.Sprintf("register does not validate: model names are 1 to %d bytes of UTF-8 without NUL", maxModelName))
 			return
 		}
 		if !seen[n] {
@@ -200,6 +204,12 @@ func (r *Relay) register(ctx context.Context, c *conn, f wire.RegisterModels) {
 	}
 	if len(meta) > 0 && !isObject(meta) {
 		r.sendError(c, "", "", "register does not validate: metadata must be an object")
+		return
+	}
+	if why := strictjson.Unstorable(meta); why != "" {
+		// jsonb would refuse it on every try: say so, as the agent link
+		// does (broker.Register), rather than "try again".
+		r.sendError(c, "", "", "register does not validate: metadata "+why+", which funduq cannot store")
 		return
 	}
 	r.roster.Lock()
@@ -244,6 +254,12 @@ func (r *Relay) register(ctx context.Context, c *conn, f wire.RegisterModels) {
 // deleteModel removes one of the key's offerings, refused while a
 // completion for it is in flight or a live run is bound to it.
 func (r *Relay) deleteModel(ctx context.Context, c *conn, f wire.DeleteModel) {
+	if strings.ContainsRune(f.Name, 0) {
+		// No offering's name holds a NUL (register refuses one), and the
+		// lookup would fail as storage trouble.
+		r.sendError(c, "", f.Name, "no such model")
+		return
+	}
 	ref := kyok.Ref{ProviderKey: c.key, Name: f.Name}
 	r.mu.Lock()
 	busy, epoch := r.busy[ref], r.epoch
