@@ -262,8 +262,17 @@ func (r *Relay) deleteModel(ctx context.Context, c *conn, f wire.DeleteModel) {
 	}
 	ref := kyok.Ref{ProviderKey: c.key, Name: f.Name}
 	r.mu.Lock()
-	busy, epoch := r.busy[ref], r.epoch
+	busy, epoch, by := r.busy[ref], r.epoch, r.served[ref]
 	r.mu.Unlock()
+	if by != nil && by != c {
+		// Deleting happens on the serving link, as deleteAgent's does
+		// (broker.DeleteAgent): another link of this key took the model
+		// over (a provider's new process) and goes on serving it; deleting
+		// its record would leave that link serving an offering the roster
+		// says is gone, every call to it refused.
+		r.sendError(c, "", f.Name, "this model is served by another link of this key; send deleteModel on that link")
+		return
+	}
 	if busy > 0 {
 		r.sendError(c, "", f.Name, "a completion for this model is in flight; delete it when it has ended")
 		return
