@@ -184,7 +184,7 @@ func member(body []byte, key string) json.RawMessage {
 
 // ValidateChunk checks data is an object that reads as an OpenAI
 // ChatCompletionChunk: id, choices, created and model present, each choice
-// with its index and delta; id, model, each delta's role and content and
+// with its index and delta, each tool-call delta with its index; id, model, each delta's role and content and
 // each finish_reason strings (or null) as sent.
 func ValidateChunk(data []byte) error {
 	if d := bytes.TrimSpace(data); len(d) == 0 || d[0] != '{' {
@@ -205,6 +205,14 @@ func ValidateChunk(data []byte) error {
 	for i, ch := range c.Choices {
 		if !ch.JSON.Index.Valid() || !ch.JSON.Delta.Valid() {
 			return fmt.Errorf("chunk data is not a chat.completion.chunk: choices[%d] needs index and delta", i)
+		}
+		// The index is the only thing that says which call a tool-call
+		// delta continues (OpenAI requires it): read as 0, parallel calls
+		// would collapse into one (design.md §KYOK).
+		for j, tc := range ch.Delta.ToolCalls {
+			if !tc.JSON.Index.Valid() {
+				return fmt.Errorf("chunk data is not a chat.completion.chunk: choices[%d].delta.tool_calls[%d] needs its index", i, j)
+			}
 		}
 	}
 	// openai-go coerces what it reads (a content array becomes its JSON
