@@ -158,7 +158,7 @@ func DecodeKyokFrame(raw []byte) (any, error) {
 				RequestID string `json:"requestId"`
 			}
 			if json.Unmarshal(raw, &named) == nil && named.RequestID != "" {
-				return nil, frameErr("%s frame does not decode: %s", typ, clip(err.Error(), 200))
+				return nil, frameErr("%s frame does not decode: %s", typ, closedError(err))
 			}
 			return nil, frameErr("frame needs a requestId")
 		}
