@@ -15,8 +15,11 @@ type conn struct {
 	log *slog.Logger
 
 	// Guarded by Relay.mu.
-	names    map[string]bool        // the offerings this link registered
-	inflight map[string]*completion // completions delivered on this link
+	names map[string]bool // the offerings this link registered
+	// registeredAt orders the key's links by their last register: when
+	// the serving link closes, the most recent other one serves.
+	registeredAt uint64
+	inflight     map[string]*completion // completions delivered on this link
 }
 
 func newConn(ws *websocket.Conn, key string, log *slog.Logger) *conn {

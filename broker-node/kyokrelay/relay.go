@@ -78,19 +78,21 @@ type Relay struct {
 	// roster orders the durable roster's writes (register, a link's
 	// teardown) with the in-memory served map they follow: a teardown
 	// marks unserved only what no newer link serves when it writes.
-	roster   sync.Mutex
-	mu       sync.Mutex
-	leading  bool
-	epoch    int64
-	stop     context.CancelCauseFunc
-	links    map[*conn]struct{}
-	served   map[kyok.Ref]*conn
-	busy     map[kyok.Ref]int // completions in flight per offering
-	linksWG  sync.WaitGroup   // attached links
-	httpWG   sync.WaitGroup   // every ServeHTTP
-	keepWG   sync.WaitGroup   // every completion's keep-alive
-	upgrader websocket.Upgrader
-	upOnce   sync.Once
+	roster  sync.Mutex
+	mu      sync.Mutex
+	leading bool
+	epoch   int64
+	stop    context.CancelCauseFunc
+	links   map[*conn]struct{}
+	served  map[kyok.Ref]*conn
+	busy    map[kyok.Ref]int // completions in flight per offering
+	// registers counts registers (conn.registeredAt).
+	registers uint64
+	linksWG   sync.WaitGroup // attached links
+	httpWG    sync.WaitGroup // every ServeHTTP
+	keepWG    sync.WaitGroup // every completion's keep-alive
+	upgrader  websocket.Upgrader
+	upOnce    sync.Once
 }
 
 func (r *Relay) log() *slog.Logger {

@@ -218,7 +218,9 @@ func (r *Relay) register(ctx context.Context, c *conn, f wire.RegisterModels) {
 	epoch := r.epoch
 	var dropped []string
 	for n := range c.names {
-		if !seen[n] && r.served[kyok.Ref{ProviderKey: c.key, Name: n}] == c {
+		// A name another open link of the key registered stays served,
+		// by that link (as when this one closes, detach).
+		if !seen[n] && r.served[kyok.Ref{ProviderKey: c.key, Name: n}] == c && r.successorLocked(c.key, n, c) == nil {
 			dropped = append(dropped, n)
 		}
 	}
@@ -236,12 +238,17 @@ func (r *Relay) register(ctx context.Context, c *conn, f wire.RegisterModels) {
 		return
 	}
 	r.mu.Lock()
-	for _, n := range dropped {
-		if ref := (kyok.Ref{ProviderKey: c.key, Name: n}); r.served[ref] == c {
+	for n := range c.names {
+		if ref := (kyok.Ref{ProviderKey: c.key, Name: n}); !seen[n] && r.served[ref] == c {
 			delete(r.served, ref)
+			if next := r.successorLocked(c.key, n, c); next != nil {
+				r.served[ref] = next
+			}
 		}
 	}
 	c.names = map[string]bool{}
+	r.registers++
+	c.registeredAt = r.registers
 	for _, n := range names {
 		c.names[n] = true
 		r.served[kyok.Ref{ProviderKey: c.key, Name: n}] = c // takes over from an older link of this key
@@ -299,6 +306,13 @@ func (r *Relay) deleteModel(ctx context.Context, c *conn, f wire.DeleteModel) {
 	if r.served[ref] == c {
 		delete(r.served, ref)
 	}
+	// The key's offering is gone: no older link of the key takes it up
+	// again when this one closes.
+	for l := range r.links {
+		if l.key == c.key {
+			delete(l.names, f.Name)
+		}
+	}
 	delete(c.names, f.Name)
 	r.mu.Unlock()
 	r.send(c, wire.Deleted{Type: wire.TypeDeleted, Name: f.Name})
@@ -309,10 +323,19 @@ func (r *Relay) deleteModel(ctx context.Context, c *conn, f wire.DeleteModel) {
 // its in-flight completions fail now.
 func (r *Relay) detach(c *conn) {
 	r.mu.Lock()
+	delete(r.links, c)
 	var mine []string
 	for n := range c.names {
 		if ref := (kyok.Ref{ProviderKey: c.key, Name: n}); r.served[ref] == c {
 			delete(r.served, ref)
+			// An older link of the key that registered the name and is
+			// still open serves it again: an offering is online while a
+			// live link registered it (provider-link.md §1), and that
+			// link was never told it had stopped serving it.
+			if next := r.successorLocked(c.key, n, c); next != nil {
+				r.served[ref] = next
+				continue
+			}
 			mine = append(mine, n)
 		}
 	}
@@ -320,7 +343,6 @@ func (r *Relay) detach(c *conn) {
 	for _, comp := range c.inflight {
 		comps = append(comps, comp)
 	}
-	delete(r.links, c)
 	epoch, leading := r.epoch, r.leading
 	r.mu.Unlock()
 	for _, comp := range comps {
@@ -350,4 +372,16 @@ func (r *Relay) detach(c *conn) {
 		c.log.Warn("offerings not marked unserved", "err", err)
 	}
 	c.log.Info("LLM provider detached", "models", mine)
+}
+
+// successorLocked is the open link of key, other than except, that
+// registered name most recently, nil when none did. Callers hold r.mu.
+func (r *Relay) successorLocked(key, name string, except *conn) *conn {
+	var best *conn
+	for l := range r.links {
+		if l != except && l.key == key && l.names[name] && (best == nil || l.registeredAt > best.registeredAt) {
+			best = l
+		}
+	}
+	return best
 }
