@@ -238,11 +238,14 @@ func (r *Relay) register(ctx context.Context, c *conn, f wire.RegisterModels) {
 		return
 	}
 	r.mu.Lock()
+	var orphaned []string // kept served for a link that closed meanwhile
 	for n := range c.names {
 		if ref := (kyok.Ref{ProviderKey: c.key, Name: n}); !seen[n] && r.served[ref] == c {
 			delete(r.served, ref)
 			if next := r.successorLocked(c.key, n, c); next != nil {
 				r.served[ref] = next
+			} else if !slices.Contains(dropped, n) {
+				orphaned = append(orphaned, n)
 			}
 		}
 	}
@@ -254,6 +257,13 @@ func (r *Relay) register(ctx context.Context, c *conn, f wire.RegisterModels) {
 		r.served[kyok.Ref{ProviderKey: c.key, Name: n}] = c // takes over from an older link of this key
 	}
 	r.mu.Unlock()
+	if len(orphaned) > 0 {
+		// The other link meant to go on serving them closed while the
+		// roster was written (its teardown left them to this link).
+		if err := r.Store.UnserveLLMOfferings(ctx, epoch, c.key, orphaned); err != nil && !errors.Is(err, store.ErrStaleEpoch) {
+			c.log.Warn("offerings not marked unserved", "err", err)
+		}
+	}
 	c.log.Info("LLM offerings registered", "models", names)
 	r.send(c, wire.Registered{Type: wire.TypeRegistered, Names: names})
 }
