@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"time"
 
@@ -241,9 +242,33 @@ func ValidateChunk(data []byte) error {
 		} `json:"choices"`
 	}
 	if err := json.Unmarshal(data, &typed); err != nil {
-		return fmt.Errorf("chunk data is not a chat.completion.chunk: %v", err)
+		return fmt.Errorf("chunk data is not a chat.completion.chunk: %s", memberError(err))
 	}
 	return nil
+}
+
+// memberError says which member of a chunk did not decode, in the
+// chunk's own terms rather than encoding/json's Go type names (an LLM
+// provider is written in any language).
+func memberError(err error) string {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) || te.Field == "" {
+		return err.Error()
+	}
+	want := "another JSON type"
+	switch te.Type.Kind() {
+	case reflect.String:
+		want = "a string"
+	case reflect.Slice, reflect.Array:
+		want = "an array"
+	case reflect.Struct, reflect.Map, reflect.Pointer:
+		want = "an object"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Float32, reflect.Float64:
+		want = "a number"
+	case reflect.Bool:
+		want = "a boolean"
+	}
+	return fmt.Sprintf("%s must be %s (got %s)", te.Field, want, te.Value)
 }
 
 // Completion is the collapsed (non-streaming) answer.
