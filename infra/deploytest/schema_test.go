@@ -39,6 +39,45 @@ var newerThanSchema = map[string]map[string]any{
 	},
 }
 
+// wrongInSchema are properties goformation's schema gets wrong, each
+// replaced by the shape AWS documents. SAM's Api GatewayResponses is a map
+// from an API Gateway response type (API Reference, GatewayResponse
+// responseType) to a GatewayResponse object (SAM developer guide,
+// sam-property-api-gatewayresponse: ResponseParameters, ResponseTemplates,
+// StatusCode); goformation has it as a map of strings, which would refuse
+// every response and pass any string.
+var wrongInSchema = map[string]map[string]any{
+	"AWS::Serverless::Api": {
+		"GatewayResponses": map[string]any{
+			"type": "object",
+			"patternProperties": map[string]any{
+				"^(DEFAULT_4XX|DEFAULT_5XX|RESOURCE_NOT_FOUND|UNAUTHORIZED|INVALID_API_KEY|ACCESS_DENIED|" +
+					"AUTHORIZER_FAILURE|AUTHORIZER_CONFIGURATION_ERROR|INVALID_SIGNATURE|EXPIRED_TOKEN|" +
+					"MISSING_AUTHENTICATION_TOKEN|INTEGRATION_FAILURE|INTEGRATION_TIMEOUT|API_CONFIGURATION_ERROR|" +
+					"UNSUPPORTED_MEDIA_TYPE|BAD_REQUEST_PARAMETERS|BAD_REQUEST_BODY|REQUEST_TOO_LARGE|THROTTLED|" +
+					"QUOTA_EXCEEDED|WAF_FILTERED)$": map[string]any{
+					"type":                 "object",
+					"additionalProperties": false,
+					"properties": map[string]any{
+						"ResponseParameters": map[string]any{
+							"type":                 "object",
+							"additionalProperties": false,
+							"properties": map[string]any{
+								"Headers":      map[string]any{"type": "object"},
+								"Paths":        map[string]any{"type": "object"},
+								"QueryStrings": map[string]any{"type": "object"},
+							},
+						},
+						"ResponseTemplates": map[string]any{"type": "object"},
+						"StatusCode":        map[string]any{"type": "string"},
+					},
+				},
+			},
+			"additionalProperties": false,
+		},
+	},
+}
+
 type jsonSchema struct {
 	root map[string]any
 	defs map[string]any
@@ -67,6 +106,17 @@ func loadSchemas() {
 			p, _ := d["properties"].(map[string]any)
 			for k, v := range props {
 				if _, exists := p[k]; !exists {
+					p[k] = v
+				}
+			}
+		}
+		for def, props := range wrongInSchema {
+			d, _ := defs[def].(map[string]any)
+			outer, _ := d["properties"].(map[string]any)
+			inner, _ := outer["Properties"].(map[string]any)
+			p, _ := inner["properties"].(map[string]any)
+			for k, v := range props {
+				if _, exists := p[k]; exists {
 					p[k] = v
 				}
 			}
@@ -327,13 +377,15 @@ func TestSchemaCheckCatches(t *testing.T) {
 		yaml string
 		want string
 	}{
-		"misspelt":       {"Resources:\n  F:\n    Type: AWS::Serverless::Function\n    Properties: {Runtime: provided.al2023, CodeUri: x, Handler: bootstrap, Timout: 3}\n", "unknown property Timout"},
-		"wrong shape":    {"Resources:\n  F:\n    Type: AWS::Serverless::Function\n    Properties: {CodeUri: x, Handler: b, Runtime: r, Architectures: arm64}\n", "Architectures: want array"},
-		"missing":        {"Resources:\n  M:\n    Type: AWS::ApiGateway::BasePathMapping\n    Properties: {RestApiId: x}\n", "missing required property DomainName"},
-		"enum":           {"Resources:\n  F:\n    Type: AWS::Serverless::Function\n    Properties:\n      CodeUri: x\n      Events:\n        A: {Type: Api, Properties: {Path: /x, Method: GET, ResponseTransferMode: STREAMING}}\n", `"STREAMING" is not one of`},
-		"unknown type":   {"Resources:\n  F:\n    Type: AWS::Serverless::Functon\n", "unknown resource type"},
-		"in an If":       {"Conditions: {C: !Equals [a, b]}\nResources:\n  F:\n    Type: AWS::Serverless::Function\n    Properties:\n      CodeUri: x\n      Environment: !If [C, {Variables: {A: b}}, {Varables: {A: b}}]\n", "unknown property Varables"},
-		"intrinsics fit": {"Resources:\n  F:\n    Type: AWS::Serverless::Function\n    Properties: {CodeUri: !Ref X, Timeout: !Ref T, Architectures: !Split [',', !Ref A], Environment: !If [C, !Ref AWS::NoValue, {Variables: {}}]}\n", ""},
+		"misspelt":           {"Resources:\n  F:\n    Type: AWS::Serverless::Function\n    Properties: {Runtime: provided.al2023, CodeUri: x, Handler: bootstrap, Timout: 3}\n", "unknown property Timout"},
+		"wrong shape":        {"Resources:\n  F:\n    Type: AWS::Serverless::Function\n    Properties: {CodeUri: x, Handler: b, Runtime: r, Architectures: arm64}\n", "Architectures: want array"},
+		"missing":            {"Resources:\n  M:\n    Type: AWS::ApiGateway::BasePathMapping\n    Properties: {RestApiId: x}\n", "missing required property DomainName"},
+		"enum":               {"Resources:\n  F:\n    Type: AWS::Serverless::Function\n    Properties:\n      CodeUri: x\n      Events:\n        A: {Type: Api, Properties: {Path: /x, Method: GET, ResponseTransferMode: STREAMING}}\n", `"STREAMING" is not one of`},
+		"unknown type":       {"Resources:\n  F:\n    Type: AWS::Serverless::Functon\n", "unknown resource type"},
+		"in an If":           {"Conditions: {C: !Equals [a, b]}\nResources:\n  F:\n    Type: AWS::Serverless::Function\n    Properties:\n      CodeUri: x\n      Environment: !If [C, {Variables: {A: b}}, {Varables: {A: b}}]\n", "unknown property Varables"},
+		"a gateway response": {"Resources:\n  A:\n    Type: AWS::Serverless::Api\n    Properties:\n      StageName: s\n      GatewayResponses:\n        THROTTLED: {StatusCode: 429, ResponseTemplates: {a: b}}\n        UNAUTHORIZED: {StatusCod: 401}\n", "unknown property StatusCod"},
+		"a response type":    {"Resources:\n  A:\n    Type: AWS::Serverless::Api\n    Properties:\n      StageName: s\n      GatewayResponses:\n        THROTTLE: {StatusCode: 429}\n", "unknown property THROTTLE"},
+		"intrinsics fit":     {"Resources:\n  F:\n    Type: AWS::Serverless::Function\n    Properties: {CodeUri: !Ref X, Timeout: !Ref T, Architectures: !Split [',', !Ref A], Environment: !If [C, !Ref AWS::NoValue, {Variables: {}}]}\n", ""},
 	} {
 		var doc yaml.Node
 		if err := yaml.Unmarshal([]byte(tc.yaml), &doc); err != nil {
