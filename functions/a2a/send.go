@@ -431,16 +431,6 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 			return accepted{}, door.Refuse(http.StatusUnprocessableEntity, door.CodeInvalidRunInput,
 				"an interjection must name its context (contextId): it addresses that context's running task")
 		}
-		target, err := st.GetRun(ctx, addressed)
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return accepted{}, err
-		}
-		// A cancelling task is still working (design.md §The doors): its
-		// provider holds it, and the broker offers it interjections alike.
-		if err != nil || target.ThreadID != thread.ThreadID || target.Status != run.Running && target.Status != run.Cancelling {
-			return accepted{}, door.Refuse(http.StatusUnprocessableEntity, door.CodeInvalidRunInput,
-				"the interjection addresses %s, which is not the running task of context %s", addressed, thread.ThreadID)
-		}
 	}
 
 	// A retried send returns the original task (D13).
@@ -461,6 +451,27 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 	// hash, as before.
 	requestID := door.IdempotencyScope(callerKey, msg.MessageID)
 	probe := door.Probe(agent, thread, caller, idem, requestID, hash, messageIDKeyPrefix+msg.MessageID+":"+hash)
+	// The addressed task must be running — unless this is a retry of an
+	// interjection already taken: its target has often ended since (the
+	// interjection may be what ended it), and a retry gets the task the
+	// first send made (D13, D17), never a refusal saying it was not taken.
+	if addressed != "" {
+		target, err := st.GetRun(ctx, addressed)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return accepted{}, err
+		}
+		// A cancelling task is still working (design.md §The doors): its
+		// provider holds it, and the broker offers it interjections alike.
+		if err != nil || target.ThreadID != thread.ThreadID || target.Status != run.Running && target.Status != run.Cancelling {
+			if prior, ok, err := st.FindRetriedRun(ctx, probe); err != nil {
+				return accepted{}, door.ReusedKey(err, idem, reusedWhat)
+			} else if ok {
+				return accepted{run: prior.Run, after: prior.After}, nil
+			}
+			return accepted{}, door.Refuse(http.StatusUnprocessableEntity, door.CodeInvalidRunInput,
+				"the interjection addresses %s, which is not the running task of context %s", addressed, thread.ThreadID)
+		}
+	}
 	// A retried answer finds the task it reopened before it could reopen
 	// the task again (it may have paused anew); any other retry is answered
 	// by the insert's own look-up (store.Admit), a round trip fewer.
