@@ -173,8 +173,12 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 		old := l.claimedBy
 		b.holdLocked(l, ls, ls) // same key: the place stays taken
 		l.passed = false
+		cancel := l.cancelRequested
 		b.mu.Unlock()
 		l.log.InfoContext(ctx, "run passed to the newer link of its key", "provider_key", ls.key, "from", old.id, "link", ls.id)
+		if cancel {
+			l.sendCancel(ctx) // the old link's copy may never have been read (hold.go onGone)
+		}
 		return ""
 	case l.claimedBy != nil && l.passed && l.claimedBy.key == ls.key:
 		// Passed to a link that replaced its holder and has not reported

@@ -60,7 +60,8 @@
 //	offering -- the claim refused by the record, the run no longer
 //	            waiting (claimRefused): the offer retracted ----------> ended
 //	claimed  -- eventCmd: relayed (admitted, persisted, published) --> claimed
-//	claimed  -- a report from a newer link of the holder's key -----> claimed (passed on)
+//	claimed  -- a report from a newer link of the holder's key -----> claimed (passed on;
+//	            a pending cancel sent anew there, as on a pass at close)
 //	claimed  -- cancelCmd: cancelling, the cancel frame sent (once
 //	            per link: asked again, nothing more is sent) ---------> claimed
 //	claimed  -- finishCmd, or events with their finish behind them --> ended (the funnel)

@@ -29,9 +29,17 @@ func (l *lane) onGone(ctx context.Context, c goneCmd) {
 		// (claimByReport). Same key: the place stays taken.
 		b.holdLocked(l, nl, nl)
 		l.passed = true
+		cancel := l.cancelRequested
 		b.mu.Unlock()
 		l.log.InfoContext(ctx, "replaced link closed; its run passes to the link that replaced it", "provider_key", ls.key,
 			"from", ls.id, "link", nl.id)
+		if cancel {
+			// A cancel sent on the closed link may never have been read
+			// (a process replaces a link that stalled): the link holding
+			// the run now is asked anew, as one re-adopting it is
+			// (design.md §The status machine).
+			l.sendCancel(ctx)
+		}
 		return
 	}
 	hold := held && c.lost && b.set.LinkGrace > 0 && !l.reportedEnd()
