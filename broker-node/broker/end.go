@@ -49,6 +49,10 @@ func (l *lane) funnel(ctx context.Context) *store.Conclusion {
 		c.Move = store.Move{To: run.Failed, Reason: run.ReasonStreamEndedWithoutFinishing}
 		c.Events = []json.RawMessage{agui.RunError(run.StreamEndedMessage, string(run.ReasonStreamEndedWithoutFinishing))}
 	}
+	// A cancel the door recorded before this end, whose notice the lane
+	// has not read yet, still comes before a failure: the write reads the
+	// request under the row's lock (store.Conclusion.CancelOutranks).
+	c.CancelOutranks = c.Move.To == run.Failed
 	return c
 }
 

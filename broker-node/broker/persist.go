@@ -64,7 +64,7 @@ func (l *lane) persist(ctx context.Context, w roundWrite) (store.Run, []livefeed
 	c := store.Conclusion{Claim: w.claim, ProviderEvents: evs, WriteKey: key, Move: store.Move{To: run.Running}}
 	what := "claim run with its first events"
 	if w.end != nil {
-		c.Move, c.Events, c.AgentMessages = w.end.Move, w.end.Events, w.end.AgentMessages
+		c.Move, c.Events, c.AgentMessages, c.CancelOutranks = w.end.Move, w.end.Events, w.end.AgentMessages, w.end.CancelOutranks
 		what = "conclude run"
 	}
 	c.Move.RunID, c.Move.Writer, c.Move.Epoch = l.id, run.ByBroker, l.epoch

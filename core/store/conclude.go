@@ -27,6 +27,12 @@ type Conclusion struct {
 	ProviderEvents []NewEvent
 	Events         []json.RawMessage // appended before the move, in order (after ProviderEvents)
 	AgentMessages  []Message         // recorded on the run's thread, origin agent
+	// CancelOutranks marks a failure the finish funnel chose because no
+	// cancel was known (design.md §The status machine: a requested cancel
+	// comes before a failure): when the locked row holds a cancel request
+	// — the door recorded it before this end, its notice not yet read —
+	// the run is cancelled instead, without Events (funduq's RUN_ERROR).
+	CancelOutranks bool
 	// WriteKey makes the conclusion safe to repeat (NewWriteKey, one per
 	// logical write): a repeat of one that committed before its answer
 	// was lost changes nothing and answers as the first attempt did.
@@ -63,6 +69,7 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 	var out Run
 	var appended []Appended
 	var rd eventsRead
+	events := c.Events
 	err := s.pipelined(ctx, fmt.Sprintf("conclude run %s as %s", m.RunID, m.To),
 		func(b *pgx.Batch) {
 			rd = eventsRead{}
@@ -79,6 +86,10 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 			}
 			if rd.wrote(c.WriteKey) {
 				return errWritten
+			}
+			m, events = c.Move, c.Events
+			if c.CancelOutranks && m.To == run.Failed && rd.cancelRequested {
+				m.To, m.Reason, events = run.Cancelled, "", nil
 			}
 			if !c.Claim && rd.taken(c.ProviderEvents) {
 				return ErrSeqTaken
@@ -106,7 +117,7 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 					appended = append(appended, Appended{Seq: seq, Event: c.ProviderEvents[i].Event})
 				}
 			}
-			for _, ev := range c.Events {
+			for _, ev := range events {
 				seq := ins.push(ev, nil)
 				seqs = append(seqs, seq)
 				appended = append(appended, Appended{Seq: seq, Event: ev})
@@ -157,7 +168,7 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 		for _, e := range c.ProviderEvents {
 			evs = append(evs, e.Event)
 		}
-		evs = append(evs, c.Events...)
+		evs = append(evs, events...)
 		for i, seq := range rd.writeSeqs {
 			if seq > 0 && i < len(evs) {
 				appended = append(appended, Appended{Seq: seq, Event: evs[i]})

@@ -168,6 +168,9 @@ type eventsRead struct {
 	// and the seqs it gave.
 	writeKey  string
 	writeSeqs []int
+	// cancelRequested: the row holds a cancel request (read under the
+	// lock, so a request commits wholly before or after the write).
+	cancelRequested bool
 }
 
 // queueLock reads the leader epoch (FOR SHARE: the fence) and the run's
@@ -175,16 +178,19 @@ type eventsRead struct {
 // the epoch is then read alone, so a stale writer still learns it is.
 func (rd *eventsRead) queueLock(b *pgx.Batch, runID string) {
 	b.Queue(`WITH l AS (`+fenceSQL+`),
-		r AS (SELECT status, thread_id, last_seq, write_key, write_seqs FROM runs WHERE run_id = $1 FOR UPDATE)
-		SELECT l.epoch, r.status, r.thread_id, r.last_seq, r.write_key, r.write_seqs FROM l LEFT JOIN r ON true`, runID).QueryRow(func(row pgx.Row) error {
+		r AS (SELECT status, thread_id, last_seq, write_key, write_seqs, cancel_requested_by IS NOT NULL AS cancel_requested
+			FROM runs WHERE run_id = $1 FOR UPDATE)
+		SELECT l.epoch, r.status, r.thread_id, r.last_seq, r.write_key, r.write_seqs, r.cancel_requested FROM l LEFT JOIN r ON true`, runID).QueryRow(func(row pgx.Row) error {
 		var status, threadID, writeKey *string
 		var last *int
 		var writeSeqs []int32
-		if err := row.Scan(&rd.current, &status, &threadID, &last, &writeKey, &writeSeqs); err != nil {
+		var cancelRequested *bool
+		if err := row.Scan(&rd.current, &status, &threadID, &last, &writeKey, &writeSeqs, &cancelRequested); err != nil {
 			return fmt.Errorf("fence: %w", err)
 		}
 		if status != nil {
 			rd.found, rd.status, rd.threadID, rd.lastSeq = true, *status, *threadID, *last
+			rd.cancelRequested = cancelRequested != nil && *cancelRequested
 		}
 		if writeKey != nil {
 			rd.writeKey = *writeKey
