@@ -224,7 +224,11 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 		}
 		return ""
 	case !l.orphan && l.offeredTo == nil && b.served[l.agent] != nil && b.served[l.agent].key == ls.key:
-		b.bucketFor(ls.key).inFlight++
+		if l.reserved == ls.key {
+			l.reserved = "" // the place kept since its offer's link was lost (keepPlace)
+		} else {
+			b.bucketFor(ls.key).inFlight++
+		}
 		b.holdLocked(l, l.claimedBy, ls)
 		b.mu.Unlock()
 		late := l.gaveUpOn == ls.key

@@ -45,6 +45,9 @@ type (
 	failCmd   struct{ reason run.Reason } // a verdict that fails the run
 	expireCmd struct{}                    // the sweep: nobody served the agent past the window
 	orphanCmd struct{}                    // provider_grace passed with nobody re-adopting a held run
+	// unreserveCmd: the link grace passed for the place a run offered on
+	// a lost link kept on its key (onGone).
+	unreserveCmd struct{}
 	// storedEndCmd: a held run read back at takeover had already stored
 	// its terminal event; its finish was lost with the old leader.
 	storedEndCmd struct{}
@@ -58,6 +61,7 @@ func (eventCmd) laneCommand()       {}
 func (finishCmd) laneCommand()      {}
 func (cancelCmd) laneCommand()      {}
 func (goneCmd) laneCommand()        {}
+func (unreserveCmd) laneCommand()   {}
 func (failCmd) laneCommand()        {}
 func (expireCmd) laneCommand()      {}
 func (orphanCmd) laneCommand()      {}

@@ -16,6 +16,9 @@ func (l *lane) onGone(ctx context.Context, c goneCmd) {
 	ls := c.link
 	if l.offer != nil && l.offer.link == ls {
 		l.handBack(ctx) // no answer will come; the run waits for a provider
+		if c.lost && !ls.withdrawn && l.b.set.LinkGrace > 0 && !l.isEnded() {
+			l.keepPlace(ls.key)
+		}
 		return
 	}
 	b := l.b
@@ -62,6 +65,44 @@ func (l *lane) onGone(ctx context.Context, c goneCmd) {
 	case held:
 		l.fail(ctx, run.ReasonProviderLeftHoldingIt, true)
 	}
+}
+
+// keepPlace keeps a place on key's bucket for a run whose offer was out on
+// a link lost without a close frame, for the link grace. The provider may
+// have accepted it with an ack the link lost, and then runs it still: a
+// re-attached link offered that place for another run would decline it,
+// and a decline with room counts misdeclared (design.md D5, §Counters).
+// The run's next offer to the key, or the key's report for it, takes the
+// place over (try, claimByReport); the grace's end gives it back.
+func (l *lane) keepPlace(key string) {
+	b := l.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if l.ended || l.reserved != "" || l.offeredTo != nil || l.claimedBy != nil {
+		return
+	}
+	b.bucketFor(key).inFlight++
+	l.reserved = key
+	if l.reserveT != nil {
+		l.reserveT.Stop()
+	}
+	l.reserveT = b.clock.AfterFunc(b.set.LinkGrace, func() { l.q.push(unreserveCmd{}) })
+}
+
+// onUnreserve gives back the place keepPlace kept once the link grace has
+// passed with neither an offer nor a report taking it over.
+func (l *lane) onUnreserve() {
+	b := l.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	key := l.reserved
+	if l.ended || key == "" || l.orphan || l.offeredTo != nil || l.claimedBy != nil {
+		return
+	}
+	b.bucketFor(key).release()
+	l.reserved = ""
+	b.nudgeHeadsOfKeyLocked(key)
+	b.wakeSweep()
 }
 
 // onOrphanTimeout ends a held run nobody re-adopted: after a lost link's

@@ -65,6 +65,9 @@ type lane struct {
 	// it would decline, and a decline with room counts misdeclared. The
 	// re-adoption takes the place over; forget gives it back.
 	reserved string
+	// reserveT ends the place a queued run keeps on its key after its
+	// offer's link was lost (onGone): the link grace.
+	reserveT clockwork.Timer
 	// linkWait: queued while its agent's link was lost without a close
 	// frame; it waits for the key until linkUntil (the link grace), then
 	// fails agent_offline (the sweep), as a run does around a takeover.
@@ -125,6 +128,9 @@ func (l *lane) stopTimers() {
 	}
 	if l.orphanT != nil {
 		l.orphanT.Stop()
+	}
+	if l.reserveT != nil {
+		l.reserveT.Stop()
 	}
 }
 
@@ -239,6 +245,8 @@ func (l *lane) handle(ctx context.Context, c command) {
 		l.onExpire(ctx)
 	case orphanCmd:
 		l.onOrphanTimeout(ctx)
+	case unreserveCmd:
+		l.onUnreserve()
 	case storedEndCmd:
 		if l.reportedEnd() {
 			l.log.InfoContext(ctx, "run's terminal event is stored and its finish did not come: ending it")

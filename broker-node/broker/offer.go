@@ -35,11 +35,16 @@ func (l *lane) try(ctx context.Context) {
 		return
 	}
 	bk := b.bucketFor(ls.key)
-	if !bk.hasRoom() || !b.linkHasRoomLocked(ls) {
+	kept := l.reserved == ls.key // keepPlace: the offer takes the kept place
+	if (!kept && !bk.hasRoom()) || !b.linkHasRoomLocked(ls) {
 		b.mu.Unlock()
 		return
 	}
-	bk.inFlight++
+	if kept {
+		l.reserved = ""
+	} else {
+		bk.inFlight++
+	}
 	b.holdLocked(l, l.claimedBy, ls)
 	b.mu.Unlock()
 
