@@ -63,7 +63,8 @@ func TestOfferLostWithItsLinkCountsNothing(t *testing.T) {
 }
 
 // A provider of one place acks an offer, and its link dies with the ack on
-// it (no close frame). It re-attaches within the link grace, still running
+// it (no close frame). It re-attaches — within the link grace, or before
+// funduq noticed, replacing the dead link — still running
 // the run it acked, while a second run of its agent waits. Whichever run
 // funduq offers the new link first, the provider answers as its one place
 // allows: the run it holds it accepts again (design.md D7: a provider that
@@ -71,6 +72,15 @@ func TestOfferLostWithItsLinkCountsNothing(t *testing.T) {
 // run ends. It declared truly, so nothing counts (D6, §Counters); both runs
 // complete.
 func TestAckLostWithItsLinkCountsNoDecline(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lost bool
+	}{{"lost", true}, {"replaced", false}} {
+		t.Run(tc.name, func(t *testing.T) { ackLost(t, tc.lost) })
+	}
+}
+
+func ackLost(t *testing.T, lost bool) {
 	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
 	p1 := h.Connect(0xe1, nodetest.Limit(1))
 	p1.Register("echo")
@@ -80,9 +90,11 @@ func TestAckLostWithItsLinkCountsNoDecline(t *testing.T) {
 	}
 	second, secondThread := h.Door(p1.Key, "echo", "", "two")
 	h.Taken(second)
-	p1.Close() // the ack it was writing died with the link
-	h.Eventually("the lost link is dropped", func() bool { return h.Node.Broker.Snapshot().Links == 0 })
-	h.Settle()
+	if lost {
+		p1.Close() // the ack it was writing died with the link
+		h.Eventually("the lost link is dropped", func() bool { return h.Node.Broker.Snapshot().Links == 0 })
+		h.Settle()
+	} // else: funduq has not noticed yet; the new link replaces it
 	p2 := h.Connect(0xe1, nodetest.Limit(1))
 	p2.Register("echo")
 
