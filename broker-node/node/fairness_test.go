@@ -127,3 +127,56 @@ func ackLost(t *testing.T, lost bool) {
 		t.Fatalf("counted %+v", q)
 	}
 }
+
+// The same provider of one place across a takeover: its ack of an offer
+// dies with the old leader, and it re-attaches to the new one still running
+// that run (design.md D7: an offering run goes back to queued and "a
+// provider that had accepted simply accepts again"). Another run of its
+// agent waits meanwhile; the provider declines it while its place is taken,
+// and nothing counts.
+func TestAckLostWithTheLeaderCountsNoDecline(t *testing.T) {
+	a := nodetest.Start(t, func(c *configBroker) { c.ProviderGrace = 30 * time.Second })
+	b := a.Peer("node-b")
+	p1 := a.Connect(0xe1, nodetest.Limit(1))
+	p1.Register("echo")
+	first, firstThread := a.Door(p1.Key, "echo", "", "one")
+	if got := p1.Offer().RunID; got != first {
+		t.Fatalf("offered %s, want %s", got, first)
+	}
+	a.WaitStatus(first, run.Offering)
+	second, secondThread := a.Door(p1.Key, "echo", "", "two")
+	a.Taken(second)
+	a.Shutdown() // the ack p1 was writing is lost with the leader
+	b.Eventually("b leads", b.Ready)
+	p2 := b.Connect(0xe1, nodetest.Limit(1))
+	p2.Register("echo")
+
+	threads := map[string]string{first: firstThread, second: secondThread}
+	holding := first
+	done := map[string]bool{}
+	for len(done) < 2 {
+		typ, f := p2.Next()
+		if typ != wire.TypeRun {
+			continue
+		}
+		var o wire.RunFrame
+		_ = json.Unmarshal(f, &o)
+		if holding != "" && o.RunID != holding {
+			p2.Decline(o.RunID)
+			b.Settle()
+			if q := b.Quality(p2.Key); charges(q) != 0 {
+				t.Fatalf("the provider, holding %s (its ack lost with the leader), declined %s and was counted %+v", holding, o.RunID, q)
+			}
+			continue
+		}
+		p2.Accept(o.RunID)
+		p2.Complete(o.RunID, threads[o.RunID])
+		b.WaitStatus(o.RunID, run.Completed)
+		done[o.RunID] = true
+		holding = ""
+	}
+	b.Settle()
+	if q := b.Quality(p2.Key); charges(q) != 0 || q.WithdrawnAt != nil {
+		t.Fatalf("counted %+v", q)
+	}
+}
