@@ -137,6 +137,9 @@ type Broker struct {
 	buckets    map[string]*bucket
 	unserved   map[AgentRef]time.Time // unserved-since, for the unserved clock
 	expected   map[AgentRef]bool      // served when the previous leader went away
+	// requeued: runs recover put back to queued from an older epoch's
+	// offer, until their lanes open (take keeps their places, keepPlace).
+	requeued map[string]bool
 	// lostUntil: agents whose link was lost without a close frame, until
 	// the link grace ends — their key is expected back (D5).
 	lostUntil map[AgentRef]time.Time

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"time"
 
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
@@ -74,11 +75,20 @@ func (l *lane) onGone(ctx context.Context, c goneCmd) {
 // and a decline with room counts misdeclared (design.md D5, §Counters).
 // The run's next offer to the key, or the key's report for it, takes the
 // place over (try, claimByReport); the grace's end gives it back.
+//
+// At a takeover an older epoch's offer is the same (D7): the provider may
+// have accepted it as the old leader went away, so the run keeps a place
+// for provider_grace (take).
 func (l *lane) keepPlace(key string) {
+	l.b.mu.Lock()
+	defer l.b.mu.Unlock()
+	l.keepPlaceLocked(key, l.b.set.LinkGrace)
+}
+
+// keepPlaceLocked is keepPlace for d; the caller holds b.mu.
+func (l *lane) keepPlaceLocked(key string, d time.Duration) {
 	b := l.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if l.ended || l.reserved != "" || l.offeredTo != nil || l.claimedBy != nil {
+	if l.ended || l.reserved != "" || l.offeredTo != nil || l.claimedBy != nil || d <= 0 {
 		return
 	}
 	b.bucketFor(key).inFlight++
@@ -86,7 +96,7 @@ func (l *lane) keepPlace(key string) {
 	if l.reserveT != nil {
 		l.reserveT.Stop()
 	}
-	l.reserveT = b.clock.AfterFunc(b.set.LinkGrace, func() { l.q.push(unreserveCmd{}) })
+	l.reserveT = b.clock.AfterFunc(d, func() { l.q.push(unreserveCmd{}) })
 }
 
 // onUnreserve gives back the place keepPlace kept once the link grace has

@@ -49,6 +49,12 @@ func (b *Broker) recover(ctx context.Context) error {
 			})
 			if err == nil {
 				requeued++
+				b.mu.Lock()
+				if b.requeued == nil {
+					b.requeued = map[string]bool{}
+				}
+				b.requeued[r.RunID] = true
+				b.mu.Unlock()
 			}
 			continue
 		}
@@ -56,6 +62,9 @@ func (b *Broker) recover(ctx context.Context) error {
 		orphans++
 	}
 	queued, err := b.takeQueued(ctx, true, func(read func() error) error { return b.write(ctx, "list queued runs", read) })
+	b.mu.Lock()
+	b.requeued = nil // a run not taken meanwhile ended: nothing to keep
+	b.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}

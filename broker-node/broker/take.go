@@ -62,6 +62,13 @@ func (b *Broker) take(r store.Run, readBack bool) {
 	if until, ok := b.lostUntil[l.agent]; ok && !served && b.clock.Now().Before(until) {
 		waiting, l.linkWait, l.linkUntil = true, true, until
 	}
+	if b.requeued[r.RunID] {
+		// An older epoch's offer: its provider may be running it (keepPlace).
+		delete(b.requeued, r.RunID)
+		if b.expected[l.agent] {
+			l.keepPlaceLocked(r.ProviderKey, b.takeoverAt.Add(b.set.ProviderGrace).Sub(b.clock.Now()))
+		}
+	}
 	lost := readBack && !kept && b.interjectionLostLocked(l.addressed)
 	b.joinThreadLocked(l, l.queuedAt)
 	switch {
