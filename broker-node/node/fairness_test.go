@@ -2,6 +2,12 @@ package node_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -177,6 +183,161 @@ func TestAckLostWithTheLeaderCountsNoDecline(t *testing.T) {
 	}
 	b.Settle()
 	if q := b.Quality(p2.Key); charges(q) != 0 || q.WithdrawnAt != nil {
+		t.Fatalf("counted %+v", q)
+	}
+}
+
+// The seeded fairness run: an honest raw provider of a few places (not the
+// SDK) serves a handful of runs, and at a seeded offer the network takes
+// its link — with the ack on it or just after — either as a drop funduq
+// sees (no close frame) or as a half-open link the provider replaces by
+// re-attaching. The provider keeps running what it acked, reports it on
+// its new link (with its own seq or without, seeded), accepts again what it
+// is offered again, and declines only what its places cannot take. Every
+// run completes with its events stored once, and nothing counts (design.md
+// D6, §Counters). FUNDUQ_FAIRNESS_SEEDS picks the seeds (default 1-6).
+func TestSeededHonestProviderIsNeverCounted(t *testing.T) {
+	seeds := []uint64{1, 2, 3, 4, 5, 6}
+	if s := os.Getenv("FUNDUQ_FAIRNESS_SEEDS"); s != "" {
+		seeds = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+			if err != nil {
+				t.Fatalf("FUNDUQ_FAIRNESS_SEEDS: %v", err)
+			}
+			seeds = append(seeds, n)
+		}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			seededFairness(t, seed)
+			if t.Failed() {
+				t.Logf("FAIRNESS FAILED seed %d; rerun with FUNDUQ_FAIRNESS_SEEDS=%d", seed, seed)
+			}
+		})
+	}
+}
+
+func seededFairness(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0xfa17))
+	places := 1 + rng.IntN(3)
+	runs := places + 1 + rng.IntN(3)
+	cutAt := 1 + rng.IntN(places) // the offer whose ack the network takes
+	lost := rng.IntN(2) == 0      // funduq sees the drop, or the link is replaced
+	useSeq := rng.IntN(2) == 0
+	t.Logf("seed %d: places %d, runs %d, cut at offer %d, lost %v, seq %v", seed, places, runs, cutAt, lost, useSeq)
+
+	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
+	p := h.Connect(0xe1, nodetest.Limit(places))
+	p.Register("echo")
+	threads := map[string]string{}
+	for i := 0; i < runs; i++ {
+		id, thread := h.Door(p.Key, "echo", "", fmt.Sprintf("run %d", i))
+		threads[id] = thread
+		h.Taken(id)
+	}
+	script := func(id string) []string {
+		th := threads[id]
+		return []string{
+			fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, th, id),
+			`{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`,
+			`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hello"}`,
+			`{"type":"TEXT_MESSAGE_END","messageId":"m1"}`,
+			fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, th, id),
+		}
+	}
+	// report sends a run's whole script as one burst and its finish right
+	// behind the last event.
+	report := func(p *nodetest.Prov, id string) {
+		for i, ev := range script(id) {
+			f := wire.Event{Type: wire.TypeEvent, RunID: id, Event: json.RawMessage(ev)}
+			if useSeq {
+				s := int64(i + 1)
+				f.ProviderSeq = &s
+			}
+			p.Send(f)
+		}
+		p.Finish(id)
+		h.Eventually("run "+id+" ends", func() bool { return h.Run(id).Status.Terminal() })
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			sn := h.Node.Broker.Snapshot()
+			t.Logf("broker: lanes %v, in flight %v, links %d", sn.Lanes, sn.InFlight, sn.Links)
+		}
+	})
+	// pending: runs it acked before the cut and runs still; it reports
+	// them once its new link has carried one frame.
+	var pending []string
+	offers := 0
+	for {
+		done := 0
+		for id := range threads {
+			if h.Run(id).Status.Terminal() {
+				done++
+			}
+		}
+		if done == runs {
+			break
+		}
+		typ, f := p.Next()
+		if typ == wire.TypeRun {
+			var o wire.RunFrame
+			_ = json.Unmarshal(f, &o)
+			switch {
+			case slices.Contains(pending, o.RunID):
+				p.Accept(o.RunID) // offered again what it runs: accepts again (D7)
+			case len(pending) >= places:
+				p.Decline(o.RunID)
+				h.Settle()
+				if q := h.Quality(p.Key); charges(q) != 0 {
+					t.Fatalf("declined %s running %v of %d places and was counted %+v", o.RunID, pending, places, q)
+				}
+				continue
+			default:
+				offers++
+				if offers != cutAt {
+					p.Accept(o.RunID)
+					report(p, o.RunID)
+					continue
+				}
+				// The ack goes to a link the network has lost: it never
+				// arrives (nodetest cannot hold a frame back, so it is
+				// not sent). The provider re-attaches, running the run.
+				pending = append(pending, o.RunID)
+				old := p
+				if lost {
+					old.Close()
+					h.Eventually("the lost link is dropped", func() bool { return h.Node.Broker.Snapshot().Links == 0 })
+				}
+				p = h.Connect(0xe1, nodetest.Limit(places))
+				p.Register("echo")
+				if !lost {
+					h.Eventually("the replaced link is closed", func() bool { c, _ := old.Closed(); return c })
+				}
+				continue
+			}
+		}
+		for _, id := range pending {
+			report(p, id)
+		}
+		pending = nil
+	}
+	h.Settle()
+	for id := range threads {
+		if r := h.Run(id); r.Status != run.Completed {
+			t.Errorf("run %s is %s (%s)", id, r.Status, r.FailureReason)
+		}
+		var got []string
+		for _, e := range h.Events(id) {
+			got = append(got, e["type"].(string))
+		}
+		want := []string{"RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "RUN_FINISHED"}
+		if !slices.Equal(got, want) {
+			t.Errorf("run %s stored %v, want %v once each", id, got, want)
+		}
+	}
+	if q := h.Quality(p.Key); charges(q) != 0 || q.WithdrawnAt != nil {
 		t.Fatalf("counted %+v", q)
 	}
 }
