@@ -104,34 +104,7 @@ func ackLost(t *testing.T, lost bool) {
 	p2 := h.Connect(0xe1, nodetest.Limit(1))
 	p2.Register("echo")
 
-	threads := map[string]string{first: firstThread, second: secondThread}
-	holding := first
-	done := map[string]bool{}
-	for len(done) < 2 {
-		typ, f := p2.Next()
-		if typ != wire.TypeRun {
-			continue
-		}
-		var o wire.RunFrame
-		_ = json.Unmarshal(f, &o)
-		if holding != "" && o.RunID != holding {
-			p2.Decline(o.RunID)
-			h.Settle()
-			if q := h.Quality(p2.Key); charges(q) != 0 {
-				t.Fatalf("the provider, holding %s (its ack lost with its link), declined %s and was counted %+v", holding, o.RunID, q)
-			}
-			continue
-		}
-		p2.Accept(o.RunID)
-		p2.Complete(o.RunID, threads[o.RunID])
-		h.WaitStatus(o.RunID, run.Completed)
-		done[o.RunID] = true
-		holding = ""
-	}
-	h.Settle()
-	if q := h.Quality(p2.Key); charges(q) != 0 || q.WithdrawnAt != nil {
-		t.Fatalf("counted %+v", q)
-	}
+	serveHoldingFirst(t, h, p2, "its link", map[string]string{first: firstThread, second: secondThread}, first)
 }
 
 // The same provider of one place across a takeover: its ack of an offer
@@ -157,32 +130,40 @@ func TestAckLostWithTheLeaderCountsNoDecline(t *testing.T) {
 	p2 := b.Connect(0xe1, nodetest.Limit(1))
 	p2.Register("echo")
 
-	threads := map[string]string{first: firstThread, second: secondThread}
-	holding := first
+	serveHoldingFirst(t, b, p2, "the leader", map[string]string{first: firstThread, second: secondThread}, first)
+}
+
+// serveHoldingFirst is the re-attached provider of one place still running
+// holding, whose ack was lost with what lost says: it declines every other
+// run offered while it holds it (and that decline must count nothing),
+// then accepts and completes each run of threads as it is offered. At the
+// end nothing is counted and the key is not withdrawn.
+func serveHoldingFirst(t *testing.T, h *nodetest.Harness, p *nodetest.Prov, lost string, threads map[string]string, holding string) {
+	t.Helper()
 	done := map[string]bool{}
-	for len(done) < 2 {
-		typ, f := p2.Next()
+	for len(done) < len(threads) {
+		typ, f := p.Next()
 		if typ != wire.TypeRun {
 			continue
 		}
 		var o wire.RunFrame
 		_ = json.Unmarshal(f, &o)
 		if holding != "" && o.RunID != holding {
-			p2.Decline(o.RunID)
-			b.Settle()
-			if q := b.Quality(p2.Key); charges(q) != 0 {
-				t.Fatalf("the provider, holding %s (its ack lost with the leader), declined %s and was counted %+v", holding, o.RunID, q)
+			p.Decline(o.RunID)
+			h.Settle()
+			if q := h.Quality(p.Key); charges(q) != 0 {
+				t.Fatalf("the provider, holding %s (its ack lost with %s), declined %s and was counted %+v", holding, lost, o.RunID, q)
 			}
 			continue
 		}
-		p2.Accept(o.RunID)
-		p2.Complete(o.RunID, threads[o.RunID])
-		b.WaitStatus(o.RunID, run.Completed)
+		p.Accept(o.RunID)
+		p.Complete(o.RunID, threads[o.RunID])
+		h.WaitStatus(o.RunID, run.Completed)
 		done[o.RunID] = true
 		holding = ""
 	}
-	b.Settle()
-	if q := b.Quality(p2.Key); charges(q) != 0 || q.WithdrawnAt != nil {
+	h.Settle()
+	if q := h.Quality(p.Key); charges(q) != 0 || q.WithdrawnAt != nil {
 		t.Fatalf("counted %+v", q)
 	}
 }
