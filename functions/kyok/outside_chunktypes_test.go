@@ -29,31 +29,39 @@ func TestOutsideMistypedChunkFailsTheCompletion(t *testing.T) {
 		`{"id":9,` + head + `,"model":"m","choices":[{"index":0,"delta":{"content":"x"}}]}`,
 		`{"id":"a",` + head + `,"model":{"name":"m"},"choices":[{"index":0,"delta":{"content":"x"}}]}`,
 	} {
-		for _, stream := range []bool{false, true} {
-			body := plainBody
-			if stream {
-				body = streamBody
+		chunkFailsTheCompletion(t, e, l, a, token, data)
+	}
+}
+
+// chunkFailsTheCompletion answers a call, streamed and not, with a good
+// chunk and then data, and checks the completion failed: 502 llm_failed
+// collapsed, a final error and no [DONE] streamed.
+func chunkFailsTheCompletion(t *testing.T, e *env, l *rawLLM, a *agent, token, data string) {
+	t.Helper()
+	for _, stream := range []bool{false, true} {
+		body := plainBody
+		if stream {
+			body = streamBody
+		}
+		res := e.asyncCall(a, token, body)
+		id := l.requestID()
+		l.raw(rawChunk(id, chunkData("kept")))
+		l.raw(rawChunk(id, data))
+		l.raw(`{"type":"done","requestId":"` + id + `"}`)
+		r := wait(t, res)
+		// Drain the link's answers up to a barrier of our own.
+		l.raw(`{"type":"deleteModel","name":"barrier"}`)
+		for m := l.next("error"); m["name"] != "barrier"; m = l.next("error") {
+		}
+		if !stream {
+			if got, _ := errorCode(t, r.body); r.code != 502 || got != "llm_failed" {
+				t.Errorf("%s collapsed: %d %s, want 502 llm_failed", data, r.code, r.body)
 			}
-			res := e.asyncCall(a, token, body)
-			id := l.requestID()
-			l.raw(rawChunk(id, chunkData("kept")))
-			l.raw(rawChunk(id, data))
-			l.raw(`{"type":"done","requestId":"` + id + `"}`)
-			r := wait(t, res)
-			// Drain the link's answers up to a barrier of our own.
-			l.raw(`{"type":"deleteModel","name":"barrier"}`)
-			for m := l.next("error"); m["name"] != "barrier"; m = l.next("error") {
-			}
-			if !stream {
-				if got, _ := errorCode(t, r.body); r.code != 502 || got != "llm_failed" {
-					t.Errorf("%s collapsed: %d %s, want 502 llm_failed", data, r.code, r.body)
-				}
-				continue
-			}
-			ev := sseEvents(r.body)
-			if r.code != 200 || ev[len(ev)-1] == "data: [DONE]" || !strings.Contains(ev[len(ev)-1], "funduq_relay_failed") {
-				t.Errorf("%s streamed: %d %q, want a final error and no [DONE]", data, r.code, ev)
-			}
+			continue
+		}
+		ev := sseEvents(r.body)
+		if r.code != 200 || ev[len(ev)-1] == "data: [DONE]" || !strings.Contains(ev[len(ev)-1], "funduq_relay_failed") {
+			t.Errorf("%s streamed: %d %q, want a final error and no [DONE]", data, r.code, ev)
 		}
 	}
 }

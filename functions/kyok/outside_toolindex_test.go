@@ -1,7 +1,6 @@
 package kyok_test
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/funduq/funduq-go/core/kyok"
@@ -25,31 +24,6 @@ func TestOutsideToolCallWithoutIndexFailsTheCompletion(t *testing.T) {
 			`{"id":"call_2","type":"function","function":{"name":"get_time","arguments":"{\"tz\":\"CET\"}"}}]},"finish_reason":"tool_calls"}]}`,
 		head + `[{"index":null,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},"finish_reason":null}]}`,
 	} {
-		for _, stream := range []bool{false, true} {
-			body := plainBody
-			if stream {
-				body = streamBody
-			}
-			res := e.asyncCall(a, token, body)
-			id := l.requestID()
-			l.raw(rawChunk(id, chunkData("kept")))
-			l.raw(rawChunk(id, data))
-			l.raw(`{"type":"done","requestId":"` + id + `"}`)
-			r := wait(t, res)
-			// Drain the link's answers up to a barrier of our own.
-			l.raw(`{"type":"deleteModel","name":"barrier"}`)
-			for m := l.next("error"); m["name"] != "barrier"; m = l.next("error") {
-			}
-			if !stream {
-				if got, _ := errorCode(t, r.body); r.code != 502 || got != "llm_failed" {
-					t.Errorf("%s collapsed: %d %s, want 502 llm_failed", data, r.code, r.body)
-				}
-				continue
-			}
-			ev := sseEvents(r.body)
-			if r.code != 200 || ev[len(ev)-1] == "data: [DONE]" || !strings.Contains(ev[len(ev)-1], "funduq_relay_failed") {
-				t.Errorf("%s streamed: %d %q, want a final error and no [DONE]", data, r.code, ev)
-			}
-		}
+		chunkFailsTheCompletion(t, e, l, a, token, data)
 	}
 }
