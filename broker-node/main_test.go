@@ -24,15 +24,12 @@ import (
 // `broker-node migrate` brings an empty database to the embedded schema, and
 // running it again changes nothing.
 func TestMigrateCommand(t *testing.T) {
-	url := storetest.URL(t)
+	url := storetest.EmptyURL(t)
 	db, err := sql.Open("pgx", url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if _, err := db.Exec(`DROP SCHEMA public CASCADE; CREATE SCHEMA public`); err != nil {
-		t.Fatal(err)
-	}
 	for i := range 2 {
 		var out, errb bytes.Buffer
 		if code := run([]string{"migrate"}, map[string]string{"FUNDUQ_DATABASE_URL": url}, &out, &errb); code != 0 {
@@ -77,15 +74,12 @@ func TestMigrateOnANewerSchema(t *testing.T) {
 // operator's --dry-run, which it does not have) is refused with exit 2
 // before anything is applied, not ignored while the schema is migrated.
 func TestMigrateRefusesArguments(t *testing.T) {
-	url := storetest.URL(t)
+	url := storetest.EmptyURL(t)
 	db, err := sql.Open("pgx", url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if _, err := db.Exec(`DROP SCHEMA public CASCADE; CREATE SCHEMA public`); err != nil {
-		t.Fatal(err)
-	}
 	for _, args := range [][]string{{"migrate", "--dry-run"}, {"migrate", "now"}} {
 		var out, errb bytes.Buffer
 		code := run(args, map[string]string{"FUNDUQ_DATABASE_URL": url}, &out, &errb)

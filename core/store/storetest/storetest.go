@@ -120,6 +120,23 @@ func URLWith(t testing.TB, key string, fill func(context.Context, *sql.DB) error
 	return url1(t, migrator{key: key, then: fill})
 }
 
+// EmptyURL returns the connection URL of a new database of this test's
+// own without funduq's schema (what a node or a command meets on a wrong
+// FUNDUQ_DATABASE_URL, or on one never migrated).
+func EmptyURL(t testing.TB) string {
+	t.Helper()
+	u := URL(t)
+	db, err := sql.Open("pgx", u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`DROP SCHEMA public CASCADE; CREATE SCHEMA public`); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
 func url1(t testing.TB, m migrator) string {
 	t.Helper()
 	conf := config(t)
