@@ -24,6 +24,30 @@ func DropNulls(raw json.RawMessage) (json.RawMessage, error) {
 	})
 }
 
+// DropOptionalNulls is DropNulls for a relayed event: it drops the null
+// top-level members its type's schema does not require, and keeps a null
+// that is the value of a required member which may hold any JSON value —
+// STATE_SNAPSHOT's snapshot, CUSTOM's value, RAW's event. AG-UI accepts
+// null there and refuses the event without the member, so dropping it
+// would turn an event funduq took into one the caller's client rejects.
+// An event of an unknown type loses every null member, as with DropNulls.
+func DropOptionalNulls(raw json.RawMessage) (json.RawMessage, error) {
+	obj, _ := decodeObject(raw)
+	typ, _ := stringField(obj, "type")
+	keep := map[string]bool{}
+	for _, f := range schemas[typ] {
+		if f.required {
+			keep[f.name] = true
+		}
+	}
+	return rewriteMembers(raw, func(key string, value json.RawMessage) (json.RawMessage, bool) {
+		if kindOf(value) == kindNull && !keep[key] {
+			return nil, true
+		}
+		return value, false
+	})
+}
+
 // WithRunIDs returns the JSON object raw with its top-level "threadId" and
 // "runId" set to threadID and runID where it names others (members kept as
 // DropNulls keeps them; raw itself when it names these already). funduq's

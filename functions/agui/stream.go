@@ -78,7 +78,8 @@ type sse struct {
 const LastEventIDHeader = door.LastEventIDHeader
 
 // relay writes one stored event (SSE id = seq) and reports whether it ends
-// the stream. Known AG-UI types go out without null members, RUN_STARTED
+// the stream. Known AG-UI types go out without null optional members (a
+// required member's null, which AG-UI allows, stays), RUN_STARTED
 // and RUN_FINISHED naming the run's own thread and run ids whatever the
 // provider put there; unknown types untouched. A stream's first event is always a RUN_STARTED: the door
 // synthesizes one (without an id: it is not a stored event) when the run's
@@ -87,7 +88,7 @@ func (s *sse) relay(seq int, ev json.RawMessage) bool {
 	typ := typeOf(ev)
 	out := []byte(ev)
 	if agui.IsKnown(typ) {
-		if d, err := agui.DropNulls(ev); err == nil {
+		if d, err := agui.DropOptionalNulls(ev); err == nil {
 			out = d
 		}
 	}
