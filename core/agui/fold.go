@@ -80,6 +80,15 @@ var standsAside = map[string]bool{
 	TypeReasoningEncryptedValue: true,
 }
 
+// EndsTextChunks reports whether an event of type typ ends an open
+// TEXT_MESSAGE_CHUNK stream, after which a chunk without a messageId
+// continues nothing: every known type but the chunk itself and those that
+// stand aside (RAW, the activity events, REASONING_ENCRYPTED_VALUE), as
+// @ag-ui/client's transformChunks reads them. An unknown type does not.
+func EndsTextChunks(typ string) bool {
+	return IsKnown(typ) && typ != TypeTextMessageChunk && !standsAside[typ]
+}
+
 func (f *folder) apply(typ string, obj map[string]json.RawMessage) {
 	if !standsAside[typ] {
 		if typ != TypeTextMessageChunk {

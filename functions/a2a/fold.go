@@ -24,6 +24,10 @@ type eventFold struct {
 	arts    []artifact
 	idx     map[string]int
 	lastErr runError // the last RUN_ERROR's code and message
+	// chunk is the messageId of the open TEXT_MESSAGE_CHUNK stream ("":
+	// none), which a chunk without a messageId continues (AG-UI; the
+	// official client's transformChunks does the same).
+	chunk string
 	// round is door.AsksOf's window, kept when asks: the events after
 	// the RUN_FINISHED before the last one (all of them until there are
 	// two). A fold that will not show a pause's asks keeps no event.
@@ -81,6 +85,9 @@ func (f *eventFold) add(seq int, ev json.RawMessage) read {
 	isText := e.Type == agui.TypeTextMessageContent || e.Type == agui.TypeTextMessageChunk
 	if isText && textRead {
 		out.ID, out.Delta = e.MessageID, e.Delta
+		if out.ID == "" && e.Type == agui.TypeTextMessageChunk {
+			out.ID = f.chunk
+		}
 		if out.ID == "" {
 			out.ID = "text"
 		}
@@ -89,6 +96,12 @@ func (f *eventFold) add(seq int, ev json.RawMessage) read {
 		return out
 	}
 	f.last = seq
+	switch {
+	case e.Type == agui.TypeTextMessageChunk && textRead:
+		f.chunk = out.ID
+	case agui.EndsTextChunks(e.Type):
+		f.chunk = ""
+	}
 	switch {
 	case isText:
 		if textRead && (f.upTo < 0 || seq <= f.upTo) {
@@ -148,6 +161,9 @@ func (f *eventFold) then(g *eventFold) {
 		}
 	}
 	f.last = max(f.last, g.last)
+	if g.last > 0 {
+		f.chunk = g.chunk
+	}
 }
 
 // page folds a page of stored events and reports whether it was full (the
