@@ -531,3 +531,19 @@ func TestValidateErrorNamesTheField(t *testing.T) {
 		t.Errorf("error %v does not name outcome.interrupts[1].reason", err)
 	}
 }
+
+// AG-UI's run-scoped events (RUN_STARTED, RUN_FINISHED, RUN_ERROR) and
+// MESSAGES_SNAPSHOT carry no subagent attribution: their schemas do not
+// name subagentRunId, so a member by that name is an extra key, taken
+// whatever it holds, as @ag-ui/core takes it. Refusing it failed an honest
+// provider's run with malformed_event.
+func TestValidateRunScopedEventsNameNoSubagent(t *testing.T) {
+	for _, ev := range []string{
+		`{"type":"RUN_STARTED","threadId":"t","runId":"r","subagentRunId":5}`,
+		`{"type":"RUN_FINISHED","threadId":"t","runId":"r","subagentRunId":{"id":"s"}}`,
+		`{"type":"RUN_ERROR","message":"m","subagentRunId":true}`,
+		`{"type":"MESSAGES_SNAPSHOT","messages":[],"subagentRunId":["s"]}`,
+	} {
+		mustValid(t, json.RawMessage(ev))
+	}
+}
