@@ -86,6 +86,11 @@ func validate(raw json.RawMessage) (Info, map[string]json.RawMessage, error) {
 	if err := checkFields(obj, commonFields); err != nil {
 		return info, obj, fmt.Errorf("%w: %s: %v", ErrMalformed, typ, err)
 	}
+	if !runScoped[typ] {
+		if err := checkFields(obj, attribution); err != nil {
+			return info, obj, fmt.Errorf("%w: %s: %v", ErrMalformed, typ, err)
+		}
+	}
 	if err := checkFields(obj, fields); err != nil {
 		return info, obj, fmt.Errorf("%w: %s: %v", ErrMalformed, typ, err)
 	}
@@ -269,7 +274,19 @@ var commonFields = []field{
 	opt("timestamp", isNumber),
 	opt("rawEvent", nil),
 	opt("metadata", isObject),
-	opt("subagentRunId", isString),
+}
+
+// attribution is the subagent an event belongs to, on every event but the
+// run-scoped ones (runScoped): AG-UI's schemas for those do not name
+// subagentRunId, so there a member by that name is an extra key, taken as
+// any other is.
+var attribution = []field{opt("subagentRunId", isString)}
+
+var runScoped = map[string]bool{
+	TypeRunStarted:       true,
+	TypeRunFinished:      true,
+	TypeRunError:         true,
+	TypeMessagesSnapshot: true,
 }
 
 var textMessageRole = oneOf("developer", "system", "assistant", "user")
