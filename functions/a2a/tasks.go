@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/funduq/funduq-go/core/store"
@@ -230,14 +231,14 @@ func (c *call) list() {
 	if pageSize > 0 {
 		size = min(pageSize, 1000)
 	}
-	offset := 0
+	var cur listCursor
 	if p.PageToken != "" {
-		n, err := strconv.Atoi(p.PageToken)
-		if err != nil || n < 0 {
+		k, ok := parseListCursor(p.PageToken)
+		if !ok {
 			c.h.writeRPC(c.w, c.req.ID, nil, rpcErr(CodeInvalidParams, "pageToken %q is not a token this door issued", p.PageToken))
 			return
 		}
-		offset = n
+		cur = k
 	}
 	var want TaskState
 	// No filter: absent, the unspecified state, or "UNRECOGNIZED" (what
@@ -291,7 +292,14 @@ func (c *call) list() {
 		}
 		match = append(match, r)
 	}
-	sort.SliceStable(match, func(i, j int) bool { return match[i].LastActivityAt.After(match[j].LastActivityAt) })
+	sort.Slice(match, func(i, j int) bool { return listKey(match[i]).before(listKey(match[j])) })
+	// The page starts after the cursor, not at an offset: a task added
+	// (or touched) between two pages sorts before the cursor and does not
+	// shift the rest, so no task is shown twice.
+	offset := 0
+	if p.PageToken != "" {
+		offset = sort.Search(len(match), func(i int) bool { return cur.before(listKey(match[i])) })
+	}
 	out := page{Tasks: []wireTask{}, TotalSize: len(match)}
 	for i := offset; i < len(match) && i < offset+size; i++ {
 		view, _, err := c.h.project(ctx, match[i], -1)
@@ -307,7 +315,37 @@ func (c *call) list() {
 	}
 	out.PageSize = len(out.Tasks)
 	if offset+size < len(match) {
-		out.NextPageToken = strconv.Itoa(offset + size)
+		out.NextPageToken = listKey(match[offset+size-1]).String()
 	}
 	c.result(out)
+}
+
+// listCursor is a ListTasks page token: the sort key of the last task a
+// page showed (tasks go newest activity first, then by run id).
+type listCursor struct {
+	at    int64 // LastActivityAt, Unix nanoseconds
+	runID string
+}
+
+func listKey(r store.Run) listCursor {
+	return listCursor{at: r.LastActivityAt.UnixNano(), runID: r.RunID}
+}
+
+// before reports whether k sorts before o in the listing.
+func (k listCursor) before(o listCursor) bool {
+	if k.at != o.at {
+		return k.at > o.at
+	}
+	return k.runID > o.runID
+}
+
+func (k listCursor) String() string { return strconv.FormatInt(k.at, 10) + "." + k.runID }
+
+func parseListCursor(tok string) (listCursor, bool) {
+	at, id, ok := strings.Cut(tok, ".")
+	n, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil || id == "" {
+		return listCursor{}, false
+	}
+	return listCursor{at: n, runID: id}, true
 }
