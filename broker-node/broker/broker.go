@@ -871,8 +871,9 @@ func (b *Broker) Finish(l Link, runID string) {
 // provider's: the same answer for both, so a key learns nothing of others.
 var ErrNoSuchThread = errors.New("no such thread for this provider")
 
-// ThreadMessages answers a provider's thread_messages query.
-func (b *Broker) ThreadMessages(ctx context.Context, l Link, threadID string, limit int) ([]json.RawMessage, error) {
+// ThreadMessages answers a provider's thread_messages query with at most
+// maxBytes of messages; more is store.ErrTooLarge.
+func (b *Broker) ThreadMessages(ctx context.Context, l Link, threadID string, limit, maxBytes int) ([]json.RawMessage, error) {
 	t, err := b.st.GetThread(ctx, threadID)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && t.ProviderKey != l.Key()) {
 		return nil, ErrNoSuchThread
@@ -880,7 +881,7 @@ func (b *Broker) ThreadMessages(ctx context.Context, l Link, threadID string, li
 	if err != nil {
 		return nil, err
 	}
-	return b.st.ThreadMessages(ctx, threadID, limit)
+	return b.st.ThreadMessagesWithin(ctx, threadID, limit, maxBytes)
 }
 
 // ---- counting and withdrawal ----

@@ -17,6 +17,7 @@ import (
 	"github.com/funduq/funduq-go/broker-node/wsconn"
 	"github.com/funduq/funduq-go/core/apierr"
 	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/core/wire"
 )
 
@@ -277,11 +278,19 @@ func (s *Server) answerQuery(ctx context.Context, c *Conn, q wire.Query) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	msgs, err := s.Broker.ThreadMessages(ctx, c, p.ThreadID, limit)
+	// The answer is one frame, bounded like the frames funduq reads from
+	// a provider (FUNDUQ_MAX_FRAME_BYTES): a provider reading with the same
+	// bound would lose its link on a longer one, and ask again for good.
+	// The envelope's own bytes come out of the bound.
+	budget := int(wsconn.Limit(s.MaxFrame)) - 1024
+	msgs, err := s.Broker.ThreadMessages(ctx, c, p.ThreadID, limit, budget)
 	if err != nil {
-		if errors.Is(err, broker.ErrNoSuchThread) {
+		switch {
+		case errors.Is(err, broker.ErrNoSuchThread):
 			res.Error = broker.ErrNoSuchThread.Error()
-		} else {
+		case errors.Is(err, store.ErrTooLarge):
+			res.Error = fmt.Sprintf("the thread's messages exceed one answer (%d bytes); ask for the newest with a smaller limit", budget)
+		default:
 			c.log.Warn("thread_messages query failed", "err", err)
 			res.Error = "funduq could not read the thread right now"
 		}

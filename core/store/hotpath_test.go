@@ -210,7 +210,8 @@ func driveHotPaths(t *testing.T, st *store.Store, rec *recorder) {
 		{"door: thread", func() error { _, err := st.GetThread(ctx, "h-t-900"); return err }},
 		{"door: run", func() error { _, err := st.GetRun(ctx, "h-r-3600"); return err }},
 		{"door: thread messages", func() error { _, err := st.ThreadMessages(ctx, "h-t-900", 0); return err }},
-		{"broker: thread messages (limited)", func() error { _, err := st.ThreadMessages(ctx, "h-t-900", 10); return err }},
+		{"broker: thread messages (limited)", func() error { _, err := st.ThreadMessagesWithin(ctx, "h-t-900", 10, 1<<20); return err }},
+		{"broker: thread messages (bounded)", func() error { _, err := st.ThreadMessagesWithin(ctx, "h-t-900", 0, 1<<20); return err }},
 		{"door: newest active run", func() error {
 			_, _, err := st.NewestRunInStatus(ctx, "h-t-900", run.Queued, run.Offering, run.Running, run.Cancelling)
 			return err

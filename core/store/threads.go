@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,6 +35,44 @@ func (s *Store) GetThread(ctx context.Context, threadID string) (Thread, error) 
 		return Thread{}, fmt.Errorf("thread %s: %w", threadID, err)
 	}
 	return t, nil
+}
+
+// ErrTooLarge is returned by ThreadMessagesWithin when the messages asked
+// for exceed its byte bound.
+var ErrTooLarge = errors.New("too large for one answer")
+
+// ThreadMessagesWithin is ThreadMessages that reads at most about maxBytes
+// of messages (as stored): the newest first, stopping with ErrTooLarge as
+// soon as they exceed it, so a long thread is never read whole to be
+// refused.
+func (s *Store) ThreadMessagesWithin(ctx context.Context, threadID string, limit, maxBytes int) ([]json.RawMessage, error) {
+	lim := any(limit)
+	if limit <= 0 {
+		lim = nil // LIMIT NULL is no limit
+	}
+	rows, err := s.pool.Query(ctx, `SELECT message FROM thread_messages WHERE thread_id = $1 ORDER BY id DESC LIMIT $2`, threadID, lim)
+	if err != nil {
+		return nil, fmt.Errorf("messages of thread %s: %w", threadID, err)
+	}
+	defer rows.Close()
+	var msgs []json.RawMessage
+	total := 0
+	for rows.Next() {
+		var b []byte
+		if err := rows.Scan(&b); err != nil {
+			return nil, fmt.Errorf("messages of thread %s: %w", threadID, err)
+		}
+		total += len(b) + 1 // and its comma
+		if total > maxBytes {
+			return nil, fmt.Errorf("messages of thread %s: %w", threadID, ErrTooLarge)
+		}
+		msgs = append(msgs, b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("messages of thread %s: %w", threadID, err)
+	}
+	slices.Reverse(msgs)
+	return msgs, nil
 }
 
 // ThreadMessages returns a thread's messages oldest first; limit > 0 keeps
