@@ -42,3 +42,20 @@ func TestThreadMessagesOnALongThread(t *testing.T) {
 		t.Fatalf("limit 3: error %q, %d messages", r.Error, len(msgs))
 	}
 }
+
+// A thread_messages query whose limit is not an integer is refused naming
+// limit, not threadId, which it carries.
+func TestThreadMessagesBadLimitNamesLimit(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	_, thread, _ := h.CompletedRun(p, "echo", "hi")
+	for i, limit := range []string{`1.5`, `"3"`, `1e100`, `true`, `0`, `-1`} {
+		p.SendRaw(`{"type":"query","queryId":"q` + string(rune('a'+i)) + `","method":"thread_messages","params":{"threadId":"` + thread + `","limit":` + limit + `}}`)
+		var r wire.QueryResult
+		p.Expect(wire.TypeQueryResult, &r)
+		if r.Result != nil || !strings.Contains(r.Error, "limit") {
+			t.Errorf("limit %s: answered %q, want a refusal naming limit", limit, r.Error)
+		}
+	}
+}
