@@ -263,19 +263,24 @@ func (s *Server) answerQuery(ctx context.Context, c *Conn, q wire.Query) {
 		res.Error = fmt.Sprintf("unknown query method %q", wsconn.Clip(q.Method, 64))
 		return
 	}
-	var p wire.ThreadMessagesParams
-	if err := json.Unmarshal(q.Params, &p); err != nil || p.ThreadID == "" {
+	// Each param read on its own, so a refusal names the one at fault.
+	var raw struct {
+		ThreadID json.RawMessage `json:"threadId"`
+		Limit    json.RawMessage `json:"limit"`
+	}
+	var threadID string
+	if json.Unmarshal(q.Params, &raw) != nil || json.Unmarshal(raw.ThreadID, &threadID) != nil || threadID == "" {
 		res.Error = "thread_messages needs params.threadId"
 		return
 	}
 	limit := 0
-	if p.Limit != nil {
-		if *p.Limit <= 0 {
+	if len(raw.Limit) > 0 && string(raw.Limit) != "null" {
+		if json.Unmarshal(raw.Limit, &limit) != nil || limit <= 0 {
 			res.Error = "limit must be a positive integer"
 			return
 		}
-		limit = *p.Limit
 	}
+	p := wire.ThreadMessagesParams{ThreadID: threadID}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	// The answer is one frame, bounded like the frames funduq reads from
