@@ -74,6 +74,67 @@ const threadRunsSQL = `SELECT ` + runColumns + ` FROM runs
 		AND EXISTS (SELECT 1 FROM threads WHERE thread_id = $1 AND provider_key = $2 AND agent_name = $3)
 		ORDER BY created_at, run_id`
 
+// TaskPage names one page of a context's tasks (ContextTasks): the runs
+// of a thread of one agent, newest activity first, then by run id, both
+// descending.
+type TaskPage struct {
+	ThreadID, ProviderKey, AgentName string
+	// Filter keeps only runs in Statuses (none, when empty).
+	Filter   bool
+	Statuses []string
+	// ActiveAfter, when set, keeps runs active after it.
+	ActiveAfter time.Time
+	// After, when HasAfter, starts the page after the run with that
+	// (last activity, run id): the last one the previous page showed.
+	HasAfter    bool
+	AfterActive time.Time
+	AfterRunID  string
+	Limit       int
+}
+
+// ContextTasks reads one page of a context's tasks and how many match
+// (without the cursor): the page is ordered and cut in the database, so a
+// long context costs one page, not all of its runs (each with its input).
+func (s *Store) ContextTasks(ctx context.Context, q TaskPage) ([]Run, int, error) {
+	var statuses any
+	if q.Filter {
+		statuses = q.Statuses
+		if q.Statuses == nil {
+			statuses = []string{}
+		}
+	}
+	var after any
+	if !q.ActiveAfter.IsZero() {
+		after = q.ActiveAfter
+	}
+	var curAt any
+	if q.HasAfter {
+		curAt = q.AfterActive
+	}
+	var runs []Run
+	total := 0
+	b := &pgx.Batch{}
+	b.Queue(`SELECT `+runColumns+` FROM runs `+contextTasksWhere+`
+		AND ($6::timestamptz IS NULL OR (last_activity_at, run_id) < ($6, $7))
+		ORDER BY last_activity_at DESC, run_id DESC LIMIT $8`,
+		q.ThreadID, q.ProviderKey, q.AgentName, statuses, after, curAt, q.AfterRunID, q.Limit).Query(func(rows pgx.Rows) (err error) {
+		runs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) { return scanRun(row) })
+		return err
+	})
+	b.Queue(`SELECT count(*) FROM runs `+contextTasksWhere, q.ThreadID, q.ProviderKey, q.AgentName, statuses, after).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&total) })
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, 0, fmt.Errorf("tasks of context %s: %w", q.ThreadID, err)
+	}
+	return runs, total, nil
+}
+
+// contextTasksWhere is threadRunsSQL's predicate with ListTasks' filters.
+const contextTasksWhere = `WHERE thread_id = $1
+		AND EXISTS (SELECT 1 FROM threads WHERE thread_id = $1 AND provider_key = $2 AND agent_name = $3)
+		AND ($4::text[] IS NULL OR status = ANY($4))
+		AND ($5::timestamptz IS NULL OR last_activity_at > $5)`
+
 // RunRecord is a run as read with (a page of) what it recorded.
 type RunRecord struct {
 	Run      Run

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -226,7 +227,15 @@ func driveHotPaths(t *testing.T, st *store.Store, rec *recorder) {
 			return err
 		}},
 		{"a2a: task record's next page", func() error { _, err := st.EventsBetween(ctx, "h-r-3600", 1, -1, 500); return err }},
-		{"a2a: context's tasks", func() error { _, err := st.ThreadRuns(ctx, "h-t-900", testProviderKey, testAgent); return err }},
+		{"a2a: context's tasks", func() error {
+			_, _, err := st.ContextTasks(ctx, store.TaskPage{ThreadID: "h-t-900", ProviderKey: testProviderKey, AgentName: testAgent, Limit: 51})
+			return err
+		}},
+		{"a2a: context's tasks (a later page, filtered)", func() error {
+			_, _, err := st.ContextTasks(ctx, store.TaskPage{ThreadID: "h-t-900", ProviderKey: testProviderKey, AgentName: testAgent,
+				Filter: true, Statuses: []string{"completed"}, ActiveAfter: time.Unix(0, 0), HasAfter: true, AfterActive: time.Now(), AfterRunID: "run_x", Limit: 51})
+			return err
+		}},
 		{"door: tail", func() error { _, _, err := st.EventsAndRun(ctx, "h-r-3600", 0, 500); return err }},
 		{"door: events after", func() error { _, err := st.EventsAfter(ctx, "h-r-3600", 1, 1000); return err }},
 		{"kyok: run", func() error { _, err := st.GetKyokRun(ctx, "h-r-3600"); return err }},

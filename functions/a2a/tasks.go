@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -277,31 +276,30 @@ func (c *call) list() {
 		c.fail(err)
 		return
 	}
-	runs, err := c.h.o.Store.ThreadRuns(ctx, p.ContextID, c.agent.ProviderKey, c.agent.Name)
+	q := store.TaskPage{ThreadID: p.ContextID, ProviderKey: c.agent.ProviderKey, AgentName: c.agent.Name,
+		ActiveAfter: afterTS, Limit: size + 1}
+	if want != StateUnspecified {
+		q.Filter = true
+		for st, ts := range StateMapping {
+			if ts == want {
+				q.Statuses = append(q.Statuses, string(st))
+			}
+		}
+	}
+	// The page starts after the cursor, not at an offset: a task added
+	// (or touched) between two pages sorts before the cursor and does not
+	// shift the rest, so no task is shown twice. One more than the page is
+	// read to learn whether there is a next one.
+	if p.PageToken != "" {
+		q.HasAfter, q.AfterActive, q.AfterRunID = true, time.Unix(0, cur.at), cur.runID
+	}
+	match, total, err := c.h.o.Store.ContextTasks(ctx, q)
 	if err != nil {
 		c.fail(err)
 		return
 	}
-	var match []store.Run
-	for _, r := range runs {
-		if want != StateUnspecified && StateOf(r.Status) != want {
-			continue
-		}
-		if !afterTS.IsZero() && !r.LastActivityAt.After(afterTS) {
-			continue
-		}
-		match = append(match, r)
-	}
-	sort.Slice(match, func(i, j int) bool { return listKey(match[i]).before(listKey(match[j])) })
-	// The page starts after the cursor, not at an offset: a task added
-	// (or touched) between two pages sorts before the cursor and does not
-	// shift the rest, so no task is shown twice.
-	offset := 0
-	if p.PageToken != "" {
-		offset = sort.Search(len(match), func(i int) bool { return cur.before(listKey(match[i])) })
-	}
-	out := page{Tasks: []wireTask{}, TotalSize: len(match)}
-	for i := offset; i < len(match) && i < offset+size; i++ {
+	out := page{Tasks: []wireTask{}, TotalSize: total}
+	for i := 0; i < len(match) && i < size; i++ {
 		view, _, err := c.h.project(ctx, match[i], -1)
 		if err != nil {
 			c.fail(err)
@@ -314,8 +312,8 @@ func (c *call) list() {
 		out.Tasks = append(out.Tasks, encodeTask(c.v, view))
 	}
 	out.PageSize = len(out.Tasks)
-	if offset+size < len(match) {
-		out.NextPageToken = listKey(match[offset+size-1]).String()
+	if len(match) > size {
+		out.NextPageToken = listKey(match[size-1]).String()
 	}
 	c.result(out)
 }
@@ -329,14 +327,6 @@ type listCursor struct {
 
 func listKey(r store.Run) listCursor {
 	return listCursor{at: r.LastActivityAt.UnixNano(), runID: r.RunID}
-}
-
-// before reports whether k sorts before o in the listing.
-func (k listCursor) before(o listCursor) bool {
-	if k.at != o.at {
-		return k.at > o.at
-	}
-	return k.runID > o.runID
 }
 
 func (k listCursor) String() string { return strconv.FormatInt(k.at, 10) + "." + k.runID }
