@@ -126,11 +126,7 @@ func within(sel string, i int) string {
 // keeps) in the title.
 func TestConsoleLongProviderTextInBrowser(t *testing.T) {
 	h := nodetest.Start(t, withToken)
-	b := browsertest.New(t)
-	b.Run("open the console", chromedp.Navigate(h.URL+"/console"))
-	b.Eventually("the token form", `document.querySelector('#login input[name=token]')`)
-	b.Run("log in", chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Submit(chromedp.CSS("#login")))
-	b.Eventually("the console, live", `document.getElementById('status').textContent.startsWith('live')`)
+	b := loggedIn(t, h.URL)
 
 	name, reason := strings.Repeat("W", 5000), strings.Repeat("R", 5000)
 	p := h.Connect(0xc3, nodetest.Limit(3))
@@ -172,11 +168,7 @@ func TestConsoleLongProviderTextInBrowser(t *testing.T) {
 // and says how many it serves.
 func TestConsoleManyAgentsInBrowser(t *testing.T) {
 	h := nodetest.Start(t, withToken)
-	b := browsertest.New(t)
-	b.Run("open the console", chromedp.Navigate(h.URL+"/console"))
-	b.Eventually("the token form", `document.querySelector('#login input[name=token]')`)
-	b.Run("log in", chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Submit(chromedp.CSS("#login")))
-	b.Eventually("the console, live", `document.getElementById('status').textContent.startsWith('live')`)
+	b := loggedIn(t, h.URL)
 
 	var regs []wire.Registration
 	for i := range 400 {
@@ -196,4 +188,16 @@ func TestConsoleManyAgentsInBrowser(t *testing.T) {
 		t.Errorf("the row does not say how many agents: %q", browsertest.Eval[string](b, many+`.children[2].textContent.slice(-200)`))
 	}
 	b.CheckClean()
+}
+
+// loggedIn opens the console at base in a browser and logs in with the
+// token, returning once the page polls the state live.
+func loggedIn(t *testing.T, base string) *browsertest.Browser {
+	t.Helper()
+	b := browsertest.New(t)
+	b.Run("open the console", chromedp.Navigate(base+"/console"))
+	b.Eventually("the token form", `document.querySelector('#login input[name=token]')`)
+	b.Run("log in", chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Submit(chromedp.CSS("#login")))
+	b.Eventually("the console, live", `document.getElementById('status').textContent.startsWith('live')`)
+	return b
 }

@@ -403,20 +403,8 @@ func TestChatLongQuestionInBrowser(t *testing.T) {
 // its events and its thread are not shown in the other agent's
 // conversation, and they are there on going back.
 func TestChatSwitchAgentMidRunInBrowser(t *testing.T) {
-	h := nodetest.Start(t, nil)
-	gate := make(chan struct{})
-	var once sync.Once
-	release := func() { once.Do(func() { close(gate) }) }
+	b, key, release := slowReplyHalfway(t)
 	defer release()
-	key := startAgents(t, h, gate)
-	base := startDoors(t, h)
-	b := browsertest.New(t)
-	b.Run("open the chat page", chromedp.Navigate(base+"/chat"))
-	b.Eventually("the page is ready", `document.body.dataset.ready === '1'`)
-
-	selectAgent(b, key, "slow")
-	say(b, "go")
-	b.Eventually("the first half", lastAgentText+` === 'part one, '`)
 	selectAgent(b, key, "approver")
 	b.Eventually("the other conversation is shown", `document.getElementById('thread-info').textContent === 'a new conversation'`)
 	release()
@@ -439,20 +427,8 @@ func TestChatSwitchAgentMidRunInBrowser(t *testing.T) {
 // A reply still streaming in a conversation that is not on screen when
 // the page reloads is picked up when the user goes back to it.
 func TestChatResumeHiddenRunInBrowser(t *testing.T) {
-	h := nodetest.Start(t, nil)
-	gate := make(chan struct{})
-	var once sync.Once
-	release := func() { once.Do(func() { close(gate) }) }
+	b, key, release := slowReplyHalfway(t)
 	defer release()
-	key := startAgents(t, h, gate)
-	base := startDoors(t, h)
-	b := browsertest.New(t)
-	b.Run("open the chat page", chromedp.Navigate(base+"/chat"))
-	b.Eventually("the page is ready", `document.body.dataset.ready === '1'`)
-
-	selectAgent(b, key, "slow")
-	say(b, "go")
-	b.Eventually("the first half", lastAgentText+` === 'part one, '`)
 	selectAgent(b, key, "approver")
 	b.Run("reload", chromedp.Reload())
 	b.Eventually("the page is ready again", `document.body.dataset.ready === '1'`)
@@ -514,4 +490,27 @@ func TestChatHugeReplyInBrowser(t *testing.T) {
 		t.Errorf("the long reply is streamed again: %q", got)
 	}
 	b.CheckClean()
+}
+
+// slowReplyHalfway opens the chat page on a stack whose "slow" agent
+// answers "part one, " and then waits for release before "part two";
+// it says "go" to that agent and returns once the first half is shown.
+// release (safe to call twice) lets the reply finish.
+func slowReplyHalfway(t *testing.T) (b *browsertest.Browser, key string, release func()) {
+	t.Helper()
+	h := nodetest.Start(t, nil)
+	gate := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	key = startAgents(t, h, gate)
+	base := startDoors(t, h)
+	b = browsertest.New(t)
+	b.Run("open the chat page", chromedp.Navigate(base+"/chat"))
+	b.Eventually("the page is ready", `document.body.dataset.ready === '1'`)
+
+	selectAgent(b, key, "slow")
+	say(b, "go")
+	b.Eventually("the first half", lastAgentText+` === 'part one, '`)
+	return b, key, release
 }
