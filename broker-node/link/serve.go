@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/funduq/funduq-go/broker-node/broker"
 	"github.com/funduq/funduq-go/broker-node/handshake"
@@ -38,6 +39,12 @@ type Server struct {
 	// PingInterval overrides how often a link is pinged (0:
 	// wsconn.PingEvery). The pings go on while the link is not read.
 	PingInterval time.Duration
+	// RegisterDeadline is how long a link may stay open after welcome
+	// without a register answered "registered" (config
+	// FUNDUQ_REGISTER_DEADLINE); 0: no deadline.
+	RegisterDeadline time.Duration
+	// Clock times the register deadline (nil: the real clock).
+	Clock clockwork.Clock
 
 	wg       sync.WaitGroup
 	once     sync.Once
@@ -99,9 +106,15 @@ func (s *Server) serve(ws *websocket.Conn, res handshake.Result) {
 	}
 	writerDone := make(chan struct{})
 	go c.Writer(writerDone)
+	stopDeadline := s.registerDeadline(c)
 	ctx, cancel := context.WithCancel(context.Background())
 	var queries sync.WaitGroup
 	lost := s.readLoop(ctx, c, &queries)
+	stopDeadline()
+	// A link closed for not registering was not left on purpose: whatever
+	// it holds waits the link grace for a link that registers (D5), as a
+	// lost link's does, rather than being counted abandoned.
+	lost = lost || c.lapsed()
 	s.Broker.Detach(c, lost)
 	c.CloseWith(websocket.CloseNormalClosure, "")
 	cancel()
@@ -243,8 +256,37 @@ func (s *Server) handle(ctx context.Context, c *Conn, frame any, querySlots chan
 	}
 }
 
+// registerDeadline starts the link's register deadline: a link that
+// completes the handshake and sends no register answered "registered"
+// within RegisterDeadline is closed 1008 saying why. Otherwise a stranger's
+// key, which costs nothing to mint, holds a socket and goroutines of the
+// leader for as long as it answers pings (design.md §The provider wire).
+// The returned stop ends the deadline when the link ends.
+func (s *Server) registerDeadline(c *Conn) (stop func()) {
+	if s.RegisterDeadline <= 0 {
+		return func() {}
+	}
+	clock := s.Clock
+	if clock == nil {
+		clock = clockwork.NewRealClock()
+	}
+	reason := fmt.Sprintf("no register within %s of welcome (FUNDUQ_REGISTER_DEADLINE); reconnect and register", s.RegisterDeadline)
+	t := clock.AfterFunc(s.RegisterDeadline, func() {
+		if c.lapse() {
+			c.log.Info("provider link closed: no register in time", "deadline", s.RegisterDeadline)
+			c.CloseWith(websocket.ClosePolicyViolation, reason)
+		}
+	})
+	c.deadline.Lock()
+	c.deadline.timer = t
+	c.deadline.Unlock()
+	return func() { t.Stop() }
+}
+
 func (s *Server) register(ctx context.Context, c *Conn, f wire.Register) {
 	err := s.Broker.Register(ctx, c, f.Agents, f.ProviderName, func(names []string) {
+		// Registered: the deadline is over before the provider reads so.
+		c.registered()
 		s.send(c, wire.Registered{Type: wire.TypeRegistered, Names: names})
 	})
 	if err != nil {

@@ -86,7 +86,7 @@ func StartOn(t testing.TB, dbURL, redisURL, prefix string, mut func(*config.Brok
 		Storage:  config.Storage{DatabaseURL: dbURL, RedisURL: redisURL},
 		Identity: config.Identity{IdentityKey: SeedHex(0xb6), TokenSecret: "test-secret"},
 		Waits: config.Waits{LeaseTTL: 10 * time.Second, DeliverTimeout: 5 * time.Second, UnservedTimeout: 45 * time.Second,
-			UndeliveredWindow: 1800 * time.Second, ProviderGrace: 0, ProviderQualityTolerance: 3},
+			UndeliveredWindow: 1800 * time.Second, ProviderGrace: 0, ProviderQualityTolerance: 3, RegisterDeadline: 30 * time.Second},
 		NodeID: "test-node",
 	}
 	if mut != nil {
