@@ -75,6 +75,10 @@ type DoorLimits struct {
 	// MaxQueuedPerThread caps a thread's runs waiting for a provider
 	// (queued or offering); one more is 429 with Retry-After.
 	MaxQueuedPerThread int `env:"FUNDUQ_MAX_QUEUED_PER_THREAD" envDefault:"32"`
+	// AgentsHiddenAfter hides from GET /agents an agent nobody has served
+	// for this long (the reference's stale_hidden_window_seconds, a week):
+	// its record is kept, and listed again once it is registered.
+	AgentsHiddenAfter time.Duration `env:"FUNDUQ_AGENTS_HIDDEN_AFTER" envDefault:"168h"`
 }
 
 func (l DoorLimits) validate() error {
@@ -86,6 +90,7 @@ func (l DoorLimits) validate() error {
 		{"FUNDUQ_MAX_BODY_BYTES", l.MaxBody}, {"FUNDUQ_KYOK_MAX_BODY_BYTES", l.MaxKyokBody},
 		{"FUNDUQ_MAX_MESSAGES", int64(l.MaxMessages)}, {"FUNDUQ_MAX_JSON_DEPTH", int64(l.MaxJSONDepth)},
 		{"FUNDUQ_MAX_QUEUED_PER_THREAD", int64(l.MaxQueuedPerThread)},
+		{"FUNDUQ_AGENTS_HIDDEN_AFTER", int64(l.AgentsHiddenAfter)},
 	} {
 		if v.n <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive, got %d", v.name, v.n))

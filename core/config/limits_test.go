@@ -3,6 +3,7 @@ package config_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/funduq/funduq-go/core/config"
 )
@@ -24,14 +25,15 @@ func TestLimitDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wd := config.DoorLimits{MaxBody: 1 << 20, MaxKyokBody: 8 << 20, MaxMessages: 1000, MaxJSONDepth: 64, MaxQueuedPerThread: 32}
+	wd := config.DoorLimits{MaxBody: 1 << 20, MaxKyokBody: 8 << 20, MaxMessages: 1000, MaxJSONDepth: 64, MaxQueuedPerThread: 32,
+		AgentsHiddenAfter: 7 * 24 * time.Hour}
 	if d.DoorLimits != wd || config.DefaultDoorLimits() != wd {
 		t.Fatalf("door limits %+v, want %+v", d.DoorLimits, wd)
 	}
 }
 
 func TestLimitsMustBePositive(t *testing.T) {
-	for _, key := range []string{"FUNDUQ_MAX_BODY_BYTES", "FUNDUQ_MAX_MESSAGES", "FUNDUQ_MAX_JSON_DEPTH", "FUNDUQ_MAX_QUEUED_PER_THREAD", "FUNDUQ_KYOK_MAX_BODY_BYTES"} {
+	for _, key := range []string{"FUNDUQ_MAX_BODY_BYTES", "FUNDUQ_MAX_MESSAGES", "FUNDUQ_MAX_JSON_DEPTH", "FUNDUQ_MAX_QUEUED_PER_THREAD", "FUNDUQ_KYOK_MAX_BODY_BYTES", "FUNDUQ_AGENTS_HIDDEN_AFTER"} {
 		e := good()
 		e[key] = "0"
 		if _, err := config.ParseDoor(e); err == nil || !strings.Contains(err.Error(), key) {
