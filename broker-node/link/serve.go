@@ -106,15 +106,18 @@ func (s *Server) serve(ws *websocket.Conn, res handshake.Result) {
 	}
 	writerDone := make(chan struct{})
 	go c.Writer(writerDone)
-	stopDeadline := s.registerDeadline(c)
+	// A link must register (design.md §The provider wire, "Admission").
+	c.deadline = wsconn.StartRegisterDeadline(c.Conn, s.Clock, s.RegisterDeadline, func() {
+		c.log.Info("provider link closed: no register in time", "deadline", s.RegisterDeadline)
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	var queries sync.WaitGroup
 	lost := s.readLoop(ctx, c, &queries)
-	stopDeadline()
+	c.deadline.Stop()
 	// A link closed for not registering was not left on purpose: whatever
 	// it holds waits the link grace for a link that registers (D5), as a
 	// lost link's does, rather than being counted abandoned.
-	lost = lost || c.lapsed()
+	lost = lost || c.deadline.Lapsed()
 	s.Broker.Detach(c, lost)
 	c.CloseWith(websocket.CloseNormalClosure, "")
 	cancel()
@@ -256,37 +259,10 @@ func (s *Server) handle(ctx context.Context, c *Conn, frame any, querySlots chan
 	}
 }
 
-// registerDeadline starts the link's register deadline: a link that
-// completes the handshake and sends no register answered "registered"
-// within RegisterDeadline is closed 1008 saying why. Otherwise a stranger's
-// key, which costs nothing to mint, holds a socket and goroutines of the
-// leader for as long as it answers pings (design.md §The provider wire).
-// The returned stop ends the deadline when the link ends.
-func (s *Server) registerDeadline(c *Conn) (stop func()) {
-	if s.RegisterDeadline <= 0 {
-		return func() {}
-	}
-	clock := s.Clock
-	if clock == nil {
-		clock = clockwork.NewRealClock()
-	}
-	reason := fmt.Sprintf("no register within %s of welcome (FUNDUQ_REGISTER_DEADLINE); reconnect and register", s.RegisterDeadline)
-	t := clock.AfterFunc(s.RegisterDeadline, func() {
-		if c.lapse() {
-			c.log.Info("provider link closed: no register in time", "deadline", s.RegisterDeadline)
-			c.CloseWith(websocket.ClosePolicyViolation, reason)
-		}
-	})
-	c.deadline.Lock()
-	c.deadline.timer = t
-	c.deadline.Unlock()
-	return func() { t.Stop() }
-}
-
 func (s *Server) register(ctx context.Context, c *Conn, f wire.Register) {
 	err := s.Broker.Register(ctx, c, f.Agents, f.ProviderName, func(names []string) {
 		// Registered: the deadline is over before the provider reads so.
-		c.registered()
+		c.deadline.Met()
 		s.send(c, wire.Registered{Type: wire.TypeRegistered, Names: names})
 	})
 	if err != nil {

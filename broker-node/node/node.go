@@ -145,7 +145,8 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 		RegisterDeadline: cfg.RegisterDeadline, Clock: o.Clock}
 	n.kyok = &kyokrelay.Relay{Store: st, Redis: rdb, Prefix: prefix, Funduq: signer, Tickets: n.tickets, Log: log,
 		NotLeading: http.HandlerFunc(n.notLeading), GapTimeout: o.KyokGap, Block: o.KyokBlock,
-		MaxConcurrent: cfg.KyokMaxConcurrent, MaxFrame: cfg.MaxFrame}
+		MaxConcurrent: cfg.KyokMaxConcurrent, MaxFrame: cfg.MaxFrame, RegisterDeadline: cfg.RegisterDeadline, Clock: o.Clock,
+		MaxModels: cfg.MaxAgentsPerRegister, MaxMetadataBytes: cfg.MaxAgentCardBytes}
 	n.elector = &lease.Elector{Lease: lease.New(rdb, LeaseKey(prefix), cfg.NodeID, cfg.LeaseTTL),
 		Channel: LeaseChannel(prefix), Log: log, Lead: n.leadUnder}
 	n.mux = http.NewServeMux()

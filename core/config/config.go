@@ -53,8 +53,8 @@ type Waits struct {
 	// StoreRetryFor bounds how long the leader retries one write that
 	// PostgreSQL keeps failing before it steps down (D13).
 	StoreRetryFor time.Duration `env:"FUNDUQ_STORE_RETRY_FOR" envDefault:"30s"`
-	// RegisterDeadline is how long a provider link may stay open after
-	// welcome without a register answered "registered"; past it the link
+	// RegisterDeadline is how long a provider or KYOK link may stay open
+	// after welcome without a register answered "registered"; past it the link
 	// is closed 1008 saying why (design.md §The provider wire). 0: no
 	// deadline.
 	RegisterDeadline time.Duration `env:"FUNDUQ_REGISTER_DEADLINE" envDefault:"30s"`
@@ -131,12 +131,13 @@ type BrokerLimits struct {
 	// The defaults are far above an honest provider's (tens of agents, a
 	// few KB each).
 	//
-	// MaxAgentsPerRegister caps the agents one register carries.
+	// MaxAgentsPerRegister caps the agents one register carries (the
+	// models, on a KYOK link).
 	MaxAgentsPerRegister int `env:"FUNDUQ_MAX_AGENTS_PER_REGISTER" envDefault:"256"`
 	// MaxAgentDescriptionBytes caps one agent's description.
 	MaxAgentDescriptionBytes int `env:"FUNDUQ_MAX_AGENT_DESCRIPTION_BYTES" envDefault:"16384"`
 	// MaxAgentCardBytes caps one agent's agentCardExtra, and its
-	// metadata, each as JSON.
+	// metadata, each as JSON (and a KYOK register's metadata).
 	MaxAgentCardBytes int `env:"FUNDUQ_MAX_AGENT_CARD_BYTES" envDefault:"65536"`
 	// MaxRegisterBytes caps one register's agents in all: their names,
 	// descriptions, agentCardExtra and metadata.
