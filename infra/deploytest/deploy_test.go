@@ -284,3 +284,43 @@ func TestDeployAllDryRunBeforeTheFoundationExists(t *testing.T) {
 		}
 	}
 }
+
+// Retention is a deployment setting: `scripts/deploy broker --retention
+// 720h` puts FUNDUQ_RETENTION into every host's environment. The README
+// once said to add it to /etc/funduq/broker.env by hand, which the next
+// deployment's new hosts do not have (they write that file at boot), so
+// retention stopped without a word.
+func TestDeployBrokerRetention(t *testing.T) {
+	outputs := map[string]string{"SecretArn": "arn:aws:secretsmanager:eu-west-1:1:secret:f/funduq-x", "VpcId": "v",
+		"PublicSubnetIds": "a,b", "PrivateSubnetIds": "c,d", "BrokerStoreSecurityGroupId": "sg", "ArtifactBucket": "bk"}
+	bin, _ := fakeTools(t, "f", outputs)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "0"},
+		{[]string{"--retention", "720h"}, "720h"},
+	} {
+		args := append([]string{"broker", "--stack-name", "b", "--foundation-stack", "f", "--dry-run"}, tc.args...)
+		code, stdout, stderr := runScript(t, "deploy", []string{"PATH=" + bin + ":" + os.Getenv("PATH")}, args...)
+		if code != 0 {
+			t.Fatalf("deploy %v: exit %d\nstderr %s", args, code, stderr)
+		}
+		var got string
+		for _, l := range strings.Split(stdout, "\n") {
+			if rest, ok := strings.CutPrefix(l, "dry-run: "); ok && strings.Contains(rest, "infra/broker.yaml") {
+				got = dryRunCall(strings.Fields(rest)).overrides()["Retention"]
+			}
+		}
+		if got != tc.want {
+			t.Errorf("deploy %v: Retention=%q, want %q\n%s", args, got, tc.want, stdout)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "infra", "broker.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "FUNDUQ_RETENTION=${Retention}") {
+		t.Error("infra/broker.yaml does not write FUNDUQ_RETENTION=${Retention} into the hosts' environment")
+	}
+}
