@@ -130,7 +130,7 @@ func TestDevUpNamesAMissingDatabase(t *testing.T) {
 	sc := bufio.NewScanner(stderr)
 	for sc.Scan() {
 		out.WriteString(sc.Text() + "\n")
-		if strings.Contains(sc.Text(), "project-local PostgreSQL") {
+		if strings.Contains(sc.Text(), "using a project-local PostgreSQL instead") {
 			_ = cmd.Process.Signal(os.Interrupt)
 			_, _ = io.Copy(io.Discard, stderr)
 			break
