@@ -686,3 +686,51 @@ func (h *Harness) LockWaits() bool {
 		WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
 	return err == nil && waiting
 }
+
+// DoorApp is the application_name a door's PostgreSQL connections carry
+// (functions/door.Connect).
+const DoorApp = "funduq-door"
+
+// KillBackends terminates every backend of the harness's database whose
+// application_name is app, busy or idle in its pool — what a database
+// failover or an operator's kill does to them — and returns how many.
+func (h *Harness) KillBackends(app string) int {
+	h.t.Helper()
+	var n int
+	if err := h.DB().QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = $1 AND datname = current_database()`, app).Scan(&n); err != nil {
+		h.t.Fatal(err)
+	}
+	return n
+}
+
+// Outage makes the harness's database unreachable for the connections
+// named app (KillBackends) while the others keep the connections they
+// hold: new connections are refused and app's are terminated. end lets
+// connections in again (the test's end does too).
+func (h *Harness) Outage(app string) (end func()) {
+	h.t.Helper()
+	ctx := context.Background()
+	var db string
+	if err := h.DB().QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		h.t.Fatal(err)
+	}
+	// A database's connections are switched off from another one.
+	admin, err := pgx.Connect(ctx, storetest.AdminURL())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { admin.Close(ctx) })
+	allow := func(on bool) {
+		h.t.Helper()
+		if _, err := admin.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %s ALLOW_CONNECTIONS %t`, pgx.Identifier{db}.Sanitize(), on)); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	allow(false)
+	var once sync.Once
+	end = func() { once.Do(func() { allow(true) }) }
+	h.t.Cleanup(end)
+	h.Eventually("the backends are gone", func() bool { return h.KillBackends(app) == 0 })
+	return end
+}

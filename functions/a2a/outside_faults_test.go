@@ -19,18 +19,6 @@ import (
 	"github.com/funduq/funduq-go/internal/seeds"
 )
 
-// killDoorBackends terminates every PostgreSQL backend the test's doors
-// hold (door.Connect names them funduq-door), busy or idle in the pool.
-func killDoorBackends(t *testing.T, h *nodetest.Harness) int {
-	t.Helper()
-	var n int
-	if err := h.DB().QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE application_name = 'funduq-door' AND datname = current_database()`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // Faults at a seeded moment of one A2A turn on an existing context
 // (design.md D9, D13, §Doors under storage faults), in either protocol
 // version: the door's PostgreSQL backends terminated while message/stream
@@ -76,7 +64,7 @@ func a2aDoorFaults(t *testing.T, seed uint64) {
 		release := h.Hold(`SELECT 1 FROM threads WHERE thread_id = $1 FOR UPDATE`, *f0.ThreadID)
 		answer := c.postAsync(body, key)
 		h.Eventually("message/stream waits on the context's lock", h.LockWaits)
-		killed := killDoorBackends(t, h)
+		killed := h.KillBackends(nodetest.DoorApp)
 		release()
 		first := <-answer
 		t.Logf("insert: %d door backends killed; message/stream answered %d", killed, first.StatusCode)
@@ -117,7 +105,7 @@ func a2aDoorFaults(t *testing.T, seed uint64) {
 	}
 	for i := 0; i < n; i++ {
 		if rng.IntN(3) == 0 {
-			t.Logf("%d door backends killed after event %d", killDoorBackends(t, h), i)
+			t.Logf("%d door backends killed after event %d", h.KillBackends(nodetest.DoorApp), i)
 		}
 		if i == dropAt {
 			a.cur.resp.Body.Close()

@@ -1,62 +1,13 @@
 package a2a_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
-	"github.com/funduq/funduq-go/core/store/storetest"
 	"github.com/funduq/funduq-go/functions/a2a"
 )
-
-// doorOutage makes the test's database unreachable for its doors (door.Connect
-// names their connections funduq-door) while the broker keeps the
-// connections it holds: new connections are refused and the doors' are
-// terminated. end lets connections in again.
-func doorOutage(t *testing.T, h *nodetest.Harness) (end func()) {
-	t.Helper()
-	ctx := context.Background()
-	var db string
-	if err := h.DB().QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
-		t.Fatal(err)
-	}
-	// A database's connections are switched off from another one.
-	admin, err := pgx.Connect(ctx, storetest.AdminURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Close(ctx) })
-	allow := func(on bool) {
-		t.Helper()
-		sql := `ALTER DATABASE ` + pgx.Identifier{db}.Sanitize() + ` ALLOW_CONNECTIONS false`
-		if on {
-			sql = `ALTER DATABASE ` + pgx.Identifier{db}.Sanitize() + ` ALLOW_CONNECTIONS true`
-		}
-		if _, err := admin.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
-	allow(false)
-	ended := false
-	end = func() {
-		if !ended {
-			ended = true
-			allow(true)
-		}
-	}
-	t.Cleanup(end)
-	h.Eventually("the doors' backends are gone", func() bool {
-		var left int
-		err := h.DB().QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-			WHERE application_name = 'funduq-door' AND datname = current_database()`).Scan(&left)
-		return err == nil && left == 0
-	})
-	return end
-}
 
 // A stream whose run's terminal event it relayed, but whose end it cannot
 // read because the door's storage went away, ends with a JSON-RPC error
@@ -69,7 +20,7 @@ func TestOutsideStreamWhoseEndCannotBeReadSaysSo(t *testing.T) {
 	p.Register("echo")
 	srv := startDoor(t, h, func(o *a2a.Options) {
 		o.Tail.SettleWait = 300 * time.Millisecond // the outage outlasts it
-		o.Tail.DBCheck = time.Hour                  // the tail reads the live feed alone
+		o.Tail.DBCheck = time.Hour                 // the tail reads the live feed alone
 	})
 	c := newClient(t, srv, p.Key, "echo", "")
 	st := c.stream(c.body("message/stream", map[string]any{"message": c.message("m", "hi", nil)}), nil)
@@ -88,7 +39,7 @@ func TestOutsideStreamWhoseEndCannotBeReadSaysSo(t *testing.T) {
 		}
 	}
 
-	endOutage := doorOutage(t, h)
+	endOutage := h.Outage(nodetest.DoorApp)
 	p.Event(f.RunID, runFinished(*f.ThreadID, f.RunID))
 	rest := st.rest()
 	if len(rest) == 0 {

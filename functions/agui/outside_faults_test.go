@@ -21,19 +21,6 @@ import (
 	"github.com/funduq/funduq-go/internal/seeds"
 )
 
-// killDoorBackends terminates every PostgreSQL backend the test's doors
-// hold (door.Connect names them funduq-door), busy or idle in the pool:
-// what a failover of the database or an operator's kill does to them.
-func killDoorBackends(t *testing.T, h *nodetest.Harness) int {
-	t.Helper()
-	var n int
-	if err := h.DB().QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE application_name = 'funduq-door' AND datname = current_database()`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // Faults at a seeded moment of one turn (design.md D9, D13), seen from the
 // caller's side: the door's PostgreSQL backends terminated while the POST
 // waits inside its insert, or at any event of the stream (a door that
@@ -71,7 +58,7 @@ func aguiDoorFaults(t *testing.T, seed uint64) {
 		release := h.Hold(`SELECT 1 FROM threads WHERE thread_id = $1 FOR UPDATE`, thread)
 		answer := postAsync(t, url, body, key)
 		h.Eventually("the POST waits on the thread's lock", h.LockWaits)
-		killed := killDoorBackends(t, h)
+		killed := h.KillBackends(nodetest.DoorApp)
 		release()
 		first := <-answer
 		t.Logf("insert: %d door backends killed; the POST answered %d", killed, first.resp.StatusCode)
@@ -117,7 +104,7 @@ func aguiDoorFaults(t *testing.T, seed uint64) {
 	}
 	for i := 0; i <= n; i++ {
 		if rng.IntN(3) == 0 {
-			t.Logf("%d door backends killed after event %d", killDoorBackends(t, h), i)
+			t.Logf("%d door backends killed after event %d", h.KillBackends(nodetest.DoorApp), i)
 		}
 		if i == dropAt {
 			c.cur.close()
