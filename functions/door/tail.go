@@ -194,10 +194,10 @@ func (t *Tail) Run(ctx context.Context, end time.Time) TailEnd {
 					// The record is out of reach for this door, not for
 					// the broker: what the feed holds is stored (D9), so
 					// the tail goes on relaying it and reads the record
-					// again at the poll interval, rather than stall until
-					// its storage is back (design.md §Doors under storage
-					// faults).
-					nextDBCheck = time.Now().Add(o.PollInterval)
+					// again at its usual pace (DBCheck), rather than stall
+					// until its storage is back (design.md §Doors under
+					// storage faults).
+					nextDBCheck = time.Now().Add(o.DBCheck)
 				}
 			}
 		}
