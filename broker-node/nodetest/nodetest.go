@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/jackc/pgx/v5"
 	"github.com/jonboulle/clockwork"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/broker-node/node"
 	"github.com/funduq/funduq-go/core/config"
@@ -733,4 +735,52 @@ func (h *Harness) Outage(app string) (end func()) {
 	h.t.Cleanup(end)
 	h.Eventually("the backends are gone", func() bool { return h.KillBackends(app) == 0 })
 	return end
+}
+
+// RedisURLNamed is the harness's Redis URL for clients that name
+// themselves name (CLIENT SETNAME), so KillRedisClients finds them and
+// nobody else's.
+func (h *Harness) RedisURLNamed(name string) string {
+	h.t.Helper()
+	u, err := url.Parse(h.Cfg.RedisURL)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("client_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// KillRedisClients kills the connections to the harness's Redis of the
+// clients named name (CLIENT KILL has no filter by name) and returns how
+// many went.
+func (h *Harness) KillRedisClients(name string) int {
+	h.t.Helper()
+	opt, err := redis.ParseURL(h.Cfg.RedisURL)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	ctx := context.Background()
+	list, err := rdb.ClientList(ctx).Result()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		fields := map[string]string{}
+		for _, f := range strings.Fields(line) {
+			k, v, _ := strings.Cut(f, "=")
+			fields[k] = v
+		}
+		if fields["name"] != name || fields["id"] == "" {
+			continue
+		}
+		if rdb.ClientKillByFilter(ctx, "ID", fields["id"]).Err() == nil {
+			n++
+		}
+	}
+	return n
 }

@@ -22,7 +22,8 @@ import (
 // Faults at a seeded moment of one A2A turn on an existing context
 // (design.md D9, D13, §Doors under storage faults), in either protocol
 // version: the door's PostgreSQL backends terminated while message/stream
-// waits inside its insert, or at any event of the stream; the caller
+// waits inside its insert, or at any event of the stream; the feed-fed
+// door's Redis connections killed (its tail blocked on the feed); the caller
 // dropping its stream after any event and resuming with tasks/resubscribe
 // and Last-Event-ID — at once or events later, on the door it used or on
 // a second door over the same database that polls PostgreSQL alone — or
@@ -43,7 +44,10 @@ func a2aDoorFaults(t *testing.T, seed uint64) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe1, nil)
 	p.Register("echo")
-	doors := []*httptest.Server{startDoor(t, h, nil), startDoor(t, h, func(o *a2a.Options) { o.Feed = nil })}
+	// A feed-fed door, its Redis clients named so the test can kill them,
+	// and one that polls PostgreSQL alone, over one database.
+	feedClient := "doorfaults-" + strings.Trim(h.Prefix, ":")
+	doors := []*httptest.Server{startDoorOn(t, h, h.RedisURLNamed(feedClient)), startDoor(t, h, func(o *a2a.Options) { o.Feed = nil })}
 	cs := []*client{newClient(t, doors[0], p.Key, "echo", v), newClient(t, doors[1], p.Key, "echo", v)}
 	c := cs[rng.IntN(2)]
 	t.Logf("version %q", v)
@@ -106,6 +110,9 @@ func a2aDoorFaults(t *testing.T, seed uint64) {
 	for i := 0; i < n; i++ {
 		if rng.IntN(3) == 0 {
 			t.Logf("%d door backends killed after event %d", h.KillBackends(nodetest.DoorApp), i)
+		}
+		if rng.IntN(4) == 0 {
+			t.Logf("%d door Redis clients killed after event %d", h.KillRedisClients(feedClient), i)
 		}
 		if i == dropAt {
 			a.cur.resp.Body.Close()

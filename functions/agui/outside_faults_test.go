@@ -9,13 +9,10 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	neturl "net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
@@ -50,7 +47,7 @@ func aguiDoorFaults(t *testing.T, seed uint64) {
 	// A feed-fed door, its Redis clients named so the test can kill them,
 	// and one that polls PostgreSQL alone, over one database.
 	feedClient := "doorfaults-" + strings.Trim(h.Prefix, ":")
-	doors := []*httptest.Server{startDoorWith(t, mustDeps(t, h, withClientName(t, h.Cfg.RedisURL, feedClient)), nil),
+	doors := []*httptest.Server{startDoorWith(t, mustDeps(t, h, h.RedisURLNamed(feedClient)), nil),
 		startDoor(t, h, func(o *agui.Options) { o.Feed = nil })}
 	home := doors[rng.IntN(2)]
 	url := aguiURL(home, p.Key, "echo")
@@ -114,7 +111,7 @@ func aguiDoorFaults(t *testing.T, seed uint64) {
 			t.Logf("%d door backends killed after event %d", h.KillBackends(nodetest.DoorApp), i)
 		}
 		if rng.IntN(4) == 0 {
-			t.Logf("%d door Redis clients killed after event %d", killRedisClients(t, h.Cfg.RedisURL, feedClient), i)
+			t.Logf("%d door Redis clients killed after event %d", h.KillRedisClients(feedClient), i)
 		}
 		if i == dropAt {
 			c.cur.close()
@@ -260,53 +257,4 @@ func typedUnavailable(t *testing.T, resp *http.Response) {
 		t.Fatalf("a request whose backend was killed answered %d (Retry-After %q): %s, want a typed 503",
 			resp.StatusCode, resp.Header.Get("Retry-After"), b)
 	}
-}
-
-// withClientName is a Redis URL whose clients name themselves name.
-func withClientName(t *testing.T, raw, name string) string {
-	t.Helper()
-	u, err := neturl.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("client_name", name)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
-// killRedisClients kills the Redis connections named name (CLIENT KILL
-// has no filter by name) and returns how many.
-func killRedisClients(t *testing.T, raw, name string) int {
-	t.Helper()
-	opt, err := redis.ParseURL(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
-	ctx := context.Background()
-	list, err := rdb.ClientList(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, line := range strings.Split(list, "\n") {
-		fields := map[string]string{}
-		for _, f := range strings.Fields(line) {
-			k, v, _ := strings.Cut(f, "=")
-			fields[k] = v
-		}
-		if fields["name"] != name {
-			continue
-		}
-		id, err := strconv.ParseInt(fields["id"], 10, 64)
-		if err != nil {
-			t.Fatalf("CLIENT LIST line %q", line)
-		}
-		if err := rdb.ClientKillByFilter(ctx, "ID", strconv.FormatInt(id, 10)).Err(); err == nil {
-			n++
-		}
-	}
-	return n
 }
