@@ -43,6 +43,10 @@ const (
 	TypeReasoningEnd            = "REASONING_END"
 	TypeReasoningEncryptedValue = "REASONING_ENCRYPTED_VALUE"
 
+	TypeSubagentStarted  = "SUBAGENT_STARTED"
+	TypeSubagentFinished = "SUBAGENT_FINISHED"
+	TypeSubagentError    = "SUBAGENT_ERROR"
+
 	TypeThinkingStart              = "THINKING_START"
 	TypeThinkingEnd                = "THINKING_END"
 	TypeThinkingTextMessageStart   = "THINKING_TEXT_MESSAGE_START"

@@ -25,28 +25,121 @@ func DropNulls(raw json.RawMessage) (json.RawMessage, error) {
 }
 
 // DropOptionalNulls is DropNulls for a relayed event: it drops the null
-// top-level members its type's schema does not require, and keeps a null
-// that is the value of a required member which may hold any JSON value —
-// STATE_SNAPSHOT's snapshot, CUSTOM's value, RAW's event. AG-UI accepts
-// null there and refuses the event without the member, so dropping it
-// would turn an event funduq took into one the caller's client rejects.
-// An event of an unknown type loses every null member, as with DropNulls.
+// members its type's schema does not require, at the top and inside the
+// structures AG-UI types (messages, tool calls, content parts, outcomes,
+// interrupts, usage, JSON Patch operations, a RUN_STARTED's input), and
+// keeps a null that is the value of a member which may hold any JSON value
+// — STATE_SNAPSHOT's snapshot, CUSTOM's value, RAW's event, a patch
+// operation's value — and everything inside such a value. AG-UI 1.0
+// refuses null for an optional member (absent is its only "none"), and
+// accepts null there and refuses the event without the member, so
+// dropping it would turn an event funduq took into one the caller's
+// client rejects. A required member's null is kept: Validate refused the
+// event unless its schema allows null there. An event of an unknown type
+// loses every top-level null member, as with DropNulls.
 func DropOptionalNulls(raw json.RawMessage) (json.RawMessage, error) {
 	obj, _ := decodeObject(raw)
 	typ, _ := stringField(obj, "type")
-	keep := map[string]bool{}
+	sh := &shape{keep: map[string]bool{}, sub: eventShapes[typ]}
 	for _, f := range schemas[typ] {
 		if f.required {
-			keep[f.name] = true
+			sh.keep[f.name] = true
 		}
 	}
+	return sh.apply(raw)
+}
+
+// A shape says where a structure's optional nulls are: in an object (or
+// in each object of an array) every null member is dropped but those
+// named in keep, and the members named in sub are walked with their own
+// shape. A member not in sub is not looked into: it holds any JSON value,
+// or one with no optional members.
+type shape struct {
+	keep map[string]bool
+	sub  map[string]*shape
+	// items: only an array is walked (a message's content is a string,
+	// an array of parts, or — an activity's — an object of any values).
+	items bool
+}
+
+// apply walks raw (an object, or an array of them) with sh.
+func (sh *shape) apply(raw json.RawMessage) (json.RawMessage, error) {
+	if arr, ok := decodeArray(raw); ok {
+		var out bytes.Buffer
+		changed := false
+		out.WriteByte('[')
+		for i, v := range arr {
+			w, err := sh.item().apply(v)
+			if err != nil {
+				return nil, err
+			}
+			changed = changed || !bytes.Equal(w, v)
+			if i > 0 {
+				out.WriteByte(',')
+			}
+			out.Write(w)
+		}
+		out.WriteByte(']')
+		if !changed {
+			return raw, nil
+		}
+		return out.Bytes(), nil
+	}
+	if kindOf(raw) != kindObject || sh.items {
+		return raw, nil
+	}
 	return rewriteMembers(raw, func(key string, value json.RawMessage) (json.RawMessage, bool) {
-		if kindOf(value) == kindNull && !keep[key] {
+		if kindOf(value) == kindNull {
+			if sh.keep[key] {
+				return value, false
+			}
 			return nil, true
 		}
-		return value, false
+		next, ok := sh.sub[key]
+		if !ok {
+			return value, false
+		}
+		w, err := next.apply(value)
+		if err != nil || bytes.Equal(w, value) {
+			return value, false
+		}
+		return w, true
 	})
 }
+
+// item is the shape of one item of an array walked with sh.
+func (sh *shape) item() *shape {
+	if !sh.items {
+		return sh
+	}
+	c := *sh
+	c.items = false
+	return &c
+}
+
+// The shapes of AG-UI 1.0's nested structures (core/agui validate.go has
+// their checks).
+var (
+	flat       = &shape{}
+	partShape  = &shape{sub: map[string]*shape{"source": flat}, items: true}
+	toolShape  = &shape{sub: map[string]*shape{"function": flat}}
+	msgShape   = &shape{sub: map[string]*shape{"toolCalls": toolShape, "content": partShape}}
+	patchShape = &shape{keep: map[string]bool{"value": true}}
+	inputShape = &shape{sub: map[string]*shape{
+		"messages": msgShape, "tools": flat, "context": flat, "resume": flat,
+	}}
+	outcomeShape = &shape{sub: map[string]*shape{"interrupts": flat}}
+	eventShapes  = map[string]map[string]*shape{
+		TypeRunStarted:       {"input": inputShape},
+		TypeRunFinished:      {"outcome": outcomeShape, "usage": flat},
+		TypeRunError:         {"usage": flat},
+		TypeMessagesSnapshot: {"messages": msgShape},
+		TypeToolCallResult:   {"content": partShape},
+		TypeStateDelta:       {"delta": patchShape},
+		TypeActivityDelta:    {"patch": patchShape},
+		TypeSubagentFinished: {"outcome": flat},
+	}
+)
 
 // WithRunIDs returns the JSON object raw with its top-level "threadId" and
 // "runId" set to threadID and runID where it names others (members kept as

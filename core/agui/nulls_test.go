@@ -69,3 +69,36 @@ func TestWithRunIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestDropOptionalNullsNested: AG-UI 1.0 refuses null for an optional
+// member at any depth, so the nulls inside the structures it types go too;
+// a null that is a value AG-UI allows (a patch operation's value, inside
+// a snapshot, a rawEvent, a result, metadata, an activity's content) stays.
+func TestDropOptionalNullsNested(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{`{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"a","role":"assistant","name":null,"content":null,"toolCalls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}","x":null},"encryptedValue":null,"metadata":{"k":null}}]},{"id":"u","role":"user","content":[{"type":"text","text":"t","id":null,"metadata":{"n":null}},{"type":"image","source":{"type":"url","value":"u","mimeType":null}}]},{"id":"v","role":"activity","activityType":"p","content":{"n":null}}]}`,
+			`{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"a","role":"assistant","toolCalls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"},"metadata":{"k":null}}]},{"id":"u","role":"user","content":[{"type":"text","text":"t","metadata":{"n":null}},{"type":"image","source":{"type":"url","value":"u"}}]},{"id":"v","role":"activity","activityType":"p","content":{"n":null}}]}`},
+		{`{"type":"STATE_DELTA","delta":[{"op":"add","path":"/a","value":null,"from":null}]}`,
+			`{"type":"STATE_DELTA","delta":[{"op":"add","path":"/a","value":null}]}`},
+		{`{"type":"RUN_FINISHED","threadId":"t","runId":"r","result":{"a":null},"outcome":{"type":"interrupt","interrupts":[{"id":"i","reason":"r","message":null,"metadata":{"m":null}}]},"usage":[{"model":null,"inputTokens":1}]}`,
+			`{"type":"RUN_FINISHED","threadId":"t","runId":"r","result":{"a":null},"outcome":{"type":"interrupt","interrupts":[{"id":"i","reason":"r","metadata":{"m":null}}]},"usage":[{"inputTokens":1}]}`},
+		{`{"type":"RUN_STARTED","threadId":"t","runId":"r","input":{"threadId":"t","runId":"r","parentRunId":null,"state":{"s":null},"messages":[{"id":"u","role":"user","content":"hi","name":null}],"tools":[{"name":"f","description":"d","parameters":null}],"forwardedProps":null}}`,
+			`{"type":"RUN_STARTED","threadId":"t","runId":"r","input":{"threadId":"t","runId":"r","state":{"s":null},"messages":[{"id":"u","role":"user","content":"hi"}],"tools":[{"name":"f","description":"d"}]}}`},
+		{`{"type":"TOOL_CALL_RESULT","messageId":"m","toolCallId":"c","content":[{"type":"text","text":"x","id":null}]}`,
+			`{"type":"TOOL_CALL_RESULT","messageId":"m","toolCallId":"c","content":[{"type":"text","text":"x"}]}`},
+		{`{"type":"SUBAGENT_FINISHED","subagentRunId":"s","outcome":{"type":"suspended","interruptIds":null}}`,
+			`{"type":"SUBAGENT_FINISHED","subagentRunId":"s","outcome":{"type":"suspended"}}`},
+		// Nothing to drop: the input comes back as given.
+		{`{"type":"MESSAGES_SNAPSHOT", "messages":[ {"id":"a","role":"tool","toolCallId":"c","content":"x"} ]}`,
+			`{"type":"MESSAGES_SNAPSHOT", "messages":[ {"id":"a","role":"tool","toolCallId":"c","content":"x"} ]}`},
+	}
+	for _, tc := range cases {
+		got, err := agui.DropOptionalNulls(json.RawMessage(tc.in))
+		if err != nil || string(got) != tc.want {
+			t.Errorf("DropOptionalNulls(%s)\n got %s, %v\nwant %s", tc.in, got, err, tc.want)
+		}
+		if _, err := agui.Validate(got); err != nil {
+			t.Errorf("Validate(%s): %v", got, err)
+		}
+	}
+}

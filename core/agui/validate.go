@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"regexp"
 	"strings"
 	"unicode/utf8"
 
@@ -221,6 +223,30 @@ var (
 	isArray  = want(kindArray)
 )
 
+// maxSafe is 2^53-1, the largest integer a JavaScript number holds
+// exactly; AG-UI's schema bounds its integers (timestamps, token counts)
+// by it.
+const maxSafe = 1<<53 - 1
+
+// safeInt accepts an integral JSON number within ±maxSafe (from 0 when
+// nonNegative), as @ag-ui/core 1.0's z.int() does: a timestamp of 1.5 or
+// 1e300 makes the caller's client refuse the whole stream.
+func safeInt(nonNegative bool) check {
+	return func(raw json.RawMessage) error {
+		if err := isNumber(raw); err != nil {
+			return err
+		}
+		var f float64
+		if err := json.Unmarshal(raw, &f); err != nil || f != math.Trunc(f) || math.Abs(f) > maxSafe {
+			return &problem{msg: fmt.Sprintf("must be an integer within ±%d, is %s", int64(maxSafe), raw)}
+		}
+		if nonNegative && f < 0 {
+			return &problem{msg: fmt.Sprintf("must not be negative, is %s", raw)}
+		}
+		return nil
+	}
+}
+
 // oneOf accepts a string equal to one of values.
 func oneOf(values ...string) check {
 	return func(raw json.RawMessage) error {
@@ -271,7 +297,7 @@ func objectWith(fields ...field) check {
 
 // commonFields are the optional fields every event may carry.
 var commonFields = []field{
-	opt("timestamp", isNumber),
+	opt("timestamp", safeInt(false)),
 	opt("rawEvent", nil),
 	opt("metadata", isObject),
 }
@@ -287,6 +313,10 @@ var runScoped = map[string]bool{
 	TypeRunFinished:      true,
 	TypeRunError:         true,
 	TypeMessagesSnapshot: true,
+	// A subagent's own events name it as a required member.
+	TypeSubagentStarted:  true,
+	TypeSubagentFinished: true,
+	TypeSubagentError:    true,
 }
 
 var textMessageRole = oneOf("developer", "system", "assistant", "user")
@@ -302,8 +332,30 @@ func contentPart(raw json.RawMessage) error {
 	if err := checkFields(obj, []field{req("type", isString)}); err != nil {
 		return err
 	}
-	if t, _ := stringField(obj, "type"); t == "text" {
-		return checkFields(obj, []field{req("text", isString)})
+	switch t, _ := stringField(obj, "type"); t {
+	case "text":
+		return checkFields(obj, []field{req("text", isString), opt("id", isString)})
+	case "image", "audio", "video", "document":
+		return checkFields(obj, []field{req("source", partSource), opt("id", isString)})
+	}
+	return nil
+}
+
+// partSource is a 1.x media part's source: inline data (with its MIME
+// type), a URL or a file reference.
+func partSource(raw json.RawMessage) error {
+	obj, ok := decodeObject(raw)
+	if !ok {
+		return isObject(raw)
+	}
+	if err := checkFields(obj, []field{req("type", oneOf("data", "url", "file")), req("value", isString), opt("mimeType", isString)}); err != nil {
+		return err
+	}
+	switch t, _ := stringField(obj, "type"); t {
+	case "data":
+		return checkFields(obj, []field{req("mimeType", isString)})
+	case "file":
+		return checkFields(obj, []field{opt("provider", isString)})
 	}
 	return nil
 }
@@ -399,7 +451,69 @@ func outcome(raw json.RawMessage) error {
 	return nil
 }
 
-var usage = arrayOf(isObject, false)
+// usage is RUN_FINISHED's and RUN_ERROR's token usage, as AG-UI 1.0's
+// TokenUsage types it.
+var usage = arrayOf(objectWith(
+	opt("provider", isString),
+	opt("model", isString),
+	opt("inputTokens", safeInt(true)),
+	opt("outputTokens", safeInt(true)),
+	opt("totalTokens", safeInt(true)),
+	opt("reasoningTokens", safeInt(true)),
+	opt("cachedInputTokens", safeInt(true)),
+	opt("cacheWriteInputTokens", safeInt(true)),
+), false)
+
+// jsonPointer is RFC 6901's syntax, as AG-UI 1.0's JsonPointer checks it.
+var jsonPointer = regexp.MustCompile(`^(/([^/~]|~[01])*)*$`)
+
+func isPointer(raw json.RawMessage) error {
+	if err := isString(raw); err != nil {
+		return err
+	}
+	var s string
+	_ = json.Unmarshal(raw, &s)
+	if !jsonPointer.MatchString(s) {
+		return &problem{msg: fmt.Sprintf("must be a JSON Pointer, is %q", s)}
+	}
+	return nil
+}
+
+// patchOp checks one JSON Patch operation (RFC 6902) as AG-UI 1.0's
+// JsonPatchOperation does: a known op, a pointer path, a from for move
+// and copy, a value (null included) for add, replace and test.
+func patchOp(raw json.RawMessage) error {
+	obj, ok := decodeObject(raw)
+	if !ok {
+		return isObject(raw)
+	}
+	if err := checkFields(obj, []field{req("op", oneOf("add", "remove", "replace", "move", "copy", "test")), req("path", isPointer)}); err != nil {
+		return err
+	}
+	switch op, _ := stringField(obj, "op"); op {
+	case "move", "copy":
+		return checkFields(obj, []field{req("from", isPointer)})
+	case "add", "replace", "test":
+		if _, ok := obj["value"]; !ok {
+			return &problem{path: "value", msg: "is required"}
+		}
+	}
+	return nil
+}
+
+var jsonPatch = arrayOf(patchOp, false)
+
+// subagentOutcome checks SUBAGENT_FINISHED.outcome.
+var subagentOutcome = func(raw json.RawMessage) error {
+	obj, ok := decodeObject(raw)
+	if !ok {
+		return isObject(raw)
+	}
+	if err := checkFields(obj, []field{req("type", oneOf("success", "suspended"))}); err != nil {
+		return err
+	}
+	return checkFields(obj, []field{opt("interruptIds", arrayOf(isString, false))})
+}
 
 // schemas holds, per known event type, the fields beyond commonFields.
 var schemas = map[string][]field{
@@ -462,7 +576,7 @@ var schemas = map[string][]field{
 	},
 
 	TypeStateSnapshot:    {req("snapshot", nil)},
-	TypeStateDelta:       {req("delta", isArray)},
+	TypeStateDelta:       {req("delta", jsonPatch)},
 	TypeMessagesSnapshot: {req("messages", messages)},
 
 	TypeActivitySnapshot: {
@@ -474,7 +588,7 @@ var schemas = map[string][]field{
 	TypeActivityDelta: {
 		req("messageId", isString),
 		req("activityType", isString),
-		req("patch", isArray),
+		req("patch", jsonPatch),
 	},
 
 	TypeRaw:    {req("event", nil), opt("source", isString)},
@@ -493,6 +607,25 @@ var schemas = map[string][]field{
 		req("entityId", isString),
 		req("encryptedValue", isString),
 		opt("encryptedValueType", isString),
+	},
+
+	TypeSubagentStarted: {
+		req("subagentRunId", isString),
+		req("name", isString),
+		opt("description", isString),
+		opt("parentSubagentRunId", isString),
+		opt("parentToolCallId", isString),
+		opt("parentMessageId", isString),
+	},
+	TypeSubagentFinished: {
+		req("subagentRunId", isString),
+		opt("result", nil),
+		opt("outcome", subagentOutcome),
+	},
+	TypeSubagentError: {
+		req("subagentRunId", isString),
+		req("message", isString),
+		opt("code", isString),
 	},
 
 	TypeThinkingStart:              {opt("title", isString)},

@@ -179,6 +179,21 @@ var typeCases = map[string]typeCase{
 		required: []string{"subtype", "entityId", "encryptedValue"},
 		wrong:    map[string]string{"subtype": `"thought"`, "entityId": notString, "encryptedValue": notString, "encryptedValueType": notString},
 	},
+	agui.TypeSubagentStarted: {
+		good:     `{"type":"SUBAGENT_STARTED","subagentRunId":"s1","name":"researcher","description":"d","parentSubagentRunId":"s0","parentToolCallId":"c1","parentMessageId":"m1"}`,
+		required: []string{"subagentRunId", "name"},
+		wrong:    map[string]string{"name": notString, "description": notString, "parentSubagentRunId": notString, "parentToolCallId": notString, "parentMessageId": notString},
+	},
+	agui.TypeSubagentFinished: {
+		good:     `{"type":"SUBAGENT_FINISHED","subagentRunId":"s1","result":{"a":null},"outcome":{"type":"suspended","interruptIds":["i1"]}}`,
+		required: []string{"subagentRunId"},
+		wrong:    map[string]string{"outcome": `{"type":"interrupt"}`},
+	},
+	agui.TypeSubagentError: {
+		good:     `{"type":"SUBAGENT_ERROR","subagentRunId":"s1","message":"boom","code":"E1"}`,
+		required: []string{"subagentRunId", "message"},
+		wrong:    map[string]string{"message": notString, "code": notString},
+	},
 	agui.TypeThinkingStart: {
 		good:  `{"type":"THINKING_START","title":"pondering"}`,
 		wrong: map[string]string{"title": notString},
@@ -210,6 +225,7 @@ var allTypes = []string{
 	agui.TypeRaw, agui.TypeCustom,
 	agui.TypeReasoningStart, agui.TypeReasoningMessageStart, agui.TypeReasoningMessageContent,
 	agui.TypeReasoningMessageEnd, agui.TypeReasoningMessageChunk, agui.TypeReasoningEnd, agui.TypeReasoningEncryptedValue,
+	agui.TypeSubagentStarted, agui.TypeSubagentFinished, agui.TypeSubagentError,
 	agui.TypeThinkingStart, agui.TypeThinkingEnd, agui.TypeThinkingTextMessageStart,
 	agui.TypeThinkingTextMessageContent, agui.TypeThinkingTextMessageEnd,
 }
@@ -230,7 +246,7 @@ func TestEveryKnownTypeHasACase(t *testing.T) {
 			t.Errorf("no validation case for %s", typ)
 		}
 	}
-	for _, typ := range []string{"", "SUBAGENT_STARTED", "run_started", "TEXT_MESSAGE"} {
+	for _, typ := range []string{"", "SUBAGENT_PAUSED", "run_started", "TEXT_MESSAGE"} {
 		if agui.IsKnown(typ) {
 			t.Errorf("IsKnown(%q) = true", typ)
 		}
@@ -259,7 +275,11 @@ func with(t *testing.T, event, key, value string) json.RawMessage {
 
 // withCommon adds the common optional fields to a good event.
 func withCommon(good string) string {
-	return strings.TrimSuffix(good, "}") + "," + commonGood + "}"
+	c := commonGood
+	if strings.Contains(good, `"subagentRunId"`) { // a subagent's own event names it already
+		c = strings.TrimSuffix(c, `,"subagentRunId":"sub-1"`)
+	}
+	return strings.TrimSuffix(good, "}") + "," + c + "}"
 }
 
 func mustValid(t *testing.T, raw json.RawMessage) agui.Info {
@@ -375,7 +395,7 @@ func TestValidateNotAnEvent(t *testing.T) {
 
 func TestValidateUnknownTypePassesThrough(t *testing.T) {
 	for _, in := range []string{
-		`{"type":"SUBAGENT_STARTED","subagentRunId":"s1","name":"researcher"}`,
+		`{"type":"SUBAGENT_PAUSED","subagentRunId":"s1","name":"researcher"}`,
 		`{"type":"run_started"}`,
 		`{"type":""}`,
 		`{"type":"FUTURE_EVENT","timestamp":"not checked","metadata":7,"anything":null}`,
@@ -553,5 +573,39 @@ func TestValidateRunScopedEventsNameNoSubagent(t *testing.T) {
 		`{"type":"MESSAGES_SNAPSHOT","messages":[],"subagentRunId":["s"]}`,
 	} {
 		mustValid(t, json.RawMessage(ev))
+	}
+}
+
+// TestValidateAsAGUICoreDoes: what @ag-ui/core 1.0's schemas refuse and a
+// caller's official client would throw on, funduq refuses to the provider.
+func TestValidateAsAGUICoreDoes(t *testing.T) {
+	for _, in := range []string{
+		`{"type":"STEP_STARTED","stepName":"s","timestamp":1.5}`,
+		`{"type":"STEP_STARTED","stepName":"s","timestamp":9007199254740993}`,
+		`{"type":"STEP_STARTED","stepName":"s","timestamp":-1e20}`,
+		`{"type":"RUN_ERROR","message":"m","usage":[{"inputTokens":-1}]}`,
+		`{"type":"RUN_ERROR","message":"m","usage":[{"outputTokens":2.5}]}`,
+		`{"type":"RUN_ERROR","message":"m","usage":[{"model":7}]}`,
+		`{"type":"STATE_DELTA","delta":[{"op":"add","value":1}]}`,
+		`{"type":"STATE_DELTA","delta":[{"op":"add","path":"/a"}]}`,
+		`{"type":"STATE_DELTA","delta":[{"op":"frob","path":"/a"}]}`,
+		`{"type":"STATE_DELTA","delta":[{"op":"move","path":"/a"}]}`,
+		`{"type":"STATE_DELTA","delta":[{"op":"remove","path":"a"}]}`,
+		`{"type":"STATE_DELTA","delta":[null]}`,
+		`{"type":"ACTIVITY_DELTA","messageId":"m","activityType":"p","patch":["x"]}`,
+		`{"type":"TOOL_CALL_RESULT","messageId":"m","toolCallId":"c","content":[{"type":"image"}]}`,
+		`{"type":"TOOL_CALL_RESULT","messageId":"m","toolCallId":"c","content":[{"type":"image","source":{"type":"data","value":"x"}}]}`,
+		`{"type":"SUBAGENT_STARTED","name":"n"}`,
+		`{"type":"SUBAGENT_FINISHED","subagentRunId":"s","outcome":{"type":"weird"}}`,
+	} {
+		mustMalformed(t, json.RawMessage(in))
+	}
+	for _, in := range []string{
+		`{"type":"STEP_STARTED","stepName":"s","timestamp":1e3}`,
+		`{"type":"STEP_STARTED","stepName":"s","timestamp":-9007199254740991}`,
+		`{"type":"RUN_ERROR","message":"m","usage":[{"inputTokens":0,"model":"x","extra":null}]}`,
+		`{"type":"STATE_DELTA","delta":[{"op":"test","path":"/a~1b","value":null},{"op":"copy","from":"","path":"/c"}]}`,
+	} {
+		mustValid(t, json.RawMessage(in))
 	}
 }
