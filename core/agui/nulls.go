@@ -217,3 +217,25 @@ func rewriteMembers(raw json.RawMessage, edit func(key string, value json.RawMes
 	out.WriteByte('}')
 	return json.RawMessage(out.Bytes()), nil
 }
+
+// ReasoningRole returns the REASONING_MESSAGE_START raw with its role
+// "reasoning" (raw itself when it is that already, or is another type).
+// funduq takes the "assistant" role a Python SDK release declared there
+// (validate.go), but AG-UI 1.0 fixes the role by the type and its client
+// refuses the whole stream on any other, so the caller gets the one role
+// that event can mean; nothing is lost.
+func ReasoningRole(raw json.RawMessage) (json.RawMessage, error) {
+	obj, _ := decodeObject(raw)
+	if typ, _ := stringField(obj, "type"); typ != TypeReasoningMessageStart {
+		return raw, nil
+	}
+	return rewriteMembers(raw, func(key string, value json.RawMessage) (json.RawMessage, bool) {
+		if key != "role" {
+			return value, false
+		}
+		if role, _ := stringField(map[string]json.RawMessage{"r": value}, "r"); role == "reasoning" {
+			return value, false
+		}
+		return json.RawMessage(`"reasoning"`), true
+	})
+}

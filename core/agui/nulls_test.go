@@ -102,3 +102,17 @@ func TestDropOptionalNullsNested(t *testing.T) {
 		}
 	}
 }
+
+func TestReasoningRole(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{`{"type":"REASONING_MESSAGE_START","messageId":"m","role":"assistant"}`, `{"type":"REASONING_MESSAGE_START","messageId":"m","role":"reasoning"}`},
+		{`{"type":"REASONING_MESSAGE_START", "messageId":"m","role":"reasoning"}`, `{"type":"REASONING_MESSAGE_START", "messageId":"m","role":"reasoning"}`},
+		{`{"type":"TEXT_MESSAGE_START", "messageId":"m","role":"assistant"}`, `{"type":"TEXT_MESSAGE_START", "messageId":"m","role":"assistant"}`},
+	}
+	for _, tc := range cases {
+		got, err := agui.ReasoningRole(json.RawMessage(tc.in))
+		if err != nil || string(got) != tc.want {
+			t.Errorf("ReasoningRole(%s)\n got %s, %v\nwant %s", tc.in, got, err, tc.want)
+		}
+	}
+}

@@ -78,8 +78,9 @@ type sse struct {
 const LastEventIDHeader = door.LastEventIDHeader
 
 // relay writes one stored event (SSE id = seq) and reports whether it ends
-// the stream. Known AG-UI types go out without null optional members (a
-// required member's null, which AG-UI allows, stays), RUN_STARTED
+// the stream. Known AG-UI types go out without null optional members, at
+// any depth (a required member's null, which AG-UI allows, stays), a
+// REASONING_MESSAGE_START with the one role AG-UI 1.0 allows, RUN_STARTED
 // and RUN_FINISHED naming the run's own thread and run ids whatever the
 // provider put there; unknown types untouched. A stream's first event is always a RUN_STARTED: the door
 // synthesizes one (without an id: it is not a stored event) when the run's
@@ -89,6 +90,11 @@ func (s *sse) relay(seq int, ev json.RawMessage) bool {
 	out := []byte(ev)
 	if agui.IsKnown(typ) {
 		if d, err := agui.DropOptionalNulls(ev); err == nil {
+			out = d
+		}
+	}
+	if typ == agui.TypeReasoningMessageStart {
+		if d, err := agui.ReasoningRole(out); err == nil {
 			out = d
 		}
 	}
