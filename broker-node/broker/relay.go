@@ -122,12 +122,11 @@ func (l *lane) relay(ctx context.Context, link *linkState, batch []eventCmd, a a
 		return
 	}
 	stored := true
+	var pub []livefeed.Published
 	if len(a.evs) > 0 {
-		pub, n, err := l.storeUntilRefused(ctx, a)
-		// The backlog counts events not yet stored: it is given back as
-		// soon as the batch is, so the link is read again while the batch
-		// is published.
-		link.release(batch...)
+		var n int
+		var err error
+		pub, n, err = l.storeUntilRefused(ctx, a)
 		switch {
 		case err != nil && refusedData(err) && ctx.Err() == nil:
 			// PostgreSQL refuses a value in the event after the n it
@@ -151,19 +150,28 @@ func (l *lane) relay(ctx context.Context, link *linkState, batch []eventCmd, a a
 				}
 			}
 		}
-		l.publishBatch(ctx, pub)
-	} else {
-		link.release(batch...)
 	}
 	if stored && a.stop != "" {
-		// The run fails with the event's reason; the provider did not stop
-		// serving, so nothing that withdraws is counted (D18).
+		// The refusals are written before the batch's backlog places are
+		// given back: a query behind the events is answered only then, so
+		// its answer follows them (design.md §The provider wire).
 		l.log.WarnContext(ctx, "provider event refused; failing the run", "provider_key", a.stopFrom.key, "reason", string(a.stop), "err", a.stopErr)
 		l.b.metrics.badEvents.WithLabelValues(string(a.stop)).Inc()
 		l.b.refuse(a.stopFrom.link, kindEvent, l.id, fmt.Sprintf("%s: %v", a.stop, a.stopErr))
 		for _, after := range batch[a.stopAt+1:] {
 			l.b.refuse(after.link.link, kindEvent, l.id, refusedEnded)
 		}
+	}
+	// The backlog counts events not yet stored: it is given back as soon
+	// as the batch is, so the link is read again while the batch is
+	// published.
+	link.release(batch...)
+	if len(a.evs) > 0 {
+		l.publishBatch(ctx, pub)
+	}
+	if stored && a.stop != "" {
+		// The run fails with the event's reason; the provider did not stop
+		// serving, so nothing that withdraws is counted (D18).
 		l.fail(ctx, a.stop, false)
 	}
 	if !finish {
