@@ -59,3 +59,54 @@ func TestReportsInFlightOnAReplacedLinkAreTaken(t *testing.T) {
 	}
 	p2.None()
 }
+
+// The open question "Two processes of one key" (design.md) reads as if a
+// replaced process could not report the runs it still holds without a
+// register, which would replace the newer process again. The wire has a
+// road already: a link that attaches and registers nothing takes nothing
+// over, and its reports for the key's passed runs are taken (D5). A
+// process told it was replaced can finish what it holds that way and stop,
+// so a rolling deploy settles on the newer process.
+func TestReplacedProcessFinishesItsRunsWithoutRegistering(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	old := h.Connect(0xe1, nil)
+	old.Register("echo")
+	id, thread := h.Door(old.Key, "echo", "", "hi")
+	old.Offer()
+	old.Accept(id)
+	old.Event(id, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, id))
+	h.Eventually("the first event stored", func() bool { return len(h.Events(id)) == 1 })
+
+	newer := h.Connect(0xe1, nil)
+	newer.Register("echo")
+	var e wire.Error
+	old.Expect(wire.TypeError, &e)
+	if !strings.Contains(e.Message, "replaced by a newer link") {
+		t.Fatalf("error %q, want the replacement", e.Message)
+	}
+	h.Eventually("the replaced link is closed", func() bool { c, _ := old.Closed(); return c })
+
+	// The old process comes back only to finish its run: no register.
+	back := h.Connect(0xe1, nil)
+	back.Event(id, `{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`)
+	back.Event(id, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hello"}`)
+	back.Event(id, `{"type":"TEXT_MESSAGE_END","messageId":"m1"}`)
+	back.Event(id, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, thread, id))
+	back.Finish(id)
+	h.WaitStatus(id, run.Completed)
+	back.None() // nothing refused
+	if evs := h.Events(id); len(evs) != 5 {
+		t.Errorf("stored %d events, want 5", len(evs))
+	}
+	// The newer process serves on, undisturbed: the next run is its.
+	next, _ := h.Door(old.Key, "echo", "", "again")
+	if o := newer.Offer(); o.RunID != next {
+		t.Fatalf("offer %s, want %s", o.RunID, next)
+	}
+	h.Settle()
+	if q := h.Quality(old.Key); charges(q) != 0 {
+		t.Errorf("counted %+v", q)
+	}
+	back.Goodbye()
+	newer.None()
+}
