@@ -613,7 +613,7 @@ func objectOrAbsent(raw json.RawMessage) bool {
 
 // ErrReplaced is what a link is told when a newer link of its key took over
 // every agent it served: it is closed after this.
-const ErrReplaced = "this link was replaced by a newer link of the same key and serves nothing now; closing it"
+const ErrReplaced = wire.ReplacedMessage
 
 // DeleteAgent takes name offline (if this link serves it) and deletes its
 // record, refusing an agent with any history.

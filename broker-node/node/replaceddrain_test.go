@@ -60,13 +60,11 @@ func TestReportsInFlightOnAReplacedLinkAreTaken(t *testing.T) {
 	p2.None()
 }
 
-// The open question "Two processes of one key" (design.md) reads as if a
-// replaced process could not report the runs it still holds without a
-// register, which would replace the newer process again. The wire has a
-// road already: a link that attaches and registers nothing takes nothing
-// over, and its reports for the key's passed runs are taken (D5). A
-// process told it was replaced can finish what it holds that way and stop,
-// so a rolling deploy settles on the newer process.
+// A process told its link was replaced (D5) can finish the runs it holds
+// without taking the agents back: a link that attaches and registers
+// nothing takes nothing over, and its reports for the key's passed runs are
+// taken. Our SDK does this and then stops, so a rolling deploy settles on
+// the newer process (design.md D5); here a raw provider does it.
 func TestReplacedProcessFinishesItsRunsWithoutRegistering(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	old := h.Connect(0xe1, nil)
