@@ -86,3 +86,42 @@ func TestSDKReplacedByANewerProcessFinishesAndStops(t *testing.T) {
 		t.Fatalf("counted %+v", q)
 	}
 }
+
+// Replaced while it holds nothing, the older process stops at once.
+func TestSDKReplacedHoldingNothingStops(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	signer, _ := identity.NewSignerFromSeedHex(nodetest.SeedHex(0xea))
+	sdk := func() *provider.Client {
+		c, err := provider.New(provider.Config{
+			BaseURL: h.URL, Signer: signer, FunduqKey: h.Node.FunduqKey(),
+			Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Backoff: provider.Backoff{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond},
+			Agents: []provider.Agent{{Name: "echo", Handler: func(ctx context.Context, r *provider.Run) error {
+				return r.Emit(ctx, map[string]any{"type": "RUN_FINISHED", "threadId": r.ThreadID, "runId": r.ID})
+			}}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	older := sdk()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	olderDone := make(chan error, 1)
+	go func() { olderDone <- older.Run(ctx) }()
+	<-older.Ready()
+	stopNewer := runSDK(sdk())
+	defer stopNewer()
+	select {
+	case err := <-olderDone:
+		if !errors.Is(err, provider.ErrReplaced) {
+			t.Fatalf("the older process's Run returned %v, want ErrReplaced", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the older process did not stop once replaced")
+	}
+	h.Eventually("one link left", func() bool { return h.Node.Broker.Snapshot().Links == 1 })
+	id, _ := h.Door(signer.PublicKeyHex(), "echo", "", "hi")
+	h.WaitStatus(id, run.Completed)
+}
