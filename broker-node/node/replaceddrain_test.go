@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
@@ -107,4 +108,34 @@ func TestReplacedProcessFinishesItsRunsWithoutRegistering(t *testing.T) {
 	}
 	back.Goodbye()
 	newer.None()
+}
+
+// While a replaced link is read up to its provider's close frame, an offer
+// still out to it is not the provider's silence: funduq closed the link,
+// and a provider that has not answered the close may never answer the
+// offer. Its lapse hands the run back uncounted, as the link's close
+// would have (design.md §Counters: unanswered is the provider's silence).
+func TestOfferOutToAReplacedLinkLapsesUncounted(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p1 := h.Connect(0xe1, nil)
+	p1.Register("echo")
+	id, thread := h.Door(p1.Key, "echo", "", "hi")
+	p1.Offer()
+	_, release := p1.HoldCloseReply() // p1 answers neither the offer nor, yet, the close
+	p2 := h.Connect(0xe1, nil)
+	p2.Register("echo")
+	var e wire.Error
+	p1.Expect(wire.TypeError, &e)
+
+	h.Advance(h.Cfg.DeliverTimeout + time.Millisecond)
+	if o := p2.Offer(); o.RunID != id {
+		t.Fatalf("offer %s, want %s offered again to the newer link", o.RunID, id)
+	}
+	if q := h.Quality(p1.Key); charges(q) != 0 {
+		t.Errorf("counted %+v", q)
+	}
+	release()
+	p2.Accept(id)
+	p2.Complete(id, thread)
+	h.WaitStatus(id, run.Completed)
 }
