@@ -16,7 +16,7 @@ import (
 // the stored stream says (D15), so the run fails as a stream that ended
 // without finishing, with funduq's RUN_ERROR for the caller. Read into the
 // end before the store refused it, it made the run failed (or completed)
-// with no terminal event stored: the caller's stream ended on RUN_STARTED.
+// with no terminal event stored: the caller's stream ended without it.
 func TestTerminalEventUnderATakenSeqDoesNotEndTheRun(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe1, nil)
@@ -33,11 +33,21 @@ func TestTerminalEventUnderATakenSeqDoesNotEndTheRun(t *testing.T) {
 		p.Accept(id)
 		p.SendRaw(frame(id, 1, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, id)))
 		h.Eventually("RUN_STARTED stored", func() bool { return len(h.Events(id)) == 1 })
+		h.Settle()
 		if strings.Contains(terminal, "%q") {
 			terminal = fmt.Sprintf(terminal, thread, id)
 		}
+		// The lane is held in a write (the run's row locked) while the
+		// terminal event and the finish arrive, so it reads them together.
+		release := h.Hold(`SELECT 1 FROM runs WHERE run_id = $1 FOR UPDATE`, id)
+		p.SendRaw(frame(id, 2, `{"type":"CUSTOM","name":"c","value":1}`))
+		h.Eventually("the lane waits on the row", h.LockWaits)
 		p.SendRaw(frame(id, 1, terminal)) // another event under seq 1
 		p.Finish(id)
+		if got := p.ReadBarrier(); len(got) != 0 {
+			t.Fatalf("frames before the lane went on: %s", got)
+		}
+		release()
 		var e wire.Error
 		p.Expect(wire.TypeError, &e)
 		if e.RunID != id || !strings.HasPrefix(e.Message, "event refused") {
