@@ -634,7 +634,7 @@ func chaosDoor(t testing.TB, dbURL, redisURL, prefix string) string {
 	for _, p := range agui.Patterns() {
 		mux.Handle(p, ag)
 	}
-	mux.Handle("GET /agents", door.Agents(deps.Store, nil))
+	mux.Handle("GET /agents", door.Agents(deps.Store, nil, deps.Limits.AgentsHiddenAfter))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv.URL

@@ -58,7 +58,7 @@ func leaseCmd(ctx context.Context, args []string, environ map[string]string, std
 	case "status":
 		fs.BoolVar(&asJSON, "json", false, "print the status as JSON")
 	case "handover":
-		fs.DurationVar(&wait, "wait", wait, "how long to wait for another epoch to lead")
+		fs.Var((*durationFlag)(&wait), "wait", "how long to wait for another epoch to lead")
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, leaseUsage)
 		return nil

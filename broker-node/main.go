@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/funduq/funduq-go/broker-node/node"
 	"github.com/funduq/funduq-go/core/config"
@@ -133,5 +134,21 @@ func migrate(ctx context.Context, environ map[string]string, stderr io.Writer) e
 		return err
 	}
 	log.InfoContext(ctx, "database schema is current")
+	return nil
+}
+
+// durationFlag is a flag.Value of a time.Duration that keeps the parser's
+// reason: flag.Duration says only "parse error", which leaves an operator
+// who typed 30d (or 30) guessing.
+type durationFlag time.Duration
+
+func (d *durationFlag) String() string { return time.Duration(*d).String() }
+
+func (d *durationFlag) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%w (a number with its unit: 30s, 15m, 720h; no d)", err)
+	}
+	*d = durationFlag(v)
 	return nil
 }

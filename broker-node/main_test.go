@@ -185,6 +185,7 @@ func TestLeaseCommandRefusesLooseArguments(t *testing.T) {
 		{[]string{"lease", "status", "--json=maybe"}, `invalid boolean value "maybe" for -json`},
 		{[]string{"lease", "handover", "--wait"}, "flag needs an argument: -wait"},
 		{[]string{"lease", "handover", "--wait", "soon"}, `invalid value "soon" for flag -wait`},
+		{[]string{"lease", "handover", "--wait", "30"}, `missing unit in duration "30"`},
 		{[]string{"lease", "handover", "--wait", "-1s"}, "-wait: want a duration above 0 (e.g. 30s), got -1s"},
 		{[]string{"lease", "handover", "--wait", "0s"}, "-wait: want a duration above 0 (e.g. 30s), got 0s"},
 		{[]string{"lease", "handover", "--wait", "5s", "extra"}, `unexpected argument "extra"`},

@@ -25,7 +25,8 @@ const pruneUsage = `usage: broker-node prune --older-than DURATION (at least 1h,
 func pruneCmd(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("prune", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // its errors are printed below, once, with the usage
-	olderThan := fs.Duration("older-than", 0, "delete settled runs that settled longer ago than this (e.g. 720h); at least 1h")
+	var olderThan time.Duration
+	fs.Var((*durationFlag)(&olderThan), "older-than", "delete settled runs that settled longer ago than this (e.g. 720h); at least 1h")
 	dry := fs.Bool("dry-run", false, "print what would be deleted and delete nothing")
 	batch := fs.Int("batch", 500, "runs per transaction")
 	// Name the mistake before any store is touched, as lease does: the
@@ -47,8 +48,8 @@ func pruneCmd(ctx context.Context, args []string, environ map[string]string, std
 		return refuse("unexpected argument %q", fs.Arg(0))
 	case !set["older-than"]:
 		return refuse("--older-than is required")
-	case *olderThan < time.Hour:
-		return refuse("--older-than %s is under 1h", *olderThan)
+	case olderThan < time.Hour:
+		return refuse("--older-than %s is under 1h", olderThan)
 	case *batch < 1 || *batch > 10000:
 		return refuse("--batch %d is outside 1-10000", *batch)
 	}
@@ -67,10 +68,10 @@ func pruneCmd(ctx context.Context, args []string, environ map[string]string, std
 	if err := st.CheckSchema(ctx); err != nil {
 		return err
 	}
-	cutoff := time.Now().Add(-*olderThan)
+	cutoff := time.Now().Add(-olderThan)
 	print := func(verb string, p store.Pruned) {
 		fmt.Fprintf(stdout, "%s settled before %s (older than %s): %d runs, %d events, %d messages, %d answer requests, %d threads\n",
-			verb, cutoff.UTC().Format(time.RFC3339), *olderThan, p.Runs, p.Events, p.Messages, p.AnswerRequests, p.Threads)
+			verb, cutoff.UTC().Format(time.RFC3339), olderThan, p.Runs, p.Events, p.Messages, p.AnswerRequests, p.Threads)
 	}
 	if *dry {
 		p, err := st.PrunePreview(ctx, cutoff)
@@ -81,7 +82,7 @@ func pruneCmd(ctx context.Context, args []string, environ map[string]string, std
 		fmt.Fprintln(stdout, "(threads: those left empty; a parent thread is counted once its children are gone, on a later pass)")
 		return nil
 	}
-	c := &retention.Cleaner{Store: st, Retention: *olderThan, Batch: *batch, Log: log, Now: func() time.Time { return cutoff.Add(*olderThan) }}
+	c := &retention.Cleaner{Store: st, Retention: olderThan, Batch: *batch, Log: log, Now: func() time.Time { return cutoff.Add(olderThan) }}
 	p, err := c.Pass(ctx)
 	if err != nil {
 		if p.Runs > 0 {

@@ -88,6 +88,8 @@ func TestPruneCommandNamesTheMistake(t *testing.T) {
 		{[]string{"prune", "--older-than", "720h", "extra"}, `unexpected argument "extra"`},
 		{[]string{"prune", "--older-than", "720h", "--batch", "0"}, "--batch 0 is outside 1-10000"},
 		{[]string{"prune", "--older-than", "720"}, `invalid value "720" for flag -older-than`},
+		// Days are no Go duration unit: say so, not only "parse error".
+		{[]string{"prune", "--older-than", "30d"}, `unknown unit "d"`},
 	} {
 		var out, errb bytes.Buffer
 		code := run(tc.args, env, &out, &errb)

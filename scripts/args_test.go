@@ -1,11 +1,16 @@
 package scripts
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -83,4 +88,63 @@ func withoutFunduqEnv(env []string) []string {
 		}
 	}
 	return out
+}
+
+// A newcomer who points FUNDUQ_DATABASE_URL at a running PostgreSQL but
+// names a database that does not exist there (a typo, or one not created
+// yet) is told so, and dev-up stops: it used to call that server "not
+// reachable" and start (even apt-get install) a project-local one instead.
+func TestDevUpNamesAMissingDatabase(t *testing.T) {
+	server := "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+	if u := os.Getenv("FUNDUQ_TEST_DATABASE_URL"); u != "" {
+		server = u
+	}
+	if err := exec.Command("psql", "-X", "-w", "-At", "-d", server, "-c", "select 1").Run(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no PostgreSQL at %s: %v", server, err)
+		}
+		t.Skipf("no PostgreSQL at %s: %v", server, err)
+	}
+	u, err := url.Parse(server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := fmt.Sprintf("devup_missing_%d", time.Now().UnixNano())
+	u.Path = "/" + missing
+	state := t.TempDir()
+	ports := freePorts(t, 2)
+	cmd := exec.Command("./dev-up", "--check")
+	cmd.Env = append(withoutFunduqEnv(os.Environ()), "FUNDUQ_STATE_DIR="+state, "FUNDUQ_DATABASE_URL="+u.String(),
+		"FUNDUQ_DEV_PG_PORT="+strconv.Itoa(ports[0]), "FUNDUQ_DEV_REDIS_PORT="+strconv.Itoa(ports[1]))
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Read until dev-up ends or turns to a server of its own; in that case
+	// stop it (SIGINT: it stops what it started) before failing.
+	var out strings.Builder
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "using a project-local PostgreSQL instead") {
+			_ = cmd.Process.Signal(os.Interrupt)
+			_, _ = io.Copy(io.Discard, stderr)
+			break
+		}
+	}
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Errorf("exit: %v, want a failure", err)
+	}
+	if !strings.Contains(out.String(), `"`+missing+`" does not exist`) {
+		t.Errorf("dev-up does not say the database does not exist:\n%s", out.String())
+	}
+	if _, err := os.Stat(filepath.Join(state, "pg")); err == nil {
+		t.Errorf("dev-up made a PostgreSQL of its own:\n%s", out.String())
+	}
 }

@@ -440,6 +440,9 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 	if strings.ContainsRune(providerName, 0) {
 		return &RegisterError{"providerName holds a NUL character (\\u0000), which funduq cannot store"}
 	}
+	if err := b.set.Limits.Register.checkRegister(agents, providerName); err != nil {
+		return err
+	}
 	seen := map[string]bool{}
 	rows := make([]store.Agent, 0, len(agents))
 	for i, a := range agents {

@@ -84,7 +84,9 @@ func (l *lane) funnel(ctx context.Context) *store.Conclusion {
 		if reason == "" {
 			reason = "the provider reported RUN_ERROR"
 		}
-		c.Move = store.Move{To: run.Failed, Reason: run.Reason(reason)}
+		// The provider's words, whatever they say (design.md §The
+		// operator console, whose failure reason).
+		c.Move = store.Move{To: run.Failed, Reason: run.Reason(reason), ReasonByProvider: true}
 	default:
 		c.Move = store.Move{To: run.Failed, Reason: run.ReasonStreamEndedWithoutFinishing}
 		c.Events = []json.RawMessage{agui.RunError(run.StreamEndedMessage, string(run.ReasonStreamEndedWithoutFinishing))}
@@ -118,6 +120,19 @@ func (l *lane) folded(ctx context.Context) []store.Message {
 // is counted (D15) — on every path that would fail it (link loss, grace,
 // takeover, the sweep).
 func (l *lane) fail(ctx context.Context, reason run.Reason, countAbandoned bool) bool {
+	return l.failWith(ctx, reason, countAbandoned, false)
+}
+
+// refused fails the run with a provider's permanent refusal: its reason
+// recorded verbatim as the provider's, and the RUN_ERROR funduq writes for
+// it carries that reason as code and message — funduq adds no sentence
+// of its own, even when the provider chose one of funduq's reason names
+// (seeds: the annotation is the provider's).
+func (l *lane) refused(ctx context.Context, reason string) bool {
+	return l.failWith(ctx, run.Reason(reason), false, true)
+}
+
+func (l *lane) failWith(ctx context.Context, reason run.Reason, countAbandoned, byProvider bool) bool {
 	if l.offer != nil {
 		l.offer.timer.Stop()
 		l.offer = nil
@@ -127,9 +142,13 @@ func (l *lane) fail(ctx context.Context, reason run.Reason, countAbandoned bool)
 		l.endByFunnel(ctx)
 		return true
 	}
-	c := &store.Conclusion{Move: store.Move{To: run.Failed, Reason: reason}}
+	c := &store.Conclusion{Move: store.Move{To: run.Failed, Reason: reason, ReasonByProvider: byProvider}}
 	if !l.sawError {
-		c.Events = []json.RawMessage{agui.RunError(run.Sentence(reason), string(reason))}
+		msg := run.Sentence(reason)
+		if byProvider {
+			msg = string(reason)
+		}
+		c.Events = []json.RawMessage{agui.RunError(msg, string(reason))}
 	}
 	b := l.b
 	b.mu.Lock()

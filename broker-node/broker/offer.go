@@ -247,7 +247,7 @@ func (l *lane) onVerdict(ctx context.Context, c verdictCmd) {
 		l.b.metrics.offers.WithLabelValues("refused").Inc()
 		l.log.InfoContext(ctx, "provider refused the run", "provider_key", key, "reason", c.reason)
 		// The place stays held until the run is forgotten.
-		l.fail(ctx, run.Reason(c.reason), false)
+		l.refused(ctx, c.reason)
 	}
 }
 

@@ -114,7 +114,9 @@ func (b *Broker) targetKept(r store.Run) bool {
 	case run.InputRequired, run.Queued, run.Completed, run.Cancelled:
 		return true
 	case run.Failed:
-		return t.FailureReason != string(run.ReasonOrphanedByRestart)
+		// Orphaned only in funduq's own words: a provider may fail its
+		// run with the same text, and that run did not die with the process.
+		return t.FailureReason != string(run.ReasonOrphanedByRestart) || t.FailureByProvider
 	}
 	return false
 }

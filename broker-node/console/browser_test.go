@@ -145,8 +145,8 @@ func TestConsoleLongProviderTextInBrowser(t *testing.T) {
 	if !browsertest.Eval[bool](b, within(prow, 6)) {
 		t.Errorf("the provider's state is off to the side, at x=%v", browsertest.Eval[float64](b, `document.querySelector('`+prow+`').children[6].getBoundingClientRect().right`))
 	}
-	if !browsertest.Eval[bool](b, within(frow, 1)) {
-		t.Errorf("the failure's count is off to the side, at x=%v", browsertest.Eval[float64](b, `document.querySelector('`+frow+`').children[1].getBoundingClientRect().right`))
+	if !browsertest.Eval[bool](b, within(frow, 2)) {
+		t.Errorf("the failure's count is off to the side, at x=%v", browsertest.Eval[float64](b, `document.querySelector('`+frow+`').children[2].getBoundingClientRect().right`))
 	}
 	for _, sel := range []string{prow, frow} {
 		if hgt := browsertest.Eval[float64](b, `document.querySelector('`+sel+`').getBoundingClientRect().height`); hgt > 200 {

@@ -2,7 +2,8 @@
 // /console: who leads (epoch, lease time left, the nodes seen), the
 // connected providers with their agents, capacity and in-flight counts,
 // quality counters with withdrawn providers marked, runs by status with the
-// oldest queued and the longest running, and recent failures by reason.
+// oldest queued and the longest running, and recent failures by reason and
+// whose words each is (funduq's or the provider's; design.md §Counters).
 //
 // It is one static page (HTML, CSS and a small script, embedded) that polls
 // GET /console/api/state. Every value is rendered with textContent; text a

@@ -145,7 +145,7 @@ type RunAgeJSON struct {
 }
 
 // FailuresJSON: the runs that failed within the window, by reason (its
-// first store.OverviewReasonChars characters), the store.OverviewReasons
+// first store.OverviewReasonChars characters) and whose words it is, the store.OverviewReasons
 // most frequent; OmittedReasons and OmittedRuns count the rest.
 type FailuresJSON struct {
 	WindowMS       int64         `json:"windowMs"`
@@ -154,9 +154,12 @@ type FailuresJSON struct {
 	OmittedRuns    int64         `json:"omittedRuns"`
 }
 
-// FailureJSON is one failure reason.
+// FailureJSON is one failure reason. By says whose words it is: "funduq"
+// or "provider" (a refusal's reason, a RUN_ERROR's code) — a provider may
+// use funduq's reason names, so the text alone cannot say.
 type FailureJSON struct {
 	Reason string    `json:"reason"`
+	By     string    `json:"by"`
 	Count  int64     `json:"count"`
 	Last   time.Time `json:"last"`
 }
@@ -253,7 +256,11 @@ func (h *Handler) collect(ctx context.Context) State {
 		}
 		s.Runs.OldestQueued, s.Runs.LongestRunning = ageJSON(ov.OldestQueued), ageJSON(ov.LongestRunning)
 		for _, f := range ov.Failures {
-			s.Failures.List = append(s.Failures.List, FailureJSON{Reason: f.Reason, Count: f.Count, Last: f.Last.UTC()})
+			by := "funduq"
+			if f.ByProvider {
+				by = "provider"
+			}
+			s.Failures.List = append(s.Failures.List, FailureJSON{Reason: f.Reason, By: by, Count: f.Count, Last: f.Last.UTC()})
 		}
 		s.Failures.OmittedReasons, s.Failures.OmittedRuns = ov.OmittedReasons, ov.OmittedRuns
 	}

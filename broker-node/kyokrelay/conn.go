@@ -13,6 +13,8 @@ type conn struct {
 	*wsconn.Conn
 	key string
 	log *slog.Logger
+	// deadline is the register deadline (Relay.ServeHTTP).
+	deadline *wsconn.RegisterDeadline
 
 	// Guarded by Relay.mu.
 	names map[string]bool // the offerings this link registered
@@ -24,7 +26,7 @@ type conn struct {
 
 func newConn(ws *websocket.Conn, key string, log *slog.Logger) *conn {
 	return &conn{Conn: wsconn.New(ws, "LLM provider is not reading its link"), key: key, log: log,
-		names: map[string]bool{}, inflight: map[string]*completion{}}
+		names: map[string]bool{}, inflight: map[string]*completion{}, deadline: &wsconn.RegisterDeadline{}}
 }
 
 // send queues frame for the writer; a full queue closes the link.

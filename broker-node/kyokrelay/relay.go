@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/jonboulle/clockwork"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/broker-node/handshake"
@@ -74,6 +75,18 @@ type Relay struct {
 	// MaxFrame caps one inbound frame (config BrokerLimits.MaxFrame; 0:
 	// wsconn.MaxFrame).
 	MaxFrame int64
+	// RegisterDeadline is how long a link may stay open after welcome
+	// without a register answered "registered" (config
+	// FUNDUQ_REGISTER_DEADLINE); 0: no deadline.
+	RegisterDeadline time.Duration
+	// Clock times the register deadline (nil: the real clock).
+	Clock clockwork.Clock
+	// MaxModels caps the models one register carries (config
+	// FUNDUQ_MAX_AGENTS_PER_REGISTER; 0: DefaultMaxModels).
+	MaxModels int
+	// MaxMetadataBytes caps a register's metadata (config
+	// FUNDUQ_MAX_AGENT_CARD_BYTES; 0: DefaultMaxMetadataBytes).
+	MaxMetadataBytes int
 
 	// roster orders the durable roster's writes (register, a link's
 	// teardown) with the in-memory served map they follow: a teardown

@@ -28,6 +28,13 @@ import (
 // maxModelName is llm_offerings.name's limit.
 const maxModelName = 256
 
+// Defaults of Relay's register bounds (config.DefaultBrokerLimits'
+// MaxAgentsPerRegister and MaxAgentCardBytes).
+const (
+	DefaultMaxModels        = 256
+	DefaultMaxMetadataBytes = 64 << 10
+)
+
 // ServeHTTP upgrades GET /ws/kyok, handshakes and serves one LLM provider's
 // link until it closes.
 func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -70,8 +77,13 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.mu.Unlock()
 	defer r.linksWG.Done()
 	c.log.Info("LLM provider attached")
+	// A link must register (design.md §The provider wire, "Admission").
+	c.deadline = wsconn.StartRegisterDeadline(c.Conn, r.Clock, r.RegisterDeadline, func() {
+		c.log.Info("LLM provider link closed: no register in time", "deadline", r.RegisterDeadline)
+	})
 	go c.Writer(writerDone)
 	r.readLoop(c)
+	c.deadline.Stop()
 	r.detach(c)
 	c.CloseWith(websocket.CloseNormalClosure, "")
 	<-writerDone
@@ -183,6 +195,23 @@ func (r *Relay) register(ctx context.Context, c *conn, f wire.RegisterModels) {
 		r.sendError(c, "", "", "register does not validate: models must be a non-empty list of model names")
 		return
 	}
+	// Bounded like an agent register (design.md §The provider wire,
+	// "Admission"): a key costs a stranger nothing.
+	maxModels, maxMeta := r.MaxModels, r.MaxMetadataBytes
+	if maxModels <= 0 {
+		maxModels = DefaultMaxModels
+	}
+	if maxMeta <= 0 {
+		maxMeta = DefaultMaxMetadataBytes
+	}
+	if len(f.Models) > maxModels {
+		r.sendError(c, "", "", fmt.Sprintf("register carries %d models, over the limit of %d (FUNDUQ_MAX_AGENTS_PER_REGISTER)", len(f.Models), maxModels))
+		return
+	}
+	if len(f.Metadata) > maxMeta {
+		r.sendError(c, "", "", fmt.Sprintf("register's metadata is %d bytes, over the limit of %d (FUNDUQ_MAX_AGENT_CARD_BYTES)", len(f.Metadata), maxMeta))
+		return
+	}
 	seen := map[string]bool{}
 	var names []string
 	for _, n := range f.Models {
@@ -265,6 +294,7 @@ func (r *Relay) register(ctx context.Context, c *conn, f wire.RegisterModels) {
 		}
 	}
 	c.log.Info("LLM offerings registered", "models", names)
+	c.deadline.Met() // before the provider reads that it registered
 	r.send(c, wire.Registered{Type: wire.TypeRegistered, Names: names})
 }
 

@@ -16,10 +16,12 @@ type Conn struct {
 	*wsconn.Conn
 	key string
 	log *slog.Logger
+	// deadline is the register deadline (Server.serve).
+	deadline *wsconn.RegisterDeadline
 }
 
 func newConn(ws *websocket.Conn, key string, log *slog.Logger) *Conn {
-	return &Conn{Conn: wsconn.New(ws, "provider is not reading its link"), key: key, log: log}
+	return &Conn{Conn: wsconn.New(ws, "provider is not reading its link"), key: key, log: log, deadline: &wsconn.RegisterDeadline{}}
 }
 
 // Key is the provider's public key.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/funduq/funduq-go/broker-node/broker"
 	"github.com/funduq/funduq-go/broker-node/handshake"
@@ -38,6 +39,12 @@ type Server struct {
 	// PingInterval overrides how often a link is pinged (0:
 	// wsconn.PingEvery). The pings go on while the link is not read.
 	PingInterval time.Duration
+	// RegisterDeadline is how long a link may stay open after welcome
+	// without a register answered "registered" (config
+	// FUNDUQ_REGISTER_DEADLINE); 0: no deadline.
+	RegisterDeadline time.Duration
+	// Clock times the register deadline (nil: the real clock).
+	Clock clockwork.Clock
 
 	wg       sync.WaitGroup
 	once     sync.Once
@@ -99,10 +106,19 @@ func (s *Server) serve(ws *websocket.Conn, res handshake.Result) {
 	}
 	writerDone := make(chan struct{})
 	go c.Writer(writerDone)
+	// A link must register (design.md §The provider wire, "Admission").
+	c.deadline = wsconn.StartRegisterDeadline(c.Conn, s.Clock, s.RegisterDeadline, func() {
+		c.log.Info("provider link closed: no register in time", "deadline", s.RegisterDeadline)
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	var queries sync.WaitGroup
 	lost := s.readLoop(ctx, c, &queries)
 	c.ReadDone()
+	c.deadline.Stop()
+	// A link closed for not registering was not left on purpose: whatever
+	// it holds waits the link grace for a link that registers (D5), as a
+	// lost link's does, rather than being counted abandoned.
+	lost = lost || c.deadline.Lapsed()
 	s.Broker.Detach(c, lost)
 	c.CloseWith(websocket.CloseNormalClosure, "")
 	cancel()
@@ -258,6 +274,8 @@ func (s *Server) handle(ctx context.Context, c *Conn, frame any, querySlots chan
 
 func (s *Server) register(ctx context.Context, c *Conn, f wire.Register) {
 	err := s.Broker.Register(ctx, c, f.Agents, f.ProviderName, func(names []string) {
+		// Registered: the deadline is over before the provider reads so.
+		c.deadline.Met()
 		s.send(c, wire.Registered{Type: wire.TypeRegistered, Names: names})
 	})
 	if err != nil {

@@ -130,7 +130,9 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 		Settings: broker.Settings{DeliverTimeout: cfg.DeliverTimeout, OfferingAfter: cfg.OfferingWriteAfter, UnservedTimeout: cfg.UnservedTimeout,
 			UndeliveredWindow: cfg.UndeliveredWindow, ProviderGrace: cfg.ProviderGrace, LinkGrace: cfg.LinkGrace, LeaseTTL: cfg.LeaseTTL,
 			QualityTolerance: cfg.ProviderQualityTolerance, StoreRetryFor: cfg.StoreRetryFor, SweepInterval: o.SweepInterval,
-			Limits:       broker.Limits{MaxEventsPerRun: cfg.MaxEventsPerRun, MaxEventBytes: cfg.MaxEventBytes},
+			Limits: broker.Limits{MaxEventsPerRun: cfg.MaxEventsPerRun, MaxEventBytes: cfg.MaxEventBytes,
+				Register: broker.RegisterLimits{MaxAgents: cfg.MaxAgentsPerRegister, MaxDescriptionBytes: cfg.MaxAgentDescriptionBytes,
+					MaxCardBytes: cfg.MaxAgentCardBytes, MaxTotalBytes: cfg.MaxRegisterBytes}},
 			EventBacklog: cfg.LinkEventBacklog, EventBacklogBytes: cfg.LinkEventBacklogBytes}})
 	n := &Node{cfg: cfg, log: log, st: st, rdb: rdb, signer: signer, tickets: tickets.New(rdb, prefix),
 		Broker: b, registry: reg, prefix: prefix}
@@ -139,10 +141,12 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 			Log: log, Metrics: retention.NewMetrics(reg)}
 	}
 	n.links = &link.Server{Broker: b, Funduq: signer, Tickets: n.tickets, Log: log,
-		NotLeading: http.HandlerFunc(n.notLeading), MaxFrame: cfg.MaxFrame, PingInterval: o.LinkPingInterval}
+		NotLeading: http.HandlerFunc(n.notLeading), MaxFrame: cfg.MaxFrame, PingInterval: o.LinkPingInterval,
+		RegisterDeadline: cfg.RegisterDeadline, Clock: o.Clock}
 	n.kyok = &kyokrelay.Relay{Store: st, Redis: rdb, Prefix: prefix, Funduq: signer, Tickets: n.tickets, Log: log,
 		NotLeading: http.HandlerFunc(n.notLeading), GapTimeout: o.KyokGap, Block: o.KyokBlock,
-		MaxConcurrent: cfg.KyokMaxConcurrent, MaxFrame: cfg.MaxFrame}
+		MaxConcurrent: cfg.KyokMaxConcurrent, MaxFrame: cfg.MaxFrame, RegisterDeadline: cfg.RegisterDeadline, Clock: o.Clock,
+		MaxModels: cfg.MaxAgentsPerRegister, MaxMetadataBytes: cfg.MaxAgentCardBytes}
 	n.elector = &lease.Elector{Lease: lease.New(rdb, LeaseKey(prefix), cfg.NodeID, cfg.LeaseTTL),
 		Channel: LeaseChannel(prefix), Log: log, Lead: n.leadUnder}
 	n.mux = http.NewServeMux()

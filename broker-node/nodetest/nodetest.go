@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/jackc/pgx/v5"
 	"github.com/jonboulle/clockwork"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/broker-node/node"
 	"github.com/funduq/funduq-go/core/config"
@@ -34,8 +36,10 @@ import (
 )
 
 // guard bounds every wait in these tests. It is a hang detector, never a
-// timing assertion: a healthy run takes milliseconds.
-const guard = 15 * time.Second
+// timing assertion: a healthy run takes milliseconds, but a heavy step (a
+// link flooded with thousands of queries) on a loaded machine can take tens
+// of seconds, and a passing test never waits it out.
+const guard = time.Minute
 
 type Harness struct {
 	t     testing.TB
@@ -84,7 +88,7 @@ func StartOn(t testing.TB, dbURL, redisURL, prefix string, mut func(*config.Brok
 		Storage:  config.Storage{DatabaseURL: dbURL, RedisURL: redisURL},
 		Identity: config.Identity{IdentityKey: SeedHex(0xb6), TokenSecret: "test-secret"},
 		Waits: config.Waits{LeaseTTL: 10 * time.Second, DeliverTimeout: 5 * time.Second, UnservedTimeout: 45 * time.Second,
-			UndeliveredWindow: 1800 * time.Second, ProviderGrace: 0, ProviderQualityTolerance: 3},
+			UndeliveredWindow: 1800 * time.Second, ProviderGrace: 0, ProviderQualityTolerance: 3, RegisterDeadline: 30 * time.Second},
 		NodeID: "test-node",
 	}
 	if mut != nil {
@@ -726,12 +730,98 @@ func (h *Harness) LockWaits() bool {
 	return err == nil && waiting
 }
 
-// CloseCode says goodbye with a close frame carrying code (an empty one for
-// 1005), then drops the connection.
-func (p *Prov) CloseCode(code int) {
-	p.wmu.Lock()
-	msg := websocket.FormatCloseMessage(code, "bye")
-	_ = p.ws.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
-	p.wmu.Unlock()
-	p.Close()
+// DoorApp is the application_name a door's PostgreSQL connections carry
+// (functions/door.Connect).
+const DoorApp = "funduq-door"
+
+// KillBackends terminates every backend of the harness's database whose
+// application_name is app, busy or idle in its pool — what a database
+// failover or an operator's kill does to them — and returns how many.
+func (h *Harness) KillBackends(app string) int {
+	h.t.Helper()
+	var n int
+	if err := h.DB().QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = $1 AND datname = current_database()`, app).Scan(&n); err != nil {
+		h.t.Fatal(err)
+	}
+	return n
+}
+
+// Outage makes the harness's database unreachable for the connections
+// named app (KillBackends) while the others keep the connections they
+// hold: new connections are refused and app's are terminated. end lets
+// connections in again (the test's end does too).
+func (h *Harness) Outage(app string) (end func()) {
+	h.t.Helper()
+	ctx := context.Background()
+	var db string
+	if err := h.DB().QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		h.t.Fatal(err)
+	}
+	// A database's connections are switched off from another one.
+	admin, err := pgx.Connect(ctx, storetest.AdminURL())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { admin.Close(ctx) })
+	allow := func(on bool) {
+		h.t.Helper()
+		if _, err := admin.Exec(ctx, fmt.Sprintf(`ALTER DATABASE %s ALLOW_CONNECTIONS %t`, pgx.Identifier{db}.Sanitize(), on)); err != nil {
+			h.t.Fatal(err)
+		}
+	}
+	allow(false)
+	var once sync.Once
+	end = func() { once.Do(func() { allow(true) }) }
+	h.t.Cleanup(end)
+	h.Eventually("the backends are gone", func() bool { return h.KillBackends(app) == 0 })
+	return end
+}
+
+// RedisURLNamed is the harness's Redis URL for clients that name
+// themselves name (CLIENT SETNAME), so KillRedisClients finds them and
+// nobody else's.
+func (h *Harness) RedisURLNamed(name string) string {
+	h.t.Helper()
+	u, err := url.Parse(h.Cfg.RedisURL)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("client_name", name)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// KillRedisClients kills the connections to the harness's Redis of the
+// clients named name (CLIENT KILL has no filter by name) and returns how
+// many went.
+func (h *Harness) KillRedisClients(name string) int {
+	h.t.Helper()
+	opt, err := redis.ParseURL(h.Cfg.RedisURL)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	ctx := context.Background()
+	list, err := rdb.ClientList(ctx).Result()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		fields := map[string]string{}
+		for _, f := range strings.Fields(line) {
+			k, v, _ := strings.Cut(f, "=")
+			fields[k] = v
+		}
+		if fields["name"] != name || fields["id"] == "" {
+			continue
+		}
+		if rdb.ClientKillByFilter(ctx, "ID", fields["id"]).Err() == nil {
+			n++
+		}
+	}
+	return n
 }

@@ -86,7 +86,7 @@ func setup(t *testing.T, broker bool, mut func(*config.Broker)) *env {
 	for _, p := range agui.Patterns() {
 		mux.Handle(p, ag)
 	}
-	mux.Handle("GET /agents", door.Agents(deps.Store, nil))
+	mux.Handle("GET /agents", door.Agents(deps.Store, nil, deps.Limits.AgentsHiddenAfter))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rw := &recorder{ResponseWriter: w}
 		mux.ServeHTTP(rw, r)

@@ -53,6 +53,11 @@ type Waits struct {
 	// StoreRetryFor bounds how long the leader retries one write that
 	// PostgreSQL keeps failing before it steps down (D13).
 	StoreRetryFor time.Duration `env:"FUNDUQ_STORE_RETRY_FOR" envDefault:"30s"`
+	// RegisterDeadline is how long a provider or KYOK link may stay open
+	// after welcome without a register answered "registered"; past it the link
+	// is closed 1008 saying why (design.md §The provider wire). 0: no
+	// deadline.
+	RegisterDeadline time.Duration `env:"FUNDUQ_REGISTER_DEADLINE" envDefault:"30s"`
 }
 
 // DoorLimits bound what one caller request may carry, so nothing a door
@@ -70,6 +75,10 @@ type DoorLimits struct {
 	// MaxQueuedPerThread caps a thread's runs waiting for a provider
 	// (queued or offering); one more is 429 with Retry-After.
 	MaxQueuedPerThread int `env:"FUNDUQ_MAX_QUEUED_PER_THREAD" envDefault:"32"`
+	// AgentsHiddenAfter hides from GET /agents an agent nobody has served
+	// for this long (the reference's stale_hidden_window_seconds, a week):
+	// its record is kept, and listed again once it is registered.
+	AgentsHiddenAfter time.Duration `env:"FUNDUQ_AGENTS_HIDDEN_AFTER" envDefault:"168h"`
 }
 
 func (l DoorLimits) validate() error {
@@ -81,6 +90,7 @@ func (l DoorLimits) validate() error {
 		{"FUNDUQ_MAX_BODY_BYTES", l.MaxBody}, {"FUNDUQ_KYOK_MAX_BODY_BYTES", l.MaxKyokBody},
 		{"FUNDUQ_MAX_MESSAGES", int64(l.MaxMessages)}, {"FUNDUQ_MAX_JSON_DEPTH", int64(l.MaxJSONDepth)},
 		{"FUNDUQ_MAX_QUEUED_PER_THREAD", int64(l.MaxQueuedPerThread)},
+		{"FUNDUQ_AGENTS_HIDDEN_AFTER", int64(l.AgentsHiddenAfter)},
 	} {
 		if v.n <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive, got %d", v.name, v.n))
@@ -115,6 +125,23 @@ type BrokerLimits struct {
 	// KyokMaxConcurrent caps the completions in flight on one LLM link;
 	// one more is refused to its caller at once (429 from the KYOK door).
 	KyokMaxConcurrent int `env:"FUNDUQ_KYOK_MAX_CONCURRENT" envDefault:"16"`
+	// The register limits bound what one register may make funduq keep
+	// and list (design.md §The provider wire): a register past any of
+	// them is refused with an error naming it, and nothing is registered.
+	// The defaults are far above an honest provider's (tens of agents, a
+	// few KB each).
+	//
+	// MaxAgentsPerRegister caps the agents one register carries (the
+	// models, on a KYOK link).
+	MaxAgentsPerRegister int `env:"FUNDUQ_MAX_AGENTS_PER_REGISTER" envDefault:"256"`
+	// MaxAgentDescriptionBytes caps one agent's description.
+	MaxAgentDescriptionBytes int `env:"FUNDUQ_MAX_AGENT_DESCRIPTION_BYTES" envDefault:"16384"`
+	// MaxAgentCardBytes caps one agent's agentCardExtra, and its
+	// metadata, each as JSON (and a KYOK register's metadata).
+	MaxAgentCardBytes int `env:"FUNDUQ_MAX_AGENT_CARD_BYTES" envDefault:"65536"`
+	// MaxRegisterBytes caps one register's agents in all: their names,
+	// descriptions, agentCardExtra and metadata.
+	MaxRegisterBytes int `env:"FUNDUQ_MAX_REGISTER_BYTES" envDefault:"1048576"`
 }
 
 func (l BrokerLimits) validate() error {
@@ -126,6 +153,10 @@ func (l BrokerLimits) validate() error {
 		{"FUNDUQ_MAX_FRAME_BYTES", l.MaxFrame}, {"FUNDUQ_MAX_EVENTS_PER_RUN", int64(l.MaxEventsPerRun)},
 		{"FUNDUQ_MAX_EVENT_BYTES", int64(l.MaxEventBytes)}, {"FUNDUQ_TICKETS_PER_MINUTE", int64(l.TicketsPerMinute)},
 		{"FUNDUQ_KYOK_MAX_CONCURRENT", int64(l.KyokMaxConcurrent)},
+		{"FUNDUQ_MAX_AGENTS_PER_REGISTER", int64(l.MaxAgentsPerRegister)},
+		{"FUNDUQ_MAX_AGENT_DESCRIPTION_BYTES", int64(l.MaxAgentDescriptionBytes)},
+		{"FUNDUQ_MAX_AGENT_CARD_BYTES", int64(l.MaxAgentCardBytes)},
+		{"FUNDUQ_MAX_REGISTER_BYTES", int64(l.MaxRegisterBytes)},
 	} {
 		if v.n <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive, got %d", v.name, v.n))
@@ -330,6 +361,7 @@ func (w Waits) validate() error {
 		{"FUNDUQ_PROVIDER_GRACE", w.ProviderGrace, "no wait for providers after a failover"},
 		{"FUNDUQ_LINK_GRACE", w.LinkGrace, "a lost link's runs fail at once"},
 		{"FUNDUQ_STORE_RETRY_FOR", w.StoreRetryFor, ""},
+		{"FUNDUQ_REGISTER_DEADLINE", w.RegisterDeadline, "no deadline"},
 	} {
 		switch {
 		case d.zero != "" && d.v < 0:

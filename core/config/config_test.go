@@ -25,7 +25,7 @@ func TestBrokerDefaults(t *testing.T) {
 	}
 	want := config.Waits{LeaseTTL: 10 * time.Second, DeliverTimeout: 5 * time.Second, OfferingWriteAfter: 50 * time.Millisecond, UnservedTimeout: 45 * time.Second,
 		UndeliveredWindow: 1800 * time.Second, ProviderGrace: 30 * time.Second, LinkGrace: 5 * time.Second, ProviderQualityTolerance: 3,
-		StoreRetryFor: 30 * time.Second}
+		StoreRetryFor: 30 * time.Second, RegisterDeadline: 30 * time.Second}
 	if c.Waits != want {
 		t.Fatalf("waits = %+v, want design.md D14's defaults %+v", c.Waits, want)
 	}
@@ -46,6 +46,7 @@ func TestOverrides(t *testing.T) {
 	e["FUNDUQ_PROVIDER_GRACE"] = "0s"
 	e["FUNDUQ_OFFERING_WRITE_AFTER"] = "0s"
 	e["FUNDUQ_LINK_GRACE"] = "0s"
+	e["FUNDUQ_REGISTER_DEADLINE"] = "0s"
 	e["FUNDUQ_PROVIDER_QUALITY_TOLERANCE"] = "0"
 	e["FUNDUQ_NODE_ID"] = "node-a"
 	e["FUNDUQ_LOG_LEVEL"] = "debug"
@@ -53,7 +54,7 @@ func TestOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DeliverTimeout != 250*time.Millisecond || c.ProviderGrace != 0 || c.OfferingWriteAfter != 0 || c.LinkGrace != 0 || c.ProviderQualityTolerance != 0 || c.NodeID != "node-a" || c.LogLevel.String() != "DEBUG" {
+	if c.DeliverTimeout != 250*time.Millisecond || c.ProviderGrace != 0 || c.OfferingWriteAfter != 0 || c.LinkGrace != 0 || c.RegisterDeadline != 0 || c.ProviderQualityTolerance != 0 || c.NodeID != "node-a" || c.LogLevel.String() != "DEBUG" {
 		t.Fatalf("overrides not applied: %+v", c)
 	}
 }
@@ -79,6 +80,7 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{key: "FUNDUQ_OFFERING_WRITE_AFTER", value: "-1ms", want: "FUNDUQ_OFFERING_WRITE_AFTER: want 0 (written at once) or more, got -1ms"},
 		{key: "FUNDUQ_PROVIDER_GRACE", value: "-1s", want: "FUNDUQ_PROVIDER_GRACE: want 0 (no wait for providers after a failover) or more, got -1s"},
 		{key: "FUNDUQ_LINK_GRACE", value: "-1s", want: "FUNDUQ_LINK_GRACE: want 0 (a lost link's runs fail at once) or more, got -1s"},
+		{key: "FUNDUQ_REGISTER_DEADLINE", value: "-1s", want: "FUNDUQ_REGISTER_DEADLINE: want 0 (no deadline) or more, got -1s"},
 		{key: "FUNDUQ_PROVIDER_QUALITY_TOLERANCE", value: "three", want: "FUNDUQ_PROVIDER_QUALITY_TOLERANCE: cannot read"},
 		{key: "FUNDUQ_PROVIDER_QUALITY_TOLERANCE", value: "-1", want: "FUNDUQ_PROVIDER_QUALITY_TOLERANCE: must be 0"},
 		{key: "FUNDUQ_ADVERTISE_URL", value: "ws:/nohost", want: "FUNDUQ_ADVERTISE_URL"},

@@ -3,6 +3,7 @@ package config_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/funduq/funduq-go/core/config"
 )
@@ -15,7 +16,8 @@ func TestLimitDefaults(t *testing.T) {
 	if b.BrokerLimits != config.DefaultBrokerLimits() {
 		t.Fatalf("broker limits %+v, defaults %+v", b.BrokerLimits, config.DefaultBrokerLimits())
 	}
-	want := config.BrokerLimits{MaxFrame: 8 << 20, MaxEventsPerRun: 100000, MaxEventBytes: 1 << 20, TicketsPerMinute: 60, KyokMaxConcurrent: 16}
+	want := config.BrokerLimits{MaxFrame: 8 << 20, MaxEventsPerRun: 100000, MaxEventBytes: 1 << 20, TicketsPerMinute: 60, KyokMaxConcurrent: 16,
+		MaxAgentsPerRegister: 256, MaxAgentDescriptionBytes: 16 << 10, MaxAgentCardBytes: 64 << 10, MaxRegisterBytes: 1 << 20}
 	if b.BrokerLimits != want {
 		t.Fatalf("broker limits %+v, want %+v", b.BrokerLimits, want)
 	}
@@ -23,21 +25,23 @@ func TestLimitDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wd := config.DoorLimits{MaxBody: 1 << 20, MaxKyokBody: 8 << 20, MaxMessages: 1000, MaxJSONDepth: 64, MaxQueuedPerThread: 32}
+	wd := config.DoorLimits{MaxBody: 1 << 20, MaxKyokBody: 8 << 20, MaxMessages: 1000, MaxJSONDepth: 64, MaxQueuedPerThread: 32,
+		AgentsHiddenAfter: 7 * 24 * time.Hour}
 	if d.DoorLimits != wd || config.DefaultDoorLimits() != wd {
 		t.Fatalf("door limits %+v, want %+v", d.DoorLimits, wd)
 	}
 }
 
 func TestLimitsMustBePositive(t *testing.T) {
-	for _, key := range []string{"FUNDUQ_MAX_BODY_BYTES", "FUNDUQ_MAX_MESSAGES", "FUNDUQ_MAX_JSON_DEPTH", "FUNDUQ_MAX_QUEUED_PER_THREAD", "FUNDUQ_KYOK_MAX_BODY_BYTES"} {
+	for _, key := range []string{"FUNDUQ_MAX_BODY_BYTES", "FUNDUQ_MAX_MESSAGES", "FUNDUQ_MAX_JSON_DEPTH", "FUNDUQ_MAX_QUEUED_PER_THREAD", "FUNDUQ_KYOK_MAX_BODY_BYTES", "FUNDUQ_AGENTS_HIDDEN_AFTER"} {
 		e := good()
 		e[key] = "0"
 		if _, err := config.ParseDoor(e); err == nil || !strings.Contains(err.Error(), key) {
 			t.Errorf("%s=0: err %v, want one naming it", key, err)
 		}
 	}
-	for _, key := range []string{"FUNDUQ_MAX_FRAME_BYTES", "FUNDUQ_MAX_EVENTS_PER_RUN", "FUNDUQ_MAX_EVENT_BYTES", "FUNDUQ_TICKETS_PER_MINUTE", "FUNDUQ_KYOK_MAX_CONCURRENT"} {
+	for _, key := range []string{"FUNDUQ_MAX_FRAME_BYTES", "FUNDUQ_MAX_EVENTS_PER_RUN", "FUNDUQ_MAX_EVENT_BYTES", "FUNDUQ_TICKETS_PER_MINUTE", "FUNDUQ_KYOK_MAX_CONCURRENT",
+		"FUNDUQ_MAX_AGENTS_PER_REGISTER", "FUNDUQ_MAX_AGENT_DESCRIPTION_BYTES", "FUNDUQ_MAX_AGENT_CARD_BYTES", "FUNDUQ_MAX_REGISTER_BYTES"} {
 		e := good()
 		e[key] = "-1"
 		if _, err := config.ParseBroker(e, config.Host{}); err == nil || !strings.Contains(err.Error(), key) {

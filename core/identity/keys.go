@@ -91,7 +91,7 @@ func NewSignerFromSeed(seed []byte) (*Signer, error) {
 }
 
 // NewSignerFromSeedHex builds a Signer from the hex of a 32-byte seed (64 hex
-// chars, either case, as in FUNDUQ_IDENTITY_PRIVATE_KEY). Errors wrap ErrBadKey
+// chars, either case, as in FUNDUQ_IDENTITY_KEY). Errors wrap ErrBadKey
 // and never contain the seed.
 func NewSignerFromSeedHex(seedHex string) (*Signer, error) {
 	if len(seedHex) != SeedHexLen {

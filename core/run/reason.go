@@ -3,7 +3,9 @@ package run
 // Reason is why a run failed. It is stored with the failed run and carried in
 // its terminal RUN_ERROR event. A provider's own refusal reason is recorded
 // verbatim, so Reason is an open string type; the constants below are the
-// reasons funduq itself authors.
+// reasons funduq itself authors. A provider may write the same text, so
+// the text alone does not say whose it is: the record says so beside it
+// (store.Run.FailureByProvider, design.md §Counters).
 type Reason string
 
 const (
@@ -82,9 +84,9 @@ var sentences = map[Reason]string{
 	ReasonInterjectionTargetLost:      "the run this interjection addressed did not survive a funduq restart",
 }
 
-// Sentence is the human message for reason: a sentence for funduq's own
-// reasons, the reason itself otherwise (a provider's refusal is its own
-// sentence).
+// Sentence is the human message for a reason funduq wrote: a sentence for
+// its own reasons, the reason itself otherwise. A provider's refusal is its
+// own sentence and never passes through here, even in funduq's words.
 func Sentence(reason Reason) string {
 	if s, ok := sentences[reason]; ok {
 		return s

@@ -73,10 +73,11 @@ func TestMigrationBackfillsAddressedRunID(t *testing.T) {
 		plain.RunID:     `{"threadId":"t","runId":"r","forwardedProps":{"addressedRunId":"not funduq's"}}`,
 		broken.RunID:    `{"threadId":"t","runId":"r","forwardedProps":{"funduq":{"addressedRunId":"run-\u0000"}}}`,
 	}
-	// Back to schema 12: the column gone, the inputs as an older door wrote them.
+	// Back to schema 12: the column gone (and 00014's after it), the
+	// inputs as an older door wrote them.
 	pool := st.Pool()
-	if _, err := pool.Exec(ctx, `ALTER TABLE runs DROP COLUMN addressed_run_id;
-		DELETE FROM goose_db_version WHERE version_id = 13`); err != nil {
+	if _, err := pool.Exec(ctx, `ALTER TABLE runs DROP COLUMN addressed_run_id, DROP COLUMN failure_by_provider;
+		DELETE FROM goose_db_version WHERE version_id IN (13, 14)`); err != nil {
 		t.Fatal(err)
 	}
 	for id, in := range inputs {

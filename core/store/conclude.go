@@ -134,6 +134,7 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 			UPDATE runs SET
 				status = $2,
 				failure_reason = nullif($3, ''),
+				failure_by_provider = $2 = 'failed' AND $12,
 				interrupt = CASE WHEN $2 = 'input-required' THEN $4::jsonb ELSE NULL END,
 				owner_epoch = $5,
 				last_seq = $6,
@@ -150,7 +151,7 @@ func (s *Store) Conclude(ctx context.Context, c Conclusion) (Run, []Appended, er
 			WHERE run_id = $1
 			RETURNING `+runColumns,
 				m.RunID, string(m.To), string(m.Reason), nullJSON(m.Interrupt), m.Epoch, ins.last,
-				c.Claim, rd.threadID, rd.lastSeq, nullText(c.WriteKey), writeSeqs).QueryRow(func(row pgx.Row) (err error) {
+				c.Claim, rd.threadID, rd.lastSeq, nullText(c.WriteKey), writeSeqs, m.ReasonByProvider).QueryRow(func(row pgx.Row) (err error) {
 				out, err = scanRun(row)
 				return err
 			})

@@ -211,6 +211,14 @@ func driveHotPaths(t *testing.T, st *store.Store, rec *recorder) {
 		{"door: thread", func() error { _, err := st.GetThread(ctx, "h-t-900"); return err }},
 		{"door: run", func() error { _, err := st.GetRun(ctx, "h-r-3600"); return err }},
 		{"door: thread messages", func() error { _, err := st.ThreadMessages(ctx, "h-t-900", 0); return err }},
+		{"door: thread snapshot page", func() error {
+			_, err := st.ThreadMessagePage(ctx, "h-t-900", 0, 1000, 4<<20)
+			return err
+		}},
+		{"door: thread snapshot page (an older one)", func() error {
+			_, err := st.ThreadMessagePage(ctx, "h-t-900", 1<<40, 2, 4<<20)
+			return err
+		}},
 		{"broker: thread messages (limited)", func() error { _, err := st.ThreadMessagesWithin(ctx, "h-t-900", 10, 1<<20); return err }},
 		{"broker: thread messages (bounded)", func() error { _, err := st.ThreadMessagesWithin(ctx, "h-t-900", 0, 1<<20); return err }},
 		{"door: newest active run", func() error {

@@ -19,11 +19,14 @@ type RunAge struct {
 	Age         time.Duration
 }
 
-// FailureCount is how many runs failed for one reason in the window.
+// FailureCount is how many runs failed for one reason in the window,
+// counted apart by whose words the reason is: a provider may write
+// funduq's reason names too (Run.FailureByProvider).
 type FailureCount struct {
-	Reason string
-	Count  int64
-	Last   time.Time
+	Reason     string
+	ByProvider bool
+	Count      int64
+	Last       time.Time
 }
 
 // Overview is what the operator console shows of the runs table.
@@ -36,7 +39,8 @@ type Overview struct {
 	// earliest (nil: none).
 	LongestRunning *RunAge
 	// Failures counts the runs that failed within the window, by reason
-	// (its first OverviewReasonChars characters), most frequent first, at
+	// (its first OverviewReasonChars characters) and its author (funduq or
+	// the provider), most frequent first, at
 	// most OverviewReasons of them; OmittedReasons and OmittedRuns count
 	// the reasons past those and their runs. A reason may be a provider's
 	// text of any length, and each distinct one a row: bounded, the
@@ -82,18 +86,18 @@ func (s *Store) RunsOverview(ctx context.Context, window time.Duration) (Overvie
 		}
 		rows, err = tx.Query(ctx, `
 			WITH f AS (
-				SELECT coalesce(left(failure_reason, $2), '') AS reason, count(*) AS n,
-					max(coalesce(completed_at, last_activity_at)) AS last
+				SELECT coalesce(left(failure_reason, $2), '') AS reason, failure_by_provider AS by_provider,
+					count(*) AS n, max(coalesce(completed_at, last_activity_at)) AS last
 				FROM runs WHERE status = 'failed' AND coalesce(completed_at, last_activity_at) > now() - $1::interval
-				GROUP BY 1)
-			SELECT reason, n, last, count(*) OVER (), (sum(n) OVER ())::bigint
-			FROM f ORDER BY n DESC, reason LIMIT $3`, window, OverviewReasonChars, OverviewReasons)
+				GROUP BY 1, 2)
+			SELECT reason, by_provider, n, last, count(*) OVER (), (sum(n) OVER ())::bigint
+			FROM f ORDER BY n DESC, reason, by_provider LIMIT $3`, window, OverviewReasonChars, OverviewReasons)
 		if err != nil {
 			return err
 		}
 		var f FailureCount
 		var reasons, runs int64
-		_, err = pgx.ForEachRow(rows, []any{&f.Reason, &f.Count, &f.Last, &reasons, &runs}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&f.Reason, &f.ByProvider, &f.Count, &f.Last, &reasons, &runs}, func() error {
 			ov.Failures = append(ov.Failures, f)
 			ov.OmittedReasons, ov.OmittedRuns = reasons, runs
 			return nil

@@ -186,10 +186,22 @@ type AgentInfo struct {
 // ListAgents lists every registered agent; Online means the current
 // leader's roster serves it.
 func (s *Store) ListAgents(ctx context.Context) ([]AgentInfo, error) {
+	return s.ListAgentsServedWithin(ctx, 0)
+}
+
+// ListAgentsServedWithin is ListAgents without the agents nobody has served
+// for within (0: none left out): those no roster serves whose last register
+// and last going unserved are both older. GET /agents lists these
+// (design.md D8): a record is kept after its link goes, but a key's
+// records, a stranger's too, are not listed for ever.
+func (s *Store) ListAgentsServedWithin(ctx context.Context, within time.Duration) ([]AgentInfo, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT a.provider_key, a.name, a.description, a.agent_card_extra, a.metadata, a.takes_interjections,
 		       a.served_epoch IS NOT NULL AND a.served_epoch = l.epoch AND h.epoch = l.epoch AND h.alive_until > now()
-		FROM agents a CROSS JOIN broker_leader l CROSS JOIN broker_heartbeat h ORDER BY a.provider_key, a.name`)
+		FROM agents a CROSS JOIN broker_leader l CROSS JOIN broker_heartbeat h
+		WHERE $1::bigint <= 0 OR a.served_epoch IS NOT NULL
+		   OR greatest(a.last_seen_at, a.unserved_since) > now() - make_interval(secs => $1::float8 / 1000)
+		ORDER BY a.provider_key, a.name`, within.Milliseconds())
 	if err != nil {
 		return nil, fmt.Errorf("list agents: %w", err)
 	}

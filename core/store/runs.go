@@ -19,8 +19,11 @@ type Run struct {
 	ProviderKey   string
 	AgentName     string
 	Status        run.Status
-	FailureReason string          // "" unless Status is failed
-	RunInput      json.RawMessage // the exact RunAgentInput offered to the provider
+	FailureReason string // "" unless Status is failed
+	// FailureByProvider: FailureReason is the provider's own words (its
+	// refusal, its RUN_ERROR), not funduq's — whatever the text says.
+	FailureByProvider bool
+	RunInput          json.RawMessage // the exact RunAgentInput offered to the provider
 	// AddressedRunID is the live run an interjection addresses, as its
 	// door wrote it beside RunInput; "" for an ordinary turn.
 	AddressedRunID    string
@@ -43,7 +46,8 @@ type Run struct {
 const runColumns = `run_id, thread_id, provider_key, agent_name, status, coalesce(failure_reason, ''),
 	run_input, coalesce(parent_run_id, ''), actor_chain, interrupt, coalesce(caller_request_id, ''),
 	coalesce(idempotency_key, ''), cancel_requested_by, coalesce(owner_epoch, 0), last_seq, round_seq,
-	created_at, queued_at, started_at, completed_at, last_activity_at, coalesce(addressed_run_id, '')`
+	created_at, queued_at, started_at, completed_at, last_activity_at, coalesce(addressed_run_id, ''),
+	failure_by_provider`
 
 func scanRun(row pgx.Row) (Run, error) {
 	var r Run
@@ -61,7 +65,8 @@ func scanRunInto(row pgx.Row, r *Run, extra ...any) error {
 	dest := []any{&r.RunID, &r.ThreadID, &r.ProviderKey, &r.AgentName, &status, &r.FailureReason,
 		&input, &r.ParentRunID, &chain, &interrupt, &r.CallerRequestID,
 		&r.IdempotencyKey, &r.CancelRequestedBy, &r.OwnerEpoch, &r.LastSeq, &r.RoundSeq,
-		&r.CreatedAt, &r.QueuedAt, &r.StartedAt, &r.CompletedAt, &r.LastActivityAt, &r.AddressedRunID}
+		&r.CreatedAt, &r.QueuedAt, &r.StartedAt, &r.CompletedAt, &r.LastActivityAt, &r.AddressedRunID,
+		&r.FailureByProvider}
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -96,4 +97,88 @@ func (s *Store) ThreadMessages(ctx context.Context, threadID string, limit int) 
 		return nil, fmt.Errorf("messages of thread %s: %w", threadID, err)
 	}
 	return msgs, nil
+}
+
+// MessagePage is one page of a thread's messages, newest pages first
+// (ThreadMessagePage).
+type MessagePage struct {
+	// Messages are the page's messages in thread order (oldest first).
+	Messages []json.RawMessage
+	// Omitted are messages of the page larger than the whole page bound:
+	// named here rather than sent or silently left out.
+	Omitted []OmittedMessage
+	// More reports older messages than the page's; Before is then the
+	// position to read the next (older) page from.
+	More   bool
+	Before int64
+}
+
+// OmittedMessage is a message too large for any page.
+type OmittedMessage struct {
+	MessageID string
+	Bytes     int
+}
+
+// ThreadMessagePage reads the newest messages of a thread older than
+// position before (0: from the newest), at most limit of them and at most
+// maxBytes of them as stored (each with a comma). The bound is applied in
+// the database: a row past it is not sent, and a message larger than
+// maxBytes alone is named (Omitted) instead of read, so a page never
+// holds more than about maxBytes however the thread grew.
+func (s *Store) ThreadMessagePage(ctx context.Context, threadID string, before int64, limit, maxBytes int) (MessagePage, error) {
+	if before <= 0 {
+		before = math.MaxInt64
+	}
+	// The innermost query walks thread_messages_thread_idx backwards from
+	// before; the window adds each message's bytes up, newest first; the
+	// outer filter stops one row past the bound (that row's message not
+	// sent: it tells there is more).
+	rows, err := s.pool.Query(ctx, `SELECT id, message_id, n, CASE WHEN n <= $4 AND total <= $4 THEN message END
+		FROM (SELECT id, message_id, message, n,
+				sum(CASE WHEN n <= $4 THEN n + 1 ELSE 0 END) OVER (ORDER BY id DESC ROWS UNBOUNDED PRECEDING) AS total
+			FROM (SELECT id, message_id, message, octet_length(message::text) AS n
+				FROM thread_messages WHERE thread_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3) newest) summed
+		WHERE total - CASE WHEN n <= $4 THEN n + 1 ELSE 0 END <= $4
+		ORDER BY id DESC`, threadID, before, limit+1, maxBytes)
+	if err != nil {
+		return MessagePage{}, fmt.Errorf("messages of thread %s: %w", threadID, err)
+	}
+	defer rows.Close()
+	var p MessagePage
+	read := 0
+	for rows.Next() {
+		var (
+			id  int64
+			mid string
+			n   int
+			b   []byte
+		)
+		if err := rows.Scan(&id, &mid, &n, &b); err != nil {
+			return MessagePage{}, fmt.Errorf("messages of thread %s: %w", threadID, err)
+		}
+		switch {
+		case read == limit:
+			p.More = true
+		case b != nil:
+			p.Messages = append(p.Messages, b)
+		case n > maxBytes:
+			p.Omitted = append(p.Omitted, OmittedMessage{MessageID: mid, Bytes: n})
+		default: // past the bound
+			p.More = true
+		}
+		if p.More {
+			break
+		}
+		read++
+		p.Before = id
+	}
+	if err := rows.Err(); err != nil {
+		return MessagePage{}, fmt.Errorf("messages of thread %s: %w", threadID, err)
+	}
+	if !p.More {
+		p.Before = 0
+	}
+	slices.Reverse(p.Messages)
+	slices.Reverse(p.Omitted)
+	return p, nil
 }

@@ -24,6 +24,11 @@ type Move struct {
 	Epoch int64
 	// Reason is required when To is failed and refused otherwise.
 	Reason run.Reason
+	// ReasonByProvider says Reason is the provider's own words (its
+	// refusal's reason, its RUN_ERROR's code) rather than funduq's; stored
+	// beside it (design.md §The operator console). Only a run's end
+	// (Conclude) writes it: Transition refuses it.
+	ReasonByProvider bool
 	// Interrupt is the pause payload stored with input-required.
 	Interrupt json.RawMessage
 	// RunInput, when set on a door's reopen (input-required → queued),
@@ -52,6 +57,9 @@ func (s *Store) Transition(ctx context.Context, m Move) (Run, error) {
 	}
 	if (m.To == run.Failed) != (m.Reason != "") {
 		return Run{}, fmt.Errorf("%s: a failure reason is required for failed and only for failed", what)
+	}
+	if m.ReasonByProvider {
+		return Run{}, fmt.Errorf("%s: a provider's reason is written only by the run's end", what)
 	}
 	if m.Writer == run.ByBroker && m.Epoch <= 0 {
 		return Run{}, fmt.Errorf("%s: a broker write needs its leader epoch", what)

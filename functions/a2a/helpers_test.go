@@ -27,9 +27,17 @@ func TestMain(m *testing.M) {
 // guard bounds every wait: a hang detector, never a timing assertion.
 const guard = 20 * time.Second
 
-func doorDeps(t *testing.T, h *nodetest.Harness) *door.Deps {
+func doorDeps(t *testing.T, h *nodetest.Harness) *door.Deps { return doorDepsOn(t, h, "") }
+
+// doorDepsOn opens a door's connections; redisURL, when set, replaces the
+// harness's Redis URL (one naming its clients, say).
+func doorDepsOn(t *testing.T, h *nodetest.Harness, redisURL string) *door.Deps {
 	t.Helper()
-	deps, err := door.Connect(config.Door{Storage: h.Cfg.Storage, Identity: h.Cfg.Identity},
+	st := h.Cfg.Storage
+	if redisURL != "" {
+		st.RedisURL = redisURL
+	}
+	deps, err := door.Connect(config.Door{Storage: st, Identity: h.Cfg.Identity},
 		door.ConnectOptions{RedisPrefix: h.Prefix, MaxConns: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +48,17 @@ func doorDeps(t *testing.T, h *nodetest.Harness) *door.Deps {
 // startDoor serves an A2A door on its own connections.
 func startDoor(t *testing.T, h *nodetest.Harness, mut func(*a2a.Options)) *httptest.Server {
 	t.Helper()
-	deps := doorDeps(t, h)
+	return startDoorWith(t, doorDeps(t, h), mut)
+}
+
+// startDoorOn serves an A2A door whose Redis clients use redisURL.
+func startDoorOn(t *testing.T, h *nodetest.Harness, redisURL string) *httptest.Server {
+	t.Helper()
+	return startDoorWith(t, doorDepsOn(t, h, redisURL), nil)
+}
+
+func startDoorWith(t *testing.T, deps *door.Deps, mut func(*a2a.Options)) *httptest.Server {
+	t.Helper()
 	o := a2a.Options{Store: deps.Store, Feed: deps.Feed, Funduq: deps.Funduq, TokenSecret: deps.TokenSecret,
 		Tail: door.TailOptions{Heartbeat: 15 * time.Second, LiveBlock: 500 * time.Millisecond,
 			PollInterval: 50 * time.Millisecond, DBCheck: time.Second}}

@@ -187,7 +187,11 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 			door.LogCallerGone(c.h.log.With("run_id", rn.RunID), c.r, err)
 			return
 		}
-		c.h.log.WarnContext(ctx, "a2a stream: reading the settled run failed", "run_id", rn.RunID, "err", err)
+		// The final status is owed and cannot be read: the stream ends
+		// with the error a request now gets (storage unavailable, retry),
+		// never silently, which a client would read as the task's end
+		// (design.md §Doors under storage faults).
+		out.fail(c.h.toRPC(c.r, err))
 		return
 	}
 	state, msg, meta := fold.status(cur)

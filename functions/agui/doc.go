@@ -11,7 +11,9 @@
 //	POST /agui/{provider}/{name}   RunAgentInput → 200 text/event-stream, or a
 //	                               ThreadSnapshot (200 JSON) for an answer with
 //	                               nothing to land on, or the error envelope
-//	GET  /threads/{threadId}       the thread snapshot
+//	GET  /threads/{threadId}       the thread snapshot: its newest messages
+//	                               within a bound, ?before= for older ones
+//	                               and ?limit= for fewer
 //	GET  /runs/{runId}/events      the run's events (SSE id = seq), resumable
 //	                               with Last-Event-ID (or ?after=)
 //	GET  /agents                   registered agents with online

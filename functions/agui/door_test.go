@@ -420,3 +420,53 @@ func TestAgents(t *testing.T) {
 		return body["agents"].([]any)[0].(map[string]any)["online"] == false
 	})
 }
+
+// GET /agents hides an agent nobody has served for
+// FUNDUQ_AGENTS_HIDDEN_AFTER (a week by default), as the reference's
+// roster does (stale_hidden_window_seconds): a key's records stay after its
+// link goes (a stranger's too, whose keys cost nothing), and were listed to
+// every caller for ever. An agent served now is listed however long ago it
+// registered, and one that left within the window is listed offline.
+func TestAgentsNobodyServesLongAreHidden(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	gone := h.Connect(0xe1, nil)
+	gone.Register("left-long-ago")
+	recent := h.Connect(0xe2, nil)
+	recent.Register("left-yesterday")
+	served := h.Connect(0xe3, nil)
+	served.Register("served")
+	gone.Close()
+	recent.Close()
+	srv := startDoor(t, h, nil)
+	listed := func() map[string]bool {
+		t.Helper()
+		code, _, body := jsonCall(t, "GET", srv.URL+"/agents", "", nil)
+		if code != 200 {
+			t.Fatalf("GET /agents: %d %v", code, body)
+		}
+		out := map[string]bool{}
+		for _, a := range body["agents"].([]any) {
+			m := a.(map[string]any)
+			out[m["name"].(string)] = m["online"].(bool)
+		}
+		return out
+	}
+	h.Eventually("both links' agents offline", func() bool {
+		l := listed()
+		return len(l) == 3 && !l["left-long-ago"] && !l["left-yesterday"] && l["served"]
+	})
+	// Time passes in the database's clock, where the records are kept.
+	age := func(name, ago string) {
+		t.Helper()
+		if _, err := h.DB().Exec(context.Background(), `UPDATE agents SET last_seen_at = now() - $2::interval,
+			unserved_since = CASE WHEN unserved_since IS NULL THEN NULL ELSE now() - $2::interval END WHERE name = $1`, name, ago); err != nil {
+			t.Fatal(err)
+		}
+	}
+	age("left-long-ago", "8 days")
+	age("left-yesterday", "1 day")
+	age("served", "30 days")
+	if l := listed(); len(l) != 2 || l["left-yesterday"] || !l["served"] {
+		t.Fatalf("listed %v; want left-yesterday offline and served online, left-long-ago hidden", l)
+	}
+}

@@ -40,7 +40,7 @@ func New(o Options) (*Handler, error) {
 	h.mux.HandleFunc("/agui/{provider}/{name}", door.Only(http.MethodPost, h.post))
 	h.mux.HandleFunc("/threads/{threadId}", door.Only(http.MethodGet, h.getThread))
 	h.mux.HandleFunc("/runs/{runId}/events", door.Only(http.MethodGet, h.getEvents))
-	h.mux.Handle("GET /agents", door.Agents(o.Store, o.Log))
+	h.mux.Handle("GET /agents", door.Agents(o.Store, o.Log, o.Limits.AgentsHiddenAfter))
 	h.mux.HandleFunc("/", door.NoRoute)
 	return h, nil
 }

@@ -27,13 +27,14 @@ type AgentJSON struct {
 	Online      bool            `json:"online"`
 }
 
-// Agents serves GET /agents: every registered agent, with online meaning the
-// current leader's roster serves it.
-func Agents(st *store.Store, log *slog.Logger) http.Handler {
+// Agents serves GET /agents: every registered agent that some roster
+// serves or served within hideAfter (config DoorLimits.AgentsHiddenAfter;
+// 0: every one), with online meaning the current leader's roster serves it.
+func Agents(st *store.Store, log *slog.Logger, hideAfter time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), StorageTimeout)
 		defer cancel()
-		list, err := st.ListAgents(ctx)
+		list, err := st.ListAgentsServedWithin(ctx, hideAfter)
 		if err != nil {
 			WriteError(w, r, log, err)
 			return

@@ -30,6 +30,9 @@ func Limits(l config.DoorLimits) config.DoorLimits {
 	if l.MaxQueuedPerThread <= 0 {
 		l.MaxQueuedPerThread = d.MaxQueuedPerThread
 	}
+	if l.AgentsHiddenAfter <= 0 {
+		l.AgentsHiddenAfter = d.AgentsHiddenAfter
+	}
 	return l
 }
 

@@ -158,6 +158,7 @@ func (t *Tail) Run(ctx context.Context, end time.Time) TailEnd {
 	t.lastActive = time.Now()
 	checkDB := !t.Fresh || o.Feed == nil
 	staleEndAt := -1
+	gapAt := -1 // the feed skipped past this seq: only the record can go on
 	var nextDBCheck, feedDownUntil time.Time
 	if !checkDB {
 		nextDBCheck = t.lastActive.Add(o.DBCheck)
@@ -187,7 +188,17 @@ func (t *Tail) Run(ctx context.Context, end time.Time) TailEnd {
 					return TailGone
 				}
 				o.Log.WarnContext(ctx, "tail: reading stored events failed", "run_id", t.RunID, "err", err)
-				checkDB = true
+				if o.Feed == nil || now.Before(feedDownUntil) || gapAt == t.After {
+					checkDB = true
+				} else {
+					// The record is out of reach for this door, not for
+					// the broker: what the feed holds is stored (D9), so
+					// the tail goes on relaying it and reads the record
+					// again at its usual pace (DBCheck), rather than stall
+					// until its storage is back (design.md §Doors under
+					// storage faults).
+					nextDBCheck = time.Now().Add(o.DBCheck)
+				}
 			}
 		}
 		wait := min(o.LiveBlock, time.Until(t.lastActive.Add(o.Heartbeat)))
@@ -218,7 +229,7 @@ func (t *Tail) Run(ctx context.Context, end time.Time) TailEnd {
 					continue
 				}
 				if e.Seq != t.After+1 {
-					checkDB = true // a gap: the record fills it
+					gapAt, checkDB = t.After, true // a gap: the record fills it
 					break
 				}
 				if t.relay(e.Seq, e.Event) {

@@ -90,6 +90,9 @@ type llm struct {
 	reqs   chan wire.KyokCompletionRequest
 	other  chan []byte
 	closed chan struct{}
+	// closeErr is what ended the read loop (funduq's close, say); read
+	// it once closed is closed.
+	closeErr error
 	// answer, when set, answers each completionRequest (in its own goroutine).
 	mu     sync.Mutex
 	answer func(l *llm, req wire.KyokCompletionRequest)
@@ -138,6 +141,7 @@ func (l *llm) read() {
 	for {
 		_, data, err := l.ws.ReadMessage()
 		if err != nil {
+			l.closeErr = err
 			return
 		}
 		typ, _ := wire.PeekType(data)

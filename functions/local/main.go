@@ -75,7 +75,7 @@ func Mux(d *door.Deps, log *slog.Logger) (http.Handler, error) {
 		{name: "agui", patterns: agui.Patterns(), handler: ag},
 		{name: "a2a", patterns: a2a.Patterns(), handler: a2a.ForDeps(d, log)},
 		{name: "kyok", patterns: kyok.Patterns(), handler: kd},
-		{name: "agents", patterns: []string{"GET /agents"}, handler: door.Agents(d.Store, log)},
+		{name: "agents", patterns: []string{"GET /agents"}, handler: door.Agents(d.Store, log, d.Limits.AgentsHiddenAfter)},
 		{name: "health", patterns: []string{"GET /health"}, handler: health(d)},
 		{name: "chat", patterns: chat.Patterns(), handler: chat.Handler()},
 		{name: "metrics", patterns: []string{"GET /metrics"}, handler: processMetrics()},

@@ -230,3 +230,97 @@ func TestDeployRefusesForeignFoundation(t *testing.T) {
 		t.Errorf("missing foundation: exit %d, stderr %q", code, stderr)
 	}
 }
+
+// `scripts/deploy all --dry-run` is what a newcomer runs before the first
+// deployment, when the foundation stack does not exist yet (or no
+// credentials are set): it still prints every command, with the
+// foundation's outputs as placeholders, and the deployment, as the README
+// says, instead of stopping at the missing foundation.
+func TestDeployAllDryRunBeforeTheFoundationExists(t *testing.T) {
+	bin, log := fakeTools(t, "other-foundation", nil)
+	code, stdout, stderr := runScript(t, "deploy", []string{"PATH=" + bin + ":" + os.Getenv("PATH")},
+		"all", "--stack-prefix", "p", "--region", "eu-west-1", "--dry-run", "--vpc-id", "vpc-mine")
+	if code != 0 {
+		t.Fatalf("deploy all --dry-run without a foundation: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "p-foundation") {
+		t.Errorf("stderr does not say the foundation's outputs are placeholders:\n%s", stderr)
+	}
+	var broker, doors dryRunCall
+	for _, l := range strings.Split(stdout, "\n") {
+		rest, ok := strings.CutPrefix(l, "dry-run: ")
+		if !ok {
+			continue
+		}
+		c := dryRunCall(strings.Fields(rest))
+		switch {
+		case strings.Contains(rest, "infra/broker.yaml"):
+			broker = c
+		case strings.HasPrefix(rest, "sam deploy"):
+			doors = c
+		}
+	}
+	if broker == nil || doors == nil {
+		t.Fatalf("want the broker and doors deploy commands:\n%s", stdout)
+	}
+	bo, do := broker.overrides(), doors.overrides()
+	if got := bo["SecretArn"]; !strings.Contains(got, "p-foundation") || got != do["SecretArn"] {
+		t.Errorf("SecretArn placeholders: broker %q, doors %q", got, do["SecretArn"])
+	}
+	if bo["VpcId"] != "vpc-mine" {
+		t.Errorf("an option given explicitly must win over the placeholder: VpcId %q", bo["VpcId"])
+	}
+	if !strings.Contains(bo["StoreClientSecurityGroupId"], "BrokerStoreSecurityGroupId") ||
+		!strings.Contains(do["SecurityGroupId"], "DoorSecurityGroupId") {
+		t.Errorf("placeholders do not name the outputs: broker %v doors %v", bo, do)
+	}
+	if !strings.Contains(stdout, "The deployment:") {
+		t.Errorf("the dry run does not print the deployment:\n%s", stdout)
+	}
+	b, _ := os.ReadFile(log)
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if l != "" && !strings.HasPrefix(l, "aws cloudformation describe-stacks ") {
+			t.Errorf("the dry run called %q", l)
+		}
+	}
+}
+
+// Retention is a deployment setting: `scripts/deploy broker --retention
+// 720h` puts FUNDUQ_RETENTION into every host's environment. The README
+// once said to add it to /etc/funduq/broker.env by hand, which the next
+// deployment's new hosts do not have (they write that file at boot), so
+// retention stopped without a word.
+func TestDeployBrokerRetention(t *testing.T) {
+	outputs := map[string]string{"SecretArn": "arn:aws:secretsmanager:eu-west-1:1:secret:f/funduq-x", "VpcId": "v",
+		"PublicSubnetIds": "a,b", "PrivateSubnetIds": "c,d", "BrokerStoreSecurityGroupId": "sg", "ArtifactBucket": "bk"}
+	bin, _ := fakeTools(t, "f", outputs)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "0"},
+		{[]string{"--retention", "720h"}, "720h"},
+	} {
+		args := append([]string{"broker", "--stack-name", "b", "--foundation-stack", "f", "--dry-run"}, tc.args...)
+		code, stdout, stderr := runScript(t, "deploy", []string{"PATH=" + bin + ":" + os.Getenv("PATH")}, args...)
+		if code != 0 {
+			t.Fatalf("deploy %v: exit %d\nstderr %s", args, code, stderr)
+		}
+		var got string
+		for _, l := range strings.Split(stdout, "\n") {
+			if rest, ok := strings.CutPrefix(l, "dry-run: "); ok && strings.Contains(rest, "infra/broker.yaml") {
+				got = dryRunCall(strings.Fields(rest)).overrides()["Retention"]
+			}
+		}
+		if got != tc.want {
+			t.Errorf("deploy %v: Retention=%q, want %q\n%s", args, got, tc.want, stdout)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "infra", "broker.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "FUNDUQ_RETENTION=${Retention}") {
+		t.Error("infra/broker.yaml does not write FUNDUQ_RETENTION=${Retention} into the hosts' environment")
+	}
+}

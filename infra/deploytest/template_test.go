@@ -365,3 +365,17 @@ func TestBuild(t *testing.T) {
 	}
 	check(filepath.Join(out, "broker", "broker-node-linux-arm64"), elf.EM_AARCH64)
 }
+
+// The broker hosts set FUNDUQ_CONSOLE_TOKEN from the funduq secret, so the
+// operator console is on in a deployment. Skipped: docs/design.md §Open
+// questions, "The operator console on AWS".
+func TestBrokerHostsSetAConsoleToken(t *testing.T) {
+	t.Skip("docs/design.md §Open questions: The operator console on AWS")
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "infra", "broker.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `("FUNDUQ_CONSOLE_TOKEN", "console_token")`) {
+		t.Error("infra/broker.yaml does not write FUNDUQ_CONSOLE_TOKEN from the secret's console_token")
+	}
+}

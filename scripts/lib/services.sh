@@ -6,7 +6,8 @@
 #
 # What it offers:
 #   funduq_pg_reachable URL / funduq_redis_reachable URL
-#       true when a server answers at URL (installs psql / redis-cli if absent)
+#       true when a server answers at URL (installs psql / redis-cli if absent);
+#       FUNDUQ_PG_REFUSAL: what a PostgreSQL that answered refused
 #   funduq_pg_start_local / funduq_redis_start_local
 #       start (or reuse) a project-local server under $FUNDUQ_STATE_DIR
 #   funduq_stop_started
@@ -190,11 +191,21 @@ funduq_show_log() {
 # Reachability
 
 # funduq_pg_reachable URL: true when PostgreSQL at URL accepts a query.
+# Otherwise FUNDUQ_PG_REFUSAL holds the server's own refusal (psql's FATAL
+# line: no such database or role, authentication) when a server answered,
+# and is empty when none did.
 funduq_pg_reachable() {
 	funduq_need_cmd psql postgresql-client
-	local out
-	# -w: never prompt for a password (a server that wants one is "not reachable").
-	out=$(PGCONNECT_TIMEOUT=5 psql -X -w -At -d "$1" -c 'select 1' 2>/dev/null) || return 1
+	local out errfile
+	FUNDUQ_PG_REFUSAL=
+	errfile=$(mktemp)
+	# -w: never prompt for a password (a server that wants one refuses).
+	if ! out=$(PGCONNECT_TIMEOUT=5 psql -X -w -At -d "$1" -c 'select 1' 2>"$errfile"); then
+		FUNDUQ_PG_REFUSAL=$(sed -n 's/.*FATAL: *//p' "$errfile" | head -n 1)
+		rm -f -- "$errfile"
+		return 1
+	fi
+	rm -f -- "$errfile"
 	[ "$out" = 1 ]
 }
 

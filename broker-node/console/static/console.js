@@ -118,11 +118,15 @@
     $("longest-running").textContent = runAge(s.runs.longestRunning);
 
     $("failures-window").textContent = "(last " + dur(s.failures.windowMs) + ")";
-    const failures = s.failures.list.map((f) => row([clip(f.reason), f.count, new Date(f.last).toLocaleString()]));
+    // Whose words a reason is, beside it: a provider may refuse in funduq's
+    // own reason names, and the text alone would read as funduq's.
+    const failures = s.failures.list.map((f) => row([clip(f.reason),
+      f.by === "provider" ? tag("provider", "by-provider") : tag("funduq", "by-funduq"),
+      f.count, new Date(f.last).toLocaleString()]));
     if (s.failures.omittedReasons > 0) {
-      failures.push(row(["and " + s.failures.omittedReasons + " less frequent reasons", s.failures.omittedRuns, ""], "muted"));
+      failures.push(row(["and " + s.failures.omittedReasons + " less frequent reasons", "", s.failures.omittedRuns, ""], "muted"));
     }
-    fill("failures", failures, "no run failed in the window", 3);
+    fill("failures", failures, "no run failed in the window", 4);
 
     $("quality-tolerance").textContent = s.quality.tolerance > 0
       ? "(a counter at " + s.quality.tolerance + " withdraws a provider)" : "(withdrawal disabled)";

@@ -1,0 +1,99 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/store/storetest"
+)
+
+// ThreadMessagePage's bounds: limit messages, maxBytes of them as stored
+// with a comma each (a page exactly at the bound fits; one byte less
+// does not), a message larger than maxBytes named and stepped over, and
+// Before reading on from where a page stopped.
+func TestThreadMessagePage(t *testing.T) {
+	st := storetest.Store(t)
+	ctx := context.Background()
+	seedAgent(t, st)
+	r := newRun(t, st)
+	// m1…m6, 10 bytes each as stored, and m4 of 60.
+	for i := 1; i <= 6; i++ {
+		c := "ab"
+		if i == 4 {
+			c = strings.Repeat("z", 52)
+		}
+		msg := fmt.Sprintf(`{"c":"%s"}`, c)
+		if _, err := st.Pool().Exec(ctx, `INSERT INTO thread_messages (thread_id, run_id, message_id, message, origin)
+			VALUES ($1, $2, $3, $4, 'caller')`, r.ThreadID, r.RunID, fmt.Sprintf("m%d", i), msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := func(p store.MessagePage) string {
+		var out []string
+		for _, m := range p.Messages {
+			var v struct{ C string }
+			_ = json.Unmarshal(m, &v)
+			out = append(out, fmt.Sprint(len(v.C)))
+		}
+		for _, o := range p.Omitted {
+			out = append(out, fmt.Sprintf("omitted %s %d", o.MessageID, o.Bytes))
+		}
+		return fmt.Sprintf("%v more=%v", out, p.More)
+	}
+	page := func(before int64, limit, maxBytes int) store.MessagePage {
+		t.Helper()
+		p, err := st.ThreadMessagePage(ctx, r.ThreadID, before, limit, maxBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// Newest first: m6, m5 (22 bytes), m4 omitted (60 > 33), m3 (33):
+	// exactly the bound.
+	p := page(0, 10, 33)
+	if ids(p) != "[2 2 2 omitted m4 60] more=true" {
+		t.Fatalf("bound 33: %s", ids(p))
+	}
+	// The rest: m2, m1.
+	if rest := page(p.Before, 10, 33); ids(rest) != "[2 2] more=false" || rest.Before != 0 {
+		t.Fatalf("after bound 33: %s before=%d", ids(rest), rest.Before)
+	}
+	// One byte less: m6, m5 and the omitted m4; m3 is more, and then m1.
+	p = page(0, 10, 32)
+	if ids(p) != "[2 2 omitted m4 60] more=true" {
+		t.Fatalf("bound 32: %s", ids(p))
+	}
+	if rest := page(p.Before, 10, 32); ids(rest) != "[2 2] more=true" {
+		t.Fatalf("after bound 32: %s", ids(rest))
+	}
+	// A limit counts an omitted message too; a limit of the whole thread
+	// has no more.
+	if p = page(0, 3, 1000); ids(p) != "[52 2 2] more=true" {
+		t.Fatalf("limit 3: %s", ids(p))
+	}
+	if p = page(0, 6, 1000); ids(p) != "[2 2 2 52 2 2] more=false" {
+		t.Fatalf("limit 6: %s", ids(p))
+	}
+	// Paging back by one reads every message once, newest first.
+	var sizes []string
+	for before := int64(0); ; {
+		p := page(before, 1, 1000)
+		sizes = append(sizes, strings.TrimSuffix(strings.TrimPrefix(ids(p), "["), "] more=true"))
+		if !p.More {
+			break
+		}
+		before = p.Before
+	}
+	if !slices.Equal(sizes, []string{"2", "2", "52", "2", "2", "2] more=false"}) {
+		t.Fatalf("paging by one: %q", sizes)
+	}
+	// An unknown thread is an empty page.
+	if p, err := st.ThreadMessagePage(ctx, "thread_none", 0, 10, 100); err != nil || len(p.Messages) != 0 || p.More {
+		t.Fatalf("unknown thread: %+v %v", p, err)
+	}
+}
