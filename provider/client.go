@@ -73,6 +73,10 @@ var (
 	// ErrBadWelcome: the first frame after hello was not a welcome that
 	// verifies under funduq's key.
 	ErrBadWelcome = errors.New("provider: bad welcome")
+	// ErrReplaced: Run stopped because a newer process of the same key
+	// registered every agent this client serves (design.md D5); the runs
+	// this client held were finished first.
+	ErrReplaced = errors.New("provider: replaced by a newer process of the same key")
 	// ErrNotRegistered: the frame after register was not registered.
 	ErrNotRegistered = errors.New("provider: register was not answered with registered")
 	// ErrCancelRequested is the cause of a run context cancelled because
@@ -192,6 +196,9 @@ type Client struct {
 
 	running   atomic.Bool
 	connected atomic.Bool
+	// replaced: funduq said a newer process of this key took over every
+	// agent this client serves; it finishes what it holds and stops.
+	replaced  atomic.Bool
 	ready     chan struct{}
 	readyOnce sync.Once
 
@@ -341,6 +348,11 @@ func (c *Client) Connected() bool { return c.connected.Load() }
 // returns nil once every goroutine it started has stopped: a handler that
 // ignores its context keeps Run waiting until it returns. It returns
 // ErrAlreadyRunning if the client is already running.
+//
+// When funduq says a newer process of the same key took over every agent
+// this client serves (a rolling deploy), the client does not register
+// again: it reconnects without registering, only to finish and report the
+// runs it holds, and Run returns ErrReplaced once none is left.
 func (c *Client) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
@@ -352,6 +364,8 @@ func (c *Client) Run(ctx context.Context) error {
 
 	var redirect *url.URL
 	attempt := 0
+	c.replaced.Store(false)
+	stopped := error(nil)
 	for ctx.Err() == nil {
 		base := c.base
 		if redirect != nil {
@@ -359,6 +373,15 @@ func (c *Client) Run(ctx context.Context) error {
 		}
 		registered, next, err := c.session(ctx, base)
 		if ctx.Err() != nil {
+			break
+		}
+		if c.replaced.Load() && c.holdsNothing() {
+			// A newer process of this key serves the agents now, and
+			// every run this one held is finished and confirmed: stop,
+			// rather than register again and take the agents back
+			// (design.md §Two processes of one key).
+			c.log.Info("provider replaced by a newer process of its key; stopping")
+			stopped = ErrReplaced
 			break
 		}
 		if registered {
@@ -395,7 +418,23 @@ func (c *Client) Run(ctx context.Context) error {
 	if c.ownTransport != nil {
 		c.ownTransport.CloseIdleConnections()
 	}
-	return nil
+	return stopped
+}
+
+// holdsNothing reports whether this client holds no run, has nothing left
+// to write, and no finished run whose finish funduq has not confirmed.
+func (c *Client) holdsNothing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.runs) > 0 || len(c.outbox) > 0 {
+		return false
+	}
+	for _, rs := range c.retainedOrder {
+		if c.retained[rs.run.ID] == rs && !rs.paused && !rs.confirmed {
+			return false
+		}
+	}
+	return true
 }
 
 // notifyLocked wakes everyone waiting on a state change. c.mu must be held.

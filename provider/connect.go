@@ -180,7 +180,7 @@ func randomHex(n int) string {
 // connect performs the whole ceremony against base — ticket, pin, proof,
 // dial, hello, welcome, register, registered — and returns the registered
 // connection.
-func (c *Client) connect(ctx context.Context, base *url.URL) (*websocket.Conn, error) {
+func (c *Client) connect(ctx context.Context, base *url.URL, register bool) (*websocket.Conn, error) {
 	tr, fk, err := c.fetchTicket(ctx, base)
 	if err != nil {
 		return nil, err
@@ -206,7 +206,7 @@ func (c *Client) connect(ctx context.Context, base *url.URL) (*websocket.Conn, e
 	conn.SetReadLimit(maxFrameBytes)
 	// ctx ending aborts a handshake blocked on the network.
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	if err := c.handshake(conn, tr, fk, nonce, proof); err != nil {
+	if err := c.handshake(conn, tr, fk, nonce, proof, register); err != nil {
 		stop()
 		refuse(conn, err)
 		if ctx.Err() != nil {
@@ -232,8 +232,9 @@ func refuse(conn *websocket.Conn, err error) {
 	conn.Close()
 }
 
-// handshake runs hello → welcome → register → registered on conn.
-func (c *Client) handshake(conn *websocket.Conn, tr wire.TicketResponse, fk ed25519.PublicKey, nonce, proof string) error {
+// handshake runs hello → welcome → register → registered on conn; without
+// register, only hello → welcome (a replaced client finishing its runs).
+func (c *Client) handshake(conn *websocket.Conn, tr wire.TicketResponse, fk ed25519.PublicKey, nonce, proof string, register bool) error {
 	version := wire.Version
 	hello := wire.Hello{
 		Type:              wire.TypeHello,
@@ -264,6 +265,10 @@ func (c *Client) handshake(conn *websocket.Conn, tr wire.TicketResponse, fk ed25
 	}
 	if err := identity.Verify(fk, identity.FunduqConnectPayload(tr.Ticket, nonce), w.Answer); err != nil {
 		return fmt.Errorf("%w: answer: %v", ErrBadWelcome, err)
+	}
+	if !register {
+		_ = conn.SetReadDeadline(time.Time{})
+		return nil
 	}
 
 	if err := writeRaw(conn, c.registerMsg); err != nil {

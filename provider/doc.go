@@ -26,7 +26,11 @@
 // leader that took the finish and died before storing it never answers
 // that one), or by an error frame naming the run. Finished runs are kept
 // for Config.Retention either way: a run offered again after it finished is
-// accepted and answered from its frames, not handled twice.
+// accepted and answered from its frames, not handled twice. One exception
+// to reconnecting: told that a newer process of the same key registered
+// every agent it serves (a rolling deploy), the client registers nothing
+// again; it reconnects without registering only to finish the runs it
+// holds, and Run returns ErrReplaced once none is left.
 //
 // A handler asks its caller a question by pausing the run: it emits a
 // RUN_FINISHED whose outcome is an interrupt,

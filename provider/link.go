@@ -61,7 +61,10 @@ func (l *link) fail(err error) {
 // ctx ends. registered says whether the ceremony completed; redirect is a
 // leader a standby named, for the next attempt.
 func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, redirect *url.URL, err error) {
-	conn, err := c.connect(ctx, base)
+	// A client told it was replaced registers nothing: it only finishes
+	// the runs it holds, and funduq takes its reports for them (D5).
+	finishOnly := c.replaced.Load()
+	conn, err := c.connect(ctx, base, !finishOnly)
 	if err != nil {
 		var ue *unavailableError
 		if errors.As(err, &ue) {
@@ -109,7 +112,11 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 	c.mu.Unlock()
 	c.connected.Store(true)
 	c.readyOnce.Do(func() { close(c.ready) })
-	c.log.Info("provider registered", "url", base.String(), "agents", len(c.agents), "runs", announced, "resending", resent, "buffered", buffered)
+	if finishOnly {
+		c.log.Info("provider reconnected to finish its runs, registering nothing", "url", base.String(), "runs", announced, "resending", resent, "buffered", buffered)
+	} else {
+		c.log.Info("provider registered", "url", base.String(), "agents", len(c.agents), "runs", announced, "resending", resent, "buffered", buffered)
+	}
 
 	if c.pingInterval > 0 {
 		conn.SetPongHandler(func(string) error {
@@ -134,6 +141,14 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 	})
 	var wg sync.WaitGroup
 	wg.Add(3)
+	done := make(chan struct{}) // closed when a finish-only link has nothing left to report
+	if finishOnly {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.awaitNothingHeld(l, done)
+		}()
+	}
 	go func() {
 		defer wg.Done()
 		c.syncLoop(l)
@@ -147,8 +162,12 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 		c.writeLoop(l)
 	}()
 
+	bye := false
 	select {
 	case <-l.dead:
+	case <-done:
+		bye = true
+		l.fail(ErrReplaced)
 	case <-ctx.Done():
 		// One deadline for the whole goodbye.
 		t := time.NewTimer(drainTimeout)
@@ -170,9 +189,13 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 	c.mu.Unlock()
 	c.connected.Store(false)
 	close(l.stop)
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || bye {
+		reason := "provider shutting down"
+		if bye {
+			reason = "provider replaced by a newer process of its key; its runs are finished"
+		}
 		_ = conn.WriteControl(websocket.CloseMessage,
-			websocket.FormatCloseMessage(websocket.CloseNormalClosure, "provider shutting down"),
+			websocket.FormatCloseMessage(websocket.CloseNormalClosure, reason),
 			time.Now().Add(time.Second))
 	}
 	conn.Close()
@@ -181,6 +204,30 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 		return true, nil, nil
 	}
 	return true, nil, l.err
+}
+
+// awaitNothingHeld closes done once the client holds nothing more to
+// report (holdsNothing) on l, a link that registered nothing; it returns
+// when l dies first. State changes wake it, and a short tick besides, since
+// not every change it waits for is announced.
+func (c *Client) awaitNothingHeld(l *link, done chan<- struct{}) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		c.mu.Lock()
+		changed := c.changed
+		c.mu.Unlock()
+		if c.holdsNothing() {
+			close(done)
+			return
+		}
+		select {
+		case <-changed:
+		case <-tick.C:
+		case <-l.dead:
+			return
+		}
+	}
 }
 
 func (c *Client) pongWait() time.Duration { return c.pingInterval * 5 / 2 }
@@ -424,6 +471,14 @@ func (c *Client) handleError(l *link, raw []byte) {
 	}
 	if e.Name != "" {
 		attrs = append(attrs, "name", e.Name)
+	}
+	if e.RunID == "" && e.Message == wire.ReplacedMessage {
+		// A newer process of this key registered every agent this one
+		// serves: funduq closes this link next. This client finishes what
+		// it holds without registering again, then stops (Run).
+		c.replaced.Store(true)
+		c.log.Info("a newer process of this key took over its agents; finishing held runs, then stopping")
+		return
 	}
 	refused := e.RunID != "" && isRefusal(e.Message)
 	if !refused {

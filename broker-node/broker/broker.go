@@ -592,7 +592,15 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 	for _, old := range idle {
 		frame, _ := wire.Marshal(wire.Error{Type: wire.TypeError, Message: ErrReplaced})
 		_ = old.link.Send(frame)
-		old.link.Close(ErrReplaced)
+		// The reports its provider wrote before the close reached it are
+		// still read and taken (D5: a report from any link of the key
+		// takes its run along); dropped unread, a run's end would be lost
+		// with nobody told.
+		if d, ok := old.link.(interface{ CloseDraining(reason string) }); ok {
+			d.CloseDraining(ErrReplaced)
+		} else {
+			old.link.Close(ErrReplaced)
+		}
 		b.log.Info("replaced provider link closed", "provider_key", old.key, "link", old.id, "by", ls.id, "epoch", epoch)
 	}
 	b.log.Info("agents registered", "provider_key", ls.key, "link", ls.id, "names", names, "dropped", dropped, "epoch", epoch)
@@ -608,7 +616,7 @@ func objectOrAbsent(raw json.RawMessage) bool {
 
 // ErrReplaced is what a link is told when a newer link of its key took over
 // every agent it served: it is closed after this.
-const ErrReplaced = "this link was replaced by a newer link of the same key and serves nothing now; closing it"
+const ErrReplaced = wire.ReplacedMessage
 
 // DeleteAgent takes name offline (if this link serves it) and deletes its
 // record, refusing an agent with any history.
@@ -775,8 +783,8 @@ func (b *Broker) event(l Link, runID string, c eventCmd) {
 		ls.stall.begin()
 		defer ls.stall.end()
 		var closed <-chan struct{}
-		if c, isConn := l.(interface{ Closed() <-chan struct{} }); isConn {
-			closed = c.Closed()
+		if c, isConn := l.(interface{ ReadStop() <-chan struct{} }); isConn {
+			closed = c.ReadStop() // a link closed draining is still read (Register)
 		}
 		for !ok {
 			select {

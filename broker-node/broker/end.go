@@ -22,8 +22,48 @@ func (l *lane) endByFunnel(ctx context.Context) { l.conclude(ctx, roundWrite{end
 // starts the round is written first in it too. The events are taken in
 // before the funnel reads them.
 func (l *lane) endWith(ctx context.Context, claim bool, a admitted) {
+	before := l.seen()
 	l.kept(a, nil)
-	l.conclude(ctx, roundWrite{claim: claim, events: a, end: l.funnel(ctx)})
+	end := l.funnel(ctx)
+	l.conclude(ctx, roundWrite{claim: claim, events: a, end: end, redecide: func(seqs []int) {
+		// The store refused one of a's events (another event under a seq
+		// the round took, D7): the end is decided again from the events
+		// it did store, so a refused RUN_FINISHED or RUN_ERROR does not
+		// end the run as the provider's own end (D15).
+		l.unsee(before)
+		for i, e := range a.evs {
+			if seqs[i] > 0 {
+				l.note(e.Event, a.infos[i])
+			}
+		}
+		*end = *l.funnel(ctx)
+	}})
+}
+
+// seenEvents is what note took in of a round, for unsee.
+type seenEvents struct {
+	n                   int
+	sawFinish, sawError bool
+	errReason           string
+	interrupts          json.RawMessage
+	endStored           bool
+}
+
+func (l *lane) seen() seenEvents {
+	l.b.mu.Lock()
+	endStored := l.endStored
+	l.b.mu.Unlock()
+	return seenEvents{len(l.events), l.sawFinish, l.sawError, l.errReason, l.interrupts, endStored}
+}
+
+// unsee forgets what note took in since s.
+func (l *lane) unsee(s seenEvents) {
+	clear(l.events[s.n:])
+	l.events = l.events[:s.n]
+	l.sawFinish, l.sawError, l.errReason, l.interrupts = s.sawFinish, s.sawError, s.errReason, s.interrupts
+	l.b.mu.Lock()
+	l.endStored = s.endStored
+	l.b.mu.Unlock()
 }
 
 // funnel is the end the run's stored events and its cancel say.

@@ -293,6 +293,17 @@ func (l *lane) onLapse(ctx context.Context, c lapseCmd) {
 		}()
 		return
 	}
+	l.b.mu.Lock()
+	replaced := l.offer.link.replaced
+	l.b.mu.Unlock()
+	if replaced {
+		// funduq closed the link (a newer link of its key replaced it)
+		// and reads it only until its provider answers the close: the
+		// silence may be the close's. Handed back uncounted, as the
+		// link's end would hand it back (hold.go onGone).
+		l.handBack(ctx)
+		return
+	}
 	key := l.offer.link.key
 	l.b.metrics.offers.WithLabelValues("unanswered").Inc()
 	l.gaveUpOn = key

@@ -22,6 +22,10 @@ type roundWrite struct {
 	// agent's messages. The provider events that ride with an end were
 	// taken in (kept) before it was decided: the end funnel reads them.
 	end *store.Conclusion
+	// redecide, when set, decides end again (in place) once the store
+	// refused some of the events that rode with it: seqs as
+	// AppendProviderEventsOnce gave them.
+	redecide func(seqs []int)
 }
 
 // persist is the lane's one way into PostgreSQL for a round's write. It
@@ -86,6 +90,11 @@ func (l *lane) persist(ctx context.Context, w roundWrite) (store.Run, []livefeed
 		}
 		l.refuseTaken(w.events, seqs)
 		pub = published(evs, seqs)
+		if w.redecide != nil {
+			w.redecide(seqs)
+			c.Move, c.Events, c.AgentMessages, c.CancelOutranks = w.end.Move, w.end.Events, w.end.AgentMessages, w.end.CancelOutranks
+			c.Move.RunID, c.Move.Writer, c.Move.Epoch = l.id, run.ByBroker, l.epoch
+		}
 		c.ProviderEvents, c.WriteKey = nil, store.NewWriteKey()
 		err = b.write(ctx, what, func() (err error) {
 			r, appended, err = b.st.Conclude(ctx, c)

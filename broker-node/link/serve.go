@@ -113,6 +113,7 @@ func (s *Server) serve(ws *websocket.Conn, res handshake.Result) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var queries sync.WaitGroup
 	lost := s.readLoop(ctx, c, &queries)
+	c.ReadDone()
 	c.deadline.Stop()
 	// A link closed for not registering was not left on purpose: whatever
 	// it holds waits the link grace for a link that registers (D5), as a
@@ -146,7 +147,7 @@ func (s *Server) sendError(c *Conn, msg, runID, name string) {
 func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup) (lost bool) {
 	querySlots := make(chan struct{}, 8)
 	limit := wsconn.Limit(s.MaxFrame)
-	err := wsconn.ReadLoopLimited(c.WS, c.Closed(), limit, func(data []byte) {
+	err := wsconn.ReadLoopLimited(c.WS, c.ReadStop(), limit, func(data []byte) {
 		frame, err := wire.DecodeProviderFrame(data)
 		if err != nil {
 			var fe *wire.FrameError
@@ -188,8 +189,9 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 		}
 		s.sendError(c, reason, o.RunID, "")
 	})
-	if err == nil {
-		// funduq closed the link. One it cut off because the provider
+	if err == nil || c.Draining() {
+		// funduq closed the link (and read it up to the provider's
+		// answer to a draining close). One it cut off because the provider
 		// stopped reading (or its socket failed) had no goodbye: a lost
 		// link, whose runs wait the link grace (design.md D5).
 		return c.CutOff()
@@ -211,6 +213,17 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 // handle acts on one decoded frame. A query is answered off the read loop,
 // at most len(querySlots) at a time.
 func (s *Server) handle(ctx context.Context, c *Conn, frame any, querySlots chan struct{}, queries *sync.WaitGroup) {
+	if c.Draining() {
+		// After funduq's close frame (a link replaced, Broker.Register)
+		// only reports are taken: they carry the provider's runs on. A
+		// register would take the agents back from the link that
+		// replaced this one, and nothing can be answered now.
+		switch frame.(type) {
+		case wire.Ack, wire.Event, wire.Finish:
+		default:
+			return
+		}
+	}
 	switch f := frame.(type) {
 	case wire.Register:
 		s.register(ctx, c, f)

@@ -317,6 +317,11 @@ type Prov struct {
 	closeE error
 	// barrier numbers None's queries.
 	barrier int
+	// holdClose, while set, keeps the reader from answering funduq's close
+	// frame until it is closed (HoldCloseReply).
+	hmu       sync.Mutex
+	holdClose chan struct{}
+	closeSeen chan struct{}
 }
 
 // Limit is a maxConcurrentRuns declaration.
@@ -345,6 +350,7 @@ func (h *Harness) Connect(seed byte, max *int) *Prov {
 		h.t.Fatal(err)
 	}
 	p.ws = ws
+	ws.SetCloseHandler(p.onClose)
 	nonce := fmt.Sprintf("%032x", time.Now().UnixNano())
 	v := wire.Version
 	p.Send(wire.Hello{Type: wire.TypeHello, Version: &v, PublicKey: p.Key, Ticket: tr.Ticket, Nonce: nonce,
@@ -370,6 +376,41 @@ func (p *Prov) read() {
 		}
 		p.frames <- data
 	}
+}
+
+// onClose answers funduq's close frame as gorilla's default handler does,
+// once HoldCloseReply lets it.
+func (p *Prov) onClose(code int, _ string) error {
+	p.hmu.Lock()
+	hold, seen := p.holdClose, p.closeSeen
+	p.hmu.Unlock()
+	if hold != nil {
+		close(seen)
+		<-hold
+	}
+	if code == websocket.CloseNoStatusReceived {
+		code = websocket.CloseNormalClosure
+	}
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	_ = p.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, ""), time.Now().Add(time.Second))
+	return nil
+}
+
+// HoldCloseReply keeps p from answering funduq's close frame until release
+// is called (it is at the test's end); seen is closed when the close frame
+// has arrived. Meanwhile p may still write: a provider whose writer goes on
+// while its reader takes in the close, as a WebSocket peer may until it
+// sends its own close frame (RFC 6455 §5.5.1).
+func (p *Prov) HoldCloseReply() (seen <-chan struct{}, release func()) {
+	hold, arrived := make(chan struct{}), make(chan struct{})
+	p.hmu.Lock()
+	p.holdClose, p.closeSeen = hold, arrived
+	p.hmu.Unlock()
+	var once sync.Once
+	release = func() { once.Do(func() { close(hold) }) }
+	p.t.Cleanup(release)
+	return arrived, release
 }
 
 func (p *Prov) Send(v any) {

@@ -27,6 +27,9 @@ const (
 	// ReadIdle is how long a link may be silent, pongs included, before
 	// it is taken for dead.
 	ReadIdle = 2*PingEvery + 15*time.Second
+	// CloseDrain bounds how long a link closed by CloseDraining is still
+	// read after funduq's close frame, waiting for the peer's.
+	CloseDrain = 5 * time.Second
 	// MaxFrame bounds one inbound frame by default (config
 	// BrokerLimits.MaxFrame); a larger frame closes the link with 1009
 	// (message too big), or is read through and refused on a link read
@@ -57,11 +60,19 @@ type Conn struct {
 	idle    chan struct{} // closed when writing is given back, for a close waiting on it
 	wake    chan struct{} // the writer's doorbell (capacity 1)
 	closed  chan struct{}
-	once    sync.Once
-	code    int
-	reason  string
-	cut     bool   // closed for the peer's side: it stopped reading, its socket failed
-	slowMsg string // the close reason for a peer that stopped reading
+	// stop is closed when the reader is to stop: with closed, or for a
+	// draining close once the peer answered it (ReadDone) or CloseDrain
+	// passed.
+	stop     chan struct{}
+	stopOnce sync.Once
+	readDone chan struct{}
+	readOnce sync.Once
+	draining bool // closed by CloseDraining
+	once     sync.Once
+	code     int
+	reason   string
+	cut      bool   // closed for the peer's side: it stopped reading, its socket failed
+	slowMsg  string // the close reason for a peer that stopped reading
 	// Ping overrides PingEvery (tests); set before Writer starts.
 	Ping time.Duration
 	// WriteTimeout overrides the bound on one frame's write (tests); set
@@ -71,7 +82,8 @@ type Conn struct {
 
 // New wraps ws; slowMsg is the close reason for a peer whose queue fills.
 func New(ws *websocket.Conn, slowMsg string) *Conn {
-	return &Conn{WS: ws, wake: make(chan struct{}, 1), closed: make(chan struct{}), slowMsg: slowMsg}
+	return &Conn{WS: ws, wake: make(chan struct{}, 1), closed: make(chan struct{}), stop: make(chan struct{}),
+		readDone: make(chan struct{}), slowMsg: slowMsg}
 }
 
 func (c *Conn) writeTimeout() time.Duration {
@@ -234,12 +246,47 @@ func (c *Conn) CloseWith(code int, reason string) { c.closeWith(code, reason, fa
 // queue filled), or a write or ping to it failed.
 func (c *Conn) cutOff(code int, reason string) { c.closeWith(code, reason, true) }
 
+// CloseDraining ends the link as Close does, except that its reader
+// goes on reading until the peer answers the close frame (ReadDone), or
+// CloseDrain passes: a peer may write until the close reaches it (RFC 6455
+// §5.5.1), and what it wrote meanwhile is read, not cut off unread. Nothing
+// is written after the close frame, so what is read then cannot be
+// answered.
+func (c *Conn) CloseDraining(reason string) {
+	c.once.Do(func() {
+		c.code, c.reason, c.draining = websocket.CloseGoingAway, reason, true
+		close(c.closed)
+	})
+}
+
 func (c *Conn) closeWith(code int, reason string, cut bool) {
 	c.once.Do(func() {
 		c.code, c.reason, c.cut = code, reason, cut
 		close(c.closed)
+		c.stopReading()
 	})
 }
+
+func (c *Conn) stopReading() { c.stopOnce.Do(func() { close(c.stop) }) }
+
+// ReadStop is closed when the link's reader is to stop reading: at the
+// close, or for CloseDraining once the drain is over.
+func (c *Conn) ReadStop() <-chan struct{} { return c.stop }
+
+// Draining reports whether the link was closed by CloseDraining: what is
+// read now comes after funduq's close frame.
+func (c *Conn) Draining() bool {
+	select {
+	case <-c.closed:
+		return c.draining
+	default:
+		return false
+	}
+}
+
+// ReadDone tells the writer that the reader has stopped, so a draining
+// close need not wait any longer.
+func (c *Conn) ReadDone() { c.readOnce.Do(func() { close(c.readDone) }) }
 
 // CutOff reports whether the link was closed because the peer stopped
 // reading or its socket failed, not by Close or CloseWith: the peer said no
@@ -257,6 +304,7 @@ func (c *Conn) CutOff() bool {
 // closes done when it returns.
 func (c *Conn) Writer(done chan<- struct{}) {
 	defer close(done)
+	defer c.stopReading() // the socket is closed: nothing more to read
 	every := c.Ping
 	if every <= 0 {
 		every = PingEvery
@@ -295,8 +343,18 @@ func (c *Conn) Writer(done chan<- struct{}) {
 			}
 			if c.code != websocket.CloseAbnormalClosure {
 				msg := websocket.FormatCloseMessage(c.code, Clip(c.reason, 123))
-				_ = c.WS.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second))
+				if c.WS.WriteControl(websocket.CloseMessage, msg, time.Now().Add(time.Second)) == nil && c.draining {
+					// The reader takes what the peer sent before the
+					// close reached it, up to the peer's own close.
+					t := time.NewTimer(CloseDrain)
+					select {
+					case <-c.readDone:
+					case <-t.C:
+					}
+					t.Stop()
+				}
 			}
+			c.stopReading()
 			_ = c.WS.Close()
 			return
 		}

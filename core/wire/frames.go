@@ -252,3 +252,9 @@ func PeekType(raw []byte) (string, bool) {
 	}
 	return typ, ok
 }
+
+// ReplacedMessage is the message of the error frame funduq sends a link
+// that a newer link of its key left serving nothing (design.md D5), right
+// before it closes that link. The wire has no code for it; our SDK reads
+// this text to stop instead of registering again (provider.ErrReplaced).
+const ReplacedMessage = "this link was replaced by a newer link of the same key and serves nothing now; closing it"

@@ -165,6 +165,13 @@ func run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 	}
 	logger.Info("echo-agent starting", "broker", s.BrokerURL, "agent", s.AgentName)
 	if err := client.Run(ctx); err != nil {
+		if errors.Is(err, provider.ErrReplaced) {
+			// A newer process of this key serves the agent now (a rolling
+			// deploy): a clean exit, so a supervisor does not restart this
+			// one to take the agent back.
+			logger.Info("echo-agent stopped: replaced by a newer process of its key")
+			return 0
+		}
 		logger.Error("echo-agent stopped", "err", err)
 		return 1
 	}
