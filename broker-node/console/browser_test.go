@@ -8,6 +8,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/funduq/funduq-go/broker-node/broker"
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/browsertest"
 	"github.com/funduq/funduq-go/core/wire"
@@ -128,7 +129,7 @@ func TestConsoleLongProviderTextInBrowser(t *testing.T) {
 	h := nodetest.Start(t, withToken)
 	b := loggedIn(t, h.URL)
 
-	name, reason := strings.Repeat("W", 5000), strings.Repeat("R", 5000)
+	name, reason := strings.Repeat("W", broker.MaxProviderNameBytes), strings.Repeat("R", 5000)
 	p := h.Connect(0xc3, nodetest.Limit(3))
 	p.Send(wire.Register{Type: wire.TypeRegister, ProviderName: name, Agents: []wire.Registration{{Name: strings.Repeat("a", 128)}}})
 	p.Expect(wire.TypeRegistered, nil)
@@ -153,7 +154,7 @@ func TestConsoleLongProviderTextInBrowser(t *testing.T) {
 			t.Errorf("%s is %vpx tall", sel, hgt)
 		}
 	}
-	if got := browsertest.Eval[string](b, `document.querySelector('`+prow+`').children[1].title`); got != name[:reasonChars] {
+	if got := browsertest.Eval[string](b, `document.querySelector('`+prow+`').children[1].title`); got != name {
 		t.Errorf("the name is not in the title (%d characters)", len(got))
 	}
 	// The title holds the reason as far as the state keeps it.
@@ -167,7 +168,7 @@ func TestConsoleLongProviderTextInBrowser(t *testing.T) {
 // takes a row of bounded height, so the providers after it stay in view,
 // and says how many it serves.
 func TestConsoleManyAgentsInBrowser(t *testing.T) {
-	h := nodetest.Start(t, withToken)
+	h := nodetest.Start(t, withManyAgents(400))
 	b := loggedIn(t, h.URL)
 
 	var regs []wire.Registration

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/funduq/funduq-go/broker-node/broker"
 	"github.com/funduq/funduq-go/broker-node/console"
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
@@ -21,6 +22,17 @@ import (
 const token = "console-token-for-tests-0123456789"
 
 func withToken(c *config.Broker) { c.ConsoleToken = token }
+
+// withManyAgents is withToken on a node that lets one register carry n
+// agents of ~110 bytes, past the default, as an operator may allow
+// (FUNDUQ_MAX_AGENTS_PER_REGISTER): the console stays bounded whatever the
+// limits are.
+func withManyAgents(n int) func(*config.Broker) {
+	return func(c *config.Broker) {
+		withToken(c)
+		c.MaxAgentsPerRegister, c.MaxRegisterBytes = n, n*256
+	}
+}
 
 // noRedirect is a client that shows redirects instead of following them.
 var noRedirect = &http.Client{Timeout: 20 * time.Second,
@@ -330,12 +342,12 @@ func TestConsoleFailuresBounded(t *testing.T) {
 const agentsListed = 100
 
 func TestConsoleProviderBounded(t *testing.T) {
-	h := nodetest.Start(t, withToken)
+	h := nodetest.Start(t, withManyAgents(3000))
 	var regs []wire.Registration
 	for i := range 3000 {
 		regs = append(regs, wire.Registration{Name: fmt.Sprintf("agent-%04d-%s", i, strings.Repeat("x", 100))})
 	}
-	name := strings.Repeat("N", 3<<20)
+	name := strings.Repeat("N", broker.MaxProviderNameBytes)
 	p := h.Connect(0xc7, nil)
 	p.Send(wire.Register{Type: wire.TypeRegister, ProviderName: name, Agents: regs})
 	p.Expect(wire.TypeRegistered, nil)
@@ -361,7 +373,7 @@ func TestConsoleProviderBounded(t *testing.T) {
 			t.Fatalf("%s providers %d", base, len(s.Providers.List))
 		}
 		pv := s.Providers.List[0]
-		if pv.Name != name[:reasonChars] || len(pv.Agents) != agentsListed || pv.Agents[0] != regs[0].Name || pv.AgentCount != len(regs) {
+		if pv.Name != name || len(pv.Agents) != agentsListed || pv.Agents[0] != regs[0].Name || pv.AgentCount != len(regs) {
 			t.Fatalf("%s: name of %d, %d agents listed of %d", base, len(pv.Name), len(pv.Agents), pv.AgentCount)
 		}
 	}
