@@ -102,7 +102,13 @@ func (e *env) rawLLM(seed byte, models ...string) *rawLLM {
 func (l *rawLLM) raw(frame string) {
 	l.t.Helper()
 	if err := l.ws.WriteMessage(websocket.TextMessage, []byte(frame)); err != nil {
-		l.t.Fatal(err)
+		// Name funduq's close, when it was one: why the link went.
+		select {
+		case <-l.closed:
+			l.t.Fatalf("write: %v; the link was closed: %v", err, l.cerr)
+		case <-time.After(guard):
+			l.t.Fatal(err)
+		}
 	}
 }
 
