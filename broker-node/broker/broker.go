@@ -703,6 +703,26 @@ func (b *Broker) Detach(l Link, lost bool) {
 	}
 }
 
+// HoldsRuns reports whether l holds a run: one it claimed, or took over
+// with a report for a run its key held (claimByReport). A link that does
+// not register may stay open past the register deadline while it does —
+// a process replaced by a newer one of its key finishing its runs (D5) —
+// and is closed at a deadline when it holds nothing.
+func (b *Broker) HoldsRuns(l Link) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ls := b.links[l]
+	if ls == nil {
+		return false
+	}
+	for ln := range b.byLink[ls] {
+		if ln.claimedBy == ls {
+			return true
+		}
+	}
+	return false
+}
+
 // ---- reports from links ----
 
 func (b *Broker) laneFor(l Link, runID string) (*lane, *linkState) {

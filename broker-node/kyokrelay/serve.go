@@ -78,7 +78,7 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	defer r.linksWG.Done()
 	c.log.Info("LLM provider attached")
 	// A link must register (design.md §The provider wire, "Admission").
-	c.deadline = wsconn.StartRegisterDeadline(c.Conn, r.Clock, r.RegisterDeadline, func() {
+	c.deadline = wsconn.StartRegisterDeadline(c.Conn, r.Clock, r.RegisterDeadline, nil, func() {
 		c.log.Info("LLM provider link closed: no register in time", "deadline", r.RegisterDeadline)
 	})
 	go c.Writer(writerDone)

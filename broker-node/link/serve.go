@@ -106,8 +106,11 @@ func (s *Server) serve(ws *websocket.Conn, res handshake.Result) {
 	}
 	writerDone := make(chan struct{})
 	go c.Writer(writerDone)
-	// A link must register (design.md §The provider wire, "Admission").
-	c.deadline = wsconn.StartRegisterDeadline(c.Conn, s.Clock, s.RegisterDeadline, func() {
+	// A link must register (design.md §The provider wire, "Admission"),
+	// unless it is finishing runs of its key without registering, as a
+	// replaced process does (D5): the deadline waits while it holds one.
+	holds := func() bool { return s.Broker.HoldsRuns(c) }
+	c.deadline = wsconn.StartRegisterDeadline(c.Conn, s.Clock, s.RegisterDeadline, holds, func() {
 		c.log.Info("provider link closed: no register in time", "deadline", s.RegisterDeadline)
 	})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -13,18 +13,25 @@ import (
 // register answered within its time (config FUNDUQ_REGISTER_DEADLINE,
 // design.md §The provider wire, "Admission"): a key costs a stranger
 // nothing, and a link that never registers would otherwise hold a socket
-// and goroutines of the leader for as long as it answers pings. The zero
-// value, and one started with no time, never closes anything.
+// and goroutines of the leader for as long as it answers pings. A link
+// that is working without registering — one holding a run of its key it
+// took a report for, as a process replaced by a newer one of its key
+// finishes its runs (D5) — is given another period instead, at every
+// lapse, for as long as it works. The zero value, and one started with no
+// time, never closes anything.
 type RegisterDeadline struct {
-	mu     sync.Mutex
-	timer  clockwork.Timer
-	met    bool // a register was answered
-	lapsed bool // the time ran out first
+	mu      sync.Mutex
+	timer   clockwork.Timer
+	met     bool // a register was answered
+	lapsed  bool // the time ran out first
+	stopped bool // the link ended
 }
 
 // StartRegisterDeadline closes c 1008 saying why when d passes (on clock;
-// nil: the real one) before Met is called. d <= 0: no deadline.
-func StartRegisterDeadline(c *Conn, clock clockwork.Clock, d time.Duration, onLapse func()) *RegisterDeadline {
+// nil: the real one) before Met is called, unless working (nil: never)
+// reports the link busy then, in which case the time starts again.
+// d <= 0: no deadline.
+func StartRegisterDeadline(c *Conn, clock clockwork.Clock, d time.Duration, working func() bool, onLapse func()) *RegisterDeadline {
 	rd := &RegisterDeadline{}
 	if d <= 0 {
 		return rd
@@ -33,11 +40,21 @@ func StartRegisterDeadline(c *Conn, clock clockwork.Clock, d time.Duration, onLa
 		clock = clockwork.NewRealClock()
 	}
 	reason := fmt.Sprintf("no register within %s of welcome (FUNDUQ_REGISTER_DEADLINE); reconnect and register", d)
-	rd.mu.Lock()
-	defer rd.mu.Unlock()
-	rd.timer = clock.AfterFunc(d, func() {
+	var fire func()
+	fire = func() {
+		if rd.over() {
+			return
+		}
+		// Asked without rd.mu: working takes the broker's locks, under
+		// which Met is called.
+		busy := working != nil && working()
 		rd.mu.Lock()
-		if rd.met {
+		if rd.met || rd.stopped {
+			rd.mu.Unlock()
+			return
+		}
+		if busy {
+			rd.timer = clock.AfterFunc(d, fire)
 			rd.mu.Unlock()
 			return
 		}
@@ -47,8 +64,18 @@ func StartRegisterDeadline(c *Conn, clock clockwork.Clock, d time.Duration, onLa
 			onLapse()
 		}
 		c.CloseWith(websocket.ClosePolicyViolation, reason)
-	})
+	}
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	rd.timer = clock.AfterFunc(d, fire)
 	return rd
+}
+
+// over reports whether the deadline no longer applies.
+func (rd *RegisterDeadline) over() bool {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	return rd.met || rd.stopped
 }
 
 // Met ends the deadline: a register was answered. Called before the
@@ -76,6 +103,7 @@ func (rd *RegisterDeadline) Lapsed() bool {
 func (rd *RegisterDeadline) Stop() {
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
+	rd.stopped = true
 	if rd.timer != nil {
 		rd.timer.Stop()
 	}
