@@ -380,7 +380,8 @@ func (c *conf) envelope(raw []byte, wantID any, path string) (result, rpcErr map
 	if r["jsonrpc"] != "2.0" {
 		c.bad(path+".jsonrpc", "%v, want \"2.0\"", r["jsonrpc"])
 	}
-	if id, ok := r["id"]; !ok || fmt.Sprint(id) != fmt.Sprint(wantID) {
+	// The SDK's client compares ids with ===: the same type and value.
+	if id, ok := r["id"]; !ok || id != wantID {
 		c.bad(path+".id", "%v, want the request's %v", r["id"], wantID)
 	}
 	res, hasRes := r["result"]
@@ -530,6 +531,11 @@ func (k *confCaller) streamed(what string, s *stream, reqID int) (items []item, 
 			}
 		}
 		items = append(items, item{kind, o, it.ID})
+		// Every item is about the stream's one task and its context.
+		idKey := map[bool]string{true: "id", false: "taskId"}[kind == "task"]
+		if len(items) > 1 && o != nil && (o[idKey] != items[0].obj["id"] || o["contextId"] != items[0].obj["contextId"]) {
+			k.t.Errorf("%s: about task %v on %v, the stream's is %v on %v", path, o[idKey], o["contextId"], items[0].obj["id"], items[0].obj["contextId"])
+		}
 	}
 	if len(items) == 0 {
 		k.t.Errorf("%s: an empty stream", what)
@@ -539,8 +545,9 @@ func (k *confCaller) streamed(what string, s *stream, reqID int) (items []item, 
 		return items, lastState
 	}
 	last := items[len(items)-1]
-	if last.kind == "status-update" && finals != 1 {
-		k.t.Errorf("%s: the stream closed after a status update %v without final: true", what, last.obj)
+	// The 0.3 client knows a stream is over by its final status update.
+	if f, _ := last.obj["final"].(bool); last.kind != "status-update" || !f {
+		k.t.Errorf("%s: the stream closed after %s %v, not a status update with final: true", what, last.kind, last.obj)
 	}
 	return items, lastState
 }
@@ -724,6 +731,16 @@ func a2aConformance(t *testing.T, h *nodetest.Harness, p *nodetest.Prov, base, v
 			}
 			k.cf.task(res, "get")
 			k.check(fmt.Sprintf("tasks/get historyLength=%v", hl))
+			if res["id"] != id || res["contextId"] != *f.ThreadID {
+				t.Errorf("tasks/get %s: task %v on %v", id, res["id"], res["contextId"])
+			}
+			hist, _ := res["history"].([]any)
+			for i, m := range hist {
+				mm, _ := m.(map[string]any)
+				if c, ok := mm["contextId"]; ok && c != *f.ThreadID {
+					t.Errorf("tasks/get: history[%d] on context %v, the task's is %s", i, c, *f.ThreadID)
+				}
+			}
 			if n, ok := hl.(int); ok {
 				if hist, _ := res["history"].([]any); len(hist) > n {
 					t.Errorf("tasks/get historyLength=%d: %d messages", n, len(hist))
@@ -798,4 +815,58 @@ func a2aConformance(t *testing.T, h *nodetest.Harness, p *nodetest.Prov, base, v
 		stranger.wantCode("a stranger's resubscribe", e, res, a2a.CodeTaskNotFound)
 	}
 	t.Logf("%d answers checked", k.n+second.n+stranger.n)
+}
+
+// The checker itself catches what a client would notice (so a green
+// conformance run is not a vacuous one).
+func TestConformanceCheckerCatchesMismatches(t *testing.T) {
+	parse := func(s string) map[string]any {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(s), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	goodTask03 := `{"kind":"task","id":"t","contextId":"c","status":{"state":"completed"},"history":[]}`
+	goodTask10 := `{"id":"t","contextId":"c","status":{"state":"TASK_STATE_COMPLETED"},"history":[]}`
+	for _, tc := range []struct {
+		v, doc, what string
+		bad          bool
+		check        func(*conf, map[string]any)
+	}{
+		{"", goodTask03, "task", false, nil},
+		{"1.0", goodTask10, "task", false, nil},
+		{"", `{"id":"t","contextId":"c","status":{"state":"completed"}}`, "task without kind", true, nil},
+		{"", `{"kind":"task","id":"t","contextId":"c","status":{"state":"done"}}`, "unknown state", true, nil},
+		{"1.0", `{"id":"t","contextId":"c","status":{"state":"completed"}}`, "0.3 state in 1.0", true, nil},
+		{"1.0", `{"id":"t","contextId":"c","status":{"state":"TASK_STATE_UNSPECIFIED"}}`, "unspecified state", true, nil},
+		{"", `{"kind":"task","id":"t","contextId":"c"}`, "no status", true, nil},
+		{"1.0", `{"kind":"task","id":"t","contextId":"c","status":{"state":"TASK_STATE_WORKING"}}`, "kind in 1.0", true, nil},
+		{"", `{"kind":"task","id":"t","contextId":"c","status":{"state":"working"},"history":[{"kind":"message","messageId":"m","role":"assistant","parts":[]}]}`, "bad role", true, nil},
+		{"", `{"kind":"task","id":"t","contextId":"c","status":{"state":"working"},"artifacts":[{"artifactId":"a","parts":[{"text":"x"}]}]}`, "part without kind", true, nil},
+		{"1.0", `{"id":"t","contextId":"c","status":{"state":"TASK_STATE_WORKING"},"artifacts":[{"artifactId":"a","parts":[{"kind":"text","text":"x"}]}]}`, "part with kind in 1.0", true, nil},
+		{"1.0", `{"id":"t","contextId":"c","status":{"state":"TASK_STATE_WORKING","timestamp":"yesterday"}}`, "bad timestamp", true, nil},
+		{"", `{"kind":"status-update","taskId":"t","contextId":"c","status":{"state":"completed"}}`, "update without final", true,
+			func(c *conf, o map[string]any) { c.streamItem(o, "item") }},
+		{"", `{"kind":"status-update","taskId":"t","contextId":"c","status":{"state":"completed"},"final":true}`, "update", false,
+			func(c *conf, o map[string]any) { c.streamItem(o, "item") }},
+		{"1.0", `{"statusUpdate":{"taskId":"t","contextId":"c","status":{"state":"TASK_STATE_COMPLETED"}},"task":{}}`, "two payloads", true,
+			func(c *conf, o map[string]any) { c.streamItem(o, "item") }},
+		{"", `{"kind":"artifact-update","taskId":"t","contextId":"c","artifact":{"parts":[]}}`, "artifact without id", true,
+			func(c *conf, o map[string]any) { c.streamItem(o, "item") }},
+		{"", `{"code":"x","message":"m"}`, "string code", true, func(c *conf, o map[string]any) { c.rpcError(o, "error") }},
+		{"", `{"name":"a","description":"","version":"1","capabilities":{},"defaultInputModes":[],"defaultOutputModes":[],"skills":[]}`,
+			"0.3 card without url", true, func(c *conf, o map[string]any) { c.card(o, "card") }},
+	} {
+		c := &conf{v: tc.v}
+		o := parse(tc.doc)
+		if tc.check != nil {
+			tc.check(c, o)
+		} else {
+			c.task(o, "task")
+		}
+		if got := len(c.errs) > 0; got != tc.bad {
+			t.Errorf("%s (%q): reported %v, want a report %v", tc.what, tc.v, c.errs, tc.bad)
+		}
+	}
 }
