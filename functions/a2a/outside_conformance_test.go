@@ -407,10 +407,13 @@ func (c *conf) envelope(raw []byte, wantID any, path string) (result, rpcErr map
 }
 
 func (c *conf) card(o map[string]any, path string) {
+	c.only(o, path, "name", "description", "supportedInterfaces", "provider", "version", "documentationUrl", "capabilities",
+		"securitySchemes", "securityRequirements", "defaultInputModes", "defaultOutputModes", "skills", "signatures", "iconUrl")
 	for _, k := range []string{"name", "description", "version"} {
 		c.str(o, k, path, false)
 	}
 	if caps, ok := c.obj(o, "capabilities", path, false); ok {
+		c.only(caps, path+".capabilities", "streaming", "pushNotifications", "extensions", "extendedAgentCard")
 		c.boolean(caps, "streaming", path+".capabilities", true)
 		c.boolean(caps, "pushNotifications", path+".capabilities", true)
 		exts, _ := c.arr(caps, "extensions", path+".capabilities", true)
@@ -425,6 +428,7 @@ func (c *conf) card(o map[string]any, path string) {
 	for i, s := range skills {
 		sm, _ := s.(map[string]any)
 		sp := fmt.Sprintf("%s.skills[%d]", path, i)
+		c.only(sm, sp, "id", "name", "description", "tags", "examples", "inputModes", "outputModes", "securityRequirements")
 		for _, k := range []string{"id", "name", "description"} {
 			c.str(sm, k, sp, false)
 		}
@@ -867,6 +871,59 @@ func TestConformanceCheckerCatchesMismatches(t *testing.T) {
 		}
 		if got := len(c.errs) > 0; got != tc.bad {
 			t.Errorf("%s (%q): reported %v, want a report %v", tc.what, tc.v, c.errs, tc.bad)
+		}
+	}
+}
+
+// The agent card of a registration with card extras (skills, extensions)
+// and interjections, in both versions, as the SDK types it. A skill
+// written in 0.3's shape (its "security") reaches a 1.0 caller in 1.0's
+// ("securityRequirements"): a strict ProtoJSON reader refuses a card with
+// a member its AgentSkill does not declare.
+func TestOutsideAgentCardConformsInBothVersions(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.SendRaw(`{"type":"register","agents":[{"name":"carded","description":"d","takesInterjections":true,"agentCardExtra":{` +
+		`"version":"2.1.0","skills":[{"id":"s1","name":"Search","description":"finds","tags":["a"],"examples":["x"],"inputModes":["text/plain"]},{"id":"s2","security":[{"oauth":["read"]}]}],` +
+		`"extensions":[{"uri":"https://example.com/ext","required":false}]}}]}`)
+	var r wire.Registered
+	p.Expect(wire.TypeRegistered, &r)
+	srv := startDoor(t, h, nil)
+	for _, v := range []string{"", "0.3", "1.0"} {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/a2a/"+p.Key+"/carded/.well-known/agent-card.json", nil)
+		if v != "" {
+			req.Header.Set(a2a.VersionHeader, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var card map[string]any
+		err = json.NewDecoder(resp.Body).Decode(&card)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("card %q: %v", v, err)
+		}
+		cv := v
+		if v == "0.3" {
+			cv = ""
+		}
+		c := &conf{v: cv}
+		c.card(card, "card")
+		if len(c.errs) > 0 {
+			t.Errorf("card (A2A-Version %q): a client would notice:\n  %s", v, strings.Join(c.errs, "\n  "))
+		}
+		skills, _ := card["skills"].([]any)
+		if len(skills) != 2 {
+			t.Fatalf("card (A2A-Version %q): skills %v", v, card["skills"])
+		}
+		want := `[{"oauth":["read"]}]`
+		key := "security"
+		if cv == "1.0" {
+			want, key = `[{"schemes":{"oauth":{"list":["read"]}}}]`, "securityRequirements"
+		}
+		if got := mustJSON(skills[1].(map[string]any)[key]); got != want {
+			t.Errorf("card (A2A-Version %q): skill %s %s, want %s", v, key, got, want)
 		}
 	}
 }
