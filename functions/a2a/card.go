@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/funduq/funduq-go/core/identity"
@@ -101,6 +102,13 @@ func BuildCard(agent store.Agent, endpoint string, v Version, log interface {
 		if _, ok := s["tags"].([]any); !ok {
 			s["tags"] = []any{}
 		}
+		skillFor(v, s)
+		for k := range s {
+			if !slices.Contains(skillMembers[v], k) {
+				log.Warn("agent card: skill member not in A2A "+v.String()+"'s AgentSkill; left out", "agent", agent.Name, "skill", id, "member", k)
+				delete(s, k)
+			}
+		}
 		skills = append(skills, s)
 	}
 	var exts []map[string]any
@@ -135,4 +143,63 @@ func BuildCard(agent store.Agent, endpoint string, v Version, log interface {
 		card["protocolVersion"] = "0.3.0"
 	}
 	return card
+}
+
+// skillMembers are the members each version's AgentSkill declares (the
+// pinned @a2a-js/sdk's types): a strict ProtoJSON reader refuses a 1.0
+// card with any other (design.md, §The doors: what an A2A caller receives).
+var skillMembers = map[Version][]string{
+	V03: {"id", "name", "description", "tags", "examples", "inputModes", "outputModes", "security"},
+	V10: {"id", "name", "description", "tags", "examples", "inputModes", "outputModes", "securityRequirements"},
+}
+
+// skillFor writes a skill's security in v's shape, whichever the
+// registration used: 0.3's "security" is [{scheme: [scope…]}], 1.0's
+// "securityRequirements" is [{"schemes": {scheme: {"list": [scope…]}}}]
+// (the SDK's own compat layer maps them so).
+func skillFor(v Version, s map[string]any) {
+	switch {
+	case v == V10 && s["securityRequirements"] == nil && s["security"] != nil:
+		reqs, ok := s["security"].([]any)
+		if !ok {
+			return
+		}
+		out := []any{}
+		for _, r := range reqs {
+			rm, ok := r.(map[string]any)
+			if !ok {
+				return
+			}
+			schemes := map[string]any{}
+			for name, scopes := range rm {
+				schemes[name] = map[string]any{"list": scopes}
+			}
+			out = append(out, map[string]any{"schemes": schemes})
+		}
+		s["securityRequirements"] = out
+	case v == V03 && s["security"] == nil && s["securityRequirements"] != nil:
+		reqs, ok := s["securityRequirements"].([]any)
+		if !ok {
+			return
+		}
+		out := []any{}
+		for _, r := range reqs {
+			rm, _ := r.(map[string]any)
+			schemes, ok := rm["schemes"].(map[string]any)
+			if !ok {
+				return
+			}
+			req := map[string]any{}
+			for name, sl := range schemes {
+				slm, _ := sl.(map[string]any)
+				list, ok := slm["list"].([]any)
+				if !ok {
+					list = []any{}
+				}
+				req[name] = list
+			}
+			out = append(out, req)
+		}
+		s["security"] = out
+	}
 }
