@@ -485,6 +485,11 @@ func (k *confCaller) read(method string, resp *http.Response, reqID int) (result
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	result, rpcErr = k.cf.envelope(raw, float64(reqID), method)
+	// An anonymous caller on a healthy door meets none of funduq's own
+	// codes (authority, storage): only A2A's.
+	if code, _ := rpcErr["code"].(float64); rpcErr != nil && !slices.Contains(specCodes, int(code)) {
+		k.cf.bad(method+".error.code", "%v is not an A2A error code", rpcErr["code"])
+	}
 	k.check(method)
 	return result, rpcErr
 }
