@@ -132,13 +132,15 @@ func (s *Store) ThreadMessagePage(ctx context.Context, threadID string, before i
 	// The innermost query walks thread_messages_thread_idx backwards from
 	// before; the window adds each message's bytes up, newest first; the
 	// outer filter stops one row past the bound (that row's message not
-	// sent: it tells there is more).
-	rows, err := s.pool.Query(ctx, `SELECT id, message_id, n, CASE WHEN n <= $4 AND total <= $4 THEN message END
+	// sent: it tells there is more). A message fits a page only with its
+	// comma (n < maxBytes); one that does not is omitted, never counted as
+	// past the bound, or a page of it alone would never come.
+	rows, err := s.pool.Query(ctx, `SELECT id, message_id, n, CASE WHEN n < $4 AND total <= $4 THEN message END
 		FROM (SELECT id, message_id, message, n,
-				sum(CASE WHEN n <= $4 THEN n + 1 ELSE 0 END) OVER (ORDER BY id DESC ROWS UNBOUNDED PRECEDING) AS total
+				sum(CASE WHEN n < $4 THEN n + 1 ELSE 0 END) OVER (ORDER BY id DESC ROWS UNBOUNDED PRECEDING) AS total
 			FROM (SELECT id, message_id, message, octet_length(message::text) AS n
 				FROM thread_messages WHERE thread_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3) newest) summed
-		WHERE total - CASE WHEN n <= $4 THEN n + 1 ELSE 0 END <= $4
+		WHERE total - CASE WHEN n < $4 THEN n + 1 ELSE 0 END <= $4
 		ORDER BY id DESC`, threadID, before, limit+1, maxBytes)
 	if err != nil {
 		return MessagePage{}, fmt.Errorf("messages of thread %s: %w", threadID, err)
@@ -161,7 +163,7 @@ func (s *Store) ThreadMessagePage(ctx context.Context, threadID string, before i
 			p.More = true
 		case b != nil:
 			p.Messages = append(p.Messages, b)
-		case n > maxBytes:
+		case n >= maxBytes: // with its comma it fits no page
 			p.Omitted = append(p.Omitted, OmittedMessage{MessageID: mid, Bytes: n})
 		default: // past the bound
 			p.More = true

@@ -329,3 +329,47 @@ func TestResumeSnapshotOfLongThreadIsBounded(t *testing.T) {
 		t.Fatalf("the page before the resume snapshot: %d %v", older.Status, older.IDs)
 	}
 }
+
+// A message whose stored size is exactly the page bound (4 MiB) is either
+// sent or named under omitted_messages, and paging goes on past it: the
+// messages older than it stay readable. (On main: the page before it says
+// has_more with a next_before that the door refuses with 400, so the
+// message and every older one are unreachable and it is named nowhere.)
+func TestMessageOfExactlyAPageIsNotLost(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe2, nil)
+	p.Register("echo")
+	srv := startDoor(t, h, nil)
+	thread := doneThread(t, h, p, aguiURL(srv, p.Key, "echo"))
+	growThread(t, h, thread, 2, 100)
+	// The content is padded so the stored message is exactly 4 MiB.
+	if _, err := h.DB().Exec(context.Background(), `INSERT INTO thread_messages (thread_id, run_id, message_id, message, origin)
+		SELECT $1, (SELECT run_id FROM runs WHERE thread_id = $1 LIMIT 1), 'edge',
+			jsonb_build_object('id', 'edge', 'role', 'assistant', 'content', repeat('x', $2 -
+				octet_length(jsonb_build_object('id', 'edge', 'role', 'assistant', 'content', '')::text))), 'agent'`,
+		thread, 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := h.DB().QueryRow(context.Background(), `SELECT octet_length(message::text) FROM thread_messages
+		WHERE thread_id = $1 AND message_id = 'edge'`, thread).Scan(&n); err != nil || n != 4<<20 {
+		t.Fatalf("edge stored as %d bytes (%v), want %d", n, err, 4<<20)
+	}
+	if _, err := h.DB().Exec(context.Background(), `INSERT INTO thread_messages (thread_id, run_id, message_id, message, origin)
+		SELECT $1, (SELECT run_id FROM runs WHERE thread_id = $1 LIMIT 1), 'after', '{"id":"after","role":"user","content":"hi"}', 'caller'`, thread); err != nil {
+		t.Fatal(err)
+	}
+	pages := readAllPages(t, func(q string) snapPage { return getSnap(t, srv.URL+"/threads/"+thread+q, nil) })
+	got := inOrder(pages)
+	for _, pg := range pages {
+		for _, o := range pg.Omitted {
+			got = append(got, "omitted:"+o.MessageID)
+		}
+	}
+	all := threadMessageIDs(t, h, thread)
+	for _, id := range all {
+		if !slices.Contains(got, id) && !slices.Contains(got, "omitted:"+id) {
+			t.Fatalf("message %s neither sent nor named; read %v of %v", id, got, all)
+		}
+	}
+}
