@@ -222,3 +222,39 @@ func TestLinkThatNeverRegistersIsClosed(t *testing.T) {
 		t.Fatalf("listing %+v", l)
 	}
 }
+
+// A register exactly at each bound is taken, and one byte past it is
+// refused naming the size in bytes, with text of two-byte characters (a
+// bound in bytes must not read as one in characters either way); a
+// refused register lists nothing.
+func TestRegisterBoundsAreExactInBytes(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	s := admit(t, h, 0xa5)
+	e2 := func(n int) string { return strings.Repeat("é", n) } // 2 bytes each
+	withName := func(name string, agent map[string]any) []byte {
+		b, _ := json.Marshal(map[string]any{"type": "register", "agents": []any{agent}, "providerName": name})
+		return b
+	}
+	for _, tc := range []struct {
+		what   string
+		frame  []byte
+		naming string
+	}{
+		{"a description of 16385 bytes", registerFrame(map[string]any{"name": "a", "description": e2(8192) + "x"}), "is 16385 bytes"},
+		{"a providerName of 257 bytes", withName(e2(128)+"x", map[string]any{"name": "a"}), "is 257 bytes"},
+	} {
+		typ, e := s.answered(tc.frame)
+		if typ != wire.TypeError || !strings.Contains(e.Message, tc.naming) {
+			t.Errorf("%s: answered %q %q; want an error saying it %s", tc.what, typ, wsClip(e.Message), tc.naming)
+		}
+	}
+	if l := listing(t, h); len(l) != 0 {
+		t.Fatalf("registered by refused registers: %d agents", len(l))
+	}
+	if typ, e := s.answered(withName(e2(128), map[string]any{"name": "a", "description": e2(8192)})); typ != wire.TypeRegistered {
+		t.Fatalf("a register exactly at the bounds: %q %q", typ, wsClip(e.Message))
+	}
+	if l := listing(t, h); len(l) != 1 {
+		t.Fatalf("listed %d agents, want 1", len(l))
+	}
+}
