@@ -1082,3 +1082,26 @@ func (b *Broker) Snapshot() Snapshot {
 	sort.Slice(s.Providers, func(i, j int) bool { return s.Providers[i].Key < s.Providers[j].Key })
 	return s
 }
+
+// Held counts what the broker holds in each of its maps keyed by run, link
+// or key, by map name, so a soak can check from the outside that nothing
+// grows per run or per link once everything has settled. The ended-runs
+// ring is bounded by design (ended.go) and reported for its figures.
+func (b *Broker) Held() map[string]int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	heads := 0
+	for _, m := range b.headsByKey {
+		heads += len(m)
+	}
+	byLink := 0
+	for _, m := range b.byLink {
+		byLink += len(m)
+	}
+	return map[string]int{
+		"lanes": len(b.lanes), "addressing": len(b.addressing), "threads": len(b.threads),
+		"headsByKey": len(b.headsByKey), "headsByKey.threads": heads, "byLink": len(b.byLink), "byLink.lanes": byLink,
+		"links": len(b.links), "served": len(b.served), "buckets": len(b.buckets), "unserved": len(b.unserved),
+		"expected": len(b.expected), "requeued": len(b.requeued), "lostUntil": len(b.lostUntil), "ended": len(b.ended.ids),
+	}
+}
