@@ -191,6 +191,12 @@ func (b *Broker) reset() {
 	b.wake = make(chan struct{}, 1)
 }
 
+// inGraceLocked reports whether provider_grace after the takeover is still
+// running. Caller holds b.mu.
+func (b *Broker) inGraceLocked() bool {
+	return !b.graceOver && b.clock.Now().Before(b.takeoverAt.Add(b.set.ProviderGrace))
+}
+
 // ErrNotLeading is returned to links and doors while this broker does not lead.
 var ErrNotLeading = errors.New("this broker node is not the leader")
 
@@ -228,6 +234,11 @@ func (b *Broker) Run(ctx context.Context, epoch int64, startIntake func(ctx cont
 	if err == nil {
 		b.mu.Lock()
 		b.ready = true
+		if !b.inGraceLocked() {
+			// The read-back has decided every run it took; with no grace
+			// left, expected is read no more (take.go).
+			clear(b.expected)
+		}
 		b.mu.Unlock()
 		wg.Add(1)
 		go func() { defer wg.Done(); b.sweep(ctx) }()
@@ -556,8 +567,12 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 		delete(b.lostUntil, ref)
 		// Served under this leadership: within provider_grace its runs
 		// wait for it to come back like those of a provider expected back
-		// from the previous leader.
-		b.expected[ref] = true
+		// from the previous leader. Past the grace nothing reads it (take
+		// asks only in grace or on read-back), so it is not kept: the map
+		// would grow by every agent ever registered.
+		if b.inGraceLocked() {
+			b.expected[ref] = true
+		}
 	}
 	// A link of the key left serving nothing by this register is told so
 	// and closed: it must not go on believing it serves.

@@ -44,6 +44,8 @@ func (b *Broker) sweepOnce(ctx context.Context) {
 	graceEnds := !b.graceOver && b.set.ProviderGrace > 0 && !now.Before(b.takeoverAt.Add(b.set.ProviderGrace))
 	if graceEnds {
 		b.graceOver = true
+		// Read-back runs decided at take; new runs ask only in grace.
+		clear(b.expected)
 	}
 	for _, l := range b.lanes {
 		if graceEnds && l.graceWait && !l.ended && l.claimedBy == nil && l.offeredTo == nil && !l.orphan && b.served[l.agent] == nil &&
@@ -92,6 +94,27 @@ func (b *Broker) sweepOnce(ctx context.Context) {
 				l.expirySent = true
 				l.q.push(expireCmd{})
 			}
+		}
+	}
+	// An agent unserved for longer than the unserved window no longer
+	// moves any run's clock: a run queued before it went unserved expires
+	// by its own queuedAt at the same moment or earlier, and one queued
+	// after starts from its queuedAt anyway. Forgetting it keeps the map
+	// to the agents that went away lately, not every agent ever seen.
+	for ref, since := range b.unserved {
+		if !now.Before(since.Add(b.set.UnservedTimeout)) {
+			delete(b.unserved, ref)
+		}
+	}
+	// A key with no link and no place taken has nothing in its bucket a
+	// later link would not set again (Attach writes its declaration).
+	keyed := map[string]bool{}
+	for _, ls := range b.links {
+		keyed[ls.key] = true
+	}
+	for key, bk := range b.buckets {
+		if bk.inFlight == 0 && !keyed[key] {
+			delete(b.buckets, key)
 		}
 	}
 	for ref, until := range b.lostUntil {
