@@ -234,12 +234,21 @@ func (s *soak) phase(n int) {
 			wait()
 			p.Complete(id, thread)
 			h.WaitStatus(id, runst.Completed)
-		case 4: // paused, and the caller never answers
+		case 4: // paused; the caller answers every other one, never the rest
 			id, thread, wait := s.start(p, a2aDoor, false)
 			p.Event(id, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"int_1","reason":"confirm"}]}}`, thread, id))
 			p.Finish(id)
 			wait()
 			h.WaitStatus(id, runst.InputRequired)
+			if (i/8)%2 == 1 { // every other one is answered, and runs to the end
+				s.rounds++
+				wait = s.caller("/agui/"+p.Key+"/echo", fmt.Sprintf(`{"threadId":%q,"runId":"soak-r%d","messages":[],"resume":[{"interruptId":"int_1","status":"resolved"}]}`, thread, s.rounds), false)
+				f := p.Offer()
+				p.Accept(f.RunID)
+				p.Complete(f.RunID, thread)
+				wait()
+				h.WaitStatus(f.RunID, runst.Completed)
+			}
 		case 5: // cancelled at the A2A door mid-run
 			id, _, wait := s.start(p, true, false)
 			code, b := call(t, "POST", s.base+"/a2a/"+p.Key+"/echo", fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tasks/cancel","params":{"id":%q}}`, id))
