@@ -344,12 +344,12 @@ func (s *soak) settle(rdb *redis.Client) footprint {
 	return f
 }
 
-// foldIDs replaces the id-like segments of a Redis key with '*', so keys
+// foldIDs replaces the id-like and numeric segments of a Redis key with '*', so keys
 // of one kind count together.
 func foldIDs(k string) string {
 	parts := strings.Split(k, ":")
 	for i, p := range parts {
-		if len(p) >= 12 || strings.HasPrefix(p, "soak-") {
+		if _, err := strconv.Atoi(p); err == nil || len(p) >= 12 || strings.HasPrefix(p, "soak-") {
 			parts[i] = "*"
 		}
 	}
