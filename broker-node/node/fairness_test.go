@@ -4,16 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/wire"
+	"github.com/funduq/funduq-go/internal/seeds"
 )
 
 // An offer goes out on a link the network has just killed: the provider
@@ -178,25 +176,7 @@ func serveHoldingFirst(t *testing.T, h *nodetest.Harness, p *nodetest.Prov, lost
 // run completes with its events stored once, and nothing counts (design.md
 // D6, §Counters). FUNDUQ_FAIRNESS_SEEDS picks the seeds (default 1-6).
 func TestSeededHonestProviderIsNeverCounted(t *testing.T) {
-	seeds := []uint64{1, 2, 3, 4, 5, 6}
-	if s := os.Getenv("FUNDUQ_FAIRNESS_SEEDS"); s != "" {
-		seeds = nil
-		for _, f := range strings.Split(s, ",") {
-			n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
-			if err != nil {
-				t.Fatalf("FUNDUQ_FAIRNESS_SEEDS: %v", err)
-			}
-			seeds = append(seeds, n)
-		}
-	}
-	for _, seed := range seeds {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			seededFairness(t, seed)
-			if t.Failed() {
-				t.Logf("FAIRNESS FAILED seed %d; rerun with FUNDUQ_FAIRNESS_SEEDS=%d", seed, seed)
-			}
-		})
-	}
+	seeds.Run(t, "FUNDUQ_FAIRNESS_SEEDS", "1-6", seededFairness)
 }
 
 func seededFairness(t *testing.T, seed uint64) {
