@@ -205,15 +205,19 @@ type Client struct {
 	// handlers counts handler and thread-queue goroutines; Run waits for it.
 	handlers sync.WaitGroup
 
-	mu           sync.Mutex
-	changed      chan struct{} // closed and replaced on every state change
-	runCtx       context.Context
-	link         *link // the registered link, nil between links
-	runs         map[string]*runState
-	inFlight     int // accepted runs whose finish is not yet queued
-	active       int // live handler/thread-queue goroutines
-	outbox       []*outFrame
-	writing      *outFrame // the outbox head the link's writer is writing
+	mu       sync.Mutex
+	changed  chan struct{} // closed and replaced on every state change
+	runCtx   context.Context
+	link     *link // the registered link, nil between links
+	runs     map[string]*runState
+	inFlight int // accepted runs whose finish is not yet queued
+	active   int // live handler/thread-queue goroutines
+	outbox   []*outFrame
+	writing  *outFrame // the outbox head the link's writer is writing
+	// tried is the outbox head a writer began to write and that was not
+	// written whole yet: still being written, or its write failed.
+	// funduq may have closed the link over it (endOversizedRun).
+	tried        *outFrame
 	threadQueues map[string]*threadQueue
 	// retained holds finished runs (finish written) for Retention, in
 	// retainedOrder by the time their finish was written.
@@ -407,7 +411,7 @@ func (c *Client) Run(ctx context.Context) error {
 	if n := len(c.outbox); n > 0 {
 		c.log.Warn("provider stopped with frames it could not deliver", "frames", n)
 	}
-	c.outbox = nil
+	c.outbox, c.tried = nil, nil
 	c.runs = make(map[string]*runState)
 	c.threadQueues = make(map[string]*threadQueue)
 	c.retained = make(map[string]*runState)

@@ -62,6 +62,9 @@ type fakeFunduq struct {
 	onUpgrade     func(w http.ResponseWriter, r *http.Request) bool
 	welcome       func(n int, w *wire.Welcome)
 	afterRegister func(n int, p *peer) bool // true: it answered register itself
+	// readFailed runs when reading link n fails, before the fake closes
+	// it: a hook that blocks keeps the connection open, unread.
+	readFailed func(n int, p *peer, err error)
 	// passDeletes hands deleteAgent frames to the test; otherwise the fake
 	// answers each with deleted, as funduq does, and the test never sees it.
 	passDeletes bool
@@ -186,7 +189,7 @@ func (f *fakeFunduq) handleLink(w http.ResponseWriter, r *http.Request) {
 	f.nConns++
 	p := &peer{n: f.nConns, conn: conn, frames: make(chan []byte, 4096)}
 	f.all = append(f.all, p)
-	welcomeHook, registerHook := f.welcome, f.afterRegister
+	welcomeHook, registerHook, readFailed := f.welcome, f.afterRegister, f.readFailed
 	f.wg.Add(1)
 	f.mu.Unlock()
 	defer f.wg.Done()
@@ -202,6 +205,9 @@ func (f *fakeFunduq) handleLink(w http.ResponseWriter, r *http.Request) {
 	for {
 		mt, raw, err := conn.ReadMessage()
 		if err != nil {
+			if readFailed != nil {
+				readFailed(p.n, p, err)
+			}
 			return
 		}
 		if mt != websocket.TextMessage {

@@ -549,7 +549,7 @@ func (c *Client) writeLoop(l *link) {
 		case c.link == l && len(c.outbox) > 0:
 			of = c.outbox[0]
 			data = of.data
-			c.writing = of
+			c.writing, c.tried = of, of
 		}
 		wait := c.changed
 		c.mu.Unlock()
@@ -624,6 +624,11 @@ func (c *Client) sendCtrlLocked(l *link, v any) {
 // cancelled with ErrEventTooLarge. Should another event be too large as
 // well, the next close takes that one. Frames of the run written after it
 // are dropped, as funduq would refuse them after the run's end.
+//
+// funduq closes on the frame's header, so its write may not have returned
+// (the socket is no longer read) or may have failed: the frame a writer
+// began (c.tried) counts as written here, or an earlier, stored event
+// would be replaced and the oversized one sent again.
 func (c *Client) endOversizedRun() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -631,6 +636,9 @@ func (c *Client) endOversizedRun() {
 	at, size := -1, 0
 	consider := func(rs *runState) {
 		written := len(rs.log) - rs.pending
+		if c.tried != nil && c.tried.rs == rs && len(c.outbox) > 0 && c.outbox[0] == c.tried {
+			written++
+		}
 		for i, data := range rs.log[:max(written, 0)] {
 			if len(data) > size && !(rs.done && i == len(rs.log)-1) {
 				big, at, size = rs, i, len(data)
@@ -659,12 +667,20 @@ func (c *Client) endOversizedRun() {
 		"runId", big.run.ID, "agent", big.run.AgentName, "seq", ev.Seq, "bytes", size)
 	msg, _ := json.Marshal(map[string]string{"type": "RUN_ERROR",
 		"message": fmt.Sprintf("the agent emitted an event of %d bytes, more than funduq reads", size)})
-	tail := big.log[len(big.log)-big.pending:] // not written yet
-	if big.done && big.pending == 0 {
-		tail = big.log[len(big.log)-1:] // the finish, always last
+	frame := eventFrame(big.qid, ev.Seq, msg)
+	if first := len(big.log) - big.pending; at >= first {
+		// The frame funduq closed over is still the outbox head (c.tried):
+		// it is sent as the RUN_ERROR, and nothing after it was written.
+		big.log[at] = frame
+		c.tried.data = frame
+	} else {
+		tail := big.log[first:] // not written yet
+		if big.done && big.pending == 0 {
+			tail = big.log[len(big.log)-1:] // the finish, always last
+		}
+		big.log[at] = frame
+		big.log = append(big.log[:at+1], tail...)
 	}
-	big.log[at] = eventFrame(big.qid, ev.Seq, msg)
-	big.log = append(big.log[:at+1], tail...)
 	big.terminal = true
 	big.tooLarge = true
 	big.cancel(ErrEventTooLarge)

@@ -432,6 +432,9 @@ func (c *Client) popLocked(l *link, of *outFrame) {
 	c.outbox[0] = nil
 	c.outbox = c.outbox[1:]
 	of.rs.pending--
+	if c.tried == of {
+		c.tried = nil
+	}
 	if of.finish && c.runs[of.rs.run.ID] == of.rs {
 		delete(c.runs, of.rs.run.ID)
 		c.retainLocked(of.rs)
