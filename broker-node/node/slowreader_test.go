@@ -19,7 +19,10 @@ import (
 // the run is held for the link grace, and the key coming back and
 // reporting carries it on, with nothing counted.
 func TestSlowReaderIsHeldLikeALostLink(t *testing.T) {
-	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = time.Minute }) // long: the cut, reconnect and report must all fall inside it on a loaded machine
+	// The grace runs on the harness's fake clock, which this test never
+	// moves: the run is held however long the cut and the reconnect take
+	// on a loaded machine; no wait here depends on how long they take.
+	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = time.Minute })
 	p := h.Connect(0xe1, nil)
 	p.Register("echo")
 	id, thread := h.Door(p.Key, "echo", "", strings.Repeat("long ", 4000))
