@@ -54,6 +54,7 @@ import (
 	"github.com/funduq/funduq-go/core/store/storetest"
 	"github.com/funduq/funduq-go/functions/agui"
 	"github.com/funduq/funduq-go/functions/door"
+	"github.com/funduq/funduq-go/internal/seeds"
 	"github.com/funduq/funduq-go/internal/syncbuf"
 	"github.com/funduq/funduq-go/provider"
 )
@@ -82,11 +83,11 @@ func TestFailoverChaos(t *testing.T) {
 	if spec == "" {
 		spec = "1-3"
 	}
-	seeds, err := parseChaosSeeds(spec)
+	list, err := seeds.Parse(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, seed := range seeds {
+	for _, seed := range list {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			failoverChaos(t, seed)
 			if t.Failed() {
@@ -94,34 +95,6 @@ func TestFailoverChaos(t *testing.T) {
 			}
 		})
 	}
-}
-
-func parseChaosSeeds(s string) ([]uint64, error) {
-	var out []uint64
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := strconv.ParseUint(lo, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("seed %q: %v", part, err)
-		}
-		b := a
-		if isRange {
-			if b, err = strconv.ParseUint(hi, 10, 64); err != nil || b < a {
-				return nil, fmt.Errorf("seed range %q", part)
-			}
-		}
-		for x := a; x <= b; x++ {
-			out = append(out, x)
-		}
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no seeds in %q", s)
-	}
-	return out, nil
 }
 
 // chaosNode is a broker node behind its gates.

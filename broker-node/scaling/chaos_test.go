@@ -29,7 +29,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -41,6 +40,7 @@ import (
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/core/wire"
+	"github.com/funduq/funduq-go/internal/seeds"
 	"github.com/funduq/funduq-go/provider"
 )
 
@@ -60,40 +60,12 @@ const (
 	linkGrace = 2 * time.Second
 )
 
-func parseSeeds(s string) ([]uint64, error) {
-	var out []uint64
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := strconv.ParseUint(lo, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("seed %q: %v", part, err)
-		}
-		b := a
-		if isRange {
-			if b, err = strconv.ParseUint(hi, 10, 64); err != nil || b < a {
-				return nil, fmt.Errorf("seed range %q", part)
-			}
-		}
-		for x := a; x <= b; x++ {
-			out = append(out, x)
-		}
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no seeds")
-	}
-	return out, nil
-}
-
 func TestChaos(t *testing.T) {
-	seeds, err := parseSeeds(*chaosSeeds)
+	list, err := seeds.Parse(*chaosSeeds)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, seed := range seeds {
+	for _, seed := range list {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Logf("chaos seed %d; rerun with: scripts/chaos --seed %d", seed, seed)
 			chaosSeed(t, seed)

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,24 +16,22 @@ import (
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/wire"
 	"github.com/funduq/funduq-go/internal/nodejs"
+	"github.com/funduq/funduq-go/internal/seeds"
 	"github.com/funduq/funduq-go/internal/syncbuf"
 )
 
 // conformanceSeeds are the seeds of the conformance runs:
-// FUNDUQ_CONFORMANCE_SEEDS (comma-separated) or a small default set.
+// FUNDUQ_CONFORMANCE_SEEDS ("1,2,5-9") or a small default set.
 func conformanceSeeds(t *testing.T) []uint64 {
-	seeds := []uint64{1, 2, 3, 4, 5, 6}
-	if s := os.Getenv("FUNDUQ_CONFORMANCE_SEEDS"); s != "" {
-		seeds = nil
-		for _, f := range strings.Split(s, ",") {
-			n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
-			if err != nil {
-				t.Fatalf("FUNDUQ_CONFORMANCE_SEEDS: %v", err)
-			}
-			seeds = append(seeds, n)
-		}
+	spec := os.Getenv("FUNDUQ_CONFORMANCE_SEEDS")
+	if spec == "" {
+		spec = "1-6"
 	}
-	return seeds
+	list, err := seeds.Parse(spec)
+	if err != nil {
+		t.Fatalf("FUNDUQ_CONFORMANCE_SEEDS: %v", err)
+	}
+	return list
 }
 
 // conformanceReport is what e2e/conformance.mjs prints.
