@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -157,11 +158,7 @@ func inOrder(pages []snapPage) []string {
 // once, in thread order, and the last page says no more. (On main: one
 // 200 of 12 MiB.)
 func TestLongThreadSnapshotIsBounded(t *testing.T) {
-	h := nodetest.Start(t, nil)
-	p := h.Connect(0xe1, nil)
-	p.Register("echo")
-	srv := startDoor(t, h, nil)
-	thread := doneThread(t, h, p, aguiURL(srv, p.Key, "echo"))
+	h, _, srv, thread := echoThread(t, 0xe1)
 	growThread(t, h, thread, 12, 1<<20)
 
 	pages := readAllPages(t, func(q string) snapPage { return getSnap(t, srv.URL+"/threads/"+thread+q, nil) })
@@ -197,11 +194,7 @@ func TestLongThreadSnapshotIsBounded(t *testing.T) {
 // A short thread's snapshot is what it always was: every message, and
 // only the keys thread_id, messages and active_run.
 func TestShortThreadSnapshotIsWhole(t *testing.T) {
-	h := nodetest.Start(t, nil)
-	p := h.Connect(0xe1, nil)
-	p.Register("echo")
-	srv := startDoor(t, h, nil)
-	thread := doneThread(t, h, p, aguiURL(srv, p.Key, "echo"))
+	h, _, srv, thread := echoThread(t, 0xe1)
 	growThread(t, h, thread, 3, 10)
 	got := getSnap(t, srv.URL+"/threads/"+thread, nil)
 	if got.Status != 200 || !slices.Equal(got.Keys, []string{"active_run", "messages", "thread_id"}) ||
@@ -221,11 +214,7 @@ func TestShortThreadSnapshotIsWhole(t *testing.T) {
 // silently dropped; the messages around it page as any other. (On main:
 // one 200 of 7 MiB holding it.)
 func TestOversizedMessageIsNamedNotSent(t *testing.T) {
-	h := nodetest.Start(t, nil)
-	p := h.Connect(0xe1, nil)
-	p.Register("echo")
-	srv := startDoor(t, h, nil)
-	thread := doneThread(t, h, p, aguiURL(srv, p.Key, "echo"))
+	h, _, srv, thread := echoThread(t, 0xe1)
 	growThread(t, h, thread, 2, 1<<20)
 	if _, err := h.DB().Exec(context.Background(), `INSERT INTO thread_messages (thread_id, run_id, message_id, message, origin)
 		SELECT $1, (SELECT run_id FROM runs WHERE thread_id = $1 LIMIT 1), 'huge',
@@ -302,11 +291,7 @@ func TestSnapshotPageRefusals(t *testing.T) {
 // read further back through GET /threads/{id}. (On main: one 200 of
 // 12 MiB.)
 func TestResumeSnapshotOfLongThreadIsBounded(t *testing.T) {
-	h := nodetest.Start(t, nil)
-	p := h.Connect(0xe1, nil)
-	p.Register("echo")
-	srv := startDoor(t, h, nil)
-	thread := doneThread(t, h, p, aguiURL(srv, p.Key, "echo"))
+	h, p, srv, thread := echoThread(t, 0xe1)
 	growThread(t, h, thread, 12, 1<<20)
 	runs := runCount(t, h)
 	resp, cancel := do(t, "POST", aguiURL(srv, p.Key, "echo"),
@@ -336,11 +321,7 @@ func TestResumeSnapshotOfLongThreadIsBounded(t *testing.T) {
 // has_more with a next_before that the door refuses with 400, so the
 // message and every older one are unreachable and it is named nowhere.)
 func TestMessageOfExactlyAPageIsNotLost(t *testing.T) {
-	h := nodetest.Start(t, nil)
-	p := h.Connect(0xe2, nil)
-	p.Register("echo")
-	srv := startDoor(t, h, nil)
-	thread := doneThread(t, h, p, aguiURL(srv, p.Key, "echo"))
+	h, _, srv, thread := echoThread(t, 0xe2)
 	growThread(t, h, thread, 2, 100)
 	// The content is padded so the stored message is exactly 4 MiB.
 	if _, err := h.DB().Exec(context.Background(), `INSERT INTO thread_messages (thread_id, run_id, message_id, message, origin)
@@ -417,4 +398,15 @@ func TestCursorTellsNothingOfOtherThreads(t *testing.T) {
 	if q0 != 0 && n1-n0 != q1-q0 {
 		t.Fatalf("cursors %q..%q step %d while another thread grew, %d while it did not", a, b, n1-n0, q1-q0)
 	}
+}
+
+// echoThread starts a node whose provider (of seed) serves "echo", an
+// AG-UI door over it, and a thread with one finished run on it.
+func echoThread(t *testing.T, seed byte) (*nodetest.Harness, *nodetest.Prov, *httptest.Server, string) {
+	t.Helper()
+	h := nodetest.Start(t, nil)
+	p := h.Connect(seed, nil)
+	p.Register("echo")
+	srv := startDoor(t, h, nil)
+	return h, p, srv, doneThread(t, h, p, aguiURL(srv, p.Key, "echo"))
 }
