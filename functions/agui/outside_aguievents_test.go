@@ -116,16 +116,7 @@ func TestOutsideAGUIClientTakesARichRun(t *testing.T) {
 		`{"type":"CUSTOM","name":"progress","value":{"pct":50}}`,
 		`{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"u1","role":"user","content":"go"},{"id":"m1","role":"assistant","content":"héllo 👋🏽 wörld","toolCalls":[{"id":"c1","type":"function","function":{"name":"lookup","arguments":"{\"q\":\"☕\"}"}}]},{"id":"t1","role":"tool","toolCallId":"c1","content":"42"}]}`,
 	}
-	rep := aguiClientRun(t, h, p, "rich", func() {
-		f := p.Offer()
-		p.Accept(f.RunID)
-		p.Event(f.RunID, runStartedFor(f))
-		for _, ev := range evs {
-			p.Event(f.RunID, ev)
-		}
-		p.Event(f.RunID, `{"type":"RUN_FINISHED","threadId":"`+*f.ThreadID+`","runId":"`+f.RunID+`"}`)
-		p.Finish(f.RunID)
-	})
+	rep := aguiClientRun(t, h, p, "rich", playsEvents(p, evs))
 	if rep.Error != nil {
 		t.Fatalf("the official client refused the stream: %s (applied %v)", *rep.Error, rep.Types)
 	}
@@ -137,5 +128,20 @@ func TestOutsideAGUIClientTakesARichRun(t *testing.T) {
 	}
 	if !strings.Contains(string(rep.Messages), `"content":"héllo 👋🏽 wörld"`) {
 		t.Errorf("client messages %s", rep.Messages)
+	}
+}
+
+// playsEvents is a provider's side of one run: accept the offer, send
+// RUN_STARTED, evs and RUN_FINISHED, then finish.
+func playsEvents(p *nodetest.Prov, evs []string) func() {
+	return func() {
+		f := p.Offer()
+		p.Accept(f.RunID)
+		p.Event(f.RunID, runStartedFor(f))
+		for _, ev := range evs {
+			p.Event(f.RunID, ev)
+		}
+		p.Event(f.RunID, `{"type":"RUN_FINISHED","threadId":"`+*f.ThreadID+`","runId":"`+f.RunID+`"}`)
+		p.Finish(f.RunID)
 	}
 }

@@ -603,16 +603,7 @@ func TestOutsideAGUIClientTakesLegacyShapes(t *testing.T) {
 		`{"type":"TOOL_CALL_RESULT","messageId":"t1","toolCallId":"c1","content":[{"type":"binary","mimeType":"image/png","data":"aGk="}]}`,
 		`{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"u1","role":"user","content":"go"},{"id":"x1","role":"critic","content":"c"}]}`,
 	}
-	rep := aguiClientRun(t, h, p, "legacy", func() {
-		f := p.Offer()
-		p.Accept(f.RunID)
-		p.Event(f.RunID, runStartedFor(f))
-		for _, ev := range evs {
-			p.Event(f.RunID, ev)
-		}
-		p.Event(f.RunID, `{"type":"RUN_FINISHED","threadId":"`+*f.ThreadID+`","runId":"`+f.RunID+`"}`)
-		p.Finish(f.RunID)
-	})
+	rep := aguiClientRun(t, h, p, "legacy", playsEvents(p, evs))
 	if rep.Error != nil {
 		t.Fatalf("the official client refused the stream: %s (applied %v)", *rep.Error, rep.Types)
 	}
