@@ -98,7 +98,7 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("FUNDUQ_IDENTITY_KEY: %w", err)
 	}
-	st, err := store.Open(ctx, cfg.DatabaseURL, store.Options{Log: log, MaxConns: int32(cfg.DBMaxConns)})
+	st, err := store.Open(ctx, cfg.DatabaseURL, store.Options{Log: log, MaxConns: int32(cfg.DBMaxConns), ApplicationName: "funduq-broker"})
 	if err != nil {
 		return nil, err
 	}

@@ -64,7 +64,10 @@ func (s *Store) InjectFaults(f *Faults) { s.faults.Store(f) }
 type Options struct {
 	// MaxConns caps the pool (0 keeps pgx's default). Lambda doors want 1–2.
 	MaxConns int32
-	Log      *slog.Logger
+	// ApplicationName names the pool's connections in pg_stat_activity,
+	// so an operator (or a fault test) can tell whose backend is whose.
+	ApplicationName string
+	Log             *slog.Logger
 }
 
 // Open connects a pool to dsn and checks it answers.
@@ -75,6 +78,9 @@ func Open(ctx context.Context, dsn string, opt Options) (*Store, error) {
 	}
 	if opt.MaxConns > 0 {
 		cfg.MaxConns = opt.MaxConns
+	}
+	if opt.ApplicationName != "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = opt.ApplicationName
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
