@@ -25,16 +25,7 @@ import (
 // is closed too once it holds nothing. A raw provider (nodetest.Prov).
 func TestFinishOnlyLinkOutlivesTheRegisterDeadline(t *testing.T) {
 	h := nodetest.Start(t, func(c *config.Broker) { c.Waits.LinkGrace = 5 * time.Second }) // the default
-	old := h.Connect(0xe3, nil)
-	old.Register("echo")
-	id, thread := h.Door(old.Key, "echo", "", "hi")
-	old.Offer()
-	old.Accept(id)
-	old.Event(id, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, id))
-	h.Eventually("the first event stored", func() bool { return len(h.Events(id)) == 1 })
-
-	newer := h.Connect(0xe3, nil)
-	newer.Register("echo")
+	old, newer, id, thread := startedThenReplaced(t, h, 0xe3)
 	h.Eventually("the replaced link is closed", func() bool { c, _ := old.Closed(); return c })
 
 	// The old process comes back only to finish its run; a second link of

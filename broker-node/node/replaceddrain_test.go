@@ -68,16 +68,7 @@ func TestReportsInFlightOnAReplacedLinkAreTaken(t *testing.T) {
 // the newer process (design.md D5); here a raw provider does it.
 func TestReplacedProcessFinishesItsRunsWithoutRegistering(t *testing.T) {
 	h := nodetest.Start(t, nil)
-	old := h.Connect(0xe1, nil)
-	old.Register("echo")
-	id, thread := h.Door(old.Key, "echo", "", "hi")
-	old.Offer()
-	old.Accept(id)
-	old.Event(id, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, id))
-	h.Eventually("the first event stored", func() bool { return len(h.Events(id)) == 1 })
-
-	newer := h.Connect(0xe1, nil)
-	newer.Register("echo")
+	old, newer, id, thread := startedThenReplaced(t, h, 0xe1)
 	var e wire.Error
 	old.Expect(wire.TypeError, &e)
 	if !strings.Contains(e.Message, "replaced by a newer link") {
@@ -138,4 +129,21 @@ func TestOfferOutToAReplacedLinkLapsesUncounted(t *testing.T) {
 	p2.Accept(id)
 	p2.Complete(id, thread)
 	h.WaitStatus(id, run.Completed)
+}
+
+// startedThenReplaced registers echo on a link of key seed, has it take a
+// run and store its RUN_STARTED, then registers a newer link of the same
+// key, which replaces it (design.md D5).
+func startedThenReplaced(t *testing.T, h *nodetest.Harness, seed byte) (old, newer *nodetest.Prov, id, thread string) {
+	t.Helper()
+	old = h.Connect(seed, nil)
+	old.Register("echo")
+	id, thread = h.Door(old.Key, "echo", "", "hi")
+	old.Offer()
+	old.Accept(id)
+	old.Event(id, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, id))
+	h.Eventually("the first event stored", func() bool { return len(h.Events(id)) == 1 })
+	newer = h.Connect(seed, nil)
+	newer.Register("echo")
+	return old, newer, id, thread
 }
