@@ -73,11 +73,12 @@ func TestMigrationBackfillsAddressedRunID(t *testing.T) {
 		plain.RunID:     `{"threadId":"t","runId":"r","forwardedProps":{"addressedRunId":"not funduq's"}}`,
 		broken.RunID:    `{"threadId":"t","runId":"r","forwardedProps":{"funduq":{"addressedRunId":"run-\u0000"}}}`,
 	}
-	// Back to schema 12: the column gone (and 00014's after it), the
-	// inputs as an older door wrote them.
+	// Back to schema 12: the column gone (and those of 00014 and 00015
+	// after it), the inputs as an older door wrote them.
 	pool := st.Pool()
 	if _, err := pool.Exec(ctx, `ALTER TABLE runs DROP COLUMN addressed_run_id, DROP COLUMN failure_by_provider;
-		DELETE FROM goose_db_version WHERE version_id IN (13, 14)`); err != nil {
+		ALTER TABLE threads DROP COLUMN cursor_key;
+		DELETE FROM goose_db_version WHERE version_id IN (13, 14, 15)`); err != nil {
 		t.Fatal(err)
 	}
 	for id, in := range inputs {

@@ -21,14 +21,18 @@ type Thread struct {
 	HeadKey        string
 	PresenterKey   string // the key that presented the chain binding it ("" when unbound)
 	CreatedAt      time.Time
+	// CursorKey is the thread's own 32-byte key that seals its snapshot
+	// page cursors (design.md §The doors, "A thread snapshot is one
+	// bounded page"). Set by the table's default; never sent to anyone.
+	CursorKey []byte
 }
 
 // GetThread reads one thread.
 func (s *Store) GetThread(ctx context.Context, threadID string) (Thread, error) {
 	var t Thread
 	err := s.pool.QueryRow(ctx, `SELECT thread_id, provider_key, agent_name, coalesce(parent_thread_id, ''),
-		coalesce(head_key, ''), coalesce(presenter_key, ''), created_at FROM threads WHERE thread_id = $1`, threadID).
-		Scan(&t.ThreadID, &t.ProviderKey, &t.AgentName, &t.ParentThreadID, &t.HeadKey, &t.PresenterKey, &t.CreatedAt)
+		coalesce(head_key, ''), coalesce(presenter_key, ''), created_at, cursor_key FROM threads WHERE thread_id = $1`, threadID).
+		Scan(&t.ThreadID, &t.ProviderKey, &t.AgentName, &t.ParentThreadID, &t.HeadKey, &t.PresenterKey, &t.CreatedAt, &t.CursorKey)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Thread{}, fmt.Errorf("thread %s: %w", threadID, ErrNotFound)
 	}

@@ -37,9 +37,10 @@ func TestMigrationMarksProviderReasons(t *testing.T) {
 	fail(strings.ToUpper(string(run.ReasonAgentOffline)), true)
 	want[newRun(t, st).RunID] = false // queued
 
-	// Back to schema 13: the column gone.
+	// Back to schema 13: the column gone (and 00015's after it).
 	if _, err := pool.Exec(ctx, `ALTER TABLE runs DROP COLUMN failure_by_provider;
-		DELETE FROM goose_db_version WHERE version_id = 14`); err != nil {
+		ALTER TABLE threads DROP COLUMN cursor_key;
+		DELETE FROM goose_db_version WHERE version_id IN (14, 15)`); err != nil {
 		t.Fatal(err)
 	}
 	db, err := sql.Open("pgx", pool.Config().ConnString())

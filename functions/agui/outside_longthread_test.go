@@ -1,8 +1,10 @@
 package agui_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -277,6 +279,29 @@ func TestSnapshotPageRefusals(t *testing.T) {
 		got.Message = strings.ReplaceAll(got.Message, thread, "thread_000000000000000000000000")
 		unknownLike(t, got, unknown)
 	}
+	// A cursor of the right shape that funduq did not make for this
+	// thread — one of another thread the head reads too, a forged one —
+	// is refused to the head like any bad cursor; the seal is checked once
+	// the caller may read the thread, so a stranger, and anyone asking an
+	// unknown id, still gets what an unknown id gets.
+	elsewhere, _ := a.completedBound()
+	growThread(t, a.h, elsewhere, 5, 1<<20)
+	theirs := getSnap(t, a.srv+"/threads/"+elsewhere, view(a.head, elsewhere, time.Now().Unix()))
+	if theirs.Status != 200 || !theirs.More {
+		t.Fatalf("the head's first page of another thread: %d %.300s", theirs.Status, theirs.Body)
+	}
+	for _, c := range []string{theirs.Before, strings.Repeat("A", len(first.Before))} {
+		q := "?before=" + url.QueryEscape(c)
+		if got := a.get("/threads/"+thread+q, party); got.Status != 400 || got.Code != door.CodeBadRequest || !strings.Contains(got.Message, "before") {
+			t.Fatalf("cursor %s on %s: %+v, want 400 %s naming before", c, thread, got, door.CodeBadRequest)
+		}
+		unknownLike(t, a.get("/threads/thread_000000000000000000000000"+q, nil), unknown)
+		for _, hdr := range []map[string]string{nil, view(a.stray, thread, time.Now().Unix())} {
+			got := a.get("/threads/"+thread+q, hdr)
+			got.Message = strings.ReplaceAll(got.Message, thread, "thread_000000000000000000000000")
+			unknownLike(t, got, unknown)
+		}
+	}
 	// The party pages back to the end.
 	pages := readAllPages(t, func(q string) snapPage {
 		return getSnap(t, a.srv+"/threads/"+thread+q, view(a.head, thread, time.Now().Unix()))
@@ -356,18 +381,22 @@ func TestMessageOfExactlyAPageIsNotLost(t *testing.T) {
 }
 
 // A party to one thread learns nothing of other threads from its cursors.
-// Today next_before is the global thread_messages sequence, so two cursors
-// of one's own thread show how many messages every other thread gained in
-// between (design.md §Open questions, "A thread page's cursor shows
-// funduq's global message count").
+// next_before was the global thread_messages sequence in the clear, so two
+// cursors of one's own thread showed how many messages every other thread
+// gained in between; now it is sealed under the thread's own key
+// (design.md §The doors, "A thread snapshot is one bounded page").
 func TestCursorTellsNothingOfOtherThreads(t *testing.T) {
-	t.Skip("design.md §Open questions: a thread page's cursor shows funduq's global message count")
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe4, nil)
 	p.Register("echo")
 	srv := startDoor(t, h, nil)
 	mine := doneThread(t, h, p, aguiURL(srv, p.Key, "echo"))
 	other := doneThread(t, h, p, aguiURL(srv, p.Key, "echo"))
+	// A deployment that has stored many messages: its ids are long
+	// enough that no cursor holds one of them by chance.
+	if _, err := h.DB().Exec(context.Background(), `SELECT setval(pg_get_serial_sequence('thread_messages', 'id'), 1000000000000000)`); err != nil {
+		t.Fatal(err)
+	}
 	added := 0
 	add := func(thread string, n int) {
 		t.Helper()
@@ -381,14 +410,33 @@ func TestCursorTellsNothingOfOtherThreads(t *testing.T) {
 		}
 	}
 	cursorAfterAdding := func() string {
+		t.Helper()
 		add(mine, 1)
-		return getSnap(t, srv.URL+"/threads/"+mine+"?limit=1", nil).Before
+		c := getSnap(t, srv.URL+"/threads/"+mine+"?limit=1", nil).Before
+		// The cursor names the newest message; whatever its form, it must
+		// not carry that message's place in the sequence every thread
+		// shares, as text or as a binary integer.
+		var id int64
+		if err := h.DB().QueryRow(context.Background(), `SELECT max(id) FROM thread_messages WHERE thread_id = $1`, mine).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		decoded, err := base64.RawURLEncoding.DecodeString(c)
+		if err != nil {
+			decoded = []byte(c)
+		}
+		be := binary.BigEndian.AppendUint64(nil, uint64(id))
+		le := binary.LittleEndian.AppendUint64(nil, uint64(id))
+		for _, form := range [][]byte{[]byte(fmt.Sprint(id)), be, le, be[4:], le[:4]} {
+			if bytes.Contains(decoded, form) || strings.Contains(c, string(form)) {
+				t.Fatalf("cursor %q (%q) carries message row %d as %q", c, decoded, id, form)
+			}
+		}
+		return string(decoded)
 	}
-	decode := func(c string) string { b, _ := base64.RawURLEncoding.DecodeString(c); return string(b) }
-	quiet := []string{decode(cursorAfterAdding()), decode(cursorAfterAdding())}
-	a := decode(cursorAfterAdding())
+	quiet := []string{cursorAfterAdding(), cursorAfterAdding()}
+	a := cursorAfterAdding()
 	add(other, 50)
-	b := decode(cursorAfterAdding())
+	b := cursorAfterAdding()
 	// Between quiet cursors and between busy ones the step must look the same.
 	var q0, q1, n0, n1 int64
 	fmt.Sscanf(quiet[0], "m1.%d", &q0)
@@ -397,6 +445,12 @@ func TestCursorTellsNothingOfOtherThreads(t *testing.T) {
 	fmt.Sscanf(b, "m1.%d", &n1)
 	if q0 != 0 && n1-n0 != q1-q0 {
 		t.Fatalf("cursors %q..%q step %d while another thread grew, %d while it did not", a, b, n1-n0, q1-q0)
+	}
+	// The cursor still pages: before the newest is the one added before
+	// the other thread grew.
+	older := getSnap(t, srv.URL+"/threads/"+mine+"?limit=1&before="+url.QueryEscape(base64.RawURLEncoding.EncodeToString([]byte(b))), nil)
+	if older.Status != 200 || len(older.IDs) != 1 || older.IDs[0] != fmt.Sprint("c-", added-51) {
+		t.Fatalf("the page before the newest: %d %v", older.Status, older.IDs)
 	}
 }
 

@@ -198,7 +198,7 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 			if len(in.ResumeEntries) > 0 {
 				// A result with no ask to land on does not enter dressed as
 				// an utterance.
-				snap, err := h.snapshot(ctx, thread.ThreadID, newestPage)
+				snap, err := h.snapshot(ctx, *thread, newestPage)
 				return outcome{snapshot: &snap}, err
 			}
 		}
@@ -288,7 +288,7 @@ func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Th
 		CallerRequestID: requestID, IdempotencyKey: idemKey, RequestHash: hash})
 	if errors.Is(err, store.ErrIllegalTransition) {
 		// Another answer landed first: there is no second resume to watch.
-		snap, err := h.snapshot(ctx, thread.ThreadID, newestPage)
+		snap, err := h.snapshot(ctx, thread, newestPage)
 		return outcome{snapshot: &snap}, true, err
 	}
 	if err != nil {

@@ -3,12 +3,15 @@ package agui
 import (
 	"bytes"
 	"context"
+	"crypto/aes"
+	"crypto/subtle"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
@@ -52,17 +55,25 @@ const MaxSnapshotMessages = 1000
 const MaxSnapshotBytes = 4 << 20
 
 // page is which messages a snapshot holds: the newest limit of them older
-// than the stored position before (0: the newest).
+// than the position its cursor seals (none: the newest).
 type page struct {
 	limit  int
-	before int64
+	cursor *sealedCursor
 }
 
 var newestPage = page{limit: MaxSnapshotMessages}
 
+// badCursor is the one refusal of a ?before= funduq did not make for this
+// thread, whether its shape or its seal is wrong.
+func badCursor() error {
+	return door.Refuse(http.StatusBadRequest, door.CodeBadRequest,
+		"before must be one next_before of an earlier snapshot of this thread")
+}
+
 // parsePage reads ?limit= and ?before= of GET /threads/{id}. A refusal
 // depends on the query alone, never on the thread, so it tells a stranger
-// nothing (D16).
+// nothing (D16); a cursor's seal is checked only once the caller may read
+// the thread (openCursor).
 func parsePage(r *http.Request) (page, error) {
 	p := newestPage
 	q := r.URL.Query()
@@ -75,38 +86,68 @@ func parsePage(r *http.Request) (page, error) {
 		p.limit = n
 	}
 	if v, ok := q["before"]; ok {
-		id, ok := parseCursor(v[0])
+		c, ok := parseCursor(v[0])
 		if len(v) > 1 || !ok {
-			return p, door.Refuse(http.StatusBadRequest, door.CodeBadRequest,
-				"before must be one next_before of an earlier snapshot of this thread")
+			return p, badCursor()
 		}
-		p.before = id
+		p.cursor = &c
 	}
 	return p, nil
 }
 
-// cursorPrefix versions the cursor: it is opaque to callers, so what it
-// encodes may change.
-const cursorPrefix = "m1."
+// A cursor is one AES block, sealed under its thread's own key
+// (store.Thread.CursorKey, never sent): the message's thread_messages.id,
+// big-endian, then cursorCheckSize zero bytes. The id is a sequence every
+// thread shares, so in the clear two of a thread's cursors would tell its
+// parties how many messages all other threads gained between them; sealed,
+// a cursor says nothing but "the same position" when equal, and one from
+// another thread (another key) fails the check (design.md §The doors, "A
+// thread snapshot is one bounded page"). A cursor carries no version: a
+// different encoding would have a different length.
+type sealedCursor [aes.BlockSize]byte
 
-func cursor(id int64) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(cursorPrefix + strconv.FormatInt(id, 10)))
+// cursorCheckSize is the zero bytes a cursor's id is sealed with: one not
+// made under the thread's key opens to them by chance once in 2^64.
+const cursorCheckSize = aes.BlockSize - 8
+
+var cursorEncoding = base64.RawURLEncoding.Strict()
+
+func sealCursor(key []byte, id int64) (string, error) {
+	b, err := aes.NewCipher(key)
+	if err != nil {
+		return "", fmt.Errorf("thread cursor key: %w", err)
+	}
+	var c sealedCursor
+	binary.BigEndian.PutUint64(c[:8], uint64(id))
+	b.Encrypt(c[:], c[:])
+	return cursorEncoding.EncodeToString(c[:]), nil
 }
 
-func parseCursor(s string) (int64, bool) {
-	if len(s) > 64 {
-		return 0, false
+// parseCursor checks a cursor's shape, from the query alone.
+func parseCursor(s string) (sealedCursor, bool) {
+	var c sealedCursor
+	if len(s) != cursorEncoding.EncodedLen(len(c)) {
+		return c, false
 	}
-	b, err := base64.RawURLEncoding.DecodeString(s)
+	n, err := cursorEncoding.Decode(c[:], []byte(s))
+	return c, err == nil && n == len(c)
+}
+
+// openCursor returns the message id c seals under key, or false when
+// funduq did not seal it under this key.
+func openCursor(key []byte, c sealedCursor) (int64, bool, error) {
+	b, err := aes.NewCipher(key)
 	if err != nil {
-		return 0, false
+		return 0, false, fmt.Errorf("thread cursor key: %w", err)
 	}
-	digits, ok := strings.CutPrefix(string(b), cursorPrefix)
-	if !ok || digits == "" || digits[0] == '0' || strings.ContainsAny(digits, "+-") {
-		return 0, false
+	var plain sealedCursor
+	b.Decrypt(plain[:], c[:])
+	var zero [cursorCheckSize]byte
+	if subtle.ConstantTimeCompare(plain[8:], zero[:]) != 1 {
+		return 0, false, nil
 	}
-	id, err := strconv.ParseInt(digits, 10, 64)
-	return id, err == nil && id > 0
+	id := int64(binary.BigEndian.Uint64(plain[:8]))
+	return id, id > 0, nil
 }
 
 // RunRef names a run and its status.
@@ -123,8 +164,23 @@ type WaitingRun struct {
 
 var activeStatuses = []run.Status{run.Queued, run.Offering, run.Running, run.Cancelling}
 
-func (h *Handler) snapshot(ctx context.Context, threadID string, pg page) (Snapshot, error) {
-	msgs, err := h.o.Store.ThreadMessagePage(ctx, threadID, pg.before, pg.limit, MaxSnapshotBytes)
+// snapshot reads th's snapshot page pg. th is the thread row as the door
+// read it to authorize the caller: its cursor key comes with it, so a
+// cursor costs no further read.
+func (h *Handler) snapshot(ctx context.Context, th store.Thread, pg page) (Snapshot, error) {
+	threadID := th.ThreadID
+	var before int64
+	if pg.cursor != nil {
+		id, ok, err := openCursor(th.CursorKey, *pg.cursor)
+		if err != nil {
+			return Snapshot{}, err
+		}
+		if !ok {
+			return Snapshot{}, badCursor()
+		}
+		before = id
+	}
+	msgs, err := h.o.Store.ThreadMessagePage(ctx, threadID, before, pg.limit, MaxSnapshotBytes)
 	if err != nil {
 		return Snapshot{}, err
 	}
@@ -133,7 +189,9 @@ func (h *Handler) snapshot(ctx context.Context, threadID string, pg page) (Snaps
 		snap.Messages = []json.RawMessage{}
 	}
 	if msgs.More {
-		snap.NextBefore = cursor(msgs.Before)
+		if snap.NextBefore, err = sealCursor(th.CursorKey, msgs.Before); err != nil {
+			return Snapshot{}, err
+		}
 	}
 	for _, o := range msgs.Omitted {
 		snap.OmittedMessages = append(snap.OmittedMessages, OmittedMessage{MessageID: o.MessageID, Bytes: o.Bytes})
@@ -204,7 +262,7 @@ func (h *Handler) getThread(w http.ResponseWriter, r *http.Request) {
 		door.WriteError(w, r, h.log, err)
 		return
 	}
-	snap, err := h.snapshot(ctx, id, pg)
+	snap, err := h.snapshot(ctx, th, pg)
 	if err != nil {
 		door.WriteError(w, r, h.log, err)
 		return
