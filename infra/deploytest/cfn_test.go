@@ -255,3 +255,28 @@ func envTags(typ reflect.Type) (all, required []string) {
 	sort.Strings(required)
 	return all, required
 }
+
+// No mapping in a template repeats a key. YAML forbids it, yet parsers
+// differ: this package's yaml.Node walk takes the first, CloudFormation is
+// reported to take the last, and the AWS CLI has refused such a template
+// in `aws cloudformation deploy` ("found duplicate key"), which
+// scripts/deploy runs. infra/foundation.yaml declared
+// ProxyMaxConnectionsPercent twice.
+func TestTemplatesHaveNoRepeatedKeys(t *testing.T) {
+	for _, rel := range []string{"template.yaml", "infra/broker.yaml", foundationPath} {
+		c := loadTemplate(t, rel)
+		walk(c.root, func(n *yaml.Node) {
+			if n.Kind != yaml.MappingNode {
+				return
+			}
+			seen := map[string]int{}
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k := n.Content[i]
+				if first, ok := seen[k.Value]; ok {
+					t.Errorf("%s:%d: key %s repeats the one on line %d", rel, k.Line, k.Value, first)
+				}
+				seen[k.Value] = k.Line
+			}
+		})
+	}
+}
