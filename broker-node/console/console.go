@@ -17,7 +17,13 @@
 // that lets in for twelve hours: it carries its expiry and an HMAC of it
 // keyed by the token, so the node refuses it after that time even from a
 // copy, and at once under another token.
-// Without a token configured the console is off and answers 404 saying so.
+// Every console path wants the token: a request without it may load only the
+// login page (the form and nothing of the console), post the form, log out,
+// and fetch the login page's style and icon; anything else is a bare 401,
+// naming no path, setting or state — the console faces the load balancer on
+// AWS hosts (docs/design.md §Deployment). Without a token configured the
+// console is off: every path is the node's plain 404, and the node logs
+// once, as it starts, that the console is off and why.
 //
 // A standby serves the console too: it shows who leads, and the providers
 // the leader's roster serves as the database records them (capacity and
@@ -107,7 +113,10 @@ func New(o Options) *Handler {
 	}
 	h := &Handler{o: o, mux: http.NewServeMux()}
 	if o.Token == "" {
-		h.mux.HandleFunc("/", disabled)
+		// Said here, once, not to whoever asks: a stranger learns no more
+		// than from any path the node does not serve.
+		o.Log.Info("operator console off: FUNDUQ_CONSOLE_TOKEN is not set (on AWS hosts it comes from the funduq secret's console_token key)")
+		h.mux.HandleFunc("/", http.NotFound)
 		return h
 	}
 	h.login = template.Must(template.ParseFS(static, "static/login.html"))
@@ -135,12 +144,34 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Referrer-Policy", "no-referrer")
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("Cache-Control", "no-store")
+	if h.o.Token != "" && !open(r) && !h.authorized(r) {
+		// Before the mux: a stranger learns neither which paths exist
+		// (404) nor which methods they take (405).
+		refuse(w)
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 
-func disabled(w http.ResponseWriter, _ *http.Request) {
-	http.Error(w, "the operator console is off on this broker node: set FUNDUQ_CONSOLE_TOKEN (at least 16 characters) to turn it on",
-		http.StatusNotFound)
+// open are the requests a stranger may make: the login page, its form,
+// logging out (it only clears the cookie), and the login page's style and
+// icon. Everything else under /console wants the token.
+func open(r *http.Request) bool {
+	get := r.Method == http.MethodGet || r.Method == http.MethodHead
+	switch r.URL.Path {
+	case "/console", "/console/", "/console/static/console.css", "/console/static/favicon.svg":
+		return get
+	case "/console/login", "/console/logout":
+		return r.Method == http.MethodPost
+	}
+	return false
+}
+
+// refuse answers a request without the token: 401, and nothing about the
+// console.
+func refuse(w http.ResponseWriter) {
+	w.Header().Set("WWW-Authenticate", "Bearer")
+	writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "unauthorized"})
 }
 
 // authorized: a matching bearer token, or the session cookie.
@@ -228,8 +259,8 @@ var assets = map[string]string{
 	"favicon.svg": "image/svg+xml",
 }
 
-// asset serves the page's script and style (no secret in them: served
-// without a session, so the login page can use the style).
+// asset serves the page's script, style and icon (the style and icon also
+// to a stranger: the login page uses them; see open).
 func (h *Handler) asset(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("file")
 	ct, ok := assets[name]
@@ -244,9 +275,8 @@ func (h *Handler) asset(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) state(w http.ResponseWriter, r *http.Request) {
-	if !h.authorized(r) {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="funduq console"`)
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "the console needs its token: Authorization: Bearer <FUNDUQ_CONSOLE_TOKEN>, or log in at /console"})
+	if !h.authorized(r) { // ServeHTTP refused it already; kept should a route move
+		refuse(w)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)

@@ -1,18 +1,23 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/funduq/funduq-go/broker-node/broker"
 	"github.com/funduq/funduq-go/broker-node/console"
+	"github.com/funduq/funduq-go/broker-node/node"
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/redistest"
@@ -69,13 +74,106 @@ func state(t *testing.T, base string) console.State {
 	return s
 }
 
-// Without FUNDUQ_CONSOLE_TOKEN the console is off, and says how to turn it on.
+// Without FUNDUQ_CONSOLE_TOKEN the console is off: every console path is
+// the node's plain 404, the same answer as a path the node never served, so
+// a stranger reaching a host through the load balancer learns nothing of its
+// settings (the node says why in its log instead, once, as it starts).
 func TestConsoleOff(t *testing.T) {
-	h := nodetest.Start(t, nil)
+	var logs lockedBuffer
+	h := nodetest.StartWith(t, nil, func(o *node.Options) { o.Logger = slog.New(slog.NewJSONHandler(&logs, nil)) })
+	_, unknown := get(t, h.URL+"/no-such-path")
 	for _, p := range []string{"/console", "/console/", "/console/api/state", "/console/static/console.js"} {
 		resp, body := get(t, h.URL+p, "Authorization", "Bearer "+token)
-		if resp.StatusCode != 404 || !strings.Contains(body, "FUNDUQ_CONSOLE_TOKEN") {
-			t.Fatalf("%s: %d %s", p, resp.StatusCode, body)
+		if resp.StatusCode != 404 || body != unknown || strings.Contains(body, "FUNDUQ_CONSOLE_TOKEN") {
+			t.Fatalf("%s: %d %q, want 404 %q", p, resp.StatusCode, body, unknown)
+		}
+	}
+	// The operator reads why in the node's log: once, from its start, not per request.
+	if n := strings.Count(logs.String(), `"msg":"operator console off: FUNDUQ_CONSOLE_TOKEN is not set`); n != 1 {
+		t.Fatalf("the node logged that the console is off %d times, want once:\n%s", n, logs.String())
+	}
+}
+
+// lockedBuffer collects a node's log lines, written from its goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A stranger — no token, a wrong one, a forged cookie — who reaches a
+// node's console the way the load balancer does (its X-Forwarded-* headers,
+// the node's one listener) gets a bare 401 on every console path, known or
+// not, whatever the method: the state, the page's script, the API, the
+// other pages, naming no setting and no path. Only the login page (the
+// form, no script), its style and its icon are served without the token.
+func TestConsoleRefusesStrangers(t *testing.T) {
+	h := nodetest.Start(t, withToken)
+	alb := []string{"X-Forwarded-For", "203.0.113.7", "X-Forwarded-Proto", "https", "X-Forwarded-Port", "443"}
+	strangers := map[string][]string{
+		"no credential":  nil,
+		"a wrong bearer": {"Authorization", "Bearer " + token + "x"},
+		"a forged cookie": {"Cookie", console.CookieName + "=" + fmt.Sprint(time.Now().Add(time.Hour).Unix()) +
+			".0000000000000000000000000000000000000000000000000000000000000000"},
+		"the token as a cookie": {"Cookie", console.CookieName + "=" + token},
+		"basic auth":            {"Authorization", "Basic " + token},
+	}
+	refused := []struct{ method, path string }{
+		{"GET", "/console/api/state"}, {"HEAD", "/console/api/state"}, {"POST", "/console/api/state"},
+		{"GET", "/console/static/console.js"}, {"GET", "/console/static/console.html"}, {"GET", "/console/static/login.html"},
+		{"GET", "/console/static/nope.js"}, {"GET", "/console/static/"}, {"GET", "/console/nope"}, {"GET", "/console/api/"},
+		{"GET", "/console/login"}, {"PUT", "/console"}, {"DELETE", "/console/"}, {"GET", "/console/logout"},
+	}
+	for who, hdr := range strangers {
+		for _, c := range refused {
+			req, _ := http.NewRequest(c.method, h.URL+c.path, nil)
+			for i := 0; i+1 < len(alb); i += 2 {
+				req.Header.Set(alb[i], alb[i+1])
+			}
+			for i := 0; i+1 < len(hdr); i += 2 {
+				req.Header.Set(hdr[i], hdr[i+1])
+			}
+			resp, body := do(t, req)
+			want := `{"error":"unauthorized"}` + "\n"
+			if c.method == "HEAD" {
+				want = ""
+			}
+			if resp.StatusCode != 401 || body != want || resp.Header.Get("Allow") != "" || len(resp.Cookies()) != 0 {
+				t.Errorf("%s, %s %s: %d Allow %q %q, want 401 %q", who, c.method, c.path, resp.StatusCode, resp.Header.Get("Allow"), body, want)
+			}
+		}
+		// The login page: the form, under the console's headers, nothing of the console itself.
+		resp, body := get(t, h.URL+"/console", append(slices.Clone(alb), hdr...)...)
+		if resp.StatusCode != 200 || !strings.Contains(body, `name="token"`) || strings.Contains(body, "console.js") ||
+			resp.Header.Get("Content-Security-Policy") != console.CSP {
+			t.Errorf("%s, the login page: %d %s", who, resp.StatusCode, body)
+		}
+		for _, p := range []string{"/console/static/console.css", "/console/static/favicon.svg"} {
+			if resp, _ := get(t, h.URL+p, append(slices.Clone(alb), hdr...)...); resp.StatusCode != 200 {
+				t.Errorf("%s, %s (the login page's): %d", who, p, resp.StatusCode)
+			}
+		}
+	}
+	// The same paths with the token are served (or the mux's own 404/405).
+	for _, c := range []struct {
+		method, path string
+		status       int
+	}{{"GET", "/console/static/console.js", 200}, {"GET", "/console/nope", 404}, {"GET", "/console/login", 405}} {
+		req, _ := http.NewRequest(c.method, h.URL+c.path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		if resp, _ := do(t, req); resp.StatusCode != c.status {
+			t.Errorf("with the token, %s %s: %d, want %d", c.method, c.path, resp.StatusCode, c.status)
 		}
 	}
 }
@@ -237,7 +335,7 @@ func TestConsoleMethods(t *testing.T) {
 			t.Errorf("%s %s: %d Allow %q %v %s", c.method, c.path, resp.StatusCode, resp.Header.Get("Allow"), resp.Header, body)
 		}
 	}
-	if resp, _ := get(t, h.URL+"/console/nope"); resp.StatusCode != 404 || resp.Header.Get("Content-Security-Policy") != console.CSP {
+	if resp, _ := get(t, h.URL+"/console/nope", "Authorization", "Bearer "+token); resp.StatusCode != 404 || resp.Header.Get("Content-Security-Policy") != console.CSP {
 		t.Errorf("an unknown page: %d %v", resp.StatusCode, resp.Header)
 	}
 }

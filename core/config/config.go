@@ -186,8 +186,8 @@ type Broker struct {
 	AdvertiseURL string `env:"FUNDUQ_ADVERTISE_URL"` // default: http://<HTTPAddr>
 	NodeID       string `env:"FUNDUQ_NODE_ID"`       // default: the Host value given to ParseBroker
 	// ConsoleToken is the bearer token of the operator console at
-	// /console; "" leaves the console off (every /console path is a 404
-	// saying so).
+	// /console; "" leaves the console off (every /console path is the
+	// node's plain 404; the node logs why once, as it starts).
 	ConsoleToken string `env:"FUNDUQ_CONSOLE_TOKEN"`
 	// LinkEventBacklog bounds the events read from one provider link and
 	// not yet stored; a full backlog stops reading the link (backpressure).
