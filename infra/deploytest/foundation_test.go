@@ -410,8 +410,8 @@ var resolveRef = regexp.MustCompile(`\{\{resolve:secretsmanager:([^}]+?):SecretS
 
 // The funduq secret the stack composes is one the binaries accept: with
 // every generated secret played out (worst-case characters), the composed
-// JSON parses, carries exactly the four keys, passes config.ParseDoor and
-// config.ParseBroker, its database_url names the RDS instance endpoint over
+// JSON parses, carries exactly its six keys, passes config.ParseDoor and
+// config.ParseBroker (the console on), its database_url names the RDS instance endpoint over
 // TLS with the master user's credentials, and its redis_url the ElastiCache
 // primary endpoint over TLS with the AUTH token the replication group was
 // created with.
@@ -490,8 +490,8 @@ func TestFoundationSecret(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &secret); err != nil {
 		t.Fatalf("the composed funduq secret is not a JSON object of strings: %v\n%s", err, raw)
 	}
-	if got := slices.Sorted(maps.Keys(secret)); !slices.Equal(got, []string{"database_url", "door_database_url", "identity_key", "redis_url", "token_secret"}) {
-		t.Errorf("funduq secret keys %v, want database_url door_database_url identity_key redis_url token_secret", got)
+	if got := slices.Sorted(maps.Keys(secret)); !slices.Equal(got, []string{"console_token", "database_url", "door_database_url", "identity_key", "redis_url", "token_secret"}) {
+		t.Errorf("funduq secret keys %v, want console_token database_url door_database_url identity_key redis_url token_secret", got)
 	}
 	environ := map[string]string{
 		"FUNDUQ_DATABASE_URL": secret["door_database_url"], "FUNDUQ_REDIS_URL": secret["redis_url"],
@@ -514,8 +514,11 @@ func TestFoundationSecret(t *testing.T) {
 	}
 	environ["FUNDUQ_DATABASE_URL"] = secret["database_url"]
 	environ["FUNDUQ_HTTP_ADDR"], environ["FUNDUQ_ADVERTISE_URL"] = "0.0.0.0:8700", "https://broker.example"
-	if _, err := config.ParseBroker(environ, config.Host{Hostname: "h", PID: 1}); err != nil {
+	environ["FUNDUQ_CONSOLE_TOKEN"] = secret["console_token"]
+	if b, err := config.ParseBroker(environ, config.Host{Hostname: "h", PID: 1}); err != nil {
 		t.Errorf("a broker node would refuse the composed secret: %v", err)
+	} else if b.ConsoleToken == "" {
+		t.Error("a broker node of the composed secret has its console off")
 	}
 
 	// database_url: the instance endpoint, TLS, the master credentials.
@@ -610,6 +613,12 @@ func TestSecretKeysAgree(t *testing.T) {
 	for _, m := range regexp.MustCompile(`\("(FUNDUQ_[A-Z_]+)", "([a-z_]+)"\)`).FindAllStringSubmatch(ud.Content[0].Value, -1) {
 		broker[m[1]] = m[2]
 	}
+	// The console's token is the broker hosts' alone.
+	for _, v := range brokerSecretVars {
+		if doors[v] != "" || broker[v] == "" || !composed[broker[v]] {
+			t.Errorf("%s: doors read key %q (want none), broker hosts %q; the foundation composes %v", v, doors[v], broker[v], slices.Sorted(maps.Keys(composed)))
+		}
+	}
 	for _, v := range secretVars {
 		if v == "FUNDUQ_DATABASE_URL" {
 			// The doors go through RDS Proxy, the broker to the instance.
@@ -623,7 +632,7 @@ func TestSecretKeysAgree(t *testing.T) {
 			t.Errorf("%s: doors read key %q, broker hosts %q; the foundation composes %v", v, doors[v], broker[v], slices.Sorted(maps.Keys(composed)))
 		}
 	}
-	if len(doors) != len(secretVars) || len(broker) != len(secretVars) {
-		t.Errorf("secret variables: doors %v, broker %v, want exactly %v", doors, broker, secretVars)
+	if len(doors) != len(secretVars) || len(broker) != len(secretVars)+len(brokerSecretVars) {
+		t.Errorf("secret variables: doors %v, broker %v, want exactly %v (and the broker's %v)", doors, broker, secretVars, brokerSecretVars)
 	}
 }
