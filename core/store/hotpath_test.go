@@ -25,9 +25,15 @@ import (
 // out from one that reads what it returns.
 const seededRuns = 100_000
 
+// seededAgents are the agents of the seeded history besides the one
+// holding the runs, 10 for each of as many stranger keys (what GET /agents
+// pages through: design.md §The doors).
+const seededAgents = 5000
+
 // maxRowsRead is what one hot-path statement may read from runs, threads,
-// thread_messages and run_events over the seeded history: a thread holds 4
-// runs and 8 messages, a run 3 events; an agent holds all 100,000 runs.
+// thread_messages, run_events and agents over the seeded history: a thread
+// holds 4 runs and 8 messages, a run 3 events; an agent holds all 100,000
+// runs; a page of GET /agents holds 100 agents.
 const maxRowsRead = 200
 
 // TestHotPathQueriesUseIndexes drives every hot-path store call a door or
@@ -42,13 +48,21 @@ const maxRowsRead = 200
 // does not lead with the predicate's columns).
 func TestHotPathQueriesUseIndexes(t *testing.T) {
 	ctx := context.Background()
-	url := storetest.URLWith(t, fmt.Sprintf("hotpath-v1-%d", seededRuns), func(ctx context.Context, db *sql.DB) error {
+	url := storetest.URLWith(t, fmt.Sprintf("hotpath-v2-%d-%d", seededRuns, seededAgents), func(ctx context.Context, db *sql.DB) error {
 		// No autovacuum on these tables: the first EXPLAINs must see a
 		// database that was never analyzed, as a fresh deployment is.
-		for _, tbl := range []string{"runs", "threads", "thread_messages", "run_events", "answer_requests"} {
+		for _, tbl := range []string{"runs", "threads", "thread_messages", "run_events", "answer_requests", "agents", "providers"} {
 			if _, err := db.ExecContext(ctx, `ALTER TABLE `+tbl+` SET (autovacuum_enabled = off)`); err != nil {
 				return err
 			}
+		}
+		if _, err := db.ExecContext(ctx, `INSERT INTO providers (public_key, fingerprint)
+			SELECT lpad(to_hex(k), 64, '0'), lpad(to_hex(k), 16, '0') FROM generate_series(1, $1::int / 10) k`, seededAgents); err != nil {
+			return err
+		}
+		if _, err := db.ExecContext(ctx, `INSERT INTO agents (provider_key, name)
+			SELECT lpad(to_hex(k), 64, '0'), 's' || i FROM generate_series(1, $1::int / 10) k, generate_series(1, 10) i`, seededAgents); err != nil {
+			return err
 		}
 		return preseed.Seed(ctx, db, preseed.Options{Runs: seededRuns, ProviderKey: testProviderKey,
 			Fingerprint: testFingerprint, AgentName: testAgent, Prefix: "h"})
@@ -71,7 +85,7 @@ func TestHotPathQueriesUseIndexes(t *testing.T) {
 	defer plain.Close()
 	var analyzed bool
 	if err := plain.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_user_tables
-		WHERE relname IN ('runs', 'threads', 'thread_messages', 'run_events')
+		WHERE relname IN ('runs', 'threads', 'thread_messages', 'run_events', 'agents')
 		AND (last_analyze IS NOT NULL OR last_autoanalyze IS NOT NULL))`).Scan(&analyzed); err != nil {
 		t.Fatal(err)
 	}
@@ -246,6 +260,18 @@ func driveHotPaths(t *testing.T, st *store.Store, rec *recorder) {
 		}},
 		{"door: tail", func() error { _, _, err := st.EventsAndRun(ctx, "h-r-3600", 0, 500); return err }},
 		{"door: events after", func() error { _, err := st.EventsAfter(ctx, "h-r-3600", 1, 1000); return err }},
+		{"door: agents page", func() error {
+			p, err := st.AgentsPage(ctx, store.AgentPageQuery{HiddenAfter: 168 * time.Hour, Limit: 100, MaxBytes: 2 << 20})
+			if err == nil && (len(p.Agents) != 100 || !p.More) {
+				err = fmt.Errorf("a page of %d agents, more=%v; want 100 and more", len(p.Agents), p.More)
+			}
+			return err
+		}},
+		{"door: agents page (a later one)", func() error {
+			_, err := st.AgentsPage(ctx, store.AgentPageQuery{HiddenAfter: 168 * time.Hour,
+				AfterKey: fmt.Sprintf("%064x", seededAgents/20), AfterName: "s5", Limit: 100, MaxBytes: 2 << 20})
+			return err
+		}},
 		{"kyok: run", func() error { _, err := st.GetKyokRun(ctx, "h-r-3600"); return err }},
 		{"broker: catch-up", func() error { _, err := st.QueuedRuns(ctx, store.QueueCursor{}, 100); return err }},
 		{"broker: catch-up (next page)", func() error {
@@ -317,7 +343,7 @@ func explainAll(t *testing.T, pool *pgxpool.Pool, stmts []recorded, pass string)
 
 var errRollback = fmt.Errorf("rolled back on purpose")
 
-var hotTables = map[string]bool{"runs": true, "threads": true, "thread_messages": true, "run_events": true}
+var hotTables = map[string]bool{"runs": true, "threads": true, "thread_messages": true, "run_events": true, "agents": true}
 
 type planNode struct {
 	NodeType         string     `json:"Node Type"`
@@ -349,7 +375,7 @@ type recorded struct {
 	args       []any
 }
 
-var hotStatement = regexp.MustCompile(`(?is)^\s*(SELECT|WITH|UPDATE|INSERT|DELETE)\b.*\b(runs|threads|thread_messages|run_events)\b`)
+var hotStatement = regexp.MustCompile(`(?is)^\s*(SELECT|WITH|UPDATE|INSERT|DELETE)\b.*\b(runs|threads|thread_messages|run_events|agents)\b`)
 
 func (r *recorder) setLabel(l string) { r.mu.Lock(); r.label = l; r.mu.Unlock() }
 

@@ -183,25 +183,15 @@ type AgentInfo struct {
 	Online bool // served by the current leader's roster
 }
 
-// ListAgents lists every registered agent; Online means the current
-// leader's roster serves it.
+// ListAgents lists every registered agent, whole; Online means the
+// current leader's roster serves it. For tests and tools: GET /agents
+// reads AgentsPage, bounded.
 func (s *Store) ListAgents(ctx context.Context) ([]AgentInfo, error) {
-	return s.ListAgentsServedWithin(ctx, 0)
-}
-
-// ListAgentsServedWithin is ListAgents without the agents nobody has served
-// for within (0: none left out): those no roster serves whose last register
-// and last going unserved are both older. GET /agents lists these
-// (design.md D8): a record is kept after its link goes, but a key's
-// records, a stranger's too, are not listed for ever.
-func (s *Store) ListAgentsServedWithin(ctx context.Context, within time.Duration) ([]AgentInfo, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT a.provider_key, a.name, a.description, a.agent_card_extra, a.metadata, a.takes_interjections,
-		       a.served_epoch IS NOT NULL AND a.served_epoch = l.epoch AND h.epoch = l.epoch AND h.alive_until > now()
+		       `+agentOnline+`
 		FROM agents a CROSS JOIN broker_leader l CROSS JOIN broker_heartbeat h
-		WHERE $1::bigint <= 0 OR a.served_epoch IS NOT NULL
-		   OR greatest(a.last_seen_at, a.unserved_since) > now() - make_interval(secs => $1::float8 / 1000)
-		ORDER BY a.provider_key, a.name`, within.Milliseconds())
+		ORDER BY a.provider_key, a.name`)
 	if err != nil {
 		return nil, fmt.Errorf("list agents: %w", err)
 	}
@@ -212,4 +202,96 @@ func (s *Store) ListAgentsServedWithin(ctx context.Context, within time.Duration
 		a.AgentCardExtra, a.Metadata = extra, meta
 		return a, err
 	})
+}
+
+// agentOnline is an agent's online in a query over agents a, broker_leader
+// l and broker_heartbeat h: served under the current epoch by a leader
+// whose heartbeat is alive (D8).
+const agentOnline = `a.served_epoch IS NOT NULL AND a.served_epoch = l.epoch AND h.epoch = l.epoch AND h.alive_until > now()`
+
+// AgentPageQuery says which page of the agent listing to read.
+type AgentPageQuery struct {
+	// HiddenAfter leaves out the agents nobody has served for that long
+	// (0: none left out): those no roster serves whose last register and
+	// last going unserved are both older (design.md D8: a record is kept
+	// after its link goes, but a key's records, a stranger's too, are not
+	// listed for ever).
+	HiddenAfter time.Duration
+	// AfterKey and AfterName are the place the page starts after: the last
+	// agent of the page before ("" and "": the first page). They need not
+	// name an agent that exists.
+	AfterKey, AfterName string
+	// Limit caps the page's agents (at least 1).
+	Limit int
+	// MaxBytes bounds the page's agents as JSON (AgentPageBytes each); a
+	// page holds its first agent whatever its size, or paging would stop.
+	MaxBytes int
+}
+
+// AgentPage is one page of the agent listing, in (provider key, name)
+// order.
+type AgentPage struct {
+	Agents []AgentInfo // without AgentCardExtra, which the listing does not show
+	More   bool        // listed agents follow the last of Agents
+}
+
+// AgentPageBytes is what AgentsPage counts for one agent against MaxBytes:
+// its description as a JSON string, its metadata and name as stored, and
+// this much for the rest of its entry (its key, fingerprint, field names).
+const AgentPageBytes = 160
+
+// AgentsPage reads one page of the agents GET /agents lists (design.md
+// §The doors, "GET /agents is paged"): those after q's place in (provider
+// key, name) order, up to q.Limit of them and q.MaxBytes. The cut is made
+// in PostgreSQL, walking the agents' primary key from the place, so a page
+// reads what it returns and the records hidden between them; the window
+// adds each agent's bytes up; the outer filter stops one row past the
+// page, whose content is not sent: it tells there is more.
+func (s *Store) AgentsPage(ctx context.Context, q AgentPageQuery) (AgentPage, error) {
+	if q.Limit < 1 {
+		q.Limit = 1
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT provider_key, name, CASE WHEN fits THEN description END, CASE WHEN fits THEN metadata END,
+		       takes_interjections, online, fits
+		FROM (SELECT *, rn <= $4 AND (rn = 1 OR total <= $5) AS fits
+			FROM (SELECT p.*, row_number() OVER w AS rn, sum(p.n) OVER w AS total
+				FROM (SELECT a.provider_key, a.name, a.description, a.metadata, a.takes_interjections,
+						`+agentOnline+` AS online,
+						octet_length(to_json(a.description)::text) + octet_length(a.metadata::text) + octet_length(a.name) + $6 AS n
+					FROM agents a CROSS JOIN broker_leader l CROSS JOIN broker_heartbeat h
+					WHERE (a.provider_key, a.name) > ($2::text, $3::text)
+					  AND ($1::bigint <= 0 OR a.served_epoch IS NOT NULL
+					       OR greatest(a.last_seen_at, a.unserved_since) > now() - make_interval(secs => $1::float8 / 1000))
+					ORDER BY a.provider_key, a.name LIMIT $4::int + 1) p
+				WINDOW w AS (ORDER BY p.provider_key, p.name ROWS UNBOUNDED PRECEDING)) summed
+			WHERE rn = 1 OR total - n <= $5) cut
+		ORDER BY provider_key, name`,
+		q.HiddenAfter.Milliseconds(), q.AfterKey, q.AfterName, q.Limit, q.MaxBytes, AgentPageBytes)
+	if err != nil {
+		return AgentPage{}, fmt.Errorf("list agents: %w", err)
+	}
+	defer rows.Close()
+	var p AgentPage
+	for rows.Next() {
+		var (
+			a    AgentInfo
+			desc *string
+			meta []byte
+			fits bool
+		)
+		if err := rows.Scan(&a.ProviderKey, &a.Name, &desc, &meta, &a.TakesInterjections, &a.Online, &fits); err != nil {
+			return AgentPage{}, fmt.Errorf("list agents: %w", err)
+		}
+		if !fits {
+			p.More = true
+			break
+		}
+		a.Description, a.Metadata = *desc, meta
+		p.Agents = append(p.Agents, a)
+	}
+	if err := rows.Err(); err != nil {
+		return AgentPage{}, fmt.Errorf("list agents: %w", err)
+	}
+	return p, nil
 }

@@ -1,10 +1,15 @@
 package door
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/funduq/funduq-go/core/identity"
@@ -27,22 +32,50 @@ type AgentJSON struct {
 	Online      bool            `json:"online"`
 }
 
-// Agents serves GET /agents: every registered agent that some roster
-// serves or served within hideAfter (config DoorLimits.AgentsHiddenAfter;
-// 0: every one), with online meaning the current leader's roster serves it.
+// The bounds of one GET /agents page (design.md §The doors, "GET /agents
+// is paged"), constants as the thread snapshot's are: ?limit= asks for up
+// to MaxAgentsPage, DefaultAgentsPage without it.
+const (
+	DefaultAgentsPage = 100
+	MaxAgentsPage     = 500
+)
+
+// MaxAgentsPageBytes bounds a page's agents as store.AgentsPage counts
+// them (PostgreSQL's JSON of each, which Go's may at most double: it
+// escapes U+2028 and U+2029), so a page stays under the 6 MB a Lambda
+// function may answer. A page holds its first agent whatever its size.
+const MaxAgentsPageBytes = 2 << 20
+
+// AgentsList is the body of GET /agents. A list that fits one page is
+// answered as it always was, agents alone; a longer one adds has_more and
+// next_after, the ?after= of the next page.
+type AgentsList struct {
+	Agents    []AgentJSON `json:"agents"`
+	HasMore   bool        `json:"has_more,omitempty"`
+	NextAfter string      `json:"next_after,omitempty"`
+}
+
+// Agents serves GET /agents: one page of the registered agents that some
+// roster serves or served within hideAfter (config
+// DoorLimits.AgentsHiddenAfter; 0: every one), in (provider key, name)
+// order, with online meaning the current leader's roster serves it.
 func Agents(st *store.Store, log *slog.Logger, hideAfter time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), StorageTimeout)
-		defer cancel()
-		list, err := st.ListAgentsServedWithin(ctx, hideAfter)
+		q, err := parseAgentsPage(r)
 		if err != nil {
 			WriteError(w, r, log, err)
 			return
 		}
-		out := struct {
-			Agents []AgentJSON `json:"agents"`
-		}{Agents: make([]AgentJSON, 0, len(list))}
-		for _, a := range list {
+		q.HiddenAfter = hideAfter
+		ctx, cancel := context.WithTimeout(r.Context(), StorageTimeout)
+		defer cancel()
+		page, err := st.AgentsPage(ctx, q)
+		if err != nil {
+			WriteError(w, r, log, err)
+			return
+		}
+		out := AgentsList{Agents: make([]AgentJSON, 0, len(page.Agents)), HasMore: page.More}
+		for _, a := range page.Agents {
 			fp := ""
 			if pub, err := identity.ParsePublicKey(a.ProviderKey); err == nil {
 				fp = identity.Fingerprint(pub)
@@ -50,6 +83,83 @@ func Agents(st *store.Store, log *slog.Logger, hideAfter time.Duration) http.Han
 			out.Agents = append(out.Agents, AgentJSON{ProviderKey: a.ProviderKey, Fingerprint: fp, Name: a.Name,
 				Description: a.Description, Metadata: a.Metadata, Online: a.Online})
 		}
-		WriteJSON(w, http.StatusOK, out)
+		if page.More && len(page.Agents) > 0 {
+			last := page.Agents[len(page.Agents)-1]
+			out.NextAfter = agentsCursor(last.ProviderKey, last.Name)
+		}
+		writeJSONUnescaped(w, &out)
 	})
+}
+
+// writeJSONUnescaped writes v as WriteJSON does but without HTML escaping,
+// which would make a description of "<" six times the bytes its page
+// counted.
+func writeJSONUnescaped(w http.ResponseWriter, v any) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		WriteJSON(w, http.StatusOK, v) // answers its own failure
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(b.Bytes())
+}
+
+// parseAgentsPage reads ?limit= and ?after= of GET /agents, refusing as
+// the thread snapshot's ?limit= and ?before= are refused.
+func parseAgentsPage(r *http.Request) (store.AgentPageQuery, error) {
+	p := store.AgentPageQuery{Limit: DefaultAgentsPage, MaxBytes: MaxAgentsPageBytes}
+	q := r.URL.Query()
+	if v, ok := q["limit"]; ok {
+		n, err := strconv.Atoi(v[0])
+		if len(v) > 1 || err != nil || n < 1 || n > MaxAgentsPage {
+			return p, Refuse(http.StatusBadRequest, CodeBadRequest, "limit must be one integer from 1 to %d", MaxAgentsPage)
+		}
+		p.Limit = n
+	}
+	if v, ok := q["after"]; ok {
+		key, name, ok := parseAgentsCursor(v[0])
+		if len(v) > 1 || !ok {
+			return p, Refuse(http.StatusBadRequest, CodeBadRequest, "after must be one next_after of an earlier GET /agents")
+		}
+		p.AfterKey, p.AfterName = key, name
+	}
+	return p, nil
+}
+
+// agentsCursorPrefix versions the cursor: it is opaque to callers, so what
+// it encodes may change. It names the last agent listed (its key and name,
+// which the caller has just read), so unlike a thread page's it tells
+// nothing of anyone else's activity.
+const agentsCursorPrefix = "a1."
+
+var (
+	cursorKey  = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	cursorName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`) // the agents table's CHECK
+)
+
+func agentsCursor(key, name string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(agentsCursorPrefix + key + "/" + name))
+}
+
+func parseAgentsCursor(s string) (key, name string, ok bool) {
+	if len(s) > 300 {
+		return "", "", false
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return "", "", false
+	}
+	rest, ok := strings.CutPrefix(string(b), agentsCursorPrefix)
+	if !ok {
+		return "", "", false
+	}
+	key, name, ok = strings.Cut(rest, "/")
+	if !ok || !cursorKey.MatchString(key) || !cursorName.MatchString(name) {
+		return "", "", false
+	}
+	return key, name, true
 }

@@ -138,9 +138,18 @@
     const sel = $("agent");
     let fresh;
     try {
-      const res = await fetch("/agents", { cache: "no-store" });
-      if (!res.ok) throw new Error("HTTP " + res.status);
-      fresh = (await res.json()).agents || [];
+      // GET /agents is paged (next_after); a menu of more than a few
+      // thousand agents would not be read anyway.
+      fresh = [];
+      let after = "";
+      for (let page = 0; page < 10; page++) {
+        const res = await fetch("/agents?limit=500" + (after ? "&after=" + encodeURIComponent(after) : ""), { cache: "no-store" });
+        if (!res.ok) throw new Error("HTTP " + res.status);
+        const body = await res.json();
+        fresh.push(...(body.agents || []));
+        if (!body.has_more || !body.next_after) break;
+        after = body.next_after;
+      }
     } catch (e) {
       if (quiet === true) return;
       status("could not list the agents: " + e.message, true);
