@@ -143,6 +143,9 @@ type Broker struct {
 	// lostUntil: agents whose link was lost without a close frame, until
 	// the link grace ends — their key is expected back (D5).
 	lostUntil map[AgentRef]time.Time
+	// reserved: places registers took (Limits.MaxServedAgents) between
+	// their check and their roster change (Register).
+	reserved  int
 	graceOver bool       // the sweep has ended provider_grace's waits
 	ended     *endedRuns // runs seen terminal lately (ended.go)
 	wake      chan struct{}
@@ -492,10 +495,34 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 		b.mu.Unlock()
 		return ErrWithdrawn
 	}
-	b.mu.Unlock()
 	if !leading || !ok {
+		b.mu.Unlock()
 		return ErrNotLeading
 	}
+	// The cap on what many keys make the leader serve (design.md §The
+	// provider wire, "Admission"): checked before anything is recorded,
+	// and the places taken until the roster change below, so two registers
+	// at once cannot both take the last ones.
+	grow := b.growthLocked(ls, seen)
+	if held := b.placesLocked(); grow > 0 && held+b.reserved+grow > b.set.Limits.MaxServedAgents {
+		b.mu.Unlock()
+		b.log.Info("register refused at the served agents cap", "provider_key", ls.key, "link", ls.id,
+			"adding", grow, "held", held, "cap", b.set.Limits.MaxServedAgents)
+		// The message names the cap, as the per-register limits do, but
+		// not how many are served: that is every key's business.
+		return &RegisterError{fmt.Sprintf("this register would add %d agents to those funduq serves, over the limit of %d at once (FUNDUQ_MAX_SERVED_AGENTS); retry later",
+			grow, b.set.Limits.MaxServedAgents)}
+	}
+	reserved := max(grow, 0)
+	b.reserved += reserved
+	b.mu.Unlock()
+	defer func() { // not released by the roster change: an early return
+		if reserved > 0 {
+			b.mu.Lock()
+			b.reserved -= reserved
+			b.mu.Unlock()
+		}
+	}()
 	pub, err := identity.ParsePublicKey(l.Key())
 	if err != nil {
 		return err
@@ -518,6 +545,8 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 	b.rosterMu.Lock()
 	defer b.rosterMu.Unlock()
 	b.mu.Lock()
+	b.reserved -= reserved // served from here on, or given up
+	reserved = 0
 	if b.links[l] != ls || ls.withdrawn { // detached or withdrawn meanwhile
 		// RegisterAgents marked the names served: take back those no
 		// other link of the key serves.
@@ -670,6 +699,56 @@ func (b *Broker) DeleteAgent(ctx context.Context, l Link, name string) error {
 		return &RegisterError{fmt.Sprintf("agent %q is not registered", name)}
 	}
 	return err
+}
+
+// placesLocked counts the agents the leader holds places for against
+// Limits.MaxServedAgents: those served, those whose link was lost within the
+// link grace (their key is expected back, D5), and, within the provider
+// grace after a takeover, those the previous leader served. The last two
+// keep their places so an honest provider coming back is never refused for
+// what strangers registered meanwhile. served and lostUntil are disjoint
+// (a register deletes the one, a loss the other); expected is walked only
+// while the grace lasts.
+func (b *Broker) placesLocked() int {
+	n := len(b.served) + len(b.lostUntil)
+	if b.inGraceLocked() {
+		for ref := range b.expected {
+			if _, lost := b.lostUntil[ref]; !lost && b.served[ref] == nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// heldLocked reports whether the roster holds a place for ref
+// (placesLocked).
+func (b *Broker) heldLocked(ref AgentRef) bool {
+	if b.served[ref] != nil {
+		return true
+	}
+	if _, lost := b.lostUntil[ref]; lost {
+		return true
+	}
+	return b.expected[ref] && b.inGraceLocked()
+}
+
+// growthLocked is how many places a register of names on ls would add:
+// the names of its key nobody holds a place for, less those ls serves and
+// the register drops.
+func (b *Broker) growthLocked(ls *linkState, names map[string]bool) int {
+	grow := 0
+	for n := range names {
+		if !b.heldLocked(AgentRef{ls.key, n}) {
+			grow++
+		}
+	}
+	for n := range ls.names {
+		if !names[n] && b.served[AgentRef{ls.key, n}] == ls {
+			grow--
+		}
+	}
+	return grow
 }
 
 // Detach forgets a closed link. Only names whose live link is this one go

@@ -20,6 +20,10 @@ type Limits struct {
 	MaxEventBytes int
 	// Register bounds one register (checkRegister).
 	Register RegisterLimits
+	// MaxServedAgents caps the agents the roster serves at once, over every
+	// key (Broker.placesLocked): a register that would add agents past it
+	// is refused, and nothing served is withdrawn for it.
+	MaxServedAgents int
 }
 
 // RegisterLimits bound what one register may make funduq keep and list to
@@ -43,6 +47,7 @@ const (
 	DefaultMaxAgentDescriptionBytes = 16 << 10
 	DefaultMaxAgentCardBytes        = 64 << 10
 	DefaultMaxRegisterBytes         = 1 << 20
+	DefaultMaxServedAgents          = 100000
 )
 
 func (l *Limits) defaults() {
@@ -51,6 +56,9 @@ func (l *Limits) defaults() {
 	}
 	if l.MaxEventBytes <= 0 {
 		l.MaxEventBytes = DefaultMaxEventBytes
+	}
+	if l.MaxServedAgents <= 0 {
+		l.MaxServedAgents = DefaultMaxServedAgents
 	}
 	r := &l.Register
 	for _, v := range []struct {

@@ -15,12 +15,12 @@ func TestLimitDefaults(t *testing.T) {
 	var s Settings
 	s.defaults()
 	d := config.DefaultBrokerLimits()
-	if s.Limits.MaxEventsPerRun != d.MaxEventsPerRun || s.Limits.MaxEventBytes != d.MaxEventBytes ||
+	if s.Limits.MaxEventsPerRun != d.MaxEventsPerRun || s.Limits.MaxEventBytes != d.MaxEventBytes || s.Limits.MaxServedAgents != d.MaxServedAgents ||
 		s.Limits.Register != (RegisterLimits{MaxAgents: d.MaxAgentsPerRegister, MaxDescriptionBytes: d.MaxAgentDescriptionBytes,
 			MaxCardBytes: d.MaxAgentCardBytes, MaxTotalBytes: d.MaxRegisterBytes}) {
 		t.Fatalf("defaults %+v, config's %+v", s.Limits, d)
 	}
-	set := Limits{MaxEventsPerRun: 5, MaxEventBytes: 10, Register: RegisterLimits{MaxAgents: 1, MaxDescriptionBytes: 2, MaxCardBytes: 3, MaxTotalBytes: 4}}
+	set := Limits{MaxEventsPerRun: 5, MaxEventBytes: 10, MaxServedAgents: 6, Register: RegisterLimits{MaxAgents: 1, MaxDescriptionBytes: 2, MaxCardBytes: 3, MaxTotalBytes: 4}}
 	s = Settings{Limits: set}
 	s.defaults()
 	if s.Limits != set {

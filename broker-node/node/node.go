@@ -130,7 +130,7 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 		Settings: broker.Settings{DeliverTimeout: cfg.DeliverTimeout, OfferingAfter: cfg.OfferingWriteAfter, UnservedTimeout: cfg.UnservedTimeout,
 			UndeliveredWindow: cfg.UndeliveredWindow, ProviderGrace: cfg.ProviderGrace, LinkGrace: cfg.LinkGrace, LeaseTTL: cfg.LeaseTTL,
 			QualityTolerance: cfg.ProviderQualityTolerance, StoreRetryFor: cfg.StoreRetryFor, SweepInterval: o.SweepInterval,
-			Limits: broker.Limits{MaxEventsPerRun: cfg.MaxEventsPerRun, MaxEventBytes: cfg.MaxEventBytes,
+			Limits: broker.Limits{MaxEventsPerRun: cfg.MaxEventsPerRun, MaxEventBytes: cfg.MaxEventBytes, MaxServedAgents: cfg.MaxServedAgents,
 				Register: broker.RegisterLimits{MaxAgents: cfg.MaxAgentsPerRegister, MaxDescriptionBytes: cfg.MaxAgentDescriptionBytes,
 					MaxCardBytes: cfg.MaxAgentCardBytes, MaxTotalBytes: cfg.MaxRegisterBytes}},
 			EventBacklog: cfg.LinkEventBacklog, EventBacklogBytes: cfg.LinkEventBacklogBytes}})

@@ -142,6 +142,13 @@ type BrokerLimits struct {
 	// MaxRegisterBytes caps one register's agents in all: their names,
 	// descriptions, agentCardExtra and metadata.
 	MaxRegisterBytes int `env:"FUNDUQ_MAX_REGISTER_BYTES" envDefault:"1048576"`
+	// MaxServedAgents caps the agents the leader serves at once, over
+	// every key (design.md §The provider wire, "Admission"): a register
+	// that would take it past the cap is refused with an error naming it,
+	// and nothing is registered. Agents whose link was lost within the
+	// link grace, or which the previous leader served within the provider
+	// grace, keep their places; nothing served is ever withdrawn for it.
+	MaxServedAgents int `env:"FUNDUQ_MAX_SERVED_AGENTS" envDefault:"100000"`
 }
 
 func (l BrokerLimits) validate() error {
@@ -157,6 +164,7 @@ func (l BrokerLimits) validate() error {
 		{"FUNDUQ_MAX_AGENT_DESCRIPTION_BYTES", int64(l.MaxAgentDescriptionBytes)},
 		{"FUNDUQ_MAX_AGENT_CARD_BYTES", int64(l.MaxAgentCardBytes)},
 		{"FUNDUQ_MAX_REGISTER_BYTES", int64(l.MaxRegisterBytes)},
+		{"FUNDUQ_MAX_SERVED_AGENTS", int64(l.MaxServedAgents)},
 	} {
 		if v.n <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive, got %d", v.name, v.n))

@@ -1,0 +1,140 @@
+package node_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// named is a register frame of the agents prefix0 … prefix(n-1).
+func named(prefix string, n int) []byte {
+	return registerFrame(agentsNamed(n, func(i int) map[string]any { return map[string]any{"name": fmt.Sprint(prefix, i)} })...)
+}
+
+// servedOf says how many of key's agents the listing has, and how many of
+// them online.
+func servedOf(t *testing.T, h *nodetest.Harness, key string) (listed, online int) {
+	t.Helper()
+	for id, a := range listing(t, h) {
+		if strings.HasPrefix(id, key[:4]+"/") {
+			listed++
+			if a.Online {
+				online++
+			}
+		}
+	}
+	return listed, online
+}
+
+// A stranger holding many keys made the leader serve whatever its links
+// registered: each key's register is bounded (FUNDUQ_MAX_AGENTS_PER_REGISTER),
+// but not how many keys register. Past FUNDUQ_MAX_SERVED_AGENTS (12 here)
+// a register that would add agents is refused with an error naming it, and
+// nothing of it is registered; one that adds none (the same names again,
+// or as many replaced) is answered "registered". An honest provider served
+// before the cap filled is never withdrawn, keeps its places while its
+// link is lost within the link grace, and takes them back on reconnecting;
+// a link closed on purpose gives its places up.
+func TestServedAgentsAreCapped(t *testing.T) {
+	h := nodetest.Start(t, func(c *config.Broker) {
+		c.MaxServedAgents = 12
+		c.LinkGrace = time.Hour // the honest reconnect is within it however slow the machine
+	})
+	honest := admit(t, h, 0xb1)
+	if typ, e := honest.answered(named("h", 4)); typ != wire.TypeRegistered {
+		t.Fatalf("the honest register: %q %q", typ, e.Message)
+	}
+	s1, s2, s3 := admit(t, h, 0xb2), admit(t, h, 0xb3), admit(t, h, 0xb4)
+	for i, s := range []*stranger{s1, s2} {
+		if typ, e := s.answered(named("s", 4)); typ != wire.TypeRegistered {
+			t.Fatalf("stranger %d within the cap: %q %q", i+1, typ, e.Message)
+		}
+	}
+	refused := func(s *stranger, frame []byte, what string) {
+		t.Helper()
+		typ, e := s.answered(frame)
+		if typ != wire.TypeError || !strings.Contains(e.Message, "FUNDUQ_MAX_SERVED_AGENTS") {
+			t.Fatalf("%s: answered %q %q; want an error naming FUNDUQ_MAX_SERVED_AGENTS", what, typ, e.Message)
+		}
+	}
+	refused(s3, named("s", 4), "a third stranger past the cap")
+	refused(s3, named("s", 1), "one agent past the cap")
+	refused(s2, named("s", 5), "a stranger growing past the cap")
+	if typ, e := s2.answered(named("s", 4)); typ != wire.TypeRegistered {
+		t.Fatalf("the same names again at the cap: %q %q", typ, e.Message)
+	}
+	if typ, e := s2.answered(named("t", 4)); typ != wire.TypeRegistered {
+		t.Fatalf("as many names replaced at the cap: %q %q", typ, e.Message)
+	}
+	if listed, _ := servedOf(t, h, s3.pub); listed != 0 {
+		t.Fatalf("the refused stranger has %d agents recorded", listed)
+	}
+	if _, online := servedOf(t, h, honest.pub); online != 4 {
+		t.Fatalf("the honest provider has %d agents online, want 4", online)
+	}
+
+	// The honest link is lost without a close frame: its four places stay
+	// its own for the link grace, and a stranger cannot take them.
+	_ = honest.ws.Close()
+	h.Eventually("the honest agents offline", func() bool { listed, online := servedOf(t, h, honest.pub); return listed == 4 && online == 0 })
+	refused(s3, named("s", 4), "a stranger taking a lost link's places")
+	back := admit(t, h, 0xb1)
+	if typ, e := back.answered(named("h", 4)); typ != wire.TypeRegistered {
+		t.Fatalf("the honest provider back within the link grace: %q %q", typ, e.Message)
+	}
+	if _, online := servedOf(t, h, honest.pub); online != 4 {
+		t.Fatalf("the honest provider back has %d agents online, want 4", online)
+	}
+
+	// A stranger that closes its link on purpose gives its places up.
+	if err := s1.ws.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye")); err != nil {
+		t.Fatal(err)
+	}
+	h.Eventually("the closed stranger's agents offline", func() bool { _, online := servedOf(t, h, s1.pub); return online == 0 })
+	if typ, e := s3.answered(named("s", 4)); typ != wire.TypeRegistered {
+		t.Fatalf("a register into places given up: %q %q", typ, e.Message)
+	}
+	refused(s3, named("s", 5), "one more past the cap again")
+	if _, online := servedOf(t, h, honest.pub); online != 4 {
+		t.Fatalf("the honest provider has %d agents online at the end, want 4", online)
+	}
+}
+
+// Around a takeover, the agents the previous leader served keep their
+// places within provider_grace: strangers registering on the new leader
+// before the honest provider is back cannot fill the cap past them, and
+// the honest provider's register there is answered "registered".
+func TestServedCapKeepsPlacesAcrossATakeover(t *testing.T) {
+	a := nodetest.Start(t, func(c *config.Broker) {
+		c.MaxServedAgents = 8
+		c.ProviderGrace = time.Hour // the honest reconnect is within it however slow the machine
+	})
+	honest := admit(t, a, 0xc1)
+	if typ, e := honest.answered(named("h", 4)); typ != wire.TypeRegistered {
+		t.Fatalf("the honest register: %q %q", typ, e.Message)
+	}
+	b := a.Peer("node-b")
+	a.Shutdown()
+	b.Eventually("b leads", b.Ready)
+	s1, s2 := admit(t, b, 0xc2), admit(t, b, 0xc3)
+	if typ, e := s1.answered(named("s", 4)); typ != wire.TypeRegistered {
+		t.Fatalf("a stranger within the cap: %q %q", typ, e.Message)
+	}
+	if typ, e := s2.answered(named("s", 1)); typ != wire.TypeError || !strings.Contains(e.Message, "FUNDUQ_MAX_SERVED_AGENTS") {
+		t.Fatalf("a stranger taking the places of a provider expected back: %q %q", typ, e.Message)
+	}
+	back := admit(t, b, 0xc1)
+	if typ, e := back.answered(named("h", 4)); typ != wire.TypeRegistered {
+		t.Fatalf("the honest provider back on the new leader: %q %q", typ, e.Message)
+	}
+	if _, online := servedOf(t, b, honest.pub); online != 4 {
+		t.Fatalf("the honest provider has %d agents online, want 4", online)
+	}
+}
