@@ -39,8 +39,10 @@ type Settings struct {
 	// still counts its provider as expected back).
 	LeaseTTL time.Duration
 	// LinkGrace is how long a link lost without the provider's close frame
-	// holds its runs for the same key to re-attach and report (D5, 5s in
-	// config); 0: they fail provider_left_holding_it at once.
+	// holds its runs for the same key to re-attach (register their agent)
+	// or report, and, once it re-attached, how long from then a run waits
+	// for the key's report (D5, 5s in config); 0: they fail
+	// provider_left_holding_it at once.
 	LinkGrace        time.Duration
 	QualityTolerance int // counter level that withdraws a provider; 0 disables (3)
 	// StoreRetryFor bounds how long one write is retried while PostgreSQL
@@ -619,6 +621,16 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 			idle = append(idle, old)
 		}
 	}
+	// The key re-attaching: a run one of its lost links left held for
+	// these agents is carried on (design.md D5), told in its own lane
+	// before "registered" is written.
+	now := b.clock.Now()
+	for held := range b.lostHeld[ls.key] {
+		if seen[held.agent.Name] {
+			b.unlostHeldLocked(held)
+			held.q.push(reattachCmd{ls, now})
+		}
+	}
 	b.bucketFor(ls.key).declared = ls.declared
 	// Announced before the lock is let go: an offer for these names is
 	// sent only by a lane that reads the roster after this, so it queues
@@ -1192,9 +1204,14 @@ func (b *Broker) Held() map[string]int {
 	for _, m := range b.byLink {
 		byLink += len(m)
 	}
+	lostHeld := 0
+	for _, m := range b.lostHeld {
+		lostHeld += len(m)
+	}
 	return map[string]int{
 		"lanes": len(b.lanes), "addressing": len(b.addressing), "threads": len(b.threads),
 		"headsByKey": len(b.headsByKey), "headsByKey.threads": heads, "byLink": len(b.byLink), "byLink.lanes": byLink,
+		"lostHeld": len(b.lostHeld), "lostHeld.lanes": lostHeld,
 		"links": len(b.links), "served": len(b.served), "buckets": len(b.buckets), "unserved": len(b.unserved),
 		"expected": len(b.expected), "requeued": len(b.requeued), "lostUntil": len(b.lostUntil), "ended": len(b.ended.ids),
 	}

@@ -201,6 +201,7 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 		return l.strangerSafe(ls, refusedOtherLink)
 	case l.orphan && ls.key == l.adoptKey:
 		l.orphan = false
+		b.unlostHeldLocked(l)
 		b.holdLocked(l, ls, ls)
 		l.claimedAt = b.clock.Now()
 		if l.reserved == "" {

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/wire"
@@ -44,7 +45,16 @@ type (
 	}
 	failCmd   struct{ reason run.Reason } // a verdict that fails the run
 	expireCmd struct{}                    // the sweep: nobody served the agent past the window
-	orphanCmd struct{}                    // provider_grace passed with nobody re-adopting a held run
+	// orphanCmd: provider_grace or the link grace passed with nobody
+	// re-adopting a held run. gen is the hold's timer it came from
+	// (lane.orphanGen): one a re-attach replaced says nothing.
+	orphanCmd struct{ gen uint64 }
+	// reattachCmd: the key holding a run its lost link left registered the
+	// run's agent again, on link, at at (design.md D5).
+	reattachCmd struct {
+		link *linkState
+		at   time.Time
+	}
 	// unreserveCmd: the link grace passed for the place a run offered on
 	// a lost link kept on its key (onGone).
 	unreserveCmd struct{}
@@ -65,4 +75,5 @@ func (unreserveCmd) laneCommand()   {}
 func (failCmd) laneCommand()        {}
 func (expireCmd) laneCommand()      {}
 func (orphanCmd) laneCommand()      {}
+func (reattachCmd) laneCommand()    {}
 func (storedEndCmd) laneCommand()   {}

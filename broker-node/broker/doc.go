@@ -77,8 +77,12 @@
 //	held     -- a report from its key whose re-adoption the record
 //	            refuses, the run no longer held (claimRefused) --------> ended
 //	held     -- cancelCmd: noted, sent once re-adopted --------------> held
+//	held     -- reattachCmd: its key registered the run's agent within
+//	            the link grace (onReattach): the link grace again,
+//	            from the register, for its report ---------------------> held
 //	held     -- storedEndCmd (its terminal event is stored) ---------> ended (the funnel)
-//	held     -- orphanCmd (provider_grace or the link grace passed) -> ended failed
+//	held     -- orphanCmd (provider_grace or the link grace passed;
+//	            one of a timer a re-attach replaced is stale) -------> ended failed
 //	            (orphaned_by_funduq_restart; provider_left_holding_it
 //	            and abandoned counted after a lost link)
 //

@@ -245,6 +245,7 @@ func (b *Broker) forget(l *lane) {
 	l.stopTimers()
 	delete(b.lanes, l.id)
 	b.unaddressLocked(l)
+	b.unlostHeldLocked(l)
 	for _, ls := range [2]*linkState{l.claimedBy, l.offeredTo} {
 		if ls != nil {
 			b.unlinkLocked(ls, l) // the fields stay: the end still reads them

@@ -47,25 +47,71 @@ func (l *lane) onGone(ctx context.Context, c goneCmd) {
 		return
 	}
 	hold := held && c.lost && b.set.LinkGrace > 0 && !l.reportedEnd()
+	var back *linkState // a link of the key already serving the agent again
+	now := b.clock.Now()
 	if hold {
 		// A dropped link is not yet an abandonment (D5): the run waits
-		// for the key to re-attach and report, as at a takeover. It keeps
-		// its place: the provider is presumed to be running it still.
+		// for the key to re-attach (onReattach) or report. It keeps its
+		// place: the provider is presumed to be running it still.
 		l.orphan, l.adoptKey, l.linkLost = true, ls.key, true
 		if l.offeredTo != nil {
 			l.reserved = l.offeredTo.key
 		}
 		b.holdLocked(l, nil, nil)
-		l.orphanT = b.clock.AfterFunc(b.set.LinkGrace, func() { l.q.push(orphanCmd{}) })
+		l.graceEnd = now.Add(b.set.LinkGrace)
+		if nl := b.served[l.agent]; nl != nil && nl != ls && nl.key == ls.key && b.links[nl.link] == nl {
+			back = nl // its register was read before this loss was
+		} else {
+			b.lostHeldLocked(ls.key, l) // for the key's register to find
+		}
 	}
 	b.mu.Unlock()
 	switch {
 	case hold:
 		l.log.InfoContext(ctx, "link lost without a close frame; holding the run for the link grace", "provider_key", ls.key,
 			"link", ls.id, "link_grace", b.set.LinkGrace.String())
+		l.orphanAfter(b.set.LinkGrace)
+		if back != nil {
+			l.onReattach(ctx, reattachCmd{back, now})
+		}
 	case held:
 		l.fail(ctx, run.ReasonProviderLeftHoldingIt, true)
 	}
+}
+
+// orphanAfter (re)starts the held run's timer: d from now, orphanCmd ends
+// the hold unless the run is re-adopted first.
+func (l *lane) orphanAfter(d time.Duration) {
+	if l.orphanT != nil {
+		l.orphanT.Stop()
+	}
+	l.orphanGen++
+	gen := l.orphanGen
+	l.orphanT = l.b.clock.AfterFunc(d, func() { l.q.push(orphanCmd{gen}) })
+}
+
+// onReattach is the run's key registering the run's agent again while
+// the run is held for its lost link (D5). Re-attaching within the link
+// grace carries the run on: a transport failure and a prompt re-attach are
+// not the certainty abandoned needs. But a provider that restarted has
+// forgotten the run, and nothing else would end it (no clock fails a
+// quiet run, §Timers), so it is carried on for one more link grace, from
+// the re-attach, for the key's report that re-adopts it (claimByReport);
+// with none it fails provider_left_holding_it and counts abandoned as
+// before. A re-attach after the grace finds the run failed already.
+func (l *lane) onReattach(ctx context.Context, c reattachCmd) {
+	b := l.b
+	b.mu.Lock()
+	b.unlostHeldLocked(l)
+	still := !l.ended && l.orphan && l.linkLost && c.at.Before(l.graceEnd)
+	b.mu.Unlock()
+	if !still {
+		return
+	}
+	wait := c.at.Add(b.set.LinkGrace).Sub(b.clock.Now())
+	l.orphanAfter(wait)
+	l.log.InfoContext(ctx, "its key re-attached within the link grace; the run waits the link grace again for its report",
+		"provider_key", c.link.key, "link", c.link.id, "link_grace", b.set.LinkGrace.String())
 }
 
 // keepPlace keeps a place on key's bucket for a run whose offer was out on
@@ -127,8 +173,10 @@ func (l *lane) onOrphanTimeout(ctx context.Context) {
 		return
 	}
 	if lost {
-		// The link grace passed and the key did not come back: now it is
-		// certain it left holding the run (D18, design.md §Counters).
+		// The link grace passed and the key did not come back, or came
+		// back (onReattach) and did not report for the run within the
+		// grace from then: now it is certain it left holding the run
+		// (D18, design.md §Counters).
 		l.b.mu.Lock()
 		l.noted = true
 		l.b.mu.Unlock()

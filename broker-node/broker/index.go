@@ -20,11 +20,16 @@ type runIndex struct {
 	// byLink lists, per link, the lanes it holds a place or a claim for:
 	// a closed link tells those lanes alone, found without a scan.
 	byLink map[*linkState]map[*lane]struct{}
+	// lostHeld lists, per provider key, the lanes held for it after a
+	// link lost without a close frame whose key has not re-attached
+	// since: the key's register finds them there (design.md D5).
+	lostHeld map[string]map[*lane]struct{}
 }
 
 func newRunIndex() runIndex {
 	return runIndex{lanes: map[string]*lane{}, addressing: map[string][]*lane{}, threads: map[string][]*lane{},
-		headsByKey: map[string]map[string]*lane{}, byLink: map[*linkState]map[*lane]struct{}{}}
+		headsByKey: map[string]map[string]*lane{}, byLink: map[*linkState]map[*lane]struct{}{},
+		lostHeld: map[string]map[*lane]struct{}{}}
 }
 
 // holdLocked sets the links l is claimed by and offered to, keeping byLink
@@ -59,6 +64,30 @@ func (b *Broker) unlinkLocked(ls *linkState, l *lane) {
 	delete(m, l)
 	if len(m) == 0 {
 		delete(b.byLink, ls)
+	}
+}
+
+// lostHeldLocked lists l as held for key after a lost link. Caller holds
+// b.mu.
+func (b *Broker) lostHeldLocked(key string, l *lane) {
+	m := b.lostHeld[key]
+	if m == nil {
+		m = map[*lane]struct{}{}
+		b.lostHeld[key] = m
+	}
+	m[l] = struct{}{}
+}
+
+// unlostHeldLocked drops l from lostHeld: its key re-attached or reported
+// for it, or it ended. Caller holds b.mu.
+func (b *Broker) unlostHeldLocked(l *lane) {
+	m := b.lostHeld[l.adoptKey]
+	if m == nil {
+		return
+	}
+	delete(m, l)
+	if len(m) == 0 {
+		delete(b.lostHeld, l.adoptKey)
 	}
 }
 

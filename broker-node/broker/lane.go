@@ -56,8 +56,9 @@ type lane struct {
 	orphan          bool   // held by an older epoch, awaiting re-adoption (D7)
 	adoptKey        string // the key that may re-adopt it
 	// linkLost: the orphan's link was lost without a close frame; when
-	// the link grace passes it fails provider_left_holding_it and counts
-	// abandoned against adoptKey (D5).
+	// the link grace passes (from the loss, or from its key's re-attach,
+	// onReattach) it fails provider_left_holding_it and counts abandoned
+	// against adoptKey (D5).
 	linkLost bool
 	// reserved is the key whose bucket keeps a place for this orphan: its
 	// provider is presumed still running it (a lost link, a takeover), so
@@ -76,10 +77,16 @@ type lane struct {
 	ended     bool
 
 	// The lane goroutine's own.
-	offer      *offerState
-	offerSeq   uint64
-	deferred   []command
-	orphanT    clockwork.Timer
+	offer    *offerState
+	offerSeq uint64
+	deferred []command
+	orphanT  clockwork.Timer
+	// orphanGen numbers orphanT's timers: an orphanCmd of an earlier one
+	// (replaced by a re-attach, onReattach) is stale.
+	orphanGen uint64
+	// graceEnd is when the link grace of the lost link the run is held
+	// for ends: a re-attach must come before it (onReattach).
+	graceEnd   time.Time
 	sawFinish  bool
 	sawError   bool
 	errReason  string
@@ -244,7 +251,11 @@ func (l *lane) handle(ctx context.Context, c command) {
 	case expireCmd:
 		l.onExpire(ctx)
 	case orphanCmd:
-		l.onOrphanTimeout(ctx)
+		if c.gen == l.orphanGen {
+			l.onOrphanTimeout(ctx)
+		}
+	case reattachCmd:
+		l.onReattach(ctx, c)
 	case unreserveCmd:
 		l.onUnreserve()
 	case storedEndCmd:

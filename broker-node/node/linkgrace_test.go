@@ -11,10 +11,11 @@ import (
 
 // Issue #21, sixth bullet and deliverable 8: a link lost without a close
 // frame holds its runs for the link grace. The same key re-attaching and
-// reporting carries on (completed, nothing counted); a run nobody comes
-// back for fails provider_left_holding_it once the grace passes and only
-// then counts abandoned; a provider that says goodbye (a close frame)
-// fails its held run at once, as before.
+// reporting carries on (completed, nothing counted); a run its key, back
+// (re-registered at the drop's moment), never reports for fails
+// provider_left_holding_it once the grace from the re-attach passes (D5)
+// and only then counts abandoned; a provider that says goodbye (a close
+// frame) fails its held run at once, as before.
 func TestLinkGraceHoldsRunsOfALostLink(t *testing.T) {
 	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
 	p := h.Connect(0xe1, nodetest.Limit(2))

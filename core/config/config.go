@@ -47,7 +47,9 @@ type Waits struct {
 	UndeliveredWindow  time.Duration `env:"FUNDUQ_UNDELIVERED_WINDOW" envDefault:"1800s"`
 	ProviderGrace      time.Duration `env:"FUNDUQ_PROVIDER_GRACE" envDefault:"30s"`
 	// LinkGrace is how long a provider link lost without a close frame
-	// holds its runs for the same key to re-attach (D5); 0: they fail at once.
+	// holds its runs for the same key to re-attach, and then how long from
+	// the re-attach each waits for the key's report (D5); 0: they fail at
+	// once.
 	LinkGrace                time.Duration `env:"FUNDUQ_LINK_GRACE" envDefault:"5s"`
 	ProviderQualityTolerance int           `env:"FUNDUQ_PROVIDER_QUALITY_TOLERANCE" envDefault:"3"`
 	// StoreRetryFor bounds how long the leader retries one write that
