@@ -79,7 +79,7 @@ func endWriteWaits(t *testing.T, h *nodetest.Harness, p *nodetest.Prov) (id stri
 	refusals(t, p, p.Barrier(), 0) // stored
 	releaseRun := h.Hold(`SELECT 1 FROM runs WHERE run_id = $1 FOR UPDATE`, id)
 	p.SendRaw(eventFrame(id, 3, `{"type":"CUSTOM","name":"c","value":2}`))
-	h.Eventually("the lane waits on the run's row", h.LockWaits)
+	h.Eventually("the lane waits on the run's row", h.LockWaitsOn("runs"))
 	p.SendRaw(eventFrame(id, 4, `{"type":"RUN_ERROR","message":"boom","code":"provider_code"}`))
 	p.Finish(id)
 	if got := p.ReadBarrier(); len(got) != 0 {
@@ -87,7 +87,7 @@ func endWriteWaits(t *testing.T, h *nodetest.Harness, p *nodetest.Prov) (id stri
 	}
 	release = h.Hold(`SELECT 1 FROM threads WHERE thread_id = $1 FOR UPDATE`, thread)
 	releaseRun()
-	h.Eventually("the end's write waits on the thread's row", h.LockWaits)
+	h.Eventually("the end's write waits on the thread's row", h.LockWaitsOn("threads"))
 	return id, release
 }
 

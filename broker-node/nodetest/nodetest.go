@@ -730,6 +730,22 @@ func (h *Harness) LockWaits() bool {
 	return err == nil && waiting
 }
 
+// LockWaitsOn reports whether a backend of the harness's database waits
+// on a lock that a holder of a lock on table has: a wait behind Hold of
+// that table's rows, not a stale one behind an earlier Hold just released
+// (the waiter may still show wait_event_type Lock for a moment).
+func (h *Harness) LockWaitsOn(table string) func() bool {
+	return func() bool {
+		h.t.Helper()
+		var waiting bool
+		err := h.DB().QueryRow(context.Background(), `SELECT count(*) > 0 FROM pg_stat_activity a
+			WHERE a.datname = current_database() AND a.wait_event_type = 'Lock'
+			AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = ANY(pg_blocking_pids(a.pid))
+				AND l.granted AND l.relation = $1::regclass)`, table).Scan(&waiting)
+		return err == nil && waiting
+	}
+}
+
 // DoorApp is the application_name a door's PostgreSQL connections carry
 // (functions/door.Connect).
 const DoorApp = "funduq-door"
