@@ -139,6 +139,12 @@ type Broker struct {
 	buckets    map[string]*bucket
 	unserved   map[AgentRef]time.Time // unserved-since, for the unserved clock
 	expected   map[AgentRef]bool      // served when the previous leader went away
+	// inherited: the agents of expected recover read back, until this
+	// leader serves them or provider_grace ends; they keep their places
+	// (placesLocked). expected also takes what this leader serves within
+	// the grace, which must not: those give their places up as any
+	// served agent's.
+	inherited map[AgentRef]bool
 	// requeued: runs recover put back to queued from an older epoch's
 	// offer, until their lanes open (take keeps their places, keepPlace).
 	requeued map[string]bool
@@ -190,6 +196,7 @@ func (b *Broker) reset() {
 	b.buckets = map[string]*bucket{}
 	b.unserved = map[AgentRef]time.Time{}
 	b.expected = map[AgentRef]bool{}
+	b.inherited = map[AgentRef]bool{}
 	b.lostUntil = map[AgentRef]time.Time{}
 	b.graceOver = false
 	b.ended = newEndedRuns()
@@ -243,6 +250,7 @@ func (b *Broker) Run(ctx context.Context, epoch int64, startIntake func(ctx cont
 			// The read-back has decided every run it took; with no grace
 			// left, expected is read no more (take.go).
 			clear(b.expected)
+			clear(b.inherited)
 		}
 		b.mu.Unlock()
 		wg.Add(1)
@@ -596,6 +604,7 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 		b.served[ref] = ls
 		delete(b.unserved, ref)
 		delete(b.lostUntil, ref)
+		delete(b.inherited, ref) // its place is a served agent's now
 		// Served under this leadership: within provider_grace its runs
 		// wait for it to come back like those of a provider expected back
 		// from the previous leader. Past the grace nothing reads it (take
@@ -716,15 +725,17 @@ func (b *Broker) DeleteAgent(ctx context.Context, l Link, name string) error {
 // placesLocked counts the agents the leader holds places for against
 // Limits.MaxServedAgents: those served, those whose link was lost within the
 // link grace (their key is expected back, D5), and, within the provider
-// grace after a takeover, those the previous leader served. The last two
-// keep their places so an honest provider coming back is never refused for
-// what strangers registered meanwhile. served and lostUntil are disjoint
-// (a register deletes the one, a loss the other); expected is walked only
-// while the grace lasts.
+// grace after a takeover, those the previous leader served and this one
+// does not yet (inherited). The last two keep their places so an honest
+// provider coming back is never refused for what strangers registered
+// meanwhile; what this leader served and stopped serving (a clean close, a
+// register dropping it) gives its place up, in the grace too. served and
+// lostUntil are disjoint (a register deletes the one, a loss the other);
+// inherited is walked only while the grace lasts.
 func (b *Broker) placesLocked() int {
 	n := len(b.served) + len(b.lostUntil)
 	if b.inGraceLocked() {
-		for ref := range b.expected {
+		for ref := range b.inherited {
 			if _, lost := b.lostUntil[ref]; !lost && b.served[ref] == nil {
 				n++
 			}
@@ -742,7 +753,7 @@ func (b *Broker) heldLocked(ref AgentRef) bool {
 	if _, lost := b.lostUntil[ref]; lost {
 		return true
 	}
-	return b.expected[ref] && b.inGraceLocked()
+	return b.inherited[ref] && b.inGraceLocked()
 }
 
 // growthLocked is how many places a register of names on ls would add:

@@ -30,6 +30,7 @@ func (b *Broker) recover(ctx context.Context) error {
 	b.mu.Lock()
 	for _, a := range expected {
 		b.expected[AgentRef{a.ProviderKey, a.Name}] = true
+		b.inherited[AgentRef{a.ProviderKey, a.Name}] = true
 	}
 	b.mu.Unlock()
 	var held []store.Run

@@ -46,6 +46,7 @@ func (b *Broker) sweepOnce(ctx context.Context) {
 		b.graceOver = true
 		// Read-back runs decided at take; new runs ask only in grace.
 		clear(b.expected)
+		clear(b.inherited)
 	}
 	for _, l := range b.lanes {
 		if graceEnds && l.graceWait && !l.ended && l.claimedBy == nil && l.offeredTo == nil && !l.orphan && b.served[l.agent] == nil &&

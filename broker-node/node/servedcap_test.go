@@ -138,3 +138,38 @@ func TestServedCapKeepsPlacesAcrossATakeover(t *testing.T) {
 		t.Fatalf("the honest provider has %d agents online, want 4", online)
 	}
 }
+
+// Within provider_grace after a leader starts (30 s by default, after a
+// restart as after a takeover), the places agents served on this leader
+// took were kept until the grace ended, whatever became of them: a register
+// replacing its names left the old names holding places, and a link closed
+// on purpose did not give its places up. A stranger that had replaced its
+// names once, or a provider that had left, so filled the cap for others
+// for the whole grace. Only what the previous leader served is kept.
+func TestServedCapFreesPlacesWithinProviderGrace(t *testing.T) {
+	h := nodetest.Start(t, func(c *config.Broker) {
+		c.MaxServedAgents = 8
+		c.ProviderGrace = time.Hour // the whole test runs within it
+	})
+	s1, s2, s3 := admit(t, h, 0xd1), admit(t, h, 0xd2), admit(t, h, 0xd3)
+	if typ, e := s1.answered(named("s", 4)); typ != wire.TypeRegistered {
+		t.Fatalf("a register within the cap: %q %q", typ, e.Message)
+	}
+	if typ, e := s1.answered(named("t", 4)); typ != wire.TypeRegistered {
+		t.Fatalf("as many names replaced: %q %q", typ, e.Message)
+	}
+	// Four agents are served: four places are free.
+	if typ, e := s2.answered(named("s", 4)); typ != wire.TypeRegistered {
+		t.Fatalf("a register into the places a replace gave up: %q %q", typ, e.Message)
+	}
+	if err := s2.ws.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye")); err != nil {
+		t.Fatal(err)
+	}
+	h.Eventually("the closed link's agents offline", func() bool { _, online := servedOf(t, h, s2.pub); return online == 0 })
+	if typ, e := s3.answered(named("s", 4)); typ != wire.TypeRegistered {
+		t.Fatalf("a register into the places a closed link gave up: %q %q", typ, e.Message)
+	}
+	if typ, e := s3.answered(named("s", 5)); typ != wire.TypeError || !strings.Contains(e.Message, "FUNDUQ_MAX_SERVED_AGENTS") {
+		t.Fatalf("one more past the cap: %q %q", typ, e.Message)
+	}
+}
