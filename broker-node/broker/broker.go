@@ -153,7 +153,13 @@ type Broker struct {
 	lostUntil map[AgentRef]time.Time
 	// reserved: places registers took (Limits.MaxServedAgents) between
 	// their check and their roster change (Register).
-	reserved  int
+	reserved int
+	// releasing: names a register counted as freed (it drops them, and
+	// they are its link's), between its check and its roster change.
+	// Another register taking one of them meanwhile adds a place: it would
+	// otherwise be counted held by both. Not reset with the roster: the
+	// registers in flight release what they marked.
+	releasing map[AgentRef]int
 	graceOver bool       // the sweep has ended provider_grace's waits
 	ended     *endedRuns // runs seen terminal lately (ended.go)
 	wake      chan struct{}
@@ -513,7 +519,7 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 	// provider wire, "Admission"): checked before anything is recorded,
 	// and the places taken until the roster change below, so two registers
 	// at once cannot both take the last ones.
-	grow := b.growthLocked(ls, seen)
+	grow, freed := b.growthLocked(ls, seen)
 	if held := b.placesLocked(); grow > 0 && held+b.reserved+grow > b.set.Limits.MaxServedAgents {
 		b.mu.Unlock()
 		b.log.Info("register refused at the served agents cap", "provider_key", ls.key, "link", ls.id,
@@ -525,11 +531,13 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 	}
 	reserved := max(grow, 0)
 	b.reserved += reserved
+	b.markReleasingLocked(freed, 1)
 	b.mu.Unlock()
 	defer func() { // not released by the roster change: an early return
-		if reserved > 0 {
+		if reserved > 0 || freed != nil {
 			b.mu.Lock()
 			b.reserved -= reserved
+			b.markReleasingLocked(freed, -1)
 			b.mu.Unlock()
 		}
 	}()
@@ -557,6 +565,8 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 	b.mu.Lock()
 	b.reserved -= reserved // served from here on, or given up
 	reserved = 0
+	b.markReleasingLocked(freed, -1) // dropped below, or taken by another link of the key
+	freed = nil
 	if b.links[l] != ls || ls.withdrawn { // detached or withdrawn meanwhile
 		// RegisterAgents marked the names served: take back those no
 		// other link of the key serves.
@@ -748,7 +758,7 @@ func (b *Broker) placesLocked() int {
 // (placesLocked).
 func (b *Broker) heldLocked(ref AgentRef) bool {
 	if b.served[ref] != nil {
-		return true
+		return b.releasing[ref] == 0
 	}
 	if _, lost := b.lostUntil[ref]; lost {
 		return true
@@ -758,20 +768,34 @@ func (b *Broker) heldLocked(ref AgentRef) bool {
 
 // growthLocked is how many places a register of names on ls would add:
 // the names of its key nobody holds a place for, less those ls serves and
-// the register drops.
-func (b *Broker) growthLocked(ls *linkState, names map[string]bool) int {
-	grow := 0
+// the register drops (freed: marked releasing until the roster change, so
+// no other register counts them held meanwhile).
+func (b *Broker) growthLocked(ls *linkState, names map[string]bool) (grow int, freed []AgentRef) {
 	for n := range names {
 		if !b.heldLocked(AgentRef{ls.key, n}) {
 			grow++
 		}
 	}
 	for n := range ls.names {
-		if !names[n] && b.served[AgentRef{ls.key, n}] == ls {
+		ref := AgentRef{ls.key, n}
+		if !names[n] && b.served[ref] == ls && b.releasing[ref] == 0 {
 			grow--
+			freed = append(freed, ref)
 		}
 	}
-	return grow
+	return grow, freed
+}
+
+// markReleasingLocked adds d to the releasing marks of refs.
+func (b *Broker) markReleasingLocked(refs []AgentRef, d int) {
+	if b.releasing == nil {
+		b.releasing = map[AgentRef]int{}
+	}
+	for _, ref := range refs {
+		if b.releasing[ref] += d; b.releasing[ref] <= 0 {
+			delete(b.releasing, ref)
+		}
+	}
 }
 
 // Detach forgets a closed link. Only names whose live link is this one go

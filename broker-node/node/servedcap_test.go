@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -171,5 +172,62 @@ func TestServedCapFreesPlacesWithinProviderGrace(t *testing.T) {
 	}
 	if typ, e := s3.answered(named("s", 5)); typ != wire.TypeError || !strings.Contains(e.Message, "FUNDUQ_MAX_SERVED_AGENTS") {
 		t.Fatalf("one more past the cap: %q %q", typ, e.Message)
+	}
+}
+
+// registersWaiting counts the registers of the harness's database waiting
+// on a lock (one Hold keeps).
+func registersWaiting(t *testing.T, h *nodetest.Harness) int {
+	t.Helper()
+	var n int
+	if err := h.DB().QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO providers%'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Two links of one key at the cap: one replaces a name it serves (its
+// register adds none: it drops as many as it adds) while the other
+// registers that very name (served, so it adds none either). Each was
+// counted against the roster as it stood before the other's change, and
+// both were answered "registered": five agents served under a cap of
+// four, and repeated, a key's links grew the roster past the cap without
+// end. The name a register drops is counted free for that register only.
+func TestServedCapHoldsAgainstALinkTakingADroppedName(t *testing.T) {
+	h := nodetest.Start(t, func(c *config.Broker) { c.MaxServedAgents = 4 })
+	filler := admit(t, h, 0xe1)
+	if typ, e := filler.answered(named("f", 2)); typ != wire.TypeRegistered {
+		t.Fatalf("the filler's register: %q %q", typ, e.Message)
+	}
+	l1 := admit(t, h, 0xe2)
+	if typ, e := l1.answered(registerFrame(map[string]any{"name": "a"}, map[string]any{"name": "x"})); typ != wire.TypeRegistered {
+		t.Fatalf("the first link's register: %q %q", typ, e.Message)
+	}
+	l2 := admit(t, h, 0xe2)
+	release := h.Hold(`SELECT 1 FROM providers WHERE public_key = $1 FOR UPDATE`, l1.pub)
+	l1.send(registerFrame(map[string]any{"name": "x"}, map[string]any{"name": "b"}))
+	h.Eventually("the replacing register waits on the lock", func() bool { return registersWaiting(t, h) == 1 })
+	l2.send(registerFrame(map[string]any{"name": "a"}))
+	answer2 := make(chan []byte, 1)
+	go func() {
+		_ = l2.ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+		_, data, _ := l2.ws.ReadMessage()
+		answer2 <- data
+	}()
+	// Either the second register is answered at its check or it is past
+	// it, waiting on the lock as well.
+	h.Eventually("the second register checked", func() bool { return len(answer2) > 0 || registersWaiting(t, h) == 2 })
+	release()
+	typ1, _ := l1.next()
+	data2 := <-answer2
+	typ2, _ := wire.PeekType(data2)
+	if typ1 == wire.TypeRegistered && typ2 == wire.TypeRegistered {
+		t.Fatalf("both registers answered registered: five agents served under a cap of four")
+	}
+	for _, d := range [][]byte{data2} {
+		if typ, _ := wire.PeekType(d); typ == wire.TypeError && !strings.Contains(string(d), "FUNDUQ_MAX_SERVED_AGENTS") {
+			t.Fatalf("the refusal does not name the cap: %s", d)
+		}
 	}
 }
