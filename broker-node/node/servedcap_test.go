@@ -231,3 +231,29 @@ func TestServedCapHoldsAgainstALinkTakingADroppedName(t *testing.T) {
 		}
 	}
 }
+
+// A link lost without a close frame keeps its places for the link grace
+// and gives them up when it ends: a stranger refused meanwhile is
+// answered "registered" once the grace is over on the broker's clock.
+func TestServedCapFreesALostLinksPlacesAfterTheLinkGrace(t *testing.T) {
+	h := nodetest.Start(t, func(c *config.Broker) {
+		c.MaxServedAgents = 4
+		c.LinkGrace = time.Minute
+		c.RegisterDeadline = time.Hour // the refused stranger stays to try again
+	})
+	lost, s := admit(t, h, 0xf1), admit(t, h, 0xf2)
+	if typ, e := lost.answered(named("l", 4)); typ != wire.TypeRegistered {
+		t.Fatalf("a register within the cap: %q %q", typ, e.Message)
+	}
+	_ = lost.ws.Close()
+	h.Eventually("the lost link's agents offline", func() bool { _, online := servedOf(t, h, lost.pub); return online == 0 })
+	if typ, e := s.answered(named("s", 1)); typ != wire.TypeError || !strings.Contains(e.Message, "FUNDUQ_MAX_SERVED_AGENTS") {
+		t.Fatalf("a register into a lost link's places within the grace: %q %q", typ, e.Message)
+	}
+	h.Clock.Advance(time.Minute)
+	h.Eventually("the lost link's places free after the grace", func() bool {
+		h.Clock.Advance(time.Second) // the sweep's tick
+		typ, _ := s.answered(named("s", 4))
+		return typ == wire.TypeRegistered
+	})
+}
