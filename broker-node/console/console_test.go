@@ -476,3 +476,29 @@ func TestConsoleProviderBounded(t *testing.T) {
 		}
 	}
 }
+
+// The login page a stranger loads is the form and nothing more: it names
+// neither the node's setting nor the console's API (docs/design.md
+// §Deployment: the console faces the internet on AWS).
+func TestConsoleLoginPageSaysNothing(t *testing.T) {
+	h := nodetest.Start(t, withToken)
+	for _, fail := range []bool{false, true} {
+		var resp *http.Response
+		var body string
+		if fail {
+			req, _ := http.NewRequest("POST", h.URL+"/console/login", strings.NewReader("token=wrong-token-wrong-token"))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			resp, body = do(t, req)
+		} else {
+			resp, body = get(t, h.URL+"/console")
+		}
+		if !strings.Contains(body, `name="token"`) {
+			t.Fatalf("the login page (failed %v): %d %s", fail, resp.StatusCode, body)
+		}
+		for _, secret := range []string{"FUNDUQ_", "/console/api", "Bearer", "Authorization"} {
+			if strings.Contains(body, secret) {
+				t.Errorf("the login page (failed %v) names %q:\n%s", fail, secret, body)
+			}
+		}
+	}
+}
