@@ -14,9 +14,13 @@
 // script and style. Access is a bearer token (FUNDUQ_CONSOLE_TOKEN):
 // scripts send "Authorization: Bearer <token>"; a browser posts the token
 // once to the login form, which sets an HttpOnly, SameSite=Strict cookie
-// that lets in for twelve hours: it carries its expiry and an HMAC of it
-// keyed by the token, so the node refuses it after that time even from a
-// copy, and at once under another token.
+// that lets in for twelve hours: it carries its expiry, a random session id
+// and an HMAC of both keyed by the token, so the node refuses it after that
+// time even from a copy, and at once under another token. Logging out ends
+// the session on every node (its id is kept in Redis until it would have
+// expired), so a copy of the cookie lets in no more either.
+// Guesses at the token are bounded per client: ten, then ten a minute, a
+// client past them answered 429 without its token compared (guesses.go).
 // Every console path wants the token: a request without it may load only the
 // login page (the form and nothing of the console), post the form, log out,
 // and fetch the login page's style and icon; anything else is a bare 401,
@@ -33,6 +37,7 @@ package console
 import (
 	"context"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
@@ -62,6 +67,14 @@ const CookieName = "funduq_console"
 // SessionTTL is how long a login lets in.
 const SessionTTL = 12 * time.Hour
 
+// GuessBurst wrong tokens one client may send at once, and
+// GuessesPerMinute more a minute after that: past them its tokens are not
+// compared but answered 429 (see guesses).
+const (
+	GuessBurst       = 10
+	GuessesPerMinute = 10
+)
+
 // DefaultFailureWindow is how far back "recent failures" reach.
 const DefaultFailureWindow = time.Hour
 
@@ -82,6 +95,9 @@ type Options struct {
 	LeaseKey string
 	NodesKey string
 	LeaseTTL time.Duration
+	// EndedKey prefixes the Redis keys of the sessions logged out before
+	// their time (one key per session, expiring with it).
+	EndedKey string
 	// NodeID and AdvertiseURL name this node.
 	NodeID       string
 	AdvertiseURL string
@@ -95,9 +111,10 @@ type Options struct {
 
 // Handler serves /console and everything under it.
 type Handler struct {
-	o     Options
-	mux   *http.ServeMux
-	login *template.Template
+	o       Options
+	mux     *http.ServeMux
+	login   *template.Template
+	guesses *guesses
 }
 
 // New builds the console.
@@ -111,7 +128,8 @@ func New(o Options) *Handler {
 	if o.FailureWindow <= 0 {
 		o.FailureWindow = DefaultFailureWindow
 	}
-	h := &Handler{o: o, mux: http.NewServeMux()}
+	h := &Handler{o: o, mux: http.NewServeMux(),
+		guesses: &guesses{now: o.Clock.Now, log: o.Log, clients: map[string]*bucket{}}}
 	if o.Token == "" {
 		// Said here, once, not to whoever asks: a stranger learns no more
 		// than from any path the node does not serve.
@@ -144,14 +162,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Referrer-Policy", "no-referrer")
 	hd.Set("X-Frame-Options", "DENY")
 	hd.Set("Cache-Control", "no-store")
-	if h.o.Token != "" && !open(r) && !h.authorized(r) {
-		// Before the mux: a stranger learns neither which paths exist
-		// (404) nor which methods they take (405).
-		refuse(w)
-		return
+	if h.o.Token != "" {
+		ok, retry := h.check(r)
+		if retry > 0 {
+			tooMany(w, retry)
+			return
+		}
+		if !open(r) && !ok {
+			// Before the mux: a stranger learns neither which paths exist
+			// (404) nor which methods they take (405).
+			refuse(w)
+			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), authorizedKey{}, ok))
 	}
 	h.mux.ServeHTTP(w, r)
 }
+
+// authorizedKey holds ServeHTTP's check: a bearer token is compared once
+// per request, and a wrong one costs one guess (see guesses).
+type authorizedKey struct{}
 
 // open are the requests a stranger may make: the login page, its form,
 // logging out (it only clears the cookie), and the login page's style and
@@ -174,36 +204,92 @@ func refuse(w http.ResponseWriter) {
 	writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "unauthorized"})
 }
 
-// authorized: a matching bearer token, or the session cookie.
+// tooMany answers a client out of token guesses; its token was not compared.
+func tooMany(w http.ResponseWriter, retry time.Duration) {
+	w.Header().Set("Retry-After", strconv.Itoa(retrySeconds(retry)))
+	writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "too many attempts"})
+}
+
+func retrySeconds(d time.Duration) int { return int((d + time.Second - 1) / time.Second) }
+
+// authorized is ServeHTTP's check of the request.
 func (h *Handler) authorized(r *http.Request) bool {
+	ok, _ := r.Context().Value(authorizedKey{}).(bool)
+	return ok
+}
+
+// check: a matching bearer token, or the session cookie of a session not
+// logged out. A wrong bearer token costs its client a guess; a client out
+// of guesses gets retry > 0 and its token is not compared.
+func (h *Handler) check(r *http.Request) (ok bool, retry time.Duration) {
 	if auth := r.Header.Get("Authorization"); auth != "" {
-		scheme, tok, ok := strings.Cut(auth, " ")
-		return ok && strings.EqualFold(scheme, "Bearer") && h.tokenMatches(strings.TrimSpace(tok))
+		scheme, tok, found := strings.Cut(auth, " ")
+		if !found || !strings.EqualFold(scheme, "Bearer") {
+			return false, 0
+		}
+		who := client(r)
+		if retry, ok := h.guesses.allow(who); !ok {
+			return false, retry
+		}
+		if !h.tokenMatches(strings.TrimSpace(tok)) {
+			h.guesses.failed(who)
+			return false, 0
+		}
+		return true, 0
 	}
+	id, _, ok := h.cookieSession(r)
+	return ok && !h.ended(r.Context(), id), 0
+}
+
+// cookieSession reads the request's login cookie: its session id and
+// expiry, ok when its HMAC is this token's and it has not expired.
+func (h *Handler) cookieSession(r *http.Request) (id string, until int64, ok bool) {
 	c, err := r.Cookie(CookieName)
 	if err != nil {
-		return false
+		return "", 0, false
 	}
-	exp, mac, ok := strings.Cut(c.Value, ".")
-	until, err := strconv.ParseInt(exp, 10, 64)
-	if !ok || err != nil || h.o.Clock.Now().Unix() >= until {
-		return false
+	parts := strings.Split(c.Value, ".")
+	if len(parts) != 3 {
+		return "", 0, false
 	}
-	return subtle.ConstantTimeCompare([]byte(mac), []byte(h.sessionMAC(until))) == 1
+	until, err = strconv.ParseInt(parts[0], 10, 64)
+	if err != nil || h.o.Clock.Now().Unix() >= until {
+		return "", 0, false
+	}
+	if subtle.ConstantTimeCompare([]byte(parts[2]), []byte(h.sessionMAC(until, parts[1]))) != 1 {
+		return "", 0, false
+	}
+	return parts[1], until, true
 }
 
-// session is a login cookie's value: its expiry (unix seconds) and an HMAC
-// of it keyed by the token, never the token. The node checks the expiry
-// itself — Max-Age is only the browser's to honour — and a new token
-// refuses every cookie made under the old one.
+// ended: the session was logged out. A session whose state Redis cannot
+// tell lets in (logged): the console is wanted most while a store is down,
+// and a browser refused there would loop through the login form.
+func (h *Handler) ended(ctx context.Context, id string) bool {
+	if h.o.Redis == nil || h.o.EndedKey == "" {
+		return false
+	}
+	n, err := h.o.Redis.Exists(ctx, h.o.EndedKey+id).Result()
+	if err != nil {
+		h.o.Log.Warn("console: cannot tell whether a session was logged out; letting it in", "err", err)
+		return false
+	}
+	return n > 0
+}
+
+// session is a new login cookie's value: its expiry (unix seconds), a
+// random session id, and an HMAC of both keyed by the token, never the
+// token. The node checks the expiry itself — Max-Age is only the browser's
+// to honour — and a new token refuses every cookie made under the old one.
 func (h *Handler) session() string {
 	until := h.o.Clock.Now().Add(SessionTTL).Unix()
-	return fmt.Sprintf("%d.%s", until, h.sessionMAC(until))
+	id := rand.Text() // 128 random bits
+	return fmt.Sprintf("%d.%s.%s", until, id, h.sessionMAC(until, id))
 }
 
-func (h *Handler) sessionMAC(until int64) string {
+func (h *Handler) sessionMAC(until int64, id string) string {
 	mac := hmac.New(sha256.New, []byte(h.o.Token))
-	fmt.Fprintf(mac, "funduq console session v2\x00%d", until)
+	fmt.Fprintf(mac, "funduq console session v3\x00%d\x00%s", until, id)
 	return hex.EncodeToString(mac.Sum(nil))
 }
 
@@ -216,7 +302,7 @@ func (h *Handler) tokenMatches(given string) bool {
 
 func (h *Handler) page(w http.ResponseWriter, r *http.Request) {
 	if !h.authorized(r) {
-		h.showLogin(w, http.StatusOK, false)
+		h.showLogin(w, http.StatusOK, loginPage{})
 		return
 	}
 	b, _ := static.ReadFile("static/console.html")
@@ -224,17 +310,31 @@ func (h *Handler) page(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
-func (h *Handler) showLogin(w http.ResponseWriter, status int, failed bool) {
+// loginPage is what the login form says besides the form: that the token
+// was wrong, or how long to wait before trying another.
+type loginPage struct {
+	Failed bool
+	Wait   int
+}
+
+func (h *Handler) showLogin(w http.ResponseWriter, status int, p loginPage) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	_ = h.login.Execute(w, struct{ Failed bool }{failed})
+	_ = h.login.Execute(w, p)
 }
 
 func (h *Handler) postLogin(w http.ResponseWriter, r *http.Request) {
+	who := client(r)
+	if retry, ok := h.guesses.allow(who); !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(retrySeconds(retry)))
+		h.showLogin(w, http.StatusTooManyRequests, loginPage{Wait: retrySeconds(retry)})
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4096)
 	if err := r.ParseForm(); err != nil || !h.tokenMatches(r.PostForm.Get("token")) {
-		h.o.Log.Warn("console: login refused", "remote", r.RemoteAddr)
-		h.showLogin(w, http.StatusUnauthorized, true)
+		h.guesses.failed(who)
+		h.o.Log.Warn("console: login refused", "client", who)
+		h.showLogin(w, http.StatusUnauthorized, loginPage{Failed: true})
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: h.session(), Path: "/console", HttpOnly: true,
@@ -242,9 +342,26 @@ func (h *Handler) postLogin(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/console", http.StatusSeeOther)
 }
 
+// logout clears the browser's cookie and ends its session on every node:
+// the session id is kept in Redis until the cookie would have expired, so
+// a copy of the cookie lets in no more. When Redis cannot keep it, the
+// operator is told that a copy would still let in until its expiry.
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: "/console", HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: secure(r), MaxAge: -1})
+	if id, until, ok := h.cookieSession(r); ok && h.o.Redis != nil && h.o.EndedKey != "" {
+		// Kept as long as the node would take the cookie (by the clock that
+		// judges its expiry), and a second more.
+		left := time.Unix(until, 0).Sub(h.o.Clock.Now()) + time.Second
+		if err := h.o.Redis.Set(r.Context(), h.o.EndedKey+id, 1, left).Err(); err != nil {
+			h.o.Log.Error("console: cannot end a session on logout", "err", err)
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintf(w, "Logged out of this browser, but the session could not be ended on the nodes: "+
+				"a copy of its cookie lets in until %s.\n", time.Unix(until, 0).UTC().Format(time.RFC3339))
+			return
+		}
+	}
 	http.Redirect(w, r, "/console", http.StatusSeeOther)
 }
 

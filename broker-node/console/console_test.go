@@ -7,13 +7,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/broker-node/broker"
 	"github.com/funduq/funduq-go/broker-node/console"
@@ -120,7 +123,14 @@ func (l *lockedBuffer) String() string {
 // form, no script), its style and its icon are served without the token.
 func TestConsoleRefusesStrangers(t *testing.T) {
 	h := nodetest.Start(t, withToken)
-	alb := []string{"X-Forwarded-For", "203.0.113.7", "X-Forwarded-Proto", "https", "X-Forwarded-Port", "443"}
+	// Each request from an address of its own: a wrong token costs its
+	// client a guess (TestConsoleBoundsGuesses), and this is what any
+	// stranger sees, not one out of guesses.
+	n := 0
+	alb := func() []string {
+		n++
+		return []string{"X-Forwarded-For", fmt.Sprintf("203.0.113.%d", n), "X-Forwarded-Proto", "https", "X-Forwarded-Port", "443"}
+	}
 	strangers := map[string][]string{
 		"no credential":  nil,
 		"a wrong bearer": {"Authorization", "Bearer " + token + "x"},
@@ -134,12 +144,13 @@ func TestConsoleRefusesStrangers(t *testing.T) {
 		{"GET", "/console/static/console.js"}, {"GET", "/console/static/console.html"}, {"GET", "/console/static/login.html"},
 		{"GET", "/console/static/nope.js"}, {"GET", "/console/static/"}, {"GET", "/console/nope"}, {"GET", "/console/api/"},
 		{"GET", "/console/login"}, {"PUT", "/console"}, {"DELETE", "/console/"}, {"GET", "/console/logout"},
+		{"GET", "/console/api/state?token=" + token}, {"GET", "/console/api/state?access_token=" + token},
 	}
 	for who, hdr := range strangers {
 		for _, c := range refused {
 			req, _ := http.NewRequest(c.method, h.URL+c.path, nil)
-			for i := 0; i+1 < len(alb); i += 2 {
-				req.Header.Set(alb[i], alb[i+1])
+			for hd, i := alb(), 0; i+1 < len(hd); i += 2 {
+				req.Header.Set(hd[i], hd[i+1])
 			}
 			for i := 0; i+1 < len(hdr); i += 2 {
 				req.Header.Set(hdr[i], hdr[i+1])
@@ -154,13 +165,13 @@ func TestConsoleRefusesStrangers(t *testing.T) {
 			}
 		}
 		// The login page: the form, under the console's headers, nothing of the console itself.
-		resp, body := get(t, h.URL+"/console", append(slices.Clone(alb), hdr...)...)
+		resp, body := get(t, h.URL+"/console", append(alb(), hdr...)...)
 		if resp.StatusCode != 200 || !strings.Contains(body, `name="token"`) || strings.Contains(body, "console.js") ||
 			resp.Header.Get("Content-Security-Policy") != console.CSP {
 			t.Errorf("%s, the login page: %d %s", who, resp.StatusCode, body)
 		}
 		for _, p := range []string{"/console/static/console.css", "/console/static/favicon.svg"} {
-			if resp, _ := get(t, h.URL+p, append(slices.Clone(alb), hdr...)...); resp.StatusCode != 200 {
+			if resp, _ := get(t, h.URL+p, append(alb(), hdr...)...); resp.StatusCode != 200 {
 				t.Errorf("%s, %s (the login page's): %d", who, p, resp.StatusCode)
 			}
 		}
@@ -477,6 +488,52 @@ func TestConsoleProviderBounded(t *testing.T) {
 	}
 }
 
+// login posts the token to the form and returns the session cookie.
+func login(t *testing.T, base string) *http.Cookie {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+"/console/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, _ := do(t, req)
+	if resp.StatusCode != 303 || len(resp.Cookies()) != 1 {
+		t.Fatalf("login: %d %v", resp.StatusCode, resp.Cookies())
+	}
+	return resp.Cookies()[0]
+}
+
+// Logging out ends the session on every node, not only in the browser
+// that clears its cookie: a copy of the cookie taken before (from a
+// shared machine, a proxy's log) lets in no more, on the leader or a
+// standby; another login's session is untouched.
+func TestConsoleLogoutEndsTheSession(t *testing.T) {
+	h := nodetest.Start(t, withToken)
+	sb := h.Peer("standby-node")
+	c := login(t, h.URL)
+	other := login(t, h.URL) // the same instant: a session of its own all the same
+	withCookie := func(base string, c *http.Cookie) int {
+		req, _ := http.NewRequest("GET", base+"/console/api/state", nil)
+		req.AddCookie(&http.Cookie{Name: c.Name, Value: c.Value})
+		resp, _ := do(t, req)
+		return resp.StatusCode
+	}
+	if code := withCookie(h.URL, c); code != 200 {
+		t.Fatalf("before logging out: %d", code)
+	}
+	req, _ := http.NewRequest("POST", h.URL+"/console/logout", nil)
+	req.AddCookie(&http.Cookie{Name: c.Name, Value: c.Value})
+	resp, _ := do(t, req)
+	if resp.StatusCode != 303 || len(resp.Cookies()) != 1 || resp.Cookies()[0].MaxAge >= 0 {
+		t.Fatalf("logout: %d %v", resp.StatusCode, resp.Cookies())
+	}
+	for _, base := range []string{h.URL, sb.URL} {
+		if code := withCookie(base, c); code != 401 {
+			t.Errorf("%s: the logged-out cookie's copy: %d, want 401", base, code)
+		}
+		if code := withCookie(base, other); code != 200 {
+			t.Errorf("%s: another login's cookie: %d, want 200", base, code)
+		}
+	}
+}
+
 // The login page a stranger loads is the form and nothing more: it names
 // neither the node's setting nor the console's API (docs/design.md
 // §Deployment: the console faces the internet on AWS).
@@ -499,6 +556,120 @@ func TestConsoleLoginPageSaysNothing(t *testing.T) {
 			if strings.Contains(body, secret) {
 				t.Errorf("the login page (failed %v) names %q:\n%s", fail, secret, body)
 			}
+		}
+	}
+}
+
+// With Redis out of reach, a logged-in operator still gets in (the console
+// is wanted most while a store is down), and logging out clears the
+// browser's cookie but says plainly that a copy of it still lets in.
+func TestConsoleLogoutWithoutRedis(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	srv := httptest.NewServer(console.New(console.Options{Token: token, Redis: rdb, EndedKey: "ended:"}))
+	t.Cleanup(srv.Close)
+	c := login(t, srv.URL)
+	req, _ := http.NewRequest("GET", srv.URL+"/console", nil)
+	req.AddCookie(&http.Cookie{Name: c.Name, Value: c.Value})
+	if resp, body := do(t, req); resp.StatusCode != 200 || !strings.Contains(body, "console.js") {
+		t.Fatalf("the page with the cookie, Redis down: %d %s", resp.StatusCode, body)
+	}
+	req, _ = http.NewRequest("POST", srv.URL+"/console/logout", nil)
+	req.AddCookie(&http.Cookie{Name: c.Name, Value: c.Value})
+	resp, body := do(t, req)
+	if resp.StatusCode != 503 || len(resp.Cookies()) != 1 || resp.Cookies()[0].MaxAge >= 0 ||
+		!strings.Contains(body, "a copy of its cookie lets in until") {
+		t.Fatalf("logout, Redis down: %d %v %q", resp.StatusCode, resp.Cookies(), body)
+	}
+}
+
+// A stranger's guesses at the token are bounded: after console.GuessBurst
+// wrong tokens from one client (the address the load balancer appends to
+// X-Forwarded-For), whether posted to the form or sent as a bearer, it is
+// answered 429 — even with the right token, which it is then not even
+// compared with — until its budget refills (console.GuessesPerMinute).
+// Right tokens cost nothing; another client, and an operator already
+// logged in, are not held up.
+func TestConsoleBoundsGuesses(t *testing.T) {
+	h := nodetest.Start(t, withToken)
+	operator := login(t, h.URL)
+	const attacker = "198.51.100.9"
+	guess := func(client, tok string, bearer bool) (*http.Response, string) {
+		t.Helper()
+		var req *http.Request
+		if bearer {
+			req, _ = http.NewRequest("GET", h.URL+"/console/api/state", nil)
+			req.Header.Set("Authorization", "Bearer "+tok)
+		} else {
+			req, _ = http.NewRequest("POST", h.URL+"/console/login", strings.NewReader(url.Values{"token": {tok}}.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		// What the load balancer sends: what the client claimed, then its address.
+		req.Header.Set("X-Forwarded-For", "203.0.113.1, "+client)
+		return do(t, req)
+	}
+	// A right token costs nothing: a script with many requests in flight at
+	// once is not held up.
+	var wg sync.WaitGroup
+	codes := make([]int, 3*console.GuessBurst)
+	for i := range codes {
+		wg.Go(func() { resp, _ := guess(attacker, token, true); codes[i] = resp.StatusCode })
+	}
+	wg.Wait()
+	for i, code := range codes {
+		if code != 200 {
+			t.Fatalf("the right token, request %d of %d at once: %d, want 200", i, len(codes), code)
+		}
+	}
+	for i := range console.GuessBurst {
+		if resp, _ := guess(attacker, fmt.Sprintf("wrong-guess-%04d-wrong", i), i%2 == 0); resp.StatusCode != 401 {
+			t.Fatalf("wrong guess %d: %d, want 401", i, resp.StatusCode)
+		}
+	}
+	for _, bearer := range []bool{false, true} {
+		resp, body := guess(attacker, token, bearer)
+		if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || len(resp.Cookies()) != 0 || strings.Contains(body, "providers") {
+			t.Fatalf("the right token (bearer %v) after %d wrong ones: %d Retry-After %q %v %s, want 429",
+				bearer, console.GuessBurst, resp.StatusCode, resp.Header.Get("Retry-After"), resp.Cookies(), body)
+		}
+	}
+	if resp, _ := guess("192.0.2.44", token, false); resp.StatusCode != 303 {
+		t.Fatalf("another client with the right token: %d, want 303", resp.StatusCode)
+	}
+	req, _ := http.NewRequest("GET", h.URL+"/console/api/state", nil)
+	req.Header.Set("X-Forwarded-For", attacker)
+	req.AddCookie(&http.Cookie{Name: operator.Name, Value: operator.Value})
+	if resp, _ := do(t, req); resp.StatusCode != 200 {
+		t.Fatalf("a logged-in operator from the throttled address: %d, want 200", resp.StatusCode)
+	}
+	// The budget refills at GuessesPerMinute: one guess's worth later, one more is compared.
+	h.Clock.Advance(time.Minute / console.GuessesPerMinute)
+	if resp, _ := guess(attacker, token, true); resp.StatusCode != 200 {
+		t.Fatalf("the right token once the budget refilled: %d, want 200", resp.StatusCode)
+	}
+}
+
+// The login cookie is Secure when the browser came over HTTPS (the load
+// balancer says so in X-Forwarded-Proto), and only then: over plain HTTP
+// (Session Manager port forwarding to localhost) a Secure cookie would not
+// come back.
+func TestConsoleCookieSecureBehindHTTPS(t *testing.T) {
+	h := nodetest.Start(t, withToken)
+	for _, proto := range []string{"https", "http", ""} {
+		req, _ := http.NewRequest("POST", h.URL+"/console/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if proto != "" {
+			req.Header.Set("X-Forwarded-Proto", proto)
+		}
+		resp, _ := do(t, req)
+		if resp.StatusCode != 303 || len(resp.Cookies()) != 1 || resp.Cookies()[0].Secure != (proto == "https") {
+			t.Errorf("login, X-Forwarded-Proto %q: %d %v", proto, resp.StatusCode, resp.Cookies())
 		}
 	}
 }

@@ -70,6 +70,10 @@ func LeaseChannel(prefix string) string { return prefix + "broker:lease:events" 
 // "nodes seen").
 func NodesKey(prefix string) string { return prefix + "broker:nodes" }
 
+// ConsoleEndedKey prefixes the Redis keys of the console sessions logged
+// out before their time (see console.Options.EndedKey).
+func ConsoleEndedKey(prefix string) string { return prefix + "broker:console:ended:" }
+
 // Options are what New needs beyond the configuration.
 type Options struct {
 	Logger *slog.Logger
@@ -165,7 +169,7 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 	n.mux.HandleFunc("GET /readyz", n.readyz)
 	n.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	con := console.New(console.Options{Token: cfg.ConsoleToken, Store: st, Redis: rdb, Broker: b,
-		LeaseKey: LeaseKey(prefix), NodesKey: NodesKey(prefix), LeaseTTL: cfg.LeaseTTL,
+		LeaseKey: LeaseKey(prefix), NodesKey: NodesKey(prefix), EndedKey: ConsoleEndedKey(prefix), LeaseTTL: cfg.LeaseTTL,
 		NodeID: cfg.NodeID, AdvertiseURL: cfg.AdvertiseURL, Tolerance: cfg.ProviderQualityTolerance, Log: log, Clock: o.Clock})
 	for _, p := range console.Patterns() {
 		n.mux.Handle(p, con)
