@@ -129,7 +129,7 @@ func New(o Options) *Handler {
 		o.FailureWindow = DefaultFailureWindow
 	}
 	h := &Handler{o: o, mux: http.NewServeMux(),
-		guesses: &guesses{now: o.Clock.Now, log: o.Log, clients: map[string]*bucket{}}}
+		guesses: &guesses{now: o.Clock.Now, log: o.Log, clients: map[string]*guesser{}}}
 	if o.Token == "" {
 		// Said here, once, not to whoever asks: a stranger learns no more
 		// than from any path the node does not serve.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // maxGuessers bounds the clients whose guesses are tracked at once. When
@@ -15,33 +17,38 @@ import (
 // not compared either: guesses spread over made-up addresses stay bounded.
 const maxGuessers = 4096
 
+// maxDebt is how far below zero a client's guesses may go: an hour's
+// refill, so a client that sent many wrong tokens at once waits at most
+// that long.
+const maxDebt = -60 * GuessesPerMinute
+
+// guessRate is the refill of a client's guesses.
+var guessRate = rate.Every(time.Minute / GuessesPerMinute)
+
 // guesses bounds the tokens a client may try (docs/design.md §Deployment):
 // each wrong one costs one of its GuessBurst, which refill at
-// GuessesPerMinute; a client out of them is answered 429 without its token
-// being compared, so it learns nothing from it. A right token costs
-// nothing, so an operator's scripts are held up only after wrong tokens
-// from their own address, however many requests they have in flight.
-// Guesses in flight together are all compared, but each is paid for: the
-// budget goes below zero (to an hour's refill at most), so the long-run
-// rate stays bounded. The bound is this node's; on AWS the load balancer
-// sends the console to the leader alone.
+// GuessesPerMinute (a token bucket per client, golang.org/x/time/rate); a
+// client out of them is answered 429 without its token being compared, so
+// it learns nothing from it. A right token costs nothing, so an operator's
+// scripts are held up only after wrong tokens from their own address,
+// however many requests they have in flight. Guesses in flight together
+// are all compared, but each is paid for: the budget goes below zero (to
+// maxDebt), so the long-run rate stays bounded. The bound is this node's;
+// on AWS the load balancer sends the console to the leader alone.
 type guesses struct {
 	mu      sync.Mutex
 	now     func() time.Time
 	log     *slog.Logger
-	clients map[string]*bucket
+	clients map[string]*guesser
 }
 
-type bucket struct {
-	left   float64
-	at     time.Time
+type guesser struct {
+	lim    *rate.Limiter
 	warned bool // logged as out of guesses, until it has one again
 }
 
-// refill brings b up to now.
-func (b *bucket) refill(now time.Time) {
-	b.left = math.Min(GuessBurst, b.left+now.Sub(b.at).Minutes()*GuessesPerMinute)
-	b.at = now
+func newGuesser() *guesser {
+	return &guesser{lim: rate.NewLimiter(guessRate, GuessBurst)}
 }
 
 // allow: client has a guess left (one is spent only by failed); when not,
@@ -50,12 +57,12 @@ func (g *guesses) allow(client string) (retry time.Duration, ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := g.now()
-	b := g.clients[client]
-	if b == nil {
+	c := g.clients[client]
+	if c == nil {
 		if len(g.clients) >= maxGuessers {
-			for c, o := range g.clients {
-				if o.refill(now); o.left >= GuessBurst {
-					delete(g.clients, c)
+			for k, o := range g.clients {
+				if o.lim.TokensAt(now) >= GuessBurst {
+					delete(g.clients, k)
 				}
 			}
 		}
@@ -63,18 +70,17 @@ func (g *guesses) allow(client string) (retry time.Duration, ok bool) {
 			g.log.Warn("console: too many clients guessing the token; refusing new ones", "client", client)
 			return time.Minute / GuessesPerMinute, false
 		}
-		b = &bucket{left: GuessBurst, at: now}
-		g.clients[client] = b
+		c = newGuesser()
+		g.clients[client] = c
 	}
-	b.refill(now)
-	if b.left < 1 {
-		if !b.warned { // once per spell, not per request: a stranger may not fill the log
+	if left := c.lim.TokensAt(now); left < 1 {
+		if !c.warned { // once per spell, not per request: a stranger may not fill the log
 			g.log.Warn("console: a client is out of token guesses", "client", client, "per_minute", GuessesPerMinute)
-			b.warned = true
+			c.warned = true
 		}
-		return time.Duration(math.Ceil((1 - b.left) / GuessesPerMinute * float64(time.Minute))), false
+		return time.Duration(math.Ceil((1 - left) / GuessesPerMinute * float64(time.Minute))), false
 	}
-	b.warned = false
+	c.warned = false
 	return 0, true
 }
 
@@ -82,13 +88,15 @@ func (g *guesses) allow(client string) (retry time.Duration, ok bool) {
 func (g *guesses) failed(client string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	b := g.clients[client]
-	if b == nil { // forgotten meanwhile, its budget full again
-		b = &bucket{left: GuessBurst, at: g.now()}
-		g.clients[client] = b
+	now := g.now()
+	c := g.clients[client]
+	if c == nil { // forgotten meanwhile, its budget full again
+		c = newGuesser()
+		g.clients[client] = c
 	}
-	b.refill(g.now())
-	b.left = math.Max(b.left-1, -60*GuessesPerMinute)
+	if c.lim.TokensAt(now) > maxDebt {
+		c.lim.ReserveN(now, 1) // taken even when it must be waited for: the debt
+	}
 }
 
 // client is who guesses: the address the load balancer appended to
