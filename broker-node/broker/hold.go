@@ -11,7 +11,8 @@ import (
 // onGone is the run's link going away. An offer out to it is handed back;
 // a run it holds passes to the link that replaced it, if funduq closed it
 // as replaced; is held for the link grace when the link was lost without
-// a close frame and the run's end is not stored (D5); and fails
+// a close frame, or closed as replaced with its replacement gone, and the
+// run's end is not stored (D5); and fails
 // provider_left_holding_it otherwise.
 func (l *lane) onGone(ctx context.Context, c goneCmd) {
 	ls := c.link
@@ -46,7 +47,12 @@ func (l *lane) onGone(ctx context.Context, c goneCmd) {
 		}
 		return
 	}
-	hold := held && c.lost && b.set.LinkGrace > 0 && !l.reportedEnd()
+	// A link funduq closed as replaced said no goodbye either: when the
+	// link that replaced it is gone too (lost before this close was
+	// through), nobody took the run over and its provider may still be
+	// running it, so it waits for the key as a lost link's run does (D5),
+	// not failed and counted abandoned.
+	hold := held && (c.lost || ls.replaced) && b.set.LinkGrace > 0 && !l.reportedEnd()
 	var back *linkState // a link of the key already serving the agent again
 	now := b.clock.Now()
 	if hold {
@@ -177,10 +183,14 @@ func (l *lane) onOrphanTimeout(ctx context.Context) {
 		// back (onReattach) and did not report for the run within the
 		// grace from then: now it is certain it left holding the run
 		// (D18, design.md §Counters).
+		// A run counts at most one of abandoned and undelivered
+		// (§Counters): one counted undelivered before its link was lost
+		// is not counted again.
 		l.b.mu.Lock()
+		first := !l.noted
 		l.noted = true
 		l.b.mu.Unlock()
-		if l.fail(ctx, run.ReasonProviderLeftHoldingIt, false) && !l.reportedEnd() {
+		if l.fail(ctx, run.ReasonProviderLeftHoldingIt, false) && first && !l.reportedEnd() {
 			b.count(ctx, key, store.Abandoned)
 		}
 		return
