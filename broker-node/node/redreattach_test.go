@@ -22,6 +22,18 @@ func heldReleased(t *testing.T, h *nodetest.Harness) {
 	}
 }
 
+// countedOnceAndReleased checks, well past every grace, that key's failed
+// run stayed counted abandoned once and the broker holds nothing of it.
+func countedOnceAndReleased(t *testing.T, h *nodetest.Harness, key string) {
+	t.Helper()
+	h.Advance(10 * time.Second)
+	h.Settle()
+	if q := h.Quality(key); q.Abandoned != 1 {
+		t.Fatalf("counted %+v, want abandoned 1", q)
+	}
+	heldReleased(t, h)
+}
+
 // Two runs of one key held across a lost link, on two agents; the key
 // re-registers only one agent. The other run's key did not come back for
 // it: it fails at the end of the first grace and counts abandoned once;
@@ -100,12 +112,7 @@ func TestReattachedLinkLostAgain(t *testing.T) {
 		b2.Register("echo")
 		h.Advance(3 * time.Second) // the grace from the first re-attach
 		failedHoldingIt(t, h, id, p.Key)
-		h.Advance(10 * time.Second)
-		h.Settle()
-		if q := h.Quality(p.Key); q.Abandoned != 1 {
-			t.Fatalf("counted %+v, want abandoned 1", q)
-		}
-		heldReleased(t, h)
+		countedOnceAndReleased(t, h, p.Key)
 	})
 }
 
@@ -126,12 +133,7 @@ func TestReattachedLinkGoodbyeBeforeItReports(t *testing.T) {
 	}
 	h.Advance(5 * time.Second)
 	failedHoldingIt(t, h, id, p.Key)
-	h.Advance(10 * time.Second)
-	h.Settle()
-	if q := h.Quality(p.Key); q.Abandoned != 1 {
-		t.Fatalf("counted %+v, want abandoned 1", q)
-	}
-	heldReleased(t, h)
+	countedOnceAndReleased(t, h, p.Key)
 }
 
 // A cancel requested while the run is held is sent to the link that
