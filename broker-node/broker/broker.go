@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -125,11 +126,14 @@ type Broker struct {
 	// rosterMu orders roster changes with their writes to the agents
 	// table, so the table ends as the in-memory roster does when two links
 	// of one key register and detach at once. Taken before mu, never under it.
-	rosterMu   sync.Mutex
-	mu         sync.Mutex
-	leading    bool
-	ready      bool // recovery done: providers and readiness probes may come
-	epoch      int64
+	rosterMu sync.Mutex
+	mu       sync.Mutex
+	leading  bool
+	ready    bool // recovery done: providers and readiness probes may come
+	epoch    int64
+	// writeEpoch is epoch for write's lines, which may be called under
+	// mu (docs/design.md §Logs: a broker line names its epoch).
+	writeEpoch atomic.Int64
 	ctx        context.Context // the leadership context
 	stop       context.CancelCauseFunc
 	takeoverAt time.Time
@@ -241,6 +245,7 @@ func (b *Broker) Run(ctx context.Context, epoch int64, startIntake func(ctx cont
 	}
 	b.reset()
 	b.leading, b.epoch, b.ctx, b.stop, b.takeoverAt = true, epoch, ctx, stop, b.clock.Now()
+	b.writeEpoch.Store(epoch)
 	b.lastNudge = b.takeoverAt
 	b.mu.Unlock()
 	log := b.log.With("epoch", epoch)
@@ -366,7 +371,7 @@ func (b *Broker) write(ctx context.Context, what string, fn func() error) error 
 		case err == nil:
 			return nil
 		case errors.Is(err, store.ErrStaleEpoch):
-			b.log.ErrorContext(ctx, "write refused: epoch is stale; stepping down", "op", what, "err", err)
+			b.log.ErrorContext(ctx, "write refused: epoch is stale; stepping down", "op", what, "epoch", b.writeEpoch.Load(), "err", err)
 			b.lost(err)
 			return err
 		case errors.Is(err, store.ErrIllegalTransition), errors.Is(err, store.ErrNotFound),
@@ -377,7 +382,7 @@ func (b *Broker) write(ctx context.Context, what string, fn func() error) error 
 			// The data, not the database: retrying cannot land it, and
 			// stepping down would cost every run its leader for one
 			// report the admission checks should have refused.
-			b.log.ErrorContext(ctx, "store write refused its data", "op", what, "err", err)
+			b.log.ErrorContext(ctx, "store write refused its data", "op", what, "epoch", b.writeEpoch.Load(), "err", err)
 			return err
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -387,13 +392,13 @@ func (b *Broker) write(ctx context.Context, what string, fn func() error) error 
 			err = fmt.Errorf("%w: %s failed %d times in %v: %w", ErrStoreUnavailable, what, attempt,
 				time.Since(began).Round(time.Millisecond), err)
 			b.metrics.writeFailures.Inc()
-			b.log.ErrorContext(ctx, "store write did not land in time; stepping down", "op", what, "attempts", attempt,
+			b.log.ErrorContext(ctx, "store write did not land in time; stepping down", "op", what, "epoch", b.writeEpoch.Load(), "attempts", attempt,
 				"store_retry_for", b.set.StoreRetryFor.String(), "err", err)
 			b.lost(err)
 			return err
 		}
 		b.metrics.writeRetries.Inc()
-		b.log.WarnContext(ctx, "store write failed; retrying", "op", what, "attempt", attempt, "in", delay.String(), "err", err)
+		b.log.WarnContext(ctx, "store write failed; retrying", "op", what, "epoch", b.writeEpoch.Load(), "attempt", attempt, "in", delay.String(), "err", err)
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():

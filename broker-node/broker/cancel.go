@@ -42,5 +42,5 @@ func (l *lane) sendCancel(ctx context.Context) {
 		return
 	}
 	l.cancelSent = ls
-	l.log.InfoContext(ctx, "cancel passed on to the provider", "provider_key", ls.key)
+	l.log.InfoContext(ctx, "cancel passed on to the provider", l.keyAttr(ls.key)...)
 }

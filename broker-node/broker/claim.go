@@ -135,7 +135,7 @@ func (l *lane) tookClaim(ctx context.Context, ls *linkState, from run.Status) {
 		b.nudgeLocked(other)
 	}
 	b.mu.Unlock()
-	l.log.InfoContext(ctx, "run claimed", "provider_key", ls.key, "link", ls.id, "from", string(from))
+	l.log.InfoContext(ctx, "run claimed", append(l.keyAttr(ls.key), "link", ls.id, "from", string(from))...)
 }
 
 // claimByReport makes ls the run's holder when a report from it may speak for
@@ -175,7 +175,7 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 		l.passed = false
 		cancel := l.cancelRequested
 		b.mu.Unlock()
-		l.log.InfoContext(ctx, "run passed to the newer link of its key", "provider_key", ls.key, "from", old.id, "link", ls.id)
+		l.log.InfoContext(ctx, "run passed to the newer link of its key", append(l.keyAttr(ls.key), "from", old.id, "link", ls.id)...)
 		if cancel {
 			l.sendCancel(ctx) // the old link's copy may never have been read (hold.go onGone)
 		}
@@ -190,14 +190,14 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 		l.passed = false
 		cancel := l.cancelRequested
 		b.mu.Unlock()
-		l.log.InfoContext(ctx, "run passed to the link of its key that reports for it", "provider_key", ls.key, "from", old.id, "link", ls.id)
+		l.log.InfoContext(ctx, "run passed to the link of its key that reports for it", append(l.keyAttr(ls.key), "from", old.id, "link", ls.id)...)
 		if cancel {
 			l.sendCancel(ctx) // asked of the link that runs it now
 		}
 		return ""
 	case l.claimedBy != nil:
 		b.mu.Unlock()
-		l.log.WarnContext(ctx, "report from a link that does not hold the run; refused", "provider_key", ls.key, "link", ls.id)
+		l.log.WarnContext(ctx, "report from a link that does not hold the run; refused", append(l.keyAttr(ls.key), "link", ls.id)...)
 		return l.strangerSafe(ls, refusedOtherLink)
 	case l.orphan && ls.key == l.adoptKey:
 		l.orphan = false
@@ -219,7 +219,7 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 			l.claimRefused(ctx, ls, err)
 			return refusedEnded
 		}
-		l.log.InfoContext(ctx, "run re-adopted by its provider", "provider_key", ls.key, "link", ls.id)
+		l.log.InfoContext(ctx, "run re-adopted by its provider", append(l.keyAttr(ls.key), "link", ls.id)...)
 		if l.cancelRequested {
 			l.onCancel(ctx) // as for a claimed run: the record says cancelling, then the frame
 		}
@@ -234,9 +234,9 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 		b.mu.Unlock()
 		late := l.gaveUpOn == ls.key
 		if late {
-			l.log.WarnContext(ctx, "late ack: the provider reported for a run whose offer had lapsed", "provider_key", ls.key)
+			l.log.WarnContext(ctx, "late ack: the provider reported for a run whose offer had lapsed", l.keyAttr(ls.key)...)
 		} else {
-			l.log.InfoContext(ctx, "the provider reported for a queued run it was not offered: claimed", "provider_key", ls.key)
+			l.log.InfoContext(ctx, "the provider reported for a queued run it was not offered: claimed", l.keyAttr(ls.key)...)
 		}
 		l.claim(ctx, ls, run.Queued, false)
 		if l.isEnded() {
@@ -248,7 +248,7 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 		return ""
 	}
 	b.mu.Unlock()
-	l.log.WarnContext(ctx, "report for a run nobody holds; refused", "provider_key", ls.key, "link", ls.id)
+	l.log.WarnContext(ctx, "report for a run nobody holds; refused", append(l.keyAttr(ls.key), "link", ls.id)...)
 	return refusedUnknown
 }
 

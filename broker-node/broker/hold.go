@@ -36,8 +36,8 @@ func (l *lane) onGone(ctx context.Context, c goneCmd) {
 		l.passed = true
 		cancel := l.cancelRequested
 		b.mu.Unlock()
-		l.log.InfoContext(ctx, "replaced link closed; its run passes to the link that replaced it", "provider_key", ls.key,
-			"from", ls.id, "link", nl.id)
+		l.log.InfoContext(ctx, "replaced link closed; its run passes to the link that replaced it", append(l.keyAttr(ls.key),
+			"from", ls.id, "link", nl.id)...)
 		if cancel {
 			// A cancel sent on the closed link may never have been read
 			// (a process replaces a link that stalled): the link holding
@@ -74,8 +74,8 @@ func (l *lane) onGone(ctx context.Context, c goneCmd) {
 	b.mu.Unlock()
 	switch {
 	case hold:
-		l.log.InfoContext(ctx, "link lost without a close frame; holding the run for the link grace", "provider_key", ls.key,
-			"link", ls.id, "link_grace", b.set.LinkGrace.String())
+		l.log.InfoContext(ctx, "link lost without a close frame; holding the run for the link grace", append(l.keyAttr(ls.key),
+			"link", ls.id, "link_grace", b.set.LinkGrace.String())...)
 		l.orphanAfter(b.set.LinkGrace)
 		if back != nil {
 			l.onReattach(ctx, reattachCmd{back, now})

@@ -145,7 +145,7 @@ func (l *lane) retractOffer(ctx context.Context, ls *linkState, err error) {
 		l.log.WarnContext(ctx, "offer retraction could not be sent", "link", ls.id, "err", err)
 		return
 	}
-	l.log.InfoContext(ctx, "offer retracted: the record refused it", "provider_key", ls.key, "link", ls.id)
+	l.log.InfoContext(ctx, "offer retracted: the record refused it", append(l.keyAttr(ls.key), "link", ls.id)...)
 }
 
 func (l *lane) releasePlace() {
@@ -238,14 +238,14 @@ func (l *lane) onVerdict(ctx context.Context, c verdictCmd) {
 		if l.handBack(ctx) && serving {
 			// It declined while funduq believed it had room: counted,
 			// not believed — its declaration stands.
-			l.log.WarnContext(ctx, "provider declined with room", "provider_key", key)
+			l.log.WarnContext(ctx, "provider declined with room", l.keyAttr(key)...)
 			l.b.count(ctx, key, store.Misdeclared)
 		}
 	case wire.Refused:
 		l.offer.timer.Stop()
 		l.offer = nil
 		l.b.metrics.offers.WithLabelValues("refused").Inc()
-		l.log.InfoContext(ctx, "provider refused the run", "provider_key", key, "reason", c.reason)
+		l.log.InfoContext(ctx, "provider refused the run", append(l.keyAttr(key), "reason", c.reason)...)
 		// The place stays held until the run is forgotten.
 		l.refused(ctx, c.reason)
 	}
@@ -308,6 +308,6 @@ func (l *lane) onLapse(ctx context.Context, c lapseCmd) {
 	l.b.metrics.offers.WithLabelValues("unanswered").Inc()
 	l.gaveUpOn = key
 	l.handBack(ctx)
-	l.log.WarnContext(ctx, "offer unanswered; run back to queued", "provider_key", key)
+	l.log.WarnContext(ctx, "offer unanswered; run back to queued", l.keyAttr(key)...)
 	l.b.count(ctx, key, store.Unanswered)
 }

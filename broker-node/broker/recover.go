@@ -86,7 +86,7 @@ func (b *Broker) adoptLater(ctx context.Context, r store.Run) {
 	for after := r.RoundSeq; ; {
 		evs, err := b.st.EventsAfter(ctx, r.RunID, after, readBackEventsPage)
 		if err != nil {
-			b.log.WarnContext(ctx, "could not read a held run's events back", "run_id", r.RunID, "err", err)
+			l.log.WarnContext(ctx, "could not read a held run's events back", "err", err)
 			break
 		}
 		for _, e := range evs {

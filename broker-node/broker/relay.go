@@ -155,7 +155,7 @@ func (l *lane) relay(ctx context.Context, link *linkState, batch []eventCmd, a a
 		// The refusals are written before the batch's backlog places are
 		// given back: a query behind the events is answered only then, so
 		// its answer follows them (design.md §The provider wire).
-		l.log.WarnContext(ctx, "provider event refused; failing the run", "provider_key", a.stopFrom.key, "reason", string(a.stop), "err", a.stopErr)
+		l.log.WarnContext(ctx, "provider event refused; failing the run", append(l.keyAttr(a.stopFrom.key), "reason", string(a.stop), "err", a.stopErr)...)
 		l.b.metrics.badEvents.WithLabelValues(string(a.stop)).Inc()
 		l.b.refuse(a.stopFrom.link, kindEvent, l.id, fmt.Sprintf("%s: %v", a.stop, a.stopErr))
 		for _, after := range batch[a.stopAt+1:] {

@@ -83,7 +83,7 @@ func (b *Broker) sweepOnce(ctx context.Context) {
 				continue
 			}
 			undelivered = append(undelivered, l.claimedBy.key)
-			l.log.WarnContext(ctx, "claimed run not delivered within the window", "provider_key", l.claimedBy.key)
+			l.log.WarnContext(ctx, "claimed run not delivered within the window", l.keyAttr(l.claimedBy.key)...)
 			continue
 		}
 		if l.claimedBy == nil && l.offeredTo == nil && !l.orphan && !l.expirySent && b.served[l.agent] == nil {

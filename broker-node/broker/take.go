@@ -9,12 +9,18 @@ import (
 	"github.com/funduq/funduq-go/core/store"
 )
 
-// newLane is a lane for r, not yet registered or running.
+// newLane is a lane for r, not yet registered or running. Its lines name
+// the run, its thread, its provider and the epoch it is led under, as the
+// record's writes are fenced by it (docs/design.md §Logs). Caller does not
+// hold b.mu.
 func (b *Broker) newLane(r store.Run) *lane {
+	b.mu.Lock()
+	epoch := b.epoch
+	b.mu.Unlock()
 	return &lane{b: b, id: r.RunID, threadID: r.ThreadID, agent: AgentRef{r.ProviderKey, r.AgentName},
 		input: r.RunInput, addressed: r.AddressedRunID, queuedAt: b.clock.Now(), roundQueuedAt: r.QueuedAt,
 		q: newQueue(), status: r.Status, lastPSeq: math.MinInt64,
-		log: b.log.With("run_id", r.RunID, "thread_id", r.ThreadID, "agent", r.AgentName, "provider_key", r.ProviderKey)}
+		log: b.log.With("run_id", r.RunID, "thread_id", r.ThreadID, "agent", r.AgentName, "provider_key", r.ProviderKey, "epoch", epoch)}
 }
 
 // take brings a queued run into a lane: where "served" is decided (D8). A
@@ -102,12 +108,12 @@ func (b *Broker) targetKept(r store.Run) bool {
 		return false
 	}
 	b.mu.Lock()
-	ctx := b.ctx
+	ctx, epoch := b.ctx, b.epoch
 	b.mu.Unlock()
 	t, err := b.st.GetRun(ctx, r.AddressedRunID)
 	if err != nil {
-		b.log.WarnContext(ctx, "an interjection's target could not be read", "run_id", r.RunID,
-			"addressed_run_id", r.AddressedRunID, "err", err)
+		b.log.WarnContext(ctx, "an interjection's target could not be read", "run_id", r.RunID, "thread_id", r.ThreadID,
+			"addressed_run_id", r.AddressedRunID, "epoch", epoch, "err", err)
 		return false
 	}
 	switch t.Status {
@@ -185,13 +191,19 @@ func (b *Broker) takeQueued(ctx context.Context, readBack bool, read func(func()
 // CatchUp finds what notifications may have missed: queued runs not in a
 // lane, and cancel requests the lanes have not heard.
 func (b *Broker) CatchUp(ctx context.Context, reason string) {
+	// A catch-up cut short by the leadership's or the node's end is no
+	// failure: the next leader catches up (not a WARN on every stop).
 	if _, err := b.takeQueued(ctx, false, func(read func() error) error { return read() }); err != nil {
-		b.log.WarnContext(ctx, "catch-up failed", "reason", reason, "err", err)
+		if ctx.Err() == nil {
+			b.log.WarnContext(ctx, "catch-up failed", "reason", reason, "epoch", b.writeEpoch.Load(), "err", err)
+		}
 		return
 	}
 	ids, err := b.st.CancelRequestedActive(ctx)
 	if err != nil {
-		b.log.WarnContext(ctx, "catch-up of cancels failed", "reason", reason, "err", err)
+		if ctx.Err() == nil {
+			b.log.WarnContext(ctx, "catch-up of cancels failed", "reason", reason, "epoch", b.writeEpoch.Load(), "err", err)
+		}
 		return
 	}
 	b.mu.Lock()
@@ -201,4 +213,15 @@ func (b *Broker) CatchUp(ctx context.Context, reason string) {
 		}
 	}
 	b.mu.Unlock()
+}
+
+// keyAttr names a provider key on a lane's line: nothing when it is the
+// run's own provider (the lane's logger names it as provider_key already,
+// and a repeated key makes a JSON line ambiguous to log readers), else
+// other_provider_key — a link of another key reporting for the run.
+func (l *lane) keyAttr(key string) []any {
+	if key == l.agent.Key {
+		return nil
+	}
+	return []any{"other_provider_key", key}
 }

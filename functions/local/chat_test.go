@@ -33,31 +33,43 @@ import (
 // returns its base URL.
 func startDoors(t *testing.T, h *nodetest.Harness) string {
 	t.Helper()
+	base, _ := startDoorsTo(t, h, io.Discard, "error")
+	return base
+}
+
+// startDoorsTo is startDoors logging at level to w; stop ends the server
+// (and waits for it) before the test does.
+func startDoorsTo(t *testing.T, h *nodetest.Harness, w io.Writer, level string) (base string, stop func()) {
+	t.Helper()
 	environ := []string{
 		"FUNDUQ_DATABASE_URL=" + h.Cfg.DatabaseURL, "FUNDUQ_REDIS_URL=" + h.Cfg.RedisURL,
 		"FUNDUQ_IDENTITY_KEY=" + h.Cfg.IdentityKey, "FUNDUQ_TOKEN_SECRET=" + h.Cfg.TokenSecret,
-		"FUNDUQ_DOORS_ADDR=127.0.0.1:0", "FUNDUQ_LOG_LEVEL=error",
+		"FUNDUQ_DOORS_ADDR=127.0.0.1:0", "FUNDUQ_LOG_LEVEL=" + level,
 	}
 	redisPrefix = h.Prefix
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	var wg sync.WaitGroup
 	code := -1
-	wg.Go(func() { code = run(ctx, environ, io.Discard, func(a string) { addr <- a }) })
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		redisPrefix = ""
-		if code != 0 {
-			t.Errorf("doors exit code %d", code)
-		}
-	})
+	wg.Go(func() { code = run(ctx, environ, w, func(a string) { addr <- a }) })
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+			redisPrefix = ""
+			if code != 0 {
+				t.Errorf("doors exit code %d", code)
+			}
+		})
+	}
+	t.Cleanup(stop)
 	select {
 	case a := <-addr:
-		return "http://" + a
+		return "http://" + a, stop
 	case <-time.After(20 * time.Second):
 		t.Fatal("the doors did not start")
-		return ""
+		return "", stop
 	}
 }
 
