@@ -2,7 +2,9 @@ package agui
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -32,6 +34,10 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rn store.Run, a
 		Flush: s.Flush,
 	}
 	switch t.Run(ctx, h.streamEnd(ctx)) {
+	case door.TailGone:
+		// The caller hung up; the run goes on (D9). One INFO line naming
+		// the run, as the other doors log it (design.md §Logs).
+		door.LogCallerGone(h.log.With("run_id", rn.RunID, "thread_id", rn.ThreadID), r, cmp.Or(ctx.Err(), errStreamBroken))
 	case door.TailStopped:
 		t.AwaitEnd(ctx, s.Flush)
 	case door.TailBudget:
@@ -52,6 +58,10 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rn store.Run, a
 		s.Write("data: " + string(gone) + "\n\n")
 	}
 }
+
+// errStreamBroken is why a stream ended whose writes failed before its
+// request's context ended.
+var errStreamBroken = errors.New("the stream could not be written")
 
 // started writes the RUN_STARTED the door synthesizes (without an id: it
 // is not a stored event) for a stream whose first event is another.

@@ -285,6 +285,7 @@ func TestLogsFromOutside(t *testing.T) {
 	if resp != nil {
 		resp.Body.Close()
 	}
+	h.Eventually("the door logs the caller leaving", func() bool { return strings.Contains(dlog.String(), `"caller went away"`) })
 	p.Event(f5.RunID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, *f5.ThreadID, f5.RunID))
 	p.Finish(f5.RunID)
 	h.WaitStatus(f5.RunID, runstatus.Completed)
