@@ -113,7 +113,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	retry, err := h.store.over(ictx, key, h.o.PerMinute, h.o.Now())
 	if err == nil && retry > 0 {
-		h.log.WarnContext(r.Context(), "tickets: rate limit", "public_key", key, "per_minute", h.o.PerMinute)
+		h.log.WarnContext(r.Context(), "tickets: rate limit", "provider_key", key, "per_minute", h.o.PerMinute)
 		w.Header().Set("Retry-After", strconv.Itoa(retry))
 		apierr.Write(w, http.StatusTooManyRequests, apierr.New(apierr.CodeRateLimited, "at most %d tickets per key per minute; retry in %d s", h.o.PerMinute, retry))
 		return
