@@ -324,3 +324,67 @@ func TestDeployBrokerRetention(t *testing.T) {
 		t.Error("infra/broker.yaml does not write FUNDUQ_RETENTION=${Retention} into the hosts' environment")
 	}
 }
+
+// A newcomer reads the plan before installing the AWS tools: `scripts/deploy
+// all --dry-run` on a machine without `aws` or `sam` printed the foundation
+// and broker commands and then stopped, exit 2, at "'sam' not found on
+// PATH", without the doors' command or the deployment. A dry run runs
+// neither tool, so a missing one is said, not a stop.
+func TestDeployAllDryRunWithoutTheTools(t *testing.T) {
+	code, stdout, stderr := runScript(t, "deploy", []string{"PATH=" + pathWithout(t, "aws", "sam")},
+		"all", "--stack-prefix", "p", "--region", "eu-west-1", "--dry-run")
+	if code != 0 {
+		t.Fatalf("deploy all --dry-run without aws and sam: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	for _, want := range []string{"infra/foundation.yaml", "infra/broker.yaml", "sam deploy", "The deployment:"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the dry run does not print %q:\n%s", want, stdout)
+		}
+	}
+	for _, tool := range []string{"'aws' not found", "'sam' not found"} {
+		if !strings.Contains(stderr, tool) {
+			t.Errorf("stderr does not say %s:\n%s", tool, stderr)
+		}
+	}
+	// Without --dry-run a missing tool still stops the command before it
+	// does anything.
+	code, stdout, stderr = runScript(t, "deploy", []string{"PATH=" + pathWithout(t, "aws", "sam")},
+		"foundation", "--stack-name", "f")
+	if code != 2 || !strings.Contains(stderr, "'aws' not found") || stdout != "" {
+		t.Errorf("deploy foundation without aws: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+// pathWithout is this process's PATH with the named programs left out: a
+// folder holding one is replaced by a folder of links to its other entries.
+func pathWithout(t *testing.T, names ...string) string {
+	t.Helper()
+	var dirs []string
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		hides := false
+		for _, n := range names {
+			if _, err := os.Stat(filepath.Join(dir, n)); err == nil {
+				hides = true
+			}
+		}
+		if !hides {
+			dirs = append(dirs, dir)
+			continue
+		}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copyDir := t.TempDir()
+		for _, e := range entries {
+			if slices.Contains(names, e.Name()) {
+				continue
+			}
+			if err := os.Symlink(filepath.Join(dir, e.Name()), filepath.Join(copyDir, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dirs = append(dirs, copyDir)
+	}
+	return strings.Join(dirs, string(filepath.ListSeparator))
+}
