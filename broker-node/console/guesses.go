@@ -101,19 +101,24 @@ func (g *guesses) failed(client string) {
 
 // client is who guesses: the address the load balancer appended to
 // X-Forwarded-For (the last entry; what the client put before it is its
-// own claim), else the peer's. On AWS only the load balancer reaches a
-// node (infra/broker.yaml, NodeSecurityGroup). An IPv6 client is its /64,
-// which one host commonly holds whole.
+// own claim), else the peer's. The header is believed only from a peer on
+// a private or loopback address: on AWS only the load balancer, inside
+// the VPC, reaches a node (infra/broker.yaml, NodeSecurityGroup); a
+// stranger reaching a node's public address directly would name itself
+// anew on every request. An IPv6 client is its /64, which one host
+// commonly holds whole.
 func client(r *http.Request) string {
-	addr := ""
-	if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
-		last := xff[len(xff)-1]
-		addr = strings.TrimSpace(last[strings.LastIndexByte(last, ',')+1:])
+	peer := r.RemoteAddr
+	if host, _, err := net.SplitHostPort(peer); err == nil {
+		peer = host
 	}
-	if net.ParseIP(addr) == nil {
-		addr = r.RemoteAddr
-		if host, _, err := net.SplitHostPort(addr); err == nil {
-			addr = host
+	addr := peer
+	if ip := net.ParseIP(peer); ip != nil && (ip.IsPrivate() || ip.IsLoopback()) {
+		if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+			last := xff[len(xff)-1]
+			if fwd := strings.TrimSpace(last[strings.LastIndexByte(last, ',')+1:]); net.ParseIP(fwd) != nil {
+				addr = fwd
+			}
 		}
 	}
 	ip := net.ParseIP(addr)
