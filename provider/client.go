@@ -166,8 +166,10 @@ type Config struct {
 	// funduq has not confirmed (see the package doc) and resends its frames
 	// (funduq drops what it already stored); and a run offered again after
 	// it finished is answered from them instead of being handled twice. A
-	// run that finished paused, with an interrupt outcome, is not announced:
-	// funduq may have reopened it since. At most MaxBufferedFrames frames
+	// run that finished paused, with an interrupt outcome, is resent before
+	// the link registers instead, where funduq takes it only for a run it
+	// still holds for the lost link: it may have reopened the run since
+	// (design.md D7). At most MaxBufferedFrames frames
 	// are kept per run and MaxRetainedRuns finished runs, oldest first
 	// forgotten. Zero means DefaultRetention; negative forgets a run once
 	// its finish is written.

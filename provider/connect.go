@@ -179,8 +179,10 @@ func randomHex(n int) string {
 
 // connect performs the whole ceremony against base — ticket, pin, proof,
 // dial, hello, welcome, register, registered — and returns the registered
-// connection.
-func (c *Client) connect(ctx context.Context, base *url.URL, register bool) (*websocket.Conn, error) {
+// connection. The frames of early are written between welcome and register
+// (resent paused rounds, pausedRoundsLocked); refused gets the runs funduq
+// refused a report of before its registered.
+func (c *Client) connect(ctx context.Context, base *url.URL, register bool, early [][]byte, refused map[string]bool) (*websocket.Conn, error) {
 	tr, fk, err := c.fetchTicket(ctx, base)
 	if err != nil {
 		return nil, err
@@ -206,7 +208,7 @@ func (c *Client) connect(ctx context.Context, base *url.URL, register bool) (*we
 	conn.SetReadLimit(maxFrameBytes)
 	// ctx ending aborts a handshake blocked on the network.
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	if err := c.handshake(conn, tr, fk, nonce, proof, register); err != nil {
+	if err := c.handshake(conn, tr, fk, nonce, proof, register, early, refused); err != nil {
 		stop()
 		refuse(conn, err)
 		if ctx.Err() != nil {
@@ -234,7 +236,9 @@ func refuse(conn *websocket.Conn, err error) {
 
 // handshake runs hello → welcome → register → registered on conn; without
 // register, only hello → welcome (a replaced client finishing its runs).
-func (c *Client) handshake(conn *websocket.Conn, tr wire.TicketResponse, fk ed25519.PublicKey, nonce, proof string, register bool) error {
+// The frames of early go out just before register; a refusal of one of
+// them, read before registered, is noted in refused.
+func (c *Client) handshake(conn *websocket.Conn, tr wire.TicketResponse, fk ed25519.PublicKey, nonce, proof string, register bool, early [][]byte, refused map[string]bool) error {
 	version := wire.Version
 	hello := wire.Hello{
 		Type:              wire.TypeHello,
@@ -271,12 +275,30 @@ func (c *Client) handshake(conn *websocket.Conn, tr wire.TicketResponse, fk ed25
 		return nil
 	}
 
+	for _, f := range early {
+		if err := writeRaw(conn, f); err != nil {
+			return fmt.Errorf("resending a paused round: %w", err)
+		}
+	}
 	if err := writeRaw(conn, c.registerMsg); err != nil {
 		return fmt.Errorf("sending register: %w", err)
 	}
-	typ, raw, err = readHandshakeFrame(conn)
-	if err != nil {
-		return fmt.Errorf("waiting for registered: %w", err)
+	for {
+		typ, raw, err = readHandshakeFrame(conn)
+		if err != nil {
+			return fmt.Errorf("waiting for registered: %w", err)
+		}
+		if typ != wire.TypeError || len(early) == 0 {
+			break
+		}
+		var e wire.Error
+		if json.Unmarshal(raw, &e) != nil || e.RunID == "" || !isRefusal(e.Message) {
+			break
+		}
+		// The expected answer to a paused round funduq has (its run
+		// reopened or ended since): it is not resent again.
+		c.log.Debug("funduq refused a resent paused round; ignored", "runId", e.RunID, "message", e.Message)
+		refused[e.RunID] = true
 	}
 	switch typ {
 	case wire.TypeRegistered:

@@ -24,7 +24,14 @@
 // seq once. A finish is confirmed by two sync queries answered after it on
 // the link it was written to, the second a second after the first (a
 // leader that took the finish and died before storing it never answers
-// that one), or by an error frame naming the run. Finished runs are kept
+// that one), or by an error frame naming the run. A run that finished
+// paused (an interrupt outcome) is the exception: funduq may have reopened
+// it since, and on a registered link its stale round could be taken for
+// the answer's, so its unconfirmed round is resent on the next link before
+// register instead. There funduq takes it only for a run it still holds for
+// the lost link (the round pauses the run, nothing counted against the
+// key); a run it reopened or already paused refuses it ("unknown run"),
+// which the client takes quietly. Finished runs are kept
 // for Config.Retention either way: a run offered again after it finished is
 // accepted and answered from its frames, not handled twice. One exception
 // to reconnecting: told that a newer process of the same key registered

@@ -168,6 +168,7 @@ type peer struct {
 	hello    wire.Hello
 	register *wire.Register // nil if the client never sent one
 	regRaw   []byte
+	early    [][]byte    // frames the client sent before its register (resent paused rounds)
 	err      error       // why the handshake script stopped, if it did
 	frames   chan []byte // frames after the handshake, closed at EOF
 	synced   atomic.Int64
@@ -274,13 +275,21 @@ func (f *fakeFunduq) serverHandshake(p *peer, welcomeHook func(int, *wire.Welcom
 	if err := p.write(w); err != nil {
 		return err
 	}
-	_, raw, err = p.conn.ReadMessage()
-	if err != nil {
-		return fmt.Errorf("no register: %w", err)
-	}
 	var reg wire.Register
-	if err := json.Unmarshal(raw, &reg); err != nil || reg.Type != wire.TypeRegister {
-		return fmt.Errorf("expected register, got %s", raw)
+	for {
+		_, raw, err = p.conn.ReadMessage()
+		if err != nil {
+			return fmt.Errorf("no register: %w", err)
+		}
+		typ, _ := wire.PeekType(raw)
+		if typ == wire.TypeEvent || typ == wire.TypeFinish {
+			p.early = append(p.early, raw)
+			continue
+		}
+		if err := json.Unmarshal(raw, &reg); err != nil || reg.Type != wire.TypeRegister {
+			return fmt.Errorf("expected register, got %s", raw)
+		}
+		break
 	}
 	p.register = &reg
 	p.regRaw = raw
@@ -608,4 +617,19 @@ func (p *peer) nextFrame(t testing.TB) frame {
 		t.Fatal(err)
 	}
 	return fr
+}
+
+// earlyFrames are the frames the client sent before its register, as
+// frame strings.
+func (p *peer) earlyFrames(t testing.TB) []string {
+	t.Helper()
+	out := make([]string, 0, len(p.early))
+	for _, raw := range p.early {
+		var fr frame
+		if err := json.Unmarshal(raw, &fr); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fr.String())
+	}
+	return out
 }

@@ -64,7 +64,16 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 	// A client told it was replaced registers nothing: it only finishes
 	// the runs it holds, and funduq takes its reports for them (D5).
 	finishOnly := c.replaced.Load()
-	conn, err := c.connect(ctx, base, !finishOnly)
+	var paused []*runState
+	var early [][]byte
+	refused := make(map[string]bool)
+	if !finishOnly {
+		c.mu.Lock()
+		c.pruneRetainedLocked()
+		paused, early = c.pausedRoundsLocked()
+		c.mu.Unlock()
+	}
+	conn, err := c.connect(ctx, base, !finishOnly, early, refused)
 	if err != nil {
 		var ue *unavailableError
 		if errors.As(err, &ue) {
@@ -90,10 +99,19 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 	// with no frame to resend, and takes a run it put back to queued
 	// (its claim never committed) from the report; it stores each event
 	// seq once and drops reports for runs it does not hold. A run that
-	// finished paused (interrupt outcome) is not announced: funduq may
-	// have reopened it since, and it would take the stale report as the
-	// answer to the new round; an offer of the same round is still
-	// answered from its frames (handleRun).
+	// finished paused (interrupt outcome) is not announced here: funduq
+	// may have reopened it since, and would take the stale report as the
+	// answer to the new round. Its round went out before register instead
+	// (pausedRoundsLocked); an offer of the same round is still answered
+	// from its frames (handleRun).
+	for _, rs := range paused {
+		switch {
+		case refused[rs.run.ID]:
+			rs.confirmed = true
+		case c.retained[rs.run.ID] == rs:
+			c.awaitConfirmLocked(l, rs)
+		}
+	}
 	c.pruneRetainedLocked()
 	announced := 0
 	for _, rs := range c.retainedOrder {
@@ -115,7 +133,8 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 	if finishOnly {
 		c.log.Info("provider reconnected to finish its runs, registering nothing", "url", base.String(), "runs", announced, "resending", resent, "buffered", buffered)
 	} else {
-		c.log.Info("provider registered", "url", base.String(), "agents", len(c.agents), "runs", announced, "resending", resent, "buffered", buffered)
+		c.log.Info("provider registered", "url", base.String(), "agents", len(c.agents), "runs", announced, "resending", resent, "buffered", buffered,
+			"pausedRounds", len(paused), "pausedRefused", len(refused))
 	}
 
 	if c.pingInterval > 0 {

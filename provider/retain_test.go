@@ -243,8 +243,9 @@ func TestNegativeRetentionDisables(t *testing.T) {
 
 // A run that finished paused (interrupt outcome) may be reopened by funduq
 // with a new input, so it is not announced after a reconnect, where its
-// stale report could answer the new round; an offer of the same round is
-// still answered from its frames.
+// stale report could answer the new round: its unconfirmed round is resent
+// before register instead, where only a run still held for the lost link
+// takes it. An offer of the same round is still answered from its frames.
 func TestPausedRunIsNotAnnouncedAfterReconnect(t *testing.T) {
 	f := newFakeFunduq(t)
 	g := newGates()
@@ -261,9 +262,61 @@ func TestPausedRunIsNotAnnouncedAfterReconnect(t *testing.T) {
 	expectFrames(t, p1, "event r-1 #1 RUN_FINISHED", "finish r-1")
 	p1.drop()
 	p2 := f.registeredPeer(t)
+	if got, want := p2.earlyFrames(t), []string{"event r-1 #1 RUN_FINISHED", "finish r-1"}; !slices.Equal(got, want) {
+		t.Fatalf("sent %q before register, want the paused round %q", got, want)
+	}
 	p2.send(t, runFrame("r-1", "a", "t-1", "hi"))
-	// The first frame on the new link answers the offer: nothing was
-	// announced before it.
+	// The first frame after register answers the offer: nothing was
+	// announced there.
 	expectFrames(t, p2, "ack r-1 true", "event r-1 #1 RUN_FINISHED", "finish r-1")
 	noStart(t, c, g, "r-1")
+}
+
+// funduq refusing a paused round resent before register ("unknown run": the
+// run was reopened or ended since) is the expected answer: the client
+// registers all the same and does not resend the round on a later link.
+func TestRefusedPausedRoundIsNotResentAgain(t *testing.T) {
+	f := newFakeFunduq(t)
+	f.setHooks(func(f *fakeFunduq) {
+		f.afterRegister = func(n int, p *peer) bool {
+			if n != 2 {
+				return false
+			}
+			for _, raw := range p.early {
+				kind := "event"
+				if typ, _ := wire.PeekType(raw); typ == wire.TypeFinish {
+					kind = "finish"
+				}
+				_ = p.write(wire.Error{Type: wire.TypeError, RunID: "r-1", Message: kind + " refused: unknown run"})
+			}
+			_ = p.write(wire.Registered{Type: wire.TypeRegistered, Names: []string{"a"}})
+			return true
+		}
+	})
+	g := newGates()
+	pause := Agent{Name: "a", Handler: func(ctx context.Context, run *Run) error {
+		g.started <- run
+		return run.Emit(ctx, map[string]any{"type": "RUN_FINISHED", "threadId": run.ThreadID, "runId": run.ID,
+			"outcome": map[string]any{"type": "interrupt", "interrupts": []any{map[string]any{"id": "i-1", "reason": "approval"}}}})
+	}}
+	startClient(t, baseConfig(t, f, pause))
+	p1 := f.registeredPeer(t)
+	p1.send(t, runFrame("r-1", "a", "t-1", "hi"))
+	p1.expectAck(t, "r-1")
+	g.waitStarted(t)
+	expectFrames(t, p1, "event r-1 #1 RUN_FINISHED", "finish r-1")
+	p1.drop()
+	p2 := f.registeredPeer(t)
+	if got := p2.earlyFrames(t); len(got) != 2 {
+		t.Fatalf("sent %q before register, want the paused round", got)
+	}
+	// A barrier: the client answers a frame after register only once its
+	// handshake, refusals and all, is through.
+	p2.send(t, runFrame("r-x", "unserved", "t-2", "hi"))
+	p2.expectAck(t, "r-x")
+	p2.drop()
+	p3 := f.registeredPeer(t)
+	if got := p3.earlyFrames(t); len(got) != 0 {
+		t.Fatalf("sent %q before register after funduq refused the round, want nothing", got)
+	}
 }

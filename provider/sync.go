@@ -117,3 +117,25 @@ func (c *Client) refusedFinishedLocked(rs *runState) {
 		delete(l.unconfirmed, rs)
 	}
 }
+
+// pausedRoundsLocked returns the runs that finished paused (interrupt
+// outcome) without funduq confirming their finish, and their frames (the
+// round's events with their seqs, then its finish), which the next link
+// writes after the handshake's proof and before its register (design.md
+// D7). The run may have
+// been reopened since, so the round is not announced on a registered link,
+// where a report of the key's could be taken as the new round's. Before
+// register it is taken only by a run still held for this key's lost link,
+// which it re-adopts and pauses; a run funduq has reopened (or paused
+// already) has it refused, the expected answer, and the new round is
+// offered after register as usual. c.mu must be held.
+func (c *Client) pausedRoundsLocked() (runs []*runState, frames [][]byte) {
+	for _, rs := range c.retainedOrder {
+		if c.retained[rs.run.ID] != rs || !rs.paused || rs.confirmed || rs.pending > 0 {
+			continue
+		}
+		runs = append(runs, rs)
+		frames = append(frames, rs.log...)
+	}
+	return runs, frames
+}
