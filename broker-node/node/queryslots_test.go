@@ -25,6 +25,10 @@ func TestOfferBehindWaitingQueriesIsNotUnanswered(t *testing.T) {
 	if f := p.Offer(); f.RunID != r {
 		t.Fatalf("offer %s, want %s", f.RunID, r)
 	}
+	// s read into its lane before the queries below take the broker's
+	// pool: its read would wait behind them for a connection, and s's
+	// offer past their own time limit.
+	h.Taken(s)
 
 	release := h.Hold(`LOCK TABLE thread_messages IN ACCESS EXCLUSIVE MODE`)
 	query := func(i int) {
