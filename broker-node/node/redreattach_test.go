@@ -22,6 +22,15 @@ func heldReleased(t *testing.T, h *nodetest.Harness) {
 	}
 }
 
+// reattach lets 2 s of the link grace pass, then re-attaches key seed: a
+// new link of it registering "echo".
+func reattach(h *nodetest.Harness, seed byte) *nodetest.Prov {
+	h.Advance(2 * time.Second)
+	p := h.Connect(seed, nil)
+	p.Register("echo")
+	return p
+}
+
 // countedOnceAndReleased checks, well past every grace, that key's failed
 // run stayed counted abandoned once and the broker holds nothing of it.
 func countedOnceAndReleased(t *testing.T, h *nodetest.Harness, key string) {
@@ -81,15 +90,11 @@ func TestReattachedLinkLostAgain(t *testing.T) {
 	t.Run("reported", func(t *testing.T) {
 		h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
 		p, id, thread := lostHolding(t, h, 0xe1)
-		h.Advance(2 * time.Second)
-		b1 := h.Connect(0xe1, nil)
-		b1.Register("echo")
+		b1 := reattach(h, 0xe1)
 		b1.Close()
 		h.Eventually("the re-attached link is gone", func() bool { return h.Node.Broker.Snapshot().Links == 0 })
 		h.Settle()
-		h.Advance(2 * time.Second)
-		b2 := h.Connect(0xe1, nil)
-		b2.Register("echo")
+		b2 := reattach(h, 0xe1)
 		b2.Accept(id)
 		b2.Complete(id, thread)
 		h.WaitStatus(id, run.Completed)
@@ -101,15 +106,11 @@ func TestReattachedLinkLostAgain(t *testing.T) {
 	t.Run("silent", func(t *testing.T) {
 		h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
 		p, id, _ := lostHolding(t, h, 0xe1)
-		h.Advance(2 * time.Second)
-		b1 := h.Connect(0xe1, nil)
-		b1.Register("echo")
+		b1 := reattach(h, 0xe1)
 		b1.Close()
 		h.Eventually("the re-attached link is gone", func() bool { return h.Node.Broker.Snapshot().Links == 0 })
 		h.Settle()
-		h.Advance(2 * time.Second)
-		b2 := h.Connect(0xe1, nil)
-		b2.Register("echo")
+		reattach(h, 0xe1)
 		h.Advance(3 * time.Second) // the grace from the first re-attach
 		failedHoldingIt(t, h, id, p.Key)
 		countedOnceAndReleased(t, h, p.Key)
@@ -122,9 +123,7 @@ func TestReattachedLinkLostAgain(t *testing.T) {
 func TestReattachedLinkGoodbyeBeforeItReports(t *testing.T) {
 	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
 	p, id, _ := lostHolding(t, h, 0xe1)
-	h.Advance(2 * time.Second)
-	back := h.Connect(0xe1, nil)
-	back.Register("echo")
+	back := reattach(h, 0xe1)
 	back.Goodbye()
 	h.Eventually("the re-attached link is gone", func() bool { return h.Node.Broker.Snapshot().Links == 0 })
 	h.Settle()
@@ -146,9 +145,7 @@ func TestCancelWhileHeldReachesTheReattachedLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.Settle()
-	h.Advance(2 * time.Second)
-	back := h.Connect(0xe1, nil)
-	back.Register("echo")
+	back := reattach(h, 0xe1)
 	h.Advance(3 * time.Second)
 	back.Accept(id)
 	back.Expect("cancel", nil)
@@ -165,9 +162,7 @@ func TestCancelWhileHeldReachesTheReattachedLink(t *testing.T) {
 func TestReattachedLinkDeclinesTheHeldRun(t *testing.T) {
 	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
 	p, id, _ := lostHolding(t, h, 0xe1)
-	h.Advance(2 * time.Second)
-	back := h.Connect(0xe1, nil)
-	back.Register("echo")
+	back := reattach(h, 0xe1)
 	back.Decline(id)
 	expectRefusal(t, back, id, "ack refused")
 	h.Advance(5 * time.Second)
@@ -181,9 +176,7 @@ func TestReattachedLinkDeclinesTheHeldRun(t *testing.T) {
 func TestReattachedThenSilentStaysRunning(t *testing.T) {
 	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
 	p, id, thread := lostHolding(t, h, 0xe1)
-	h.Advance(2 * time.Second)
-	back := h.Connect(0xe1, nil)
-	back.Register("echo")
+	back := reattach(h, 0xe1)
 	back.Accept(id)
 	back.ReadBarrier() // the ack handed on before the clock moves
 	h.Settle()
@@ -254,8 +247,8 @@ func TestReplacedLinkWhoseReplacementWasLostHoldsItsRun(t *testing.T) {
 // abandoned and undelivered (design.md §Counters, seed 002): the key's
 // record is undelivered 1 alone, not a second count for the same run.
 func TestUndeliveredRunLostAfterwardsCountsOnce(t *testing.T) {
-	for _, reattach := range []bool{false, true} {
-		t.Run(fmt.Sprintf("reattach=%v", reattach), func(t *testing.T) {
+	for _, back := range []bool{false, true} {
+		t.Run(fmt.Sprintf("reattach=%v", back), func(t *testing.T) {
 			h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
 			p := h.Connect(0xe1, nil)
 			p.Register("echo")
@@ -269,10 +262,8 @@ func TestUndeliveredRunLostAfterwardsCountsOnce(t *testing.T) {
 			p.Close() // no close frame
 			h.Eventually("the link is gone", func() bool { return h.Node.Broker.Snapshot().Links == 0 })
 			h.Settle()
-			if reattach {
-				h.Advance(2 * time.Second)
-				back := h.Connect(0xe1, nil)
-				back.Register("echo")
+			if back {
+				reattach(h, 0xe1)
 				h.Settle()
 				h.Advance(5 * time.Second)
 			} else {
