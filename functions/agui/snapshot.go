@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
@@ -77,14 +76,11 @@ func badCursor() error {
 func parsePage(r *http.Request) (page, error) {
 	p := newestPage
 	q := r.URL.Query()
-	if v, ok := q["limit"]; ok {
-		n, err := strconv.Atoi(v[0])
-		if len(v) > 1 || err != nil || n < 1 || n > MaxSnapshotMessages {
-			return p, door.Refuse(http.StatusBadRequest, door.CodeBadRequest,
-				"limit must be one integer from 1 to %d", MaxSnapshotMessages)
-		}
-		p.limit = n
+	n, err := door.PageLimit(q, p.limit, MaxSnapshotMessages)
+	if err != nil {
+		return p, err
 	}
+	p.limit = n
 	if v, ok := q["before"]; ok {
 		c, ok := parseCursor(v[0])
 		if len(v) > 1 || !ok {

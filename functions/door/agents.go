@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -108,18 +109,30 @@ func writeJSONUnescaped(w http.ResponseWriter, v any) {
 	_, _ = w.Write(b.Bytes())
 }
 
+// PageLimit reads a page's ?limit=: def when absent, else one integer
+// from 1 to most, refused 400 otherwise (GET /agents, a thread snapshot).
+func PageLimit(q url.Values, def, most int) (int, error) {
+	v, ok := q["limit"]
+	if !ok {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v[0])
+	if len(v) > 1 || err != nil || n < 1 || n > most {
+		return def, Refuse(http.StatusBadRequest, CodeBadRequest, "limit must be one integer from 1 to %d", most)
+	}
+	return n, nil
+}
+
 // parseAgentsPage reads ?limit= and ?after= of GET /agents, refusing as
 // the thread snapshot's ?limit= and ?before= are refused.
 func parseAgentsPage(r *http.Request) (store.AgentPageQuery, error) {
 	p := store.AgentPageQuery{Limit: DefaultAgentsPage, MaxBytes: MaxAgentsPageBytes}
 	q := r.URL.Query()
-	if v, ok := q["limit"]; ok {
-		n, err := strconv.Atoi(v[0])
-		if len(v) > 1 || err != nil || n < 1 || n > MaxAgentsPage {
-			return p, Refuse(http.StatusBadRequest, CodeBadRequest, "limit must be one integer from 1 to %d", MaxAgentsPage)
-		}
-		p.Limit = n
+	n, err := PageLimit(q, DefaultAgentsPage, MaxAgentsPage)
+	if err != nil {
+		return p, err
 	}
+	p.Limit = n
 	if v, ok := q["after"]; ok {
 		key, name, ok := parseAgentsCursor(v[0])
 		if len(v) > 1 || !ok {
