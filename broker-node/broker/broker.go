@@ -169,6 +169,10 @@ type Broker struct {
 	wake      chan struct{}
 	lastNudge time.Time
 	lanesWG   sync.WaitGroup
+	// queries is the broker-wide budget of pooled connections provider
+	// queries may hold at once (queries.go); not reset with the roster:
+	// the queries in flight give back what they took.
+	queries chan struct{}
 }
 
 // Options are New's dependencies; Store is required.
@@ -194,6 +198,11 @@ func New(o Options) *Broker {
 	}
 	o.Settings.defaults()
 	b := &Broker{st: o.Store, feed: o.Feed, clock: o.Clock, log: o.Logger, set: o.Settings, metrics: o.Metrics}
+	pool := 0
+	if o.Store != nil {
+		pool = int(o.Store.Pool().Config().MaxConns)
+	}
+	b.queries = make(chan struct{}, QueryBudget(pool))
 	b.reset()
 	o.Metrics.bind(b)
 	return b
@@ -1042,23 +1051,6 @@ func (b *Broker) Finish(l Link, runID string) {
 		c.handled()
 		b.refuse(l, kindFinish, runID, b.noLaneReason(l, runID))
 	}
-}
-
-// ErrNoSuchThread answers a query for a thread that is missing or not this
-// provider's: the same answer for both, so a key learns nothing of others.
-var ErrNoSuchThread = errors.New("no such thread for this provider")
-
-// ThreadMessages answers a provider's thread_messages query with at most
-// maxBytes of messages; more is store.ErrTooLarge.
-func (b *Broker) ThreadMessages(ctx context.Context, l Link, threadID string, limit, maxBytes int) ([]json.RawMessage, error) {
-	t, err := b.st.GetThread(ctx, threadID)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && t.ProviderKey != l.Key()) {
-		return nil, ErrNoSuchThread
-	}
-	if err != nil {
-		return nil, err
-	}
-	return b.st.ThreadMessagesWithin(ctx, threadID, limit, maxBytes)
 }
 
 // ---- counting and withdrawal ----

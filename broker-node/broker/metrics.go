@@ -26,6 +26,9 @@ type Metrics struct {
 	lanes         *laneCollector
 	refusals      *prometheus.CounterVec
 	badEvents     *prometheus.CounterVec
+	// queryBudget: queries that waited for the broker-wide query budget,
+	// by how the wait ended (queries.go).
+	queryBudget *prometheus.CounterVec
 }
 
 // NewMetrics makes the collectors and registers them on reg (nil: not registered).
@@ -51,6 +54,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Times a provider link's read loop waited because its event backlog was full."}),
 		queryWaits: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_link_query_waits_total",
 			Help: "Times a provider link's read loop waited because every one of its query slots was taken."}),
+		queryBudget: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "funduq_broker_query_budget_waits_total",
+			Help: "Provider queries that waited because the broker-wide query budget (half the PostgreSQL pool) was taken, by outcome (served; gave_up: answered busy at the query's time limit)."}, []string{"outcome"}),
 		storeSecs: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_event_store_seconds_total",
 			Help: "Time the lanes spent storing provider event batches (retries included)."}),
 		publishSecs: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_event_publish_seconds_total",
@@ -69,7 +74,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Provider events that failed their run (malformed, oversized, over the per-run limit), by reason. Counts no quality counter."}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.links, m.offers, m.quality, m.events, m.ended, m.withdrawals, m.writeRetries, m.writeFailures, m.backpressure, m.queryWaits, m.storeSecs, m.publishSecs, m.waiting,
+		reg.MustRegister(m.links, m.offers, m.quality, m.events, m.ended, m.withdrawals, m.writeRetries, m.writeFailures, m.backpressure, m.queryWaits, m.queryBudget, m.storeSecs, m.publishSecs, m.waiting,
 			m.isLeader, m.epoch, m.lanes, m.refusals, m.badEvents)
 	}
 	return m

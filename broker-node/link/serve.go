@@ -45,11 +45,19 @@ type Server struct {
 	RegisterDeadline time.Duration
 	// Clock times the register deadline (nil: the real clock).
 	Clock clockwork.Clock
+	// QueryTimeout overrides a query's time limit (0: queryTimeout).
+	QueryTimeout time.Duration
 
 	wg       sync.WaitGroup
 	once     sync.Once
 	upgrader websocket.Upgrader
 }
+
+// queryTimeout is a query's time limit, from when the reports before it are
+// taken: its wait for the broker's query budget and its reads together. A
+// query holds a pooled connection no longer (pgx cancels its statement at
+// the deadline) and is answered within it, with what it read or an error.
+const queryTimeout = 10 * time.Second
 
 // writeBuffers are the links' WebSocket write buffers, shared.
 var writeBuffers sync.Pool
@@ -315,7 +323,11 @@ func (s *Server) answerQuery(ctx context.Context, c *Conn, q wire.Query) {
 		}
 	}
 	p := wire.ThreadMessagesParams{ThreadID: threadID}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	timeout := s.QueryTimeout
+	if timeout <= 0 {
+		timeout = queryTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// The answer is one frame, bounded like the frames funduq reads from
 	// a provider (FUNDUQ_MAX_FRAME_BYTES): a provider reading with the same
@@ -327,10 +339,12 @@ func (s *Server) answerQuery(ctx context.Context, c *Conn, q wire.Query) {
 		switch {
 		case errors.Is(err, broker.ErrNoSuchThread):
 			res.Error = broker.ErrNoSuchThread.Error()
+		case errors.Is(err, broker.ErrQueriesBusy):
+			res.Error = broker.ErrQueriesBusy.Error() // logged by the broker
 		case errors.Is(err, store.ErrTooLarge):
 			res.Error = fmt.Sprintf("the thread's messages exceed one answer (%d bytes); ask for the newest with a smaller limit", budget)
 		default:
-			c.log.Warn("thread_messages query failed", "err", err)
+			c.log.Warn("thread_messages query failed", "thread_id", p.ThreadID, "err", err)
 			res.Error = "funduq could not read the thread right now"
 		}
 		return

@@ -88,6 +88,8 @@ type Options struct {
 	// LinkPingInterval overrides how often provider links are pinged
 	// (wsconn.PingEvery; tests).
 	LinkPingInterval time.Duration
+	// QueryTimeout overrides a provider query's 10 s time limit (tests).
+	QueryTimeout time.Duration
 }
 
 // New connects a node to its stores. It refuses a database whose schema is
@@ -110,6 +112,14 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 		st.Close()
 		return nil, err
 	}
+	// Provider queries get half the pool and the lanes the rest
+	// (broker.QueryBudget): one connection cannot be split.
+	pool := int(st.Pool().Config().MaxConns)
+	if pool < 2 {
+		st.Close()
+		return nil, fmt.Errorf("FUNDUQ_DB_MAX_CONNS (or the database URL's pool_max_conns): want a pool of at least 2 connections, got %d", pool)
+	}
+	log.Info("provider queries hold part of the PostgreSQL pool", "pool", pool, "query_budget", broker.QueryBudget(pool))
 	ropt, err := redis.ParseURL(cfg.RedisURL)
 	if err != nil {
 		st.Close()
@@ -146,7 +156,7 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 	}
 	n.links = &link.Server{Broker: b, Funduq: signer, Tickets: n.tickets, Log: log,
 		NotLeading: http.HandlerFunc(n.notLeading), MaxFrame: cfg.MaxFrame, PingInterval: o.LinkPingInterval,
-		RegisterDeadline: cfg.RegisterDeadline, Clock: o.Clock}
+		RegisterDeadline: cfg.RegisterDeadline, Clock: o.Clock, QueryTimeout: o.QueryTimeout}
 	n.kyok = &kyokrelay.Relay{Store: st, Redis: rdb, Prefix: prefix, Funduq: signer, Tickets: n.tickets, Log: log,
 		NotLeading: http.HandlerFunc(n.notLeading), GapTimeout: o.KyokGap, Block: o.KyokBlock,
 		MaxConcurrent: cfg.KyokMaxConcurrent, MaxFrame: cfg.MaxFrame, RegisterDeadline: cfg.RegisterDeadline, Clock: o.Clock,

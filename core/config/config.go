@@ -206,7 +206,8 @@ type Broker struct {
 	LinkEventBacklogBytes int `env:"FUNDUQ_LINK_EVENT_BACKLOG_BYTES" envDefault:"4194304"`
 	// DBMaxConns caps the node's PostgreSQL pool; 0 keeps pgx's default
 	// (max(4, CPUs)). Every lane writes on its own, so a node with many
-	// concurrent runs may want more.
+	// concurrent runs may want more. At least 2: provider queries may
+	// hold at most half of it, the runs' writes the rest.
 	DBMaxConns int `env:"FUNDUQ_DB_MAX_CONNS" envDefault:"0"`
 	// Retention, when set (e.g. 720h), has the leader delete settled runs
 	// older than it (events, messages, the run, threads left empty), in
@@ -278,8 +279,8 @@ func ParseBroker(environ map[string]string, host Host) (Broker, error) {
 	if c.LinkEventBacklog <= 0 {
 		errs = append(errs, fmt.Errorf("FUNDUQ_LINK_EVENT_BACKLOG: want a positive number of events, got %d", c.LinkEventBacklog))
 	}
-	if c.DBMaxConns < 0 {
-		errs = append(errs, fmt.Errorf("FUNDUQ_DB_MAX_CONNS: want 0 (pgx's default) or more, got %d", c.DBMaxConns))
+	if c.DBMaxConns < 0 || c.DBMaxConns == 1 {
+		errs = append(errs, fmt.Errorf("FUNDUQ_DB_MAX_CONNS: want 0 (pgx's default) or at least 2 (provider queries get at most half), got %d", c.DBMaxConns))
 	}
 	if c.Retention < 0 || (c.Retention > 0 && c.Retention < time.Hour) {
 		errs = append(errs, fmt.Errorf("FUNDUQ_RETENTION: want 0 (keep everything) or at least 1h, got %v", c.Retention))

@@ -83,6 +83,8 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{key: "FUNDUQ_REGISTER_DEADLINE", value: "-1s", want: "FUNDUQ_REGISTER_DEADLINE: want 0 (no deadline) or more, got -1s"},
 		{key: "FUNDUQ_PROVIDER_QUALITY_TOLERANCE", value: "three", want: "FUNDUQ_PROVIDER_QUALITY_TOLERANCE: cannot read"},
 		{key: "FUNDUQ_PROVIDER_QUALITY_TOLERANCE", value: "-1", want: "FUNDUQ_PROVIDER_QUALITY_TOLERANCE: must be 0"},
+		// One connection cannot be split between queries and runs.
+		{key: "FUNDUQ_DB_MAX_CONNS", value: "1", want: "FUNDUQ_DB_MAX_CONNS: want 0 (pgx's default) or at least 2 (provider queries get at most half), got 1"},
 		{key: "FUNDUQ_ADVERTISE_URL", value: "ws:/nohost", want: "FUNDUQ_ADVERTISE_URL"},
 		{key: "FUNDUQ_LOG_LEVEL", value: "loud", want: "FUNDUQ_LOG_LEVEL: cannot read"},
 		{key: "FUNDUQ_CONSOLE_TOKEN", value: "s3cret", want: "FUNDUQ_CONSOLE_TOKEN: want at least 16"},
