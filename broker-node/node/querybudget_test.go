@@ -114,6 +114,9 @@ func TestQueriesPastTheBudgetAreAnswered(t *testing.T) {
 	for _, f := range p.ReadBarrier() { // the read loop goes on
 		take(f)
 	}
+	for _, f := range p.Barrier() { // a query touching no storage takes no place
+		take(f)
+	}
 	for len(answers) < 3 {
 		_, f := p.Next()
 		take(f)
