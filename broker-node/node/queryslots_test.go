@@ -25,9 +25,9 @@ func TestOfferBehindWaitingQueriesIsNotUnanswered(t *testing.T) {
 	if f := p.Offer(); f.RunID != r {
 		t.Fatalf("offer %s, want %s", f.RunID, r)
 	}
-	// s read into its lane before the queries below take the broker's
-	// pool: its read would wait behind them for a connection, and s's
-	// offer past their own time limit.
+	// s read into its lane before the queries below: their waits are
+	// the only ones this test is about (they hold at most half the
+	// broker's pool, so its read would not wait behind them anyway).
 	h.Taken(s)
 
 	release := h.Hold(`LOCK TABLE thread_messages IN ACCESS EXCLUSIVE MODE`)
