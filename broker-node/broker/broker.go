@@ -1070,6 +1070,38 @@ func (b *Broker) count(ctx context.Context, key string, c store.Counter) {
 		b.log.ErrorContext(ctx, "could not record quality counter", "provider_key", key, "counter", string(c), "err", err)
 		return
 	}
+	b.counted(ctx, key, c, q, epoch)
+}
+
+// countForRun is count for abandoned and undelivered, which a run
+// contributes at most one of (design.md §Counters): the run's record says
+// whether it was counted already, by this leader or an earlier one.
+func (b *Broker) countForRun(ctx context.Context, key string, c store.Counter, runID string) {
+	b.mu.Lock()
+	epoch := b.epoch
+	b.mu.Unlock()
+	var q store.Quality
+	var counted bool
+	err := b.write(ctx, "count "+string(c), func() (err error) {
+		q, counted, err = b.st.BumpForRun(ctx, epoch, key, c, runID)
+		return err
+	})
+	if err != nil {
+		b.log.ErrorContext(ctx, "could not record quality counter", "provider_key", key, "counter", string(c),
+			"run_id", runID, "err", err)
+		return
+	}
+	if !counted {
+		b.log.InfoContext(ctx, "run counted against its provider already; not counted again", "provider_key", key,
+			"counter", string(c), "run_id", runID, "epoch", epoch)
+		return
+	}
+	b.counted(ctx, key, c, q, epoch)
+}
+
+// counted is what follows a count that landed: the metric, the log line,
+// and the withdrawal at tolerance (D6).
+func (b *Broker) counted(ctx context.Context, key string, c store.Counter, q store.Quality, epoch int64) {
 	b.metrics.quality.WithLabelValues(string(c)).Inc()
 	n := q.Get(c)
 	b.log.WarnContext(ctx, "provider behaved abnormally", "provider_key", key, "counter", string(c), "count", n,

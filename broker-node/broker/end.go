@@ -161,7 +161,7 @@ func (l *lane) failWith(ctx context.Context, reason run.Reason, countAbandoned, 
 	l.log.WarnContext(ctx, "run failed", "reason", string(reason))
 	ok := l.conclude(ctx, roundWrite{end: c})
 	if ok && abandonedBy != "" {
-		b.count(ctx, abandonedBy, store.Abandoned)
+		b.countForRun(ctx, abandonedBy, store.Abandoned, l.id)
 	}
 	return ok
 }

@@ -191,7 +191,7 @@ func (l *lane) onOrphanTimeout(ctx context.Context) {
 		l.noted = true
 		l.b.mu.Unlock()
 		if l.fail(ctx, run.ReasonProviderLeftHoldingIt, false) && first && !l.reportedEnd() {
-			b.count(ctx, key, store.Abandoned)
+			b.countForRun(ctx, key, store.Abandoned, l.id)
 		}
 		return
 	}

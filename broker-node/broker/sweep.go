@@ -36,7 +36,8 @@ func (b *Broker) sweepOnce(ctx context.Context) {
 	// freed place, a new run — and otherwise only this rarely, so a
 	// declining provider is never spun on.
 	nudge := !now.Before(b.lastNudge.Add(b.set.UnservedTimeout))
-	var undelivered []string
+	type held struct{ key, run string }
+	var undelivered []held
 	b.mu.Lock()
 	// provider_grace ended: a run still waiting for a provider expected
 	// back that did not come fails agent_offline now, not at the unserved
@@ -82,7 +83,7 @@ func (b *Broker) sweepOnce(ctx context.Context) {
 				l.q.push(storedEndCmd{})
 				continue
 			}
-			undelivered = append(undelivered, l.claimedBy.key)
+			undelivered = append(undelivered, held{l.claimedBy.key, l.id})
 			l.log.WarnContext(ctx, "claimed run not delivered within the window", l.keyAttr(l.claimedBy.key)...)
 			continue
 		}
@@ -128,8 +129,8 @@ func (b *Broker) sweepOnce(ctx context.Context) {
 		b.nudgeHeadsLocked()
 	}
 	b.mu.Unlock()
-	for _, key := range undelivered {
-		b.count(ctx, key, store.Undelivered)
+	for _, u := range undelivered {
+		b.countForRun(ctx, u.key, store.Undelivered, u.run)
 	}
 }
 

@@ -73,12 +73,12 @@ func TestMigrationBackfillsAddressedRunID(t *testing.T) {
 		plain.RunID:     `{"threadId":"t","runId":"r","forwardedProps":{"addressedRunId":"not funduq's"}}`,
 		broken.RunID:    `{"threadId":"t","runId":"r","forwardedProps":{"funduq":{"addressedRunId":"run-\u0000"}}}`,
 	}
-	// Back to schema 12: the column gone (and those of 00014 and 00015
+	// Back to schema 12: the column gone (and those of 00014 to 00016
 	// after it), the inputs as an older door wrote them.
 	pool := st.Pool()
-	if _, err := pool.Exec(ctx, `ALTER TABLE runs DROP COLUMN addressed_run_id, DROP COLUMN failure_by_provider;
+	if _, err := pool.Exec(ctx, `ALTER TABLE runs DROP COLUMN addressed_run_id, DROP COLUMN failure_by_provider, DROP COLUMN holding_counted;
 		ALTER TABLE threads DROP COLUMN cursor_key;
-		DELETE FROM goose_db_version WHERE version_id IN (13, 14, 15)`); err != nil {
+		DELETE FROM goose_db_version WHERE version_id IN (13, 14, 15, 16)`); err != nil {
 		t.Fatal(err)
 	}
 	for id, in := range inputs {

@@ -29,7 +29,8 @@ func TestEveryThreadHasItsOwnCursorKey(t *testing.T) {
 
 	// Back to schema 14: the column gone.
 	if _, err := pool.Exec(ctx, `ALTER TABLE threads DROP COLUMN cursor_key;
-		DELETE FROM goose_db_version WHERE version_id = 15`); err != nil {
+		ALTER TABLE runs DROP COLUMN holding_counted;
+		DELETE FROM goose_db_version WHERE version_id IN (15, 16)`); err != nil {
 		t.Fatal(err)
 	}
 	db, err := sql.Open("pgx", pool.Config().ConnString())
@@ -161,7 +162,8 @@ func TestCursorKeyMigrationDoesNotRewriteThreads(t *testing.T) {
 	}
 	for _, partly := range []bool{false, true} {
 		if _, err := pool.Exec(ctx, `ALTER TABLE threads DROP COLUMN cursor_key;
-			DELETE FROM goose_db_version WHERE version_id = 15`); err != nil {
+			ALTER TABLE runs DROP COLUMN holding_counted;
+			DELETE FROM goose_db_version WHERE version_id IN (15, 16)`); err != nil {
 			t.Fatal(err)
 		}
 		if partly {

@@ -96,6 +96,40 @@ func (s *Store) Bump(ctx context.Context, epoch int64, key string, c Counter) (Q
 	return q, err
 }
 
+// BumpForRun is Bump for a counter a run contributes to at most once
+// (abandoned, undelivered: design.md §Counters): it counts only when the
+// run has not been counted yet, marking it in the same transaction, so a
+// run counted under one leader is not counted again under the next.
+// counted is false when the run was counted already (q is then the record
+// unchanged) or does not exist.
+func (s *Store) BumpForRun(ctx context.Context, epoch int64, key string, c Counter, runID string) (q Quality, counted bool, err error) {
+	if c != Abandoned && c != Undelivered {
+		return Quality{}, false, fmt.Errorf("bump %s for run %s: %q is not counted per run", key, runID, c)
+	}
+	err = s.inTx(ctx, fmt.Sprintf("count %s against %s for run %s", c, key, runID), func(tx pgx.Tx) error {
+		if err := fence(ctx, tx, epoch); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE runs SET holding_counted = true WHERE run_id = $1 AND NOT holding_counted`, runID)
+		if err != nil {
+			return err
+		}
+		if counted = tag.RowsAffected() == 1; !counted {
+			q, err = scanQuality(tx.QueryRow(ctx, `SELECT `+qualityColumns+` FROM provider_quality WHERE provider_key = $1`, key))
+			if err == pgx.ErrNoRows {
+				q, err = Quality{ProviderKey: key}, nil
+			}
+			return err
+		}
+		q, err = scanQuality(tx.QueryRow(ctx, `
+			INSERT INTO provider_quality (provider_key, `+string(c)+`) VALUES ($1, 1)
+			ON CONFLICT (provider_key) DO UPDATE SET `+string(c)+` = provider_quality.`+string(c)+` + 1, updated_at = now()
+			RETURNING `+qualityColumns, key))
+		return err
+	})
+	return q, counted, err
+}
+
 // SetWithdrawn records (or, with withdrawn false, clears) a withdrawal.
 func (s *Store) SetWithdrawn(ctx context.Context, epoch int64, key string, withdrawn bool) error {
 	return s.inTx(ctx, "record withdrawal of "+key, func(tx pgx.Tx) error {

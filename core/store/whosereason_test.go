@@ -38,9 +38,9 @@ func TestMigrationMarksProviderReasons(t *testing.T) {
 	want[newRun(t, st).RunID] = false // queued
 
 	// Back to schema 13: the column gone (and 00015's after it).
-	if _, err := pool.Exec(ctx, `ALTER TABLE runs DROP COLUMN failure_by_provider;
+	if _, err := pool.Exec(ctx, `ALTER TABLE runs DROP COLUMN failure_by_provider, DROP COLUMN holding_counted;
 		ALTER TABLE threads DROP COLUMN cursor_key;
-		DELETE FROM goose_db_version WHERE version_id IN (14, 15)`); err != nil {
+		DELETE FROM goose_db_version WHERE version_id IN (14, 15, 16)`); err != nil {
 		t.Fatal(err)
 	}
 	db, err := sql.Open("pgx", pool.Config().ConnString())
