@@ -150,6 +150,9 @@ func (l *lane) tookClaim(ctx context.Context, ls *linkState, from run.Status) {
 // when ls holds the run, or the reason the report is refused.
 func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 	b := l.b
+	if l.keyAnswers(ls) {
+		l.answeredBy(ctx, ls)
+	}
 	if l.offer != nil && l.offer.link == ls {
 		l.offer.timer.Stop()
 		from := l.offer.recorded()

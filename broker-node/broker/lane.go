@@ -279,11 +279,44 @@ func (l *lane) answers(c command) bool {
 	case verdictCmd, lapseCmd, offeringDueCmd:
 		return true
 	case eventCmd:
-		return c.link == l.offer.link
+		return c.link == l.offer.link || l.keyAnswers(c.link)
 	case finishCmd:
-		return c.link == l.offer.link
+		return c.link == l.offer.link || l.keyAnswers(c.link)
 	case goneCmd:
 		return c.link == l.offer.link
 	}
 	return false
+}
+
+// keyAnswers reports whether a report from ls answers the offer that is
+// out though the offer went to another link: ls is a link of the offer's
+// key, and that key serves the run's agent. The key is the provider, and a
+// report from the key serving the agent, for a run with an offer out to
+// that key, claims it (design.md D15): a second process of the key that
+// answers in time has answered, where waiting for the offered link's
+// silence counted unanswered and then answered_late for one answer sent
+// in time.
+func (l *lane) keyAnswers(ls *linkState) bool {
+	o := l.offer
+	if o == nil || ls == o.link || ls.key != o.link.key {
+		return false
+	}
+	b := l.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.served[l.agent]
+	return s != nil && s.key == ls.key && !ls.withdrawn
+}
+
+// answeredBy moves the offer that is out to ls, a link of its key that
+// answered it (keyAnswers): the key's place stays taken, the link's count
+// moves with it.
+func (l *lane) answeredBy(ctx context.Context, ls *linkState) {
+	from := l.offer.link
+	b := l.b
+	b.mu.Lock()
+	b.holdLocked(l, l.claimedBy, ls)
+	b.mu.Unlock()
+	l.offer.link = ls
+	l.log.InfoContext(ctx, "offer answered by another link of its key", append(l.keyAttr(ls.key), "offered", from.id, "link", ls.id)...)
 }

@@ -213,6 +213,9 @@ func (l *lane) onVerdict(ctx context.Context, c verdictCmd) {
 		}
 		return
 	}
+	if c.v == wire.Accepted && l.keyAnswers(c.link) {
+		l.answeredBy(ctx, c.link) // another process of the key took it (D15)
+	}
 	if l.offer == nil || c.link != l.offer.link {
 		// An answer to an offer that is no longer out (it lapsed, or
 		// went to another link).

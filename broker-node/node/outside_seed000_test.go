@@ -51,3 +51,42 @@ func TestUndeliveredThenAbandonedAcrossATakeoverCountsOnce(t *testing.T) {
 		t.Fatalf("counted abandoned %d, undelivered %d for one run; want one count", abandoned, undelivered)
 	}
 }
+
+// D15: a report from the key serving the agent, for a run with an offer
+// out to that key, claims it. A provider with two processes (links) of
+// one key — each serving its own agent — whose other process answers the
+// offer within the delivery window answered in time: nothing is counted,
+// and the run is the answering link's.
+func TestOfferAnsweredByAnotherLinkOfTheKey(t *testing.T) {
+	for _, how := range []string{"ack", "event"} {
+		t.Run(how, func(t *testing.T) {
+			h := nodetest.Start(t, nil)
+			a := h.Connect(0xe1, nil)
+			a.Register("echo")
+			b := h.Connect(0xe1, nil)
+			b.Register("other") // a still serves echo: not replaced
+			id, thread := h.Door(a.Key, "echo", "", "hi")
+			if f := a.Offer(); f.RunID != id {
+				t.Fatalf("offer %s", f.RunID)
+			}
+			switch how {
+			case "ack":
+				b.Accept(id)
+			case "event":
+				b.Event(id, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, id))
+			}
+			b.ReadBarrier() // the broker has read b's answer
+			h.Settle()
+			h.Advance(5 * time.Second) // the delivery window passes
+			for _, f := range b.Barrier() {
+				t.Logf("b was sent: %s", f)
+			}
+			b.Complete(id, thread)
+			h.WaitStatus(id, run.Completed)
+			h.Settle()
+			if q := h.Quality(a.Key); q.Unanswered != 0 || q.AnsweredLate != 0 || q.Misdeclared != 0 {
+				t.Fatalf("answered in time by its key, yet counted: %+v", q)
+			}
+		})
+	}
+}
