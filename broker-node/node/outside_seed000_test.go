@@ -2,12 +2,14 @@ package node_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/wire"
 )
 
 // Seed 002: "Each run contributes at most one count [of abandoned and
@@ -86,6 +88,133 @@ func TestOfferAnsweredByAnotherLinkOfTheKey(t *testing.T) {
 			h.Settle()
 			if q := h.Quality(a.Key); q.Unanswered != 0 || q.AnsweredLate != 0 || q.Misdeclared != 0 {
 				t.Fatalf("answered in time by its key, yet counted: %+v", q)
+			}
+		})
+	}
+}
+
+// Seed 002: the same judgment for every counter — unanswered and
+// undelivered reaching the tolerance withdraw the key as misdeclared does
+// (TestWithdrawalAndTheWayBack); a run it holds still finishes over the
+// open link.
+func TestUnansweredAndUndeliveredWithdrawAtTolerance(t *testing.T) {
+	for _, counter := range []string{"unanswered", "undelivered"} {
+		t.Run(counter, func(t *testing.T) {
+			h := nodetest.Start(t, func(c *configBroker) { c.ProviderQualityTolerance = 1 })
+			p := h.Connect(0xe1, nil)
+			p.Register("echo")
+			id, thread := h.Door(p.Key, "echo", "", "hi")
+			p.Offer()
+			if counter == "unanswered" {
+				h.Settle()
+				h.Advance(5 * time.Second)
+			} else {
+				p.Accept(id)
+				h.WaitStatus(id, run.Running)
+				h.Settle()
+				h.Advance(1801 * time.Second)
+			}
+			h.Eventually("withdrawn", func() bool {
+				return len(h.Node.Broker.Snapshot().Served) == 0 && h.Quality(p.Key).WithdrawnAt != nil
+			})
+			expectWithdrawalNotice(t, p)
+			if counter == "unanswered" {
+				// Queued, the agent unserved: the ordinary no-provider road.
+				h.Advance(45 * time.Second)
+				if r := h.WaitStatus(id, run.Failed); r.FailureReason != string(run.ReasonNoProviderTookIt) {
+					t.Fatalf("failed %q, want no_provider_took_it", r.FailureReason)
+				}
+				return
+			}
+			p.Complete(id, thread)
+			h.WaitStatus(id, run.Completed)
+		})
+	}
+}
+
+// provider_quality_tolerance 0 disables withdrawal: a key that keeps
+// declining with room is counted every time and still served.
+func TestToleranceZeroWithdrawsNobody(t *testing.T) {
+	h := nodetest.Start(t, func(c *configBroker) { c.ProviderQualityTolerance = 0 })
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	id, thread := h.Door(p.Key, "echo", "", "hi")
+	for range 4 {
+		p.Offer()
+		p.Decline(id)
+		h.WaitStatus(id, run.Queued)
+		p.Register("echo") // a change: offered again
+	}
+	p.Offer()
+	p.Accept(id)
+	p.Complete(id, thread)
+	h.WaitStatus(id, run.Completed)
+	if q := h.Quality(p.Key); q.Misdeclared != 4 || q.WithdrawnAt != nil {
+		t.Fatalf("quality %+v, want 4 misdeclared and no withdrawal", q)
+	}
+}
+
+// Answers to an offer from a provider unlike our SDK (D15: every report is
+// taken or answered): an ack twice is taken; events before the ack claim
+// the run, and the ack behind them is taken; a finish with no ack and no
+// events claims and ends it (failed, provider_stream_ended_without_finishing);
+// a decline after the claim, or an ack after the end, is answered with an
+// error naming the run. None of it is counted.
+func TestOddAnswersToAnOffer(t *testing.T) {
+	for _, c := range []string{"ack twice", "events before ack", "finish without ack", "decline after claim", "ack after end"} {
+		t.Run(c, func(t *testing.T) {
+			h := nodetest.Start(t, nil)
+			p := h.Connect(0xe1, nil)
+			p.Register("echo")
+			id, thread := h.Door(p.Key, "echo", "", "hi")
+			p.Offer()
+			wantError := false
+			switch c {
+			case "ack twice":
+				p.Accept(id)
+				p.Accept(id)
+			case "events before ack":
+				p.Event(id, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, id))
+				p.Accept(id)
+			case "finish without ack":
+				p.Finish(id)
+				if r := h.WaitStatus(id, run.Failed); r.FailureReason != string(run.ReasonStreamEndedWithoutFinishing) {
+					t.Fatalf("failed %q", r.FailureReason)
+				}
+			case "decline after claim":
+				p.Accept(id)
+				p.Decline(id)
+				wantError = true
+			case "ack after end":
+				p.Accept(id)
+				p.Complete(id, thread)
+				h.WaitStatus(id, run.Completed)
+				p.Accept(id)
+				wantError = true
+			}
+			// An ack is answered by the run's lane, not by the query's
+			// barrier: the read loop hands everything on, the lanes settle,
+			// then the barrier follows what they sent.
+			got := p.ReadBarrier()
+			h.Settle()
+			got = append(got, p.Barrier()...)
+			if !wantError && len(got) > 0 {
+				t.Fatalf("unexpected frame: %s", got[0])
+			}
+			if wantError {
+				var e wire.Error
+				if len(got) != 1 || json.Unmarshal(got[0], &e) != nil || e.Type != wire.TypeError || e.RunID != id {
+					t.Fatalf("frames %q, want one error naming %s", got, id)
+				}
+			}
+			if c != "finish without ack" && c != "ack after end" {
+				h.WaitStatus(id, run.Running)
+				p.Complete(id, thread)
+				h.WaitStatus(id, run.Completed)
+			}
+			h.Settle()
+			if q := h.Quality(p.Key); charges(q) != 0 {
+				t.Fatalf("counted %+v", q)
 			}
 		})
 	}
