@@ -219,3 +219,34 @@ func TestOddAnswersToAnOffer(t *testing.T) {
 		})
 	}
 }
+
+// D2 across a takeover: a thread's head whose offer was out when the
+// leader went, and the run queued behind it, are offered by the next
+// leader in the order they came.
+func TestThreadOrderSurvivesATakeover(t *testing.T) {
+	a := nodetest.Start(t, func(c *configBroker) { c.ProviderGrace = 30 * time.Second })
+	b := a.Peer("node-b")
+	p := a.Connect(0xe1, nil)
+	p.Register("echo")
+	first, thread := a.Door(p.Key, "echo", "", "one")
+	if f := p.Offer(); f.RunID != first {
+		t.Fatalf("offer %s", f.RunID)
+	}
+	second, _ := a.Door(p.Key, "echo", thread, "two")
+	a.Taken(second)
+	p.None() // the second waits behind the unanswered first
+	a.Shutdown()
+	b.Eventually("the standby leads", b.Ready)
+	b.Taken(first)
+	b.Taken(second)
+	p2 := b.Connect(0xe1, nil)
+	p2.Register("echo")
+	if f := p2.Offer(); f.RunID != first {
+		t.Fatalf("first offer after the takeover is %s, want the thread's head %s", f.RunID, first)
+	}
+	p2.None() // the second still waits for the first's answer
+	p2.Accept(first)
+	if f := p2.Offer(); f.RunID != second {
+		t.Fatalf("second offer %s, want %s", f.RunID, second)
+	}
+}
