@@ -232,6 +232,10 @@ func (l *lane) onVerdict(ctx context.Context, c verdictCmd) {
 		l.claim(ctx, c.link, from, true)
 	case wire.Declined:
 		l.b.metrics.offers.WithLabelValues("declined").Inc()
+		// The key answered an offer of the run in time: a lapse before it
+		// was given up on and then answered, so its claim afterwards is a
+		// claim of a run it was not offered, not a late answer.
+		l.gaveUpOn = ""
 		// A link that took the agent out of service after the offer
 		// left (deleteAgent, a register without it) declines what it no
 		// longer serves: not a misdeclaration (design.md §Counters).

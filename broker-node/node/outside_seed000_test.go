@@ -250,3 +250,33 @@ func TestThreadOrderSurvivesATakeover(t *testing.T) {
 		t.Fatalf("second offer %s, want %s", f.RunID, second)
 	}
 }
+
+// answered_late counts a claim that arrives after funduq gave up waiting
+// for the offer (design.md §Counters). An offer that lapsed, then a later
+// offer of the run answered in time with a decline: the provider's report
+// for the run afterwards claims a queued run it was not offered, which
+// counts nothing — the offer funduq gave up on was offered again and
+// answered.
+func TestClaimAfterAnsweredReofferIsNotLate(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	id, thread := h.Door(p.Key, "echo", "", "hi")
+	p.Offer()
+	h.Settle()
+	h.Advance(5 * time.Second) // unanswered
+	h.WaitStatus(id, run.Queued)
+	p.Register("echo") // a change: offered again
+	if f := p.Offer(); f.RunID != id {
+		t.Fatalf("offer %s", f.RunID)
+	}
+	p.Decline(id) // answered in time: misdeclared (unlimited)
+	h.WaitStatus(id, run.Queued)
+	h.Eventually("the decline is counted", func() bool { return h.Quality(p.Key).Misdeclared == 1 })
+	p.Complete(id, thread) // it runs the run after all: a claim of a queued run
+	h.WaitStatus(id, run.Completed)
+	h.Settle()
+	if q := h.Quality(p.Key); q.Unanswered != 1 || q.Misdeclared != 1 || q.AnsweredLate != 0 || q.WithdrawnAt != nil {
+		t.Fatalf("counted %+v, want unanswered 1 and misdeclared 1 alone", q)
+	}
+}
