@@ -290,7 +290,7 @@ func (l *lane) answers(c command) bool {
 
 // keyAnswers reports whether a report from ls answers the offer that is
 // out though the offer went to another link: ls is a link of the offer's
-// key, and that key serves the run's agent. The key is the provider, and a
+// key serving agents of its own, and that key serves the run's agent. The key is the provider, and a
 // report from the key serving the agent, for a run with an offer out to
 // that key, claims it (design.md D15): a second process of the key that
 // answers in time has answered, where waiting for the offered link's
@@ -305,7 +305,10 @@ func (l *lane) keyAnswers(ls *linkState) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.served[l.agent]
-	return s != nil && s.key == ls.key && !ls.withdrawn
+	// A link that registered nothing is offered nothing, so it answers no
+	// offer: what it reports is a resend of its key's earlier rounds
+	// (design.md D7, §Open questions), read as ever.
+	return s != nil && s.key == ls.key && !ls.withdrawn && len(ls.names) > 0
 }
 
 // answeredBy moves the offer that is out to ls, a link of its key that

@@ -280,3 +280,30 @@ func TestClaimAfterAnsweredReofferIsNotLate(t *testing.T) {
 		t.Fatalf("counted %+v, want unanswered 1 and misdeclared 1 alone", q)
 	}
 }
+
+// A link of the key that registered nothing is offered nothing, so it
+// answers no offer: its ack for a run offered to the key's serving link is
+// refused naming the run, and the offered link's answer claims it.
+func TestLinkThatRegisteredNothingAnswersNoOffer(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	a := h.Connect(0xe1, nil)
+	a.Register("echo")
+	c := h.Connect(0xe1, nil) // registers nothing
+	id, thread := h.Door(a.Key, "echo", "", "hi")
+	a.Offer()
+	c.Accept(id)
+	got := c.ReadBarrier()
+	h.Settle()
+	got = append(got, c.Barrier()...)
+	var e wire.Error
+	if len(got) != 1 || json.Unmarshal(got[0], &e) != nil || e.Type != wire.TypeError || e.RunID != id {
+		t.Fatalf("frames %q, want one error naming %s", got, id)
+	}
+	a.Accept(id)
+	a.Complete(id, thread)
+	h.WaitStatus(id, run.Completed)
+	h.Settle()
+	if q := h.Quality(a.Key); charges(q) != 0 {
+		t.Fatalf("counted %+v", q)
+	}
+}
