@@ -206,7 +206,14 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
 		l.orphan = false
 		b.unlostHeldLocked(l)
 		b.holdLocked(l, ls, ls)
-		l.claimedAt = b.clock.Now()
+		if l.claimedAt.IsZero() {
+			// Re-adoption is no new acceptance: a run this leader saw
+			// claimed keeps its undelivered window from that claim, so a
+			// link that blips within the link grace does not start it
+			// again (design.md §Timers). A run read back at a takeover
+			// has no claim time here: its window starts now.
+			l.claimedAt = b.clock.Now()
+		}
 		if l.reserved == "" {
 			b.bucketFor(ls.key).inFlight++
 		}
