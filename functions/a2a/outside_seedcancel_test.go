@@ -1,6 +1,7 @@
 package a2a_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -203,4 +204,103 @@ func TestOutsideCancelWhileNoNodeLeads(t *testing.T) {
 	p2.Register("echo")
 	h2.WaitStatus(id, run.Cancelled)
 	p2.None()
+}
+
+// Seed 004, "What a run's final status is": an event with no type string
+// at all is malformed — the run fails with funduq's RUN_ERROR, the only
+// one on its record — while a run that reported its own RUN_ERROR fails
+// in the provider's words, its RUN_ERROR not doubled.
+func TestOutsideUntypedEventAndAProvidersOwnError(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	srv := startDoor(t, h, nil)
+	c := newClient(t, srv, p.Key, "echo", "")
+	runErrors := func(id string) []map[string]any {
+		var out []map[string]any
+		for _, e := range h.Events(id) {
+			if e["type"] == "RUN_ERROR" {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	for i, bad := range []string{`{"delta":"no type"}`, `{"type":5,"delta":"x"}`} {
+		task := c.send(c.message(fmt.Sprintf("m-%d", i), "hi", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+		id := task["id"].(string)
+		f := p.Offer()
+		p.Accept(id)
+		p.Event(id, runStarted(*f.ThreadID, id))
+		p.Event(id, bad)
+		r := h.WaitStatus(id, run.Failed)
+		if r.FailureReason != string(run.ReasonMalformedEvent) || r.FailureByProvider {
+			t.Fatalf("%s: failed %q (by provider %v)", bad, r.FailureReason, r.FailureByProvider)
+		}
+		if errs := runErrors(id); len(errs) != 1 || errs[0]["code"] != string(run.ReasonMalformedEvent) {
+			t.Fatalf("%s: RUN_ERRORs %v", bad, errs)
+		}
+		if g := c.ok("tasks/get", map[string]any{"id": id}); stateOf(g) != "failed" {
+			t.Fatalf("%s: task %v", bad, g)
+		}
+		p.Barrier() // the refusal of the bad event, if any, is read
+	}
+	task := c.send(c.message("own", "hi", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+	id := task["id"].(string)
+	f := p.Offer()
+	p.Accept(id)
+	p.Event(id, runStarted(*f.ThreadID, id))
+	p.Event(id, `{"type":"RUN_ERROR","message":"the model is down","code":"upstream_down"}`)
+	p.Finish(id)
+	r := h.WaitStatus(id, run.Failed)
+	if !r.FailureByProvider {
+		t.Fatalf("failed %q, not in the provider's words", r.FailureReason)
+	}
+	if errs := runErrors(id); len(errs) != 1 || errs[0]["code"] != "upstream_down" {
+		t.Fatalf("RUN_ERRORs %v", errs)
+	}
+}
+
+// Seed 001, "Topology": a delegation is two runs linked by lineage, and
+// cancelling the parent does not cancel the child — the delegating agent
+// decides that. The child (a task whose message references the parent)
+// keeps running and its provider hears no cancel for it.
+func TestOutsideCancellingAParentLeavesItsChild(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	srv := startDoor(t, h, nil)
+	c := newClient(t, srv, p.Key, "echo", "")
+	parent := c.send(c.message("par-1", "delegate", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+	pid := parent["id"].(string)
+	fp := p.Offer()
+	p.Accept(pid)
+	p.Event(pid, runStarted(*fp.ThreadID, pid))
+	h.WaitStatus(pid, run.Running)
+	child := c.send(c.message("chi-1", "sub-task", map[string]any{"referenceTaskIds": []string{pid}}),
+		map[string]any{"configuration": map[string]any{"blocking": false}})
+	cid := child["id"].(string)
+	fc := p.Offer()
+	if fc.RunID != cid {
+		t.Fatalf("offered %s, want the child %s", fc.RunID, cid)
+	}
+	p.Accept(cid)
+	p.Event(cid, runStarted(*fc.ThreadID, cid))
+	h.WaitStatus(cid, run.Running)
+	c.ok("tasks/cancel", map[string]any{"id": pid})
+	var cf wire.Cancel
+	p.Expect(wire.TypeCancel, &cf)
+	if cf.RunID != pid {
+		t.Fatalf("cancel frame for %s, want the parent %s", cf.RunID, pid)
+	}
+	p.None()
+	p.Finish(pid)
+	h.WaitStatus(pid, run.Cancelled)
+	if st := h.Run(cid).Status; st != run.Running {
+		t.Fatalf("the child is %s after its parent's cancel", st)
+	}
+	if g := c.ok("tasks/get", map[string]any{"id": cid}); stateOf(g) != "working" || marker(g) {
+		t.Fatalf("child task %v", g)
+	}
+	p.Complete(cid, *fc.ThreadID)
+	h.WaitStatus(cid, run.Completed)
 }
