@@ -57,11 +57,17 @@ func (b *Broker) take(r store.Run, readBack bool) {
 	// that served the agent when the previous leader went away. With a
 	// provider_grace, it waits at most until the grace ends (the sweep).
 	inGrace := b.clock.Now().Before(b.takeoverAt.Add(b.set.ProviderGrace))
-	waiting := (readBack || inGrace) && b.expected[l.agent]
-	if readBack && b.set.ProviderGrace <= 0 {
-		waiting = true // no grace: read-back runs take the unserved clock
-	}
+	expected := b.expected[l.agent]
+	waiting := (readBack || inGrace) && expected
 	l.graceWait = waiting && inGrace
+	if readBack && (b.set.ProviderGrace <= 0 || !expected) {
+		// A run read back was waiting when the previous leader went away
+		// (or was queued while nobody led): it waits on, on the unserved
+		// clock from the takeover (D7, seed 001), for a provider that
+		// left before the takeover to come back. Only a run arriving
+		// around the takeover for an agent nobody served fails at once.
+		waiting = true
+	}
 	// Its agent's link was lost without a close frame moments ago: the
 	// key is expected back within the link grace (D5), so the run waits
 	// that long rather than failing agent_offline while it reconnects.
