@@ -55,7 +55,11 @@ func TestOutsideCancelDuringAnUnansweredOffer(t *testing.T) {
 // Seed 004: a cancel during an offer, the offer's link lost without a
 // close frame. The run is nobody's (D5 hands the offer back), so the
 // cancel ends it; the provider re-attaching and acking the run it may
-// have taken is told the run has ended, and is offered nothing.
+// have taken is told the run has ended, and is offered nothing. (The ack
+// the lost link may have carried is not waited for: funduq decides
+// without it, where seed 004 would ask a provider that took the run to
+// stop. The provider is told, by the refusal, and nothing contradicts the
+// recorded end; this pins today's answer.)
 func TestOutsideCancelDuringAnOfferWhoseLinkIsLost(t *testing.T) {
 	h := nodetest.Start(t, func(c *config.Broker) { c.LinkGrace = 5 * time.Second })
 	p := h.Connect(0xe1, nil)
