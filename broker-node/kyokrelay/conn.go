@@ -15,6 +15,9 @@ type conn struct {
 	log *slog.Logger
 	// deadline is the register deadline (Relay.ServeHTTP).
 	deadline *wsconn.RegisterDeadline
+	// pending gives the link's place among those not registered back
+	// (Relay.Pending); idempotent.
+	pending func()
 
 	// Guarded by Relay.mu.
 	names map[string]bool // the offerings this link registered
@@ -26,7 +29,8 @@ type conn struct {
 
 func newConn(ws *websocket.Conn, key string, log *slog.Logger) *conn {
 	return &conn{Conn: wsconn.New(ws, "LLM provider is not reading its link"), key: key, log: log,
-		names: map[string]bool{}, inflight: map[string]*completion{}, deadline: &wsconn.RegisterDeadline{}}
+		names: map[string]bool{}, inflight: map[string]*completion{}, deadline: &wsconn.RegisterDeadline{},
+		pending: func() {}}
 }
 
 // send queues frame for the writer; a full queue closes the link.

@@ -33,6 +33,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/broker-node/handshake"
+	"github.com/funduq/funduq-go/broker-node/wsconn"
 	"github.com/funduq/funduq-go/core/backoff"
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/kyok"
@@ -87,6 +88,9 @@ type Relay struct {
 	// MaxMetadataBytes caps a register's metadata (config
 	// FUNDUQ_MAX_AGENT_CARD_BYTES; 0: DefaultMaxMetadataBytes).
 	MaxMetadataBytes int
+	// Pending bounds the links that have not registered, shared with the
+	// provider links (config FUNDUQ_MAX_PENDING_LINKS); nil: no bound.
+	Pending *wsconn.Pending
 
 	// roster orders the durable roster's writes (register, a link's
 	// teardown) with the in-memory served map they follow: a teardown

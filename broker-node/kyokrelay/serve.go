@@ -51,6 +51,14 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		r.upgrader.CheckOrigin = func(*http.Request) bool { return true } // providers are not browsers
 		r.upgrader.Error = wsconn.RefuseUpgrade
 	})
+	// Counted pending until it registers or ends, as a provider link is
+	// (link.Server); past the bound refused before anything is spent.
+	release, ok := r.Pending.Admit(w)
+	if !ok {
+		r.log().Debug("LLM provider link refused: FUNDUQ_MAX_PENDING_LINKS links have not registered", "remote", req.RemoteAddr)
+		return
+	}
+	defer release()
 	ws, err := r.upgrader.Upgrade(w, req, nil)
 	if err != nil {
 		return
@@ -64,6 +72,7 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	c := newConn(ws, res.PublicKey, r.log().With("llm_provider_key", res.PublicKey))
+	c.pending = release
 	writerDone := make(chan struct{})
 	r.mu.Lock()
 	if !r.leading {
@@ -83,6 +92,7 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	})
 	go c.Writer(writerDone)
 	r.readLoop(c)
+	release()
 	c.deadline.Stop()
 	r.detach(c)
 	c.CloseWith(websocket.CloseNormalClosure, "")
@@ -295,6 +305,7 @@ func (r *Relay) register(ctx context.Context, c *conn, f wire.RegisterModels) {
 	}
 	c.log.Info("LLM offerings registered", "models", names)
 	c.deadline.Met() // before the provider reads that it registered
+	c.pending()      // and no longer pending
 	r.send(c, wire.Registered{Type: wire.TypeRegistered, Names: names})
 }
 

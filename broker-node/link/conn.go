@@ -18,10 +18,13 @@ type Conn struct {
 	log *slog.Logger
 	// deadline is the register deadline (Server.serve).
 	deadline *wsconn.RegisterDeadline
+	// pending gives the link's place among those not registered back
+	// (Server.Pending); idempotent.
+	pending func()
 }
 
 func newConn(ws *websocket.Conn, key string, log *slog.Logger) *Conn {
-	return &Conn{Conn: wsconn.New(ws, "provider is not reading its link"), key: key, log: log, deadline: &wsconn.RegisterDeadline{}}
+	return &Conn{Conn: wsconn.New(ws, "provider is not reading its link"), key: key, log: log, deadline: &wsconn.RegisterDeadline{}, pending: func() {}}
 }
 
 // Key is the provider's public key.

@@ -47,6 +47,9 @@ type Server struct {
 	Clock clockwork.Clock
 	// QueryTimeout overrides a query's time limit (0: queryTimeout).
 	QueryTimeout time.Duration
+	// Pending bounds the links that have not registered, shared with
+	// the KYOK relay (config FUNDUQ_MAX_PENDING_LINKS); nil: no bound.
+	Pending *wsconn.Pending
 
 	wg       sync.WaitGroup
 	once     sync.Once
@@ -79,8 +82,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Write buffers only while writing: an idle link holds none.
 		s.upgrader.WriteBufferPool = &writeBuffers
 	})
+	// A link is counted pending from before its upgrade until it
+	// registers or ends; past the bound it is refused here, before the
+	// upgrade and the handshake cost anything (its ticket included).
+	release, ok := s.Pending.Admit(w)
+	if !ok {
+		s.Log.Debug("provider link refused: FUNDUQ_MAX_PENDING_LINKS links have not registered", "remote", r.RemoteAddr)
+		return
+	}
 	ws, err := s.upgrader.Upgrade(w, r, nil)
 	if err != nil {
+		release()
 		return // the upgrader answered the client
 	}
 	s.wg.Add(1)
@@ -89,6 +101,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.Log.Info("provider handshake refused", "remote", r.RemoteAddr, "err", err)
 		_ = ws.Close()
+		release()
 		s.wg.Done()
 		return
 	}
@@ -97,14 +110,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// link holds only what it needs.
 	go func() {
 		defer s.wg.Done()
-		s.serve(ws, res)
+		s.serve(ws, res, release)
 	}()
 }
 
-// serve runs one handshaken link until it closes.
-func (s *Server) serve(ws *websocket.Conn, res handshake.Result) {
+// serve runs one handshaken link until it closes. release gives its
+// pending place back (at its first register, or its end).
+func (s *Server) serve(ws *websocket.Conn, res handshake.Result, release func()) {
+	defer release()
 	log := s.Log.With("provider_key", res.PublicKey)
 	c := newConn(ws, res.PublicKey, log)
+	c.pending = release
 	c.Ping = s.PingInterval
 	if err := s.Broker.Attach(c, res.MaxConcurrentRuns); err != nil {
 		c.CloseWith(websocket.CloseTryAgainLater, "this funduq node is not the leader; reconnect")
@@ -124,6 +140,7 @@ func (s *Server) serve(ws *websocket.Conn, res handshake.Result) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var queries sync.WaitGroup
 	lost := s.readLoop(ctx, c, &queries)
+	c.pending() // ended: whatever follows is its goodbye
 	c.ReadDone()
 	c.deadline.Stop()
 	// A link closed for not registering was not left on purpose: whatever
@@ -285,8 +302,10 @@ func (s *Server) handle(ctx context.Context, c *Conn, frame any, querySlots chan
 
 func (s *Server) register(ctx context.Context, c *Conn, f wire.Register) {
 	err := s.Broker.Register(ctx, c, f.Agents, f.ProviderName, func(names []string) {
-		// Registered: the deadline is over before the provider reads so.
+		// Registered: the deadline is over, and the link no longer
+		// pending, before the provider reads so.
 		c.deadline.Met()
+		c.pending()
 		s.send(c, wire.Registered{Type: wire.TypeRegistered, Names: names})
 	})
 	if err != nil {

@@ -154,13 +154,21 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 		n.retention = &retention.Cleaner{Store: st, Retention: cfg.Retention, Batch: cfg.RetentionBatch,
 			Log: log, Metrics: retention.NewMetrics(reg)}
 	}
+	// One bound over both link endpoints (design.md §The provider wire,
+	// "Admission").
+	pendingRefused := prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_links_refused_pending_total",
+		Help: "Link upgrades (/ws/provider, /ws/kyok) refused because FUNDUQ_MAX_PENDING_LINKS links had not registered."})
+	pending := &wsconn.Pending{Max: cfg.MaxPendingLinks, Refused: pendingRefused.Inc}
+	reg.MustRegister(pendingRefused, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "funduq_links_pending",
+		Help: "Links (/ws/provider, /ws/kyok) in the handshake or welcomed and not registered yet."},
+		func() float64 { return float64(pending.Count()) }))
 	n.links = &link.Server{Broker: b, Funduq: signer, Tickets: n.tickets, Log: log,
 		NotLeading: http.HandlerFunc(n.notLeading), MaxFrame: cfg.MaxFrame, PingInterval: o.LinkPingInterval,
-		RegisterDeadline: cfg.RegisterDeadline, Clock: o.Clock, QueryTimeout: o.QueryTimeout}
+		RegisterDeadline: cfg.RegisterDeadline, Clock: o.Clock, QueryTimeout: o.QueryTimeout, Pending: pending}
 	n.kyok = &kyokrelay.Relay{Store: st, Redis: rdb, Prefix: prefix, Funduq: signer, Tickets: n.tickets, Log: log,
 		NotLeading: http.HandlerFunc(n.notLeading), GapTimeout: o.KyokGap, Block: o.KyokBlock,
 		MaxConcurrent: cfg.KyokMaxConcurrent, MaxFrame: cfg.MaxFrame, RegisterDeadline: cfg.RegisterDeadline, Clock: o.Clock,
-		MaxModels: cfg.MaxAgentsPerRegister, MaxMetadataBytes: cfg.MaxAgentCardBytes}
+		MaxModels: cfg.MaxAgentsPerRegister, MaxMetadataBytes: cfg.MaxAgentCardBytes, Pending: pending}
 	n.elector = &lease.Elector{Lease: lease.New(rdb, LeaseKey(prefix), cfg.NodeID, cfg.LeaseTTL),
 		Channel: LeaseChannel(prefix), Log: log, Lead: n.leadUnder}
 	n.mux = http.NewServeMux()

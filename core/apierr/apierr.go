@@ -20,6 +20,9 @@ const (
 	CodeRateLimited      = "rate_limited"
 	CodeUnavailable      = "storage_unavailable"
 	CodeNotLeader        = "not_leader"
+	// CodePendingLinksFull: the leader holds FUNDUQ_MAX_PENDING_LINKS
+	// links that have not registered; a provider tries again later.
+	CodePendingLinksFull = "too_many_pending_links"
 	CodeInternal         = "internal"
 )
 

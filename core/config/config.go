@@ -151,6 +151,17 @@ type BrokerLimits struct {
 	// link grace, or which the previous leader served within the provider
 	// grace, keep their places; nothing served is ever withdrawn for it.
 	MaxServedAgents int `env:"FUNDUQ_MAX_SERVED_AGENTS" envDefault:"100000"`
+	// MaxPendingLinks caps the links on /ws/provider and /ws/kyok together
+	// that have not registered yet (in the handshake, or welcomed and
+	// within FUNDUQ_REGISTER_DEADLINE) (design.md §The provider wire,
+	// "Admission"): an upgrade past it is refused 503 with Retry-After
+	// before anything is spent, its ticket included. A link that
+	// registered is not counted. An honest link is pending for the
+	// milliseconds of its handshake and register, so 1024 admits a fleet
+	// reconnecting at once in waves, while a stranger's keys, each
+	// holding links until the deadline, hold at most that many sockets,
+	// goroutines and buffers.
+	MaxPendingLinks int `env:"FUNDUQ_MAX_PENDING_LINKS" envDefault:"1024"`
 }
 
 func (l BrokerLimits) validate() error {
@@ -167,6 +178,7 @@ func (l BrokerLimits) validate() error {
 		{"FUNDUQ_MAX_AGENT_CARD_BYTES", int64(l.MaxAgentCardBytes)},
 		{"FUNDUQ_MAX_REGISTER_BYTES", int64(l.MaxRegisterBytes)},
 		{"FUNDUQ_MAX_SERVED_AGENTS", int64(l.MaxServedAgents)},
+		{"FUNDUQ_MAX_PENDING_LINKS", int64(l.MaxPendingLinks)},
 	} {
 		if v.n <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive, got %d", v.name, v.n))

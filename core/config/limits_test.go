@@ -18,7 +18,7 @@ func TestLimitDefaults(t *testing.T) {
 	}
 	want := config.BrokerLimits{MaxFrame: 8 << 20, MaxEventsPerRun: 100000, MaxEventBytes: 1 << 20, TicketsPerMinute: 60, KyokMaxConcurrent: 16,
 		MaxAgentsPerRegister: 256, MaxAgentDescriptionBytes: 16 << 10, MaxAgentCardBytes: 64 << 10, MaxRegisterBytes: 1 << 20,
-		MaxServedAgents: 100000}
+		MaxServedAgents: 100000, MaxPendingLinks: 1024}
 	if b.BrokerLimits != want {
 		t.Fatalf("broker limits %+v, want %+v", b.BrokerLimits, want)
 	}
@@ -43,7 +43,7 @@ func TestLimitsMustBePositive(t *testing.T) {
 	}
 	for _, key := range []string{"FUNDUQ_MAX_FRAME_BYTES", "FUNDUQ_MAX_EVENTS_PER_RUN", "FUNDUQ_MAX_EVENT_BYTES", "FUNDUQ_TICKETS_PER_MINUTE", "FUNDUQ_KYOK_MAX_CONCURRENT",
 		"FUNDUQ_MAX_AGENTS_PER_REGISTER", "FUNDUQ_MAX_AGENT_DESCRIPTION_BYTES", "FUNDUQ_MAX_AGENT_CARD_BYTES", "FUNDUQ_MAX_REGISTER_BYTES",
-		"FUNDUQ_MAX_SERVED_AGENTS"} {
+		"FUNDUQ_MAX_SERVED_AGENTS", "FUNDUQ_MAX_PENDING_LINKS"} {
 		e := good()
 		e[key] = "-1"
 		if _, err := config.ParseBroker(e, config.Host{}); err == nil || !strings.Contains(err.Error(), key) {
