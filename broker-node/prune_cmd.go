@@ -13,11 +13,14 @@ import (
 	"github.com/funduq/funduq-go/core/store"
 )
 
-const pruneUsage = `usage: broker-node prune --older-than DURATION (at least 1h, e.g. 720h) [--dry-run] [--batch 1-10000]
+const pruneUsage = `usage: broker-node prune --older-than DURATION (at least 1h, e.g. 720h) [--agents-older-than DURATION] [--dry-run] [--batch 1-10000]
+       broker-node prune --agents-older-than DURATION (at least 1h, e.g. 168h) [--dry-run] [--batch 1-10000]
 
---older-than  delete settled runs (completed, failed, cancelled) that settled longer ago than this
---dry-run     print what would be deleted and delete nothing
---batch       runs per transaction (default 500)
+--older-than         delete settled runs (completed, failed, cancelled) that settled longer ago than this
+--agents-older-than  delete the agents nobody has served for longer than this and no thread or run
+                     names, and the providers left with no agent, offering or quality counters
+--dry-run            print what would be deleted and delete nothing
+--batch              runs, or provider keys, per transaction (default 500)
 `
 
 // pruneCmd is `broker-node prune --older-than D [--dry-run] [--batch N]`:
@@ -25,8 +28,9 @@ const pruneUsage = `usage: broker-node prune --older-than DURATION (at least 1h,
 func pruneCmd(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("prune", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // its errors are printed below, once, with the usage
-	var olderThan time.Duration
+	var olderThan, agentsOlderThan time.Duration
 	fs.Var((*durationFlag)(&olderThan), "older-than", "delete settled runs that settled longer ago than this (e.g. 720h); at least 1h")
+	fs.Var((*durationFlag)(&agentsOlderThan), "agents-older-than", "delete the records nobody has served for longer than this (e.g. 168h); at least 1h")
 	dry := fs.Bool("dry-run", false, "print what would be deleted and delete nothing")
 	batch := fs.Int("batch", 500, "runs per transaction")
 	// Name the mistake before any store is touched, as lease does: the
@@ -46,10 +50,12 @@ func pruneCmd(ctx context.Context, args []string, environ map[string]string, std
 		return refuse("%v", err)
 	case fs.NArg() > 0:
 		return refuse("unexpected argument %q", fs.Arg(0))
-	case !set["older-than"]:
-		return refuse("--older-than is required")
-	case olderThan < time.Hour:
+	case !set["older-than"] && !set["agents-older-than"]:
+		return refuse("--older-than is required (or --agents-older-than alone, for records only)")
+	case set["older-than"] && olderThan < time.Hour:
 		return refuse("--older-than %s is under 1h", olderThan)
+	case set["agents-older-than"] && agentsOlderThan < time.Hour:
+		return refuse("--agents-older-than %s is under 1h", agentsOlderThan)
 	case *batch < 1 || *batch > 10000:
 		return refuse("--batch %d is outside 1-10000", *batch)
 	}
@@ -68,24 +74,43 @@ func pruneCmd(ctx context.Context, args []string, environ map[string]string, std
 	if err := st.CheckSchema(ctx); err != nil {
 		return err
 	}
-	cutoff := time.Now().Add(-olderThan)
+	now := time.Now()
+	cutoff, agentsCutoff := now.Add(-olderThan), now.Add(-agentsOlderThan)
 	print := func(verb string, p store.Pruned) {
-		fmt.Fprintf(stdout, "%s settled before %s (older than %s): %d runs, %d events, %d messages, %d answer requests, %d threads\n",
-			verb, cutoff.UTC().Format(time.RFC3339), olderThan, p.Runs, p.Events, p.Messages, p.AnswerRequests, p.Threads)
+		if olderThan > 0 {
+			fmt.Fprintf(stdout, "%s settled before %s (older than %s): %d runs, %d events, %d messages, %d answer requests, %d threads\n",
+				verb, cutoff.UTC().Format(time.RFC3339), olderThan, p.Runs, p.Events, p.Messages, p.AnswerRequests, p.Threads)
+		}
+		if agentsOlderThan > 0 {
+			fmt.Fprintf(stdout, "%s unserved since before %s (older than %s): %d agents, %d providers\n",
+				verb, agentsCutoff.UTC().Format(time.RFC3339), agentsOlderThan, p.Agents, p.Providers)
+		}
 	}
 	if *dry {
-		p, err := st.PrunePreview(ctx, cutoff)
-		if err != nil {
-			return err
+		var p store.Pruned
+		if olderThan > 0 {
+			if p, err = st.PrunePreview(ctx, cutoff); err != nil {
+				return err
+			}
+		}
+		if agentsOlderThan > 0 {
+			r, err := st.PruneRecordsPreview(ctx, agentsCutoff)
+			if err != nil {
+				return err
+			}
+			p.Agents, p.Providers = r.Agents, r.Providers
 		}
 		print("would delete", p)
-		fmt.Fprintln(stdout, "(threads: those left empty; a parent thread is counted once its children are gone, on a later pass)")
+		if olderThan > 0 {
+			fmt.Fprintln(stdout, "(threads: those left empty; a parent thread is counted once its children are gone, on a later pass)")
+		}
 		return nil
 	}
-	c := &retention.Cleaner{Store: st, Retention: olderThan, Batch: *batch, Log: log, Now: func() time.Time { return cutoff.Add(olderThan) }}
+	c := &retention.Cleaner{Store: st, Retention: olderThan, AgentRetention: agentsOlderThan, Batch: *batch, Log: log,
+		Now: func() time.Time { return now }}
 	p, err := c.Pass(ctx)
 	if err != nil {
-		if p.Runs > 0 {
+		if p != (store.Pruned{}) {
 			print("deleted, before the error,", p)
 		}
 		return err

@@ -65,7 +65,37 @@ func TestPruneCommand(t *testing.T) {
 	if !strings.Contains(out.String(), "deleted settled before") || !strings.Contains(out.String(), ": 2 runs, 3 events, 0 messages, 0 answer requests, 2 threads") || count() != 1 {
 		t.Fatalf("prune printed %q, %d runs left", out.String(), count())
 	}
-	for _, args := range [][]string{{"prune"}, {"prune", "--older-than", "10m"}, {"prune", "--older-than", "720h", "extra"}, {"prune", "--bogus"}} {
+
+	// --agents-older-than alone: a stranger's records nobody served for 8
+	// days go; the agent the kept run names stays.
+	stranger := strings.Repeat("d4", 32)
+	for _, q := range []string{
+		`INSERT INTO providers (public_key, fingerprint, first_seen_at, updated_at) VALUES ($1, 'd4d4d4d4d4d4d4d4', now() - interval '8 days', now() - interval '8 days')`,
+		`INSERT INTO agents (provider_key, name, last_seen_at, unserved_since) VALUES ($1, 'x', now() - interval '8 days', now() - interval '8 days')`,
+		`UPDATE agents SET last_seen_at = now() - interval '8 days' WHERE provider_key <> $1`,
+	} {
+		if _, err := st.Pool().Exec(ctx, q, stranger); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out.Reset()
+	if code := run([]string{"prune", "--agents-older-than", "168h", "--dry-run"}, env, &out, &errb); code != 0 {
+		t.Fatalf("records dry run: exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "would delete unserved since before") || !strings.Contains(out.String(), ": 1 agents, 1 providers") || strings.Contains(out.String(), "runs") {
+		t.Fatalf("records dry run printed %q", out.String())
+	}
+	out.Reset()
+	if code := run([]string{"prune", "--agents-older-than", "168h"}, env, &out, &errb); code != 0 {
+		t.Fatalf("records prune: exit %d: %s", code, errb.String())
+	}
+	var agents int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM agents`).Scan(&agents); err != nil || agents != 1 || count() != 1 ||
+		!strings.Contains(out.String(), ": 1 agents, 1 providers") {
+		t.Fatalf("records prune printed %q; %d agents, %d runs left (%v)", out.String(), agents, count(), err)
+	}
+	for _, args := range [][]string{{"prune"}, {"prune", "--older-than", "10m"}, {"prune", "--older-than", "720h", "extra"}, {"prune", "--bogus"},
+		{"prune", "--agents-older-than", "10m"}} {
 		errb.Reset()
 		if code := run(args, env, &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, errb.String())

@@ -57,7 +57,8 @@ type Node struct {
 	// IntakePoll overrides the intake safety poll (tests).
 	IntakePoll time.Duration
 
-	// retention is the leader's pruning of settled runs (nil when off).
+	// retention is the leader's pruning of settled runs and unserved
+	// records (nil when both are off).
 	retention *retention.Cleaner
 }
 
@@ -150,9 +151,9 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 			EventBacklog: cfg.LinkEventBacklog, EventBacklogBytes: cfg.LinkEventBacklogBytes}})
 	n := &Node{cfg: cfg, log: log, st: st, rdb: rdb, signer: signer, tickets: tickets.New(rdb, prefix),
 		Broker: b, registry: reg, prefix: prefix}
-	if cfg.Retention > 0 {
-		n.retention = &retention.Cleaner{Store: st, Retention: cfg.Retention, Batch: cfg.RetentionBatch,
-			Log: log, Metrics: retention.NewMetrics(reg)}
+	if cfg.Retention > 0 || cfg.AgentRetention > 0 {
+		n.retention = &retention.Cleaner{Store: st, Retention: cfg.Retention, AgentRetention: cfg.AgentRetention,
+			Batch: cfg.RetentionBatch, Log: log, Metrics: retention.NewMetrics(reg)}
 	}
 	// One bound over both link endpoints (design.md §The provider wire,
 	// "Admission").

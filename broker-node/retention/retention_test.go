@@ -182,3 +182,52 @@ func TestPassStoppedMidBatchIsNoFailure(t *testing.T) {
 		t.Fatalf("runs left after the stopped pass: %d %v, want all 3 (its batch rolled back)", n, err)
 	}
 }
+
+// With AgentRetention, a pass also deletes the agents and providers
+// records nobody has served for that long and no conversation names, in
+// batches of keys, and counts them; runs are kept when Retention is 0.
+func TestPassDeletesUnservedRecords(t *testing.T) {
+	st := storetest.Store(t)
+	ctx := context.Background()
+	kept := Seed(t, st, 1, time.Now().Add(-31*24*time.Hour)) // echo of providerKey, with a conversation
+	strangers := []string{
+		"b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1b1",
+		"c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1c1",
+		"d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1d1",
+	}
+	for _, k := range append(strangers, providerKey) {
+		if k != providerKey {
+			if _, err := st.Pool().Exec(ctx, `INSERT INTO providers (public_key, fingerprint) VALUES ($1, $2)`, k, k[:16]); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"x", "y"} {
+				if _, err := st.Pool().Exec(ctx, `INSERT INTO agents (provider_key, name) VALUES ($1, $2)`, k, name); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if _, err := st.Pool().Exec(ctx, `UPDATE agents SET last_seen_at = now() - interval '8 days', unserved_since = now() - interval '8 days'
+			WHERE provider_key = $1`, k); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Pool().Exec(ctx, `UPDATE providers SET first_seen_at = now() - interval '8 days', updated_at = now() - interval '8 days'
+			WHERE public_key = $1`, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := &retention.Cleaner{Store: st, AgentRetention: 168 * time.Hour, Batch: 2, Metrics: retention.NewMetrics(nil)}
+	p, err := c.Pass(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p != (store.Pruned{Agents: 6, Providers: 3}) {
+		t.Fatalf("pass deleted %+v, want 6 agents and 3 providers", p)
+	}
+	if a, pr := value(c.Metrics.Deleted.WithLabelValues("agents")), value(c.Metrics.Deleted.WithLabelValues("providers")); a != 6 || pr != 3 {
+		t.Errorf("deleted{agents} %v, {providers} %v", a, pr)
+	}
+	var n int
+	if err := st.Pool().QueryRow(ctx, `SELECT (SELECT count(*) FROM runs WHERE run_id = $1) + (SELECT count(*) FROM agents)`, kept[0]).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("the run and the agent it names: %d rows %v, want both", n, err)
+	}
+}

@@ -226,6 +226,12 @@ type Broker struct {
 	// batches of RetentionBatch runs; 0 keeps everything.
 	Retention      time.Duration `env:"FUNDUQ_RETENTION" envDefault:"0"`
 	RetentionBatch int           `env:"FUNDUQ_RETENTION_BATCH" envDefault:"500"`
+	// AgentRetention has the leader delete the agents records nobody has
+	// served for that long and no thread or run names, and the providers
+	// records left with nothing (design.md D8); 0 keeps them. Its default
+	// is FUNDUQ_AGENTS_HIDDEN_AFTER's: a record goes once GET /agents no
+	// longer lists it, so set it no shorter than the doors' setting.
+	AgentRetention time.Duration `env:"FUNDUQ_AGENT_RETENTION" envDefault:"168h"`
 	// PprofAddr, when set, serves net/http/pprof on its own listener
 	// (loopback only, say 127.0.0.1:6060). Off by default.
 	PprofAddr string `env:"FUNDUQ_PPROF_ADDR"`
@@ -296,6 +302,9 @@ func ParseBroker(environ map[string]string, host Host) (Broker, error) {
 	}
 	if c.Retention < 0 || (c.Retention > 0 && c.Retention < time.Hour) {
 		errs = append(errs, fmt.Errorf("FUNDUQ_RETENTION: want 0 (keep everything) or at least 1h, got %v", c.Retention))
+	}
+	if c.AgentRetention < 0 || (c.AgentRetention > 0 && c.AgentRetention < time.Hour) {
+		errs = append(errs, fmt.Errorf("FUNDUQ_AGENT_RETENTION: want 0 (keep every record) or at least 1h, got %v", c.AgentRetention))
 	}
 	if c.RetentionBatch < 1 || c.RetentionBatch > 10000 {
 		errs = append(errs, fmt.Errorf("FUNDUQ_RETENTION_BATCH: want 1 to 10000 runs, got %d", c.RetentionBatch))

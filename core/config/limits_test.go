@@ -56,3 +56,27 @@ func TestLimitsMustBePositive(t *testing.T) {
 		t.Errorf("event larger than a frame: err %v", err)
 	}
 }
+
+// Records retention is on by default at the doors' hiding horizon (a
+// record goes once GET /agents no longer lists it); 0 keeps every record,
+// and a horizon under an hour is refused naming the setting.
+func TestAgentRetention(t *testing.T) {
+	b, err := config.ParseBroker(good(), config.Host{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.AgentRetention != config.DefaultDoorLimits().AgentsHiddenAfter {
+		t.Fatalf("FUNDUQ_AGENT_RETENTION defaults to %v, want FUNDUQ_AGENTS_HIDDEN_AFTER's %v", b.AgentRetention, config.DefaultDoorLimits().AgentsHiddenAfter)
+	}
+	e := good()
+	e["FUNDUQ_AGENT_RETENTION"] = "0"
+	if b, err := config.ParseBroker(e, config.Host{}); err != nil || b.AgentRetention != 0 {
+		t.Fatalf("0: %v %v", b.AgentRetention, err)
+	}
+	for _, v := range []string{"10m", "-1h"} {
+		e["FUNDUQ_AGENT_RETENTION"] = v
+		if _, err := config.ParseBroker(e, config.Host{}); err == nil || !strings.Contains(err.Error(), "FUNDUQ_AGENT_RETENTION") {
+			t.Errorf("%s: err %v, want one naming FUNDUQ_AGENT_RETENTION", v, err)
+		}
+	}
+}

@@ -2,10 +2,13 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Retention (FUNDUQ_RETENTION): settled runs older than a cutoff are
@@ -21,12 +24,15 @@ import (
 // delete).
 type Pruned struct {
 	Runs, Events, Messages, AnswerRequests, Threads int64
+	// Agents and Providers are records retention's (PruneRecordsBatch).
+	Agents, Providers int64
 }
 
 // Add sums two counts.
 func (p Pruned) Add(q Pruned) Pruned {
-	return Pruned{p.Runs + q.Runs, p.Events + q.Events, p.Messages + q.Messages,
-		p.AnswerRequests + q.AnswerRequests, p.Threads + q.Threads}
+	return Pruned{Runs: p.Runs + q.Runs, Events: p.Events + q.Events, Messages: p.Messages + q.Messages,
+		AnswerRequests: p.AnswerRequests + q.AnswerRequests, Threads: p.Threads + q.Threads,
+		Agents: p.Agents + q.Agents, Providers: p.Providers + q.Providers}
 }
 
 // settledBefore selects the settled runs older than $1: settled when
@@ -143,5 +149,113 @@ func (s *Store) PrunePreview(ctx context.Context, cutoff time.Time) (Pruned, err
 	if err != nil {
 		return Pruned{}, fmt.Errorf("preview pruning: %w", err)
 	}
+	return p, nil
+}
+
+// Records retention (FUNDUQ_AGENT_RETENTION): a key costs a stranger
+// nothing, and each leaves a providers row and an agents row per name it
+// registered, kept for ever and read over by every GET /agents page that
+// walks past them (design.md D8). An agents row goes once nobody has
+// served it since before the cutoff — no roster serves it (served_epoch),
+// it is not expected back (back_until), and its last register and its
+// last going unserved are both older — and no thread or run names it (the
+// foreign keys hold a record with a conversation behind it). A providers
+// row goes once its key has no agent, no LLM offering and no quality
+// counters (D6: the counters are the key's record, a withdrawal included),
+// and was last registered before the cutoff. A provider coming back
+// registers both again.
+
+// PrunedRecords counts what one records batch deleted.
+type PrunedRecords struct {
+	Agents, Providers int64
+	// Next is the last provider key the batch examined: the next batch
+	// starts after it. Done: no key is left after it.
+	Next string
+	Done bool
+}
+
+// agentUnservedBefore selects the agents a that nobody has served since
+// before $cutoff (the listing hides them sooner or at the same horizon,
+// AgentPageQuery.HiddenAfter) and that no thread or run names.
+const agentUnservedBefore = `a.served_epoch IS NULL
+	AND greatest(a.last_seen_at, a.unserved_since) < $2
+	AND (a.back_until IS NULL OR a.back_until < now())
+	AND NOT EXISTS (SELECT 1 FROM threads t WHERE t.provider_key = a.provider_key AND t.agent_name = a.name)
+	AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.provider_key = a.provider_key AND r.agent_name = a.name)`
+
+// PruneRecordsBatch examines up to limit provider keys after after, in key
+// order, in one short transaction: it deletes their agents nobody has
+// served since before cutoff and that no thread or run names, then those
+// keys' providers rows left with nothing (see PrunedRecords). Rows another
+// transaction holds — a register, a door inserting a thread — are skipped;
+// a later pass gets them if they still qualify.
+func (s *Store) PruneRecordsBatch(ctx context.Context, cutoff time.Time, after string, limit int) (PrunedRecords, error) {
+	var p PrunedRecords
+	var err error
+	// A thread committed after the statement's snapshot and before the
+	// row lock fails the delete on the foreign key (23503) rather than
+	// deleting what it names; the batch is then taken again, seeing it.
+	for attempt := 0; attempt < 3; attempt++ {
+		err = s.inTx(ctx, "prune unserved agents", func(tx pgx.Tx) error {
+			p = PrunedRecords{Next: after}
+			rows, err := tx.Query(ctx, `SELECT public_key FROM providers WHERE public_key > $1 ORDER BY public_key LIMIT $2`, after, limit)
+			if err != nil {
+				return err
+			}
+			keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				return err
+			}
+			p.Done = len(keys) < limit
+			if len(keys) == 0 {
+				return nil
+			}
+			p.Next = keys[len(keys)-1]
+			tag, err := tx.Exec(ctx, `DELETE FROM agents WHERE (provider_key, name) IN (
+				SELECT a.provider_key, a.name FROM agents a WHERE a.provider_key = ANY($1) AND `+agentUnservedBefore+`
+				FOR UPDATE OF a SKIP LOCKED)`, keys, cutoff)
+			if err != nil {
+				return err
+			}
+			p.Agents = tag.RowsAffected()
+			tag, err = tx.Exec(ctx, `DELETE FROM providers WHERE public_key IN (
+				SELECT p.public_key FROM providers p WHERE p.public_key = ANY($1)
+					AND greatest(p.first_seen_at, p.updated_at) < $2
+					AND NOT EXISTS (SELECT 1 FROM agents a WHERE a.provider_key = p.public_key)
+					AND NOT EXISTS (SELECT 1 FROM llm_offerings o WHERE o.provider_key = p.public_key)
+					AND NOT EXISTS (SELECT 1 FROM provider_quality q WHERE q.provider_key = p.public_key)
+				FOR UPDATE OF p SKIP LOCKED)`, keys, cutoff)
+			if err != nil {
+				return err
+			}
+			p.Providers = tag.RowsAffected()
+			return nil
+		})
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "23503" {
+			break
+		}
+	}
+	return p, err
+}
+
+// PruneRecordsPreview counts the agents and providers rows records
+// retention at cutoff would delete, deleting nothing. Providers are those
+// left with nothing once those agents are gone.
+func (s *Store) PruneRecordsPreview(ctx context.Context, cutoff time.Time) (PrunedRecords, error) {
+	var p PrunedRecords
+	err := s.pool.QueryRow(ctx, `WITH doomed AS (SELECT a.provider_key, a.name FROM agents a WHERE true AND `+
+		strings.ReplaceAll(agentUnservedBefore, "$2", "$1")+`)
+		SELECT (SELECT count(*) FROM doomed),
+		       (SELECT count(*) FROM providers p WHERE greatest(p.first_seen_at, p.updated_at) < $1
+		          AND NOT EXISTS (SELECT 1 FROM agents a WHERE a.provider_key = p.public_key
+		                          AND (a.provider_key, a.name) NOT IN (SELECT provider_key, name FROM doomed))
+		          AND NOT EXISTS (SELECT 1 FROM llm_offerings o WHERE o.provider_key = p.public_key)
+		          AND NOT EXISTS (SELECT 1 FROM provider_quality q WHERE q.provider_key = p.public_key))`,
+		cutoff).Scan(&p.Agents, &p.Providers)
+	if err != nil {
+		return PrunedRecords{}, fmt.Errorf("preview pruning records: %w", err)
+	}
+	p.Done = true
 	return p, nil
 }
