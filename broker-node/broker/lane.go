@@ -313,12 +313,15 @@ func (l *lane) keyAnswers(ls *linkState) bool {
 
 // answeredBy moves the offer that is out to ls, a link of its key that
 // answered it (keyAnswers): the key's place stays taken, the link's count
-// moves with it.
+// moves with it, and the offered link has room again.
 func (l *lane) answeredBy(ctx context.Context, ls *linkState) {
 	from := l.offer.link
 	b := l.b
 	b.mu.Lock()
 	b.holdLocked(l, l.claimedBy, ls)
+	// The offered link's own place (its declaration) is free again: news
+	// to the heads waiting for it, as a place freed at a run's end is.
+	b.nudgeHeadsOfKeyLocked(ls.key)
 	b.mu.Unlock()
 	l.offer.link = ls
 	l.log.InfoContext(ctx, "offer answered by another link of its key", append(l.keyAttr(ls.key), "offered", from.id, "link", ls.id)...)
