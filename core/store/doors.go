@@ -102,7 +102,9 @@ type Reopen struct {
 // of racing answers exactly one lands; the others get a *TransitionError
 // (ErrIllegalTransition) and nothing is written for them. A cancel asked of
 // the round that paused instead is spent: the pause outranked it and the
-// answer opens a new round (design.md D1), which it must not cancel.
+// answer opens a new round (design.md D1), which it must not cancel. So
+// is the round's abandoned or undelivered count: the new round is claimed
+// afresh with a whole new window (design.md §Counters).
 func (s *Store) ReopenRun(ctx context.Context, ro Reopen) (Run, error) {
 	from := run.LegalFrom(run.ByDoor, run.Queued)
 	if from == nil {
@@ -119,6 +121,7 @@ func (s *Store) ReopenRun(ctx context.Context, ro Reopen) (Run, error) {
 				run_input = coalesce($3::json, run_input),
 				addressed_run_id = CASE WHEN $3::json IS NULL THEN addressed_run_id ELSE nullif($4, '') END,
 				queued_at = now(),
+				holding_counted = false,
 				last_activity_at = now()
 			WHERE run_id = $1 AND status = ANY($2)
 			RETURNING `+runColumns,

@@ -111,6 +111,7 @@ const transitionSet = `
 	round_seq = CASE WHEN $2 = 'running' THEN last_seq ELSE round_seq END,
 	completed_at = CASE WHEN $2 IN ('completed', 'failed', 'cancelled') THEN now() ELSE completed_at END,
 	queued_at = CASE WHEN $2 = 'queued' AND status = 'input-required' THEN now() ELSE queued_at END,
+	holding_counted = holding_counted AND NOT ($2 = 'queued' AND status = 'input-required'),
 	last_activity_at = now()`
 
 // transitionSQL[fenced][lazy][brief] is the one statement a move is. The
