@@ -880,11 +880,18 @@ func (b *Broker) HoldsRuns(l Link) bool {
 
 // ---- reports from links ----
 
-func (b *Broker) laneFor(l Link, runID string) (*lane, *linkState) {
+func (b *Broker) laneFor(l Link, runID string) (*lane, *linkState, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.lanes[runID], b.links[l]
+	ls := b.links[l]
+	return b.lanes[runID], ls, registeredLocked(ls)
 }
+
+// registeredLocked reports whether ls has registered agents now, as a
+// report is read from it: what it reads before its register is a resend of
+// its key's earlier rounds, however late its lane gets to it (lane.
+// keyAnswers). Caller holds b.mu.
+func registeredLocked(ls *linkState) bool { return ls != nil && len(ls.names) > 0 }
 
 // stranger reports whether a report from l for ln comes from a key that is
 // not the run's agent's. Such a report is refused at once as for an
@@ -899,12 +906,12 @@ func stranger(l Link, ln *lane) bool { return ln != nil && ln.agent.Key != l.Key
 // An ack for a run the broker does not hold is answered "ack refused"
 // (D15), as is every ack the lane does not take.
 func (b *Broker) Ack(l Link, runID string, v wire.Verdict, reason string) {
-	ln, ls := b.laneFor(l, runID)
+	ln, ls, reg := b.laneFor(l, runID)
 	if stranger(l, ln) {
 		b.refuse(l, kindAck, runID, refusedUnknown)
 		return
 	}
-	if ln == nil || ls == nil || !ln.q.push(verdictCmd{ls, v, reason}) {
+	if ln == nil || ls == nil || !ln.q.push(verdictCmd{ls, v, reason, reg}) {
 		b.refuse(l, kindAck, runID, b.noLaneReason(l, runID))
 	}
 }
@@ -943,6 +950,7 @@ func (b *Broker) event(l Link, runID string, c eventCmd) {
 	ev := c.ev
 	b.mu.Lock()
 	ln, ls, lctx := b.lanes[runID], b.links[l], b.ctx
+	c.registered = registeredLocked(ls)
 	b.mu.Unlock()
 	if stranger(l, ln) {
 		b.refuse(l, kindEvent, runID, refusedUnknown)
@@ -1034,7 +1042,7 @@ func (b *Broker) EventsWaiting() (total, most int) {
 // Finish hands a provider's finish to the run's lane; a finish for a run
 // the broker does not hold is answered "finish refused" (D15).
 func (b *Broker) Finish(l Link, runID string) {
-	ln, ls := b.laneFor(l, runID)
+	ln, ls, reg := b.laneFor(l, runID)
 	if stranger(l, ln) {
 		b.refuse(l, kindFinish, runID, refusedUnknown)
 		return
@@ -1046,7 +1054,7 @@ func (b *Broker) Finish(l Link, runID string) {
 	// Held in the link's backlog until the lane has taken or refused it,
 	// as an event is until it is stored: a query read after it is not
 	// answered before (design.md §The provider wire).
-	c := finishCmd{link: ls, ord: ls.backlog.hold()}
+	c := finishCmd{link: ls, ord: ls.backlog.hold(), registered: reg}
 	if !ln.q.push(c) {
 		c.handled()
 		b.refuse(l, kindFinish, runID, b.noLaneReason(l, runID))

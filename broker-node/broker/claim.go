@@ -147,10 +147,12 @@ func (l *lane) tookClaim(ctx context.Context, ls *linkState, from run.Status) {
 // full (the provider chose to run it; the place is counted), answered_late
 // only when an offer to that key had lapsed; from the key that held the run
 // before a takeover or a lost link, it re-adopts it (D7). It returns ""
-// when ls holds the run, or the reason the report is refused.
-func (l *lane) claimByReport(ctx context.Context, ls *linkState) string {
+// when ls holds the run, or the reason the report is refused. registered
+// is whether ls had registered agents when the report was read
+// (keyAnswers).
+func (l *lane) claimByReport(ctx context.Context, ls *linkState, registered bool) string {
 	b := l.b
-	if l.keyAnswers(ls) {
+	if l.keyAnswers(ls, registered) {
 		l.answeredBy(ctx, ls)
 	}
 	if l.offer != nil && l.offer.link == ls {

@@ -20,6 +20,9 @@ type (
 		link   *linkState
 		v      wire.Verdict
 		reason string
+		// registered: the link had registered agents when this was read
+		// (lane.keyAnswers).
+		registered bool
 	}
 	lapseCmd struct{ offer uint64 } // the offer's deliver_timeout passed
 	// offeringDueCmd: the offer has been out Settings.OfferingAfter.
@@ -33,10 +36,16 @@ type (
 		// dropped unread (OversizedEvent).
 		tooBig bool
 		ord    uint64 // its place in the link's backlog (backlog.take)
+		// registered: the link had registered agents when this was read
+		// (lane.keyAnswers).
+		registered bool
 	}
 	finishCmd struct { // the provider's stream ended
 		link *linkState
 		ord  uint64 // its ordinal in the link's backlog (backlog.hold); 0: none
+		// registered: the link had registered agents when this was read
+		// (lane.keyAnswers).
+		registered bool
 	}
 	cancelCmd struct{} // someone asked for a cancel
 	goneCmd   struct { // the link the run was offered to or claimed by closed

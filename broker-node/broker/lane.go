@@ -211,7 +211,7 @@ func (l *lane) handle(ctx context.Context, c command) {
 	case offeringDueCmd:
 		l.onOfferingDue(ctx, c)
 	case eventCmd:
-		if why := l.claimByReport(ctx, c.link); why != "" {
+		if why := l.claimByReport(ctx, c.link, c.registered); why != "" {
 			l.refuseLive(ctx, c, why)
 			break
 		}
@@ -234,7 +234,7 @@ func (l *lane) handle(ctx context.Context, c command) {
 		l.onEvents(ctx, c.link, l.cutAfterEnd(batch), finish)
 		fin.handled()
 	case finishCmd:
-		if why := l.claimByReport(ctx, c.link); why != "" {
+		if why := l.claimByReport(ctx, c.link, c.registered); why != "" {
 			l.refuseLive(ctx, c, why)
 		} else {
 			l.endByFunnel(ctx)
@@ -279,9 +279,9 @@ func (l *lane) answers(c command) bool {
 	case verdictCmd, lapseCmd, offeringDueCmd:
 		return true
 	case eventCmd:
-		return c.link == l.offer.link || l.keyAnswers(c.link)
+		return c.link == l.offer.link || l.keyAnswers(c.link, c.registered)
 	case finishCmd:
-		return c.link == l.offer.link || l.keyAnswers(c.link)
+		return c.link == l.offer.link || l.keyAnswers(c.link, c.registered)
 	case goneCmd:
 		return c.link == l.offer.link
 	}
@@ -295,8 +295,9 @@ func (l *lane) answers(c command) bool {
 // that key, claims it (design.md D15): a second process of the key that
 // answers in time has answered, where waiting for the offered link's
 // silence counted unanswered and then answered_late for one answer sent
-// in time.
-func (l *lane) keyAnswers(ls *linkState) bool {
+// in time. registered is whether ls had registered agents when the report
+// was read.
+func (l *lane) keyAnswers(ls *linkState, registered bool) bool {
 	o := l.offer
 	if o == nil || ls == o.link || ls.key != o.link.key {
 		return false
@@ -307,8 +308,10 @@ func (l *lane) keyAnswers(ls *linkState) bool {
 	s := b.served[l.agent]
 	// A link that registered nothing is offered nothing, so it answers no
 	// offer: what it reports is a resend of its key's earlier rounds
-	// (design.md D7, §Open questions), read as ever.
-	return s != nil && s.key == ls.key && !ls.withdrawn && len(ls.names) > 0
+	// (design.md D7, §Open questions), read as ever. Its names as the
+	// report was read, not as the lane reads it: a lane busy with a write
+	// gets to a resend read before register only after the register.
+	return s != nil && s.key == ls.key && !ls.withdrawn && registered && len(ls.names) > 0
 }
 
 // answeredBy moves the offer that is out to ls, a link of its key that

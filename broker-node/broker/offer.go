@@ -208,12 +208,12 @@ func (l *lane) onVerdict(ctx context.Context, c verdictCmd) {
 		// run — read as a report (D15): it re-adopts a run held across a
 		// takeover (D7), and claims one nobody holds when it comes from
 		// the key serving the agent (the late-ack rule, D15).
-		if why := l.claimByReport(ctx, c.link); why != "" {
+		if why := l.claimByReport(ctx, c.link, c.registered); why != "" {
 			l.refuseLive(ctx, c, why)
 		}
 		return
 	}
-	if c.v == wire.Accepted && l.keyAnswers(c.link) {
+	if c.v == wire.Accepted && l.keyAnswers(c.link, c.registered) {
 		l.answeredBy(ctx, c.link) // another process of the key took it (D15)
 	}
 	if l.offer == nil || c.link != l.offer.link {

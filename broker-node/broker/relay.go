@@ -188,7 +188,9 @@ func (l *lane) relay(ctx context.Context, link *linkState, batch []eventCmd, a a
 		// with it and the next leader takes the resent finish (refuseLive).
 		l.refuseLive(ctx, finishCmd{link: link}, refusedNotStored)
 	default:
-		if why := l.claimByReport(ctx, link); why != "" {
+		// link stored the events before it: it holds the run, and answers
+		// no offer (none is out).
+		if why := l.claimByReport(ctx, link, false); why != "" {
 			l.b.refuse(link.link, kindFinish, l.id, why)
 			return
 		}

@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -92,5 +93,133 @@ func TestResumedRoundIsCountedAfresh(t *testing.T) {
 				return q.Undelivered+q.Abandoned == 2
 			})
 		})
+	}
+}
+
+// After another process of the key (b) answered the offer that went to a
+// (D15), the run is b's: a's own answer — an accept, its events, its
+// finish — is refused with an error naming the run (D15: never dropped
+// unanswered), stores nothing and counts nothing; a's goodbye afterwards
+// leaves b's run alone (a holds nothing); and a caller's cancel, asked
+// while the offer was still out to a, goes to b, which runs it.
+func TestOfferedLinkAfterAnotherLinkTookTheRun(t *testing.T) {
+	for _, how := range []string{"reports", "goodbye", "cancel"} {
+		t.Run(how, func(t *testing.T) {
+			h := nodetest.Start(t, nil)
+			a := h.Connect(0xe1, nil)
+			a.Register("echo")
+			b := h.Connect(0xe1, nil)
+			b.Register("other")
+			id, thread := h.Door(a.Key, "echo", "", "hi")
+			a.Offer()
+			if how == "cancel" {
+				// Asked while the offer is out: it waits behind the answer.
+				if _, err := h.Store.RequestCancel(context.Background(), id, ""); err != nil {
+					t.Fatal(err)
+				}
+				h.Settle()
+			}
+			b.Accept(id)
+			if how == "cancel" {
+				h.WaitStatus(id, run.Cancelling)
+			} else {
+				h.WaitStatus(id, run.Running)
+			}
+			h.Settle()
+			switch how {
+			case "reports":
+				a.Accept(id)
+				a.Event(id, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, id))
+				a.Finish(id)
+				for _, e := range refusals(t, a, a.Barrier(), 3) {
+					if e.RunID != id {
+						t.Fatalf("error %+v, want a refusal naming run %s", e, id)
+					}
+				}
+				if r := h.Run(id); r.Status != run.Running || len(h.Events(id)) != 0 {
+					t.Fatalf("a's reports moved b's run: %s with %d events", r.Status, len(h.Events(id)))
+				}
+			case "goodbye":
+				a.Goodbye()
+				h.Eventually("a's link is gone", func() bool { return h.Node.Broker.Snapshot().Links == 1 })
+				h.Settle()
+				if r := h.Run(id); r.Status != run.Running {
+					t.Fatalf("a left and b's run is %s (%s)", r.Status, r.FailureReason)
+				}
+			case "cancel":
+				var c wire.Cancel
+				b.Expect(wire.TypeCancel, &c)
+				if c.RunID != id {
+					t.Fatalf("cancel for %s, want %s", c.RunID, id)
+				}
+				if got := a.Barrier(); len(got) != 0 {
+					t.Fatalf("a, which does not run it, was sent %s", got[0])
+				}
+			}
+			b.Complete(id, thread)
+			h.WaitStatus(id, run.Completed)
+			h.Settle()
+			if q := h.Quality(a.Key); charges(q) != 0 {
+				t.Fatalf("counted %+v", q)
+			}
+		})
+	}
+}
+
+// A link that registered nothing answers no offer (D15): our SDK resends
+// an unconfirmed paused round right after welcome, before register (D7),
+// so that the resend never answers the answered round's offer. What the
+// link had registered must be read as of when each report was read, not
+// when its run's lane gets to it: a lane busy with a write (its offering
+// write behind a slow PostgreSQL, here a held lock) reads the resend only
+// after the register behind it, and took it then as the new round's
+// answer — the run paused again on the old interrupt and the caller's
+// answer was swallowed.
+func TestResendBeforeRegisterAnswersNoOfferWhileTheLaneIsBusy(t *testing.T) {
+	h := nodetest.Start(t, func(c *configBroker) { c.OfferingWriteAfter = 3 * time.Second })
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	id, thread := h.Door(p.Key, "echo", "", "q")
+	p.Offer()
+	p.Accept(id)
+	started := fmt.Sprintf(`{"type":"event","runId":%q,"seq":1,"event":{"type":"RUN_STARTED","threadId":%q,"runId":%q}}`, id, thread, id)
+	paused := fmt.Sprintf(`{"type":"event","runId":%q,"seq":2,"event":{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"int_1","reason":"confirm"}]}}}`, id, thread, id)
+	p.SendRaw(started)
+	p.SendRaw(paused)
+	p.Finish(id)
+	h.WaitStatus(id, run.InputRequired)
+	p.Close() // lost: the process never heard its finish was taken
+	h.Eventually("the link is gone", func() bool { return h.Node.Broker.Snapshot().Links == 0 })
+	a := h.Connect(0xe1, nil) // another process of the key serves echo
+	a.Register("echo")
+	if _, err := h.Store.ReopenRun(t.Context(), store.Reopen{RunID: id}); err != nil {
+		t.Fatal(err)
+	}
+	if f := a.Offer(); f.RunID != id {
+		t.Fatalf("offer %s, want the answered round of %s", f.RunID, id)
+	}
+	release := h.Hold(`SELECT 1 FROM runs WHERE run_id = $1 FOR UPDATE`, id)
+	h.Eventually("the lane waits in its offering write", h.LockWaitsOn("runs"))
+	back := h.Connect(0xe1, nil) // the first process, back: resend, then register
+	back.SendRaw(started)
+	back.SendRaw(paused)
+	back.Finish(id)
+	back.Register("other")
+	back.ReadBarrier()
+	release()
+	h.Settle()
+	if r := h.Run(id); r.Status == run.InputRequired {
+		t.Fatalf("the run paused again on the old interrupt (%d events stored): the caller's answer was swallowed", len(h.Events(id)))
+	}
+	a.Accept(id) // the offered process answers; the resend behind it is refused
+	for _, e := range refusals(t, back, back.Barrier(), 3) {
+		if e.RunID != id {
+			t.Fatalf("error %+v, want a refusal naming run %s", e, id)
+		}
+	}
+	a.Complete(id, thread)
+	h.WaitStatus(id, run.Completed)
+	if evs := h.Events(id); len(evs) != 7 {
+		t.Fatalf("stored %d events, want the paused round once and the answer's round", len(evs))
 	}
 }
