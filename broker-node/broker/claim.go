@@ -236,7 +236,13 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState, registered bool
 			l.onCancel(ctx) // as for a claimed run: the record says cancelling, then the frame
 		}
 		return ""
-	case !l.orphan && l.offeredTo == nil && b.served[l.agent] != nil && b.served[l.agent].key == ls.key:
+	case !l.orphan && l.offeredTo == nil && (b.served[l.agent] != nil && b.served[l.agent].key == ls.key ||
+		l.reserved == ls.key && registered && !ls.withdrawn):
+		// The key serving the agent, or — while its offer's link is lost
+		// and its place kept — a registered link of that key: the key's
+		// report takes the kept place over (design.md D5), as it would
+		// have answered the offer a moment before the loss (D15). A link
+		// that registered nothing is resending (D7) and is refused.
 		if l.reserved == ls.key {
 			l.reserved = "" // the place kept since its offer's link was lost (keepPlace)
 		} else {

@@ -223,3 +223,61 @@ func TestResendBeforeRegisterAnswersNoOfferWhileTheLaneIsBusy(t *testing.T) {
 		t.Fatalf("stored %d events, want the paused round once and the answer's round", len(evs))
 	}
 }
+
+// D5: a run whose offer was out on a link lost without a close frame goes
+// back to queued and keeps its place in the key's bucket for the link
+// grace, since the provider may have accepted it with an ack the link
+// lost; "the key's report for it takes the place over". The key's other
+// process (b, serving another agent) answering that offer just after a's
+// link went: read a moment earlier, the ack claimed the run for b (D15);
+// read after the loss it is the same answer from the same key.
+func TestAnswerFromAnotherLinkAfterTheOfferedLinkWasLost(t *testing.T) {
+	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
+	a := h.Connect(0xe1, nil)
+	a.Register("echo")
+	b := h.Connect(0xe1, nil)
+	b.Register("other")
+	id, thread := h.Door(a.Key, "echo", "", "hi")
+	a.Offer()
+	a.Close() // lost, no close frame
+	h.Eventually("a's link is gone", func() bool { return h.Node.Broker.Snapshot().Links == 1 })
+	h.Settle()
+	b.Accept(id)
+	got := b.Barrier()
+	h.Settle()
+	for _, f := range got {
+		t.Logf("b was sent: %s", f)
+	}
+	if r := h.Run(id); r.Status != run.Running {
+		t.Fatalf("the key's answer left the run %s", r.Status)
+	}
+	b.Complete(id, thread)
+	h.WaitStatus(id, run.Completed)
+	h.Settle()
+	if got := h.Node.Broker.Snapshot().InFlight[a.Key]; got != 0 {
+		t.Fatalf("%d places of the key still taken after its run ended", got)
+	}
+	if q := h.Quality(a.Key); charges(q) != 0 {
+		t.Fatalf("counted %+v", q)
+	}
+	// A link of the key that registered nothing is resending (D7): it
+	// takes no place kept for the key.
+	h2 := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
+	a = h2.Connect(0xe1, nil)
+	a.Register("echo")
+	id, _ = h2.Door(a.Key, "echo", "", "hi")
+	a.Offer()
+	a.Close()
+	h2.Eventually("a's link is gone", func() bool { return h2.Node.Broker.Snapshot().Links == 0 })
+	h2.Settle()
+	c := h2.Connect(0xe1, nil)
+	c.Accept(id)
+	for _, e := range refusals(t, c, c.Barrier(), 1) {
+		if e.RunID != id {
+			t.Fatalf("error %+v, want a refusal naming run %s", e, id)
+		}
+	}
+	if r := h2.Run(id); r.Status != run.Queued {
+		t.Fatalf("a link that registered nothing left the run %s", r.Status)
+	}
+}
