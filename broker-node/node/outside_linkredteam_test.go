@@ -159,6 +159,9 @@ func TestOfferedLinkAfterAnotherLinkTookTheRun(t *testing.T) {
 			b.Complete(id, thread)
 			h.WaitStatus(id, run.Completed)
 			h.Settle()
+			if got := h.Node.Broker.Snapshot().InFlight[a.Key]; got != 0 {
+				t.Fatalf("%d places of the key still taken after its run ended", got)
+			}
 			if q := h.Quality(a.Key); charges(q) != 0 {
 				t.Fatalf("counted %+v", q)
 			}
