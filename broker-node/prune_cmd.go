@@ -94,7 +94,13 @@ func pruneCmd(ctx context.Context, args []string, environ map[string]string, std
 			}
 		}
 		if agentsOlderThan > 0 {
-			r, err := st.PruneRecordsPreview(ctx, agentsCutoff)
+			// The runs pass goes first and frees the agents only its runs
+			// named: counted as the pass deletes them.
+			var runsCutoff time.Time
+			if olderThan > 0 {
+				runsCutoff = cutoff
+			}
+			r, err := st.PruneRecordsPreview(ctx, agentsCutoff, runsCutoff)
 			if err != nil {
 				return err
 			}

@@ -144,3 +144,47 @@ func TestPruneCommandOnAnUnmigratedDatabase(t *testing.T) {
 		}
 	}
 }
+
+// With both flags a pass deletes the settled runs first, so an agent whose
+// only conversation was those runs goes in the same pass: the dry run must
+// count it too, or it promises less than the prune deletes.
+func TestPruneDryRunCountsAgentsTheRunsPruneFrees(t *testing.T) {
+	url := storetest.URL(t)
+	st, err := store.Open(context.Background(), url, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	key := strings.Repeat("e5", 32)
+	storetest.Agent(t, st, key, "old")
+	r, _, err := st.CreateRun(ctx, store.NewRun{RunID: runid.NewRunID(), ThreadID: runid.NewThreadID(), ProviderKey: key,
+		AgentName: "old", RunInput: []byte(`{}`), CreateThread: &store.NewThread{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`UPDATE runs SET status = 'cancelled', completed_at = now() - interval '40 days', last_activity_at = now() - interval '40 days' WHERE run_id = $1`,
+		`UPDATE threads SET last_activity_at = now() - interval '40 days' WHERE thread_id = (SELECT thread_id FROM runs WHERE run_id = $1)`,
+		`UPDATE agents SET served_epoch = NULL, last_seen_at = now() - interval '40 days', unserved_since = now() - interval '40 days' WHERE $1 <> ''`,
+		`UPDATE providers SET first_seen_at = now() - interval '40 days', updated_at = now() - interval '40 days' WHERE $1 <> ''`,
+	} {
+		if _, err := st.Pool().Exec(ctx, q, r.RunID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := map[string]string{"FUNDUQ_DATABASE_URL": url}
+	var dry, real, errb bytes.Buffer
+	if code := run([]string{"prune", "--older-than", "720h", "--agents-older-than", "168h", "--dry-run"}, env, &dry, &errb); code != 0 {
+		t.Fatalf("dry run: exit %d: %s", code, errb.String())
+	}
+	if code := run([]string{"prune", "--older-than", "720h", "--agents-older-than", "168h"}, env, &real, &errb); code != 0 {
+		t.Fatalf("prune: exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(real.String(), ": 1 agents, 1 providers") {
+		t.Fatalf("prune printed %q; want the agent and its provider deleted", real.String())
+	}
+	if !strings.Contains(dry.String(), ": 1 agents, 1 providers") {
+		t.Fatalf("the dry run printed %q, the prune then %q", dry.String(), real.String())
+	}
+}

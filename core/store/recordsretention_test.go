@@ -95,7 +95,7 @@ func TestPruneUnservedRecords(t *testing.T) {
 	before := listing()
 
 	cutoff := time.Now().Add(-7 * 24 * time.Hour)
-	preview, err := st.PruneRecordsPreview(ctx, cutoff)
+	preview, err := st.PruneRecordsPreview(ctx, cutoff, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

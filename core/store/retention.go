@@ -241,18 +241,34 @@ func (s *Store) PruneRecordsBatch(ctx context.Context, cutoff time.Time, after s
 
 // PruneRecordsPreview counts the agents and providers rows records
 // retention at cutoff would delete, deleting nothing. Providers are those
-// left with nothing once those agents are gone.
-func (s *Store) PruneRecordsPreview(ctx context.Context, cutoff time.Time) (PrunedRecords, error) {
+// left with nothing once those agents are gone. A non-zero runsCutoff is
+// the runs retention of the same pass, which runs first (retention.Cleaner):
+// the threads and runs it would delete (those PrunePreview counts) no
+// longer keep an agent, as they no longer do in that pass.
+func (s *Store) PruneRecordsPreview(ctx context.Context, cutoff, runsCutoff time.Time) (PrunedRecords, error) {
 	var p PrunedRecords
-	err := s.pool.QueryRow(ctx, `WITH doomed AS (SELECT a.provider_key, a.name FROM agents a WHERE true AND `+
-		strings.ReplaceAll(agentUnservedBefore, "$2", "$1")+`)
+	doomedRuns := `SELECT run_id FROM runs WHERE false`
+	if !runsCutoff.IsZero() {
+		doomedRuns = `SELECT run_id FROM runs WHERE ` + strings.ReplaceAll(settledBefore, "$1", "$2")
+	}
+	// The agent's own checks, with the threads and runs the runs pass
+	// deletes first left out.
+	agentCheck := strings.ReplaceAll(agentUnservedBefore, "$2", "$1")
+	agentCheck = strings.Replace(agentCheck, "t.agent_name = a.name)", "t.agent_name = a.name AND t.thread_id NOT IN (SELECT thread_id FROM dthreads))", 1)
+	agentCheck = strings.Replace(agentCheck, "r.agent_name = a.name)", "r.agent_name = a.name AND r.run_id NOT IN (SELECT run_id FROM druns))", 1)
+	err := s.pool.QueryRow(ctx, `WITH druns AS (`+doomedRuns+`),
+		dthreads AS (SELECT t.thread_id FROM threads t WHERE t.last_activity_at < $2
+			AND EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = t.thread_id)
+			AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = t.thread_id AND r.run_id NOT IN (SELECT run_id FROM druns))
+			AND NOT EXISTS (SELECT 1 FROM threads c WHERE c.parent_thread_id = t.thread_id)),
+		doomed AS (SELECT a.provider_key, a.name FROM agents a WHERE true AND `+agentCheck+`)
 		SELECT (SELECT count(*) FROM doomed),
 		       (SELECT count(*) FROM providers p WHERE greatest(p.first_seen_at, p.updated_at) < $1
 		          AND NOT EXISTS (SELECT 1 FROM agents a WHERE a.provider_key = p.public_key
 		                          AND (a.provider_key, a.name) NOT IN (SELECT provider_key, name FROM doomed))
 		          AND NOT EXISTS (SELECT 1 FROM llm_offerings o WHERE o.provider_key = p.public_key)
 		          AND NOT EXISTS (SELECT 1 FROM provider_quality q WHERE q.provider_key = p.public_key))`,
-		cutoff).Scan(&p.Agents, &p.Providers)
+		cutoff, runsCutoff).Scan(&p.Agents, &p.Providers)
 	if err != nil {
 		return PrunedRecords{}, fmt.Errorf("preview pruning records: %w", err)
 	}
