@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/apierr"
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/wire"
 )
@@ -152,4 +154,43 @@ func TestLinkThatDeletedEveryAgentIsPendingAgain(t *testing.T) {
 		t.Fatalf("deleteAgent: %q %q", typ, e.Message)
 	}
 	upgradeRefusedFull(t, h, "a second link while one that serves nothing is open")
+}
+
+// A link of a key that registers the names another link of the key serves
+// replaces it (D5): neither is counted once registered, and the replaced
+// one's close leaves the count at 0. A standby refuses an upgrade as not
+// the leader, whatever the leader's bound holds, and counts nothing.
+func TestPendingCountThroughAReplacementAndOnAStandby(t *testing.T) {
+	h := nodetest.Start(t, func(c *config.Broker) { c.MaxPendingLinks = 1 })
+	k := doorKey(t, 0xe6)
+	a := admitWith(t, h, k, ticketFor(t, h, k.PublicKeyHex()), "first")
+	if typ, e := a.answered(named("x", 1)); typ != wire.TypeRegistered {
+		t.Fatalf("register: %q %q", typ, e.Message)
+	}
+	b := admitWith(t, h, k, ticketFor(t, h, k.PublicKeyHex()), "second")
+	upgradeRefusedFull(t, h, "while the replacing link is pending")
+	if typ, e := b.answered(named("x", 1)); typ != wire.TypeRegistered {
+		t.Fatalf("the replacing register: %q %q", typ, e.Message)
+	}
+	_ = a.closed()
+	backToZero(t, h, "a link replaced")
+	b.open()
+
+	standby := h.Peer("standby")
+	// The leader's bound full again.
+	pending := admit(t, h, 0xe7)
+	upgradeRefusedFull(t, h, "the leader, full")
+	_, resp, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(standby.URL, "http")+"/ws/provider", nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("the standby's upgrade: %v; want 503", err)
+	}
+	var body apierr.Body
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || body.Error.Code != apierr.CodeNotLeader {
+		t.Fatalf("the standby answered %+v (%v); want %s", body, err, apierr.CodeNotLeader)
+	}
+	resp.Body.Close()
+	if got := pendingNow(t, standby); got != "funduq_links_pending 0" {
+		t.Fatalf("the standby counts %q", got)
+	}
+	pending.open()
 }
