@@ -254,12 +254,13 @@ func (s *Store) PruneRecordsPreview(ctx context.Context, cutoff, runsCutoff time
 	// The agent's own checks, with the threads and runs the runs pass
 	// deletes first left out.
 	agentCheck := strings.ReplaceAll(agentUnservedBefore, "$2", "$1")
-	agentCheck = strings.Replace(agentCheck, "t.agent_name = a.name)", "t.agent_name = a.name AND t.thread_id NOT IN (SELECT thread_id FROM dthreads))", 1)
-	agentCheck = strings.Replace(agentCheck, "r.agent_name = a.name)", "r.agent_name = a.name AND r.run_id NOT IN (SELECT run_id FROM druns))", 1)
+	agentCheck = strings.Replace(agentCheck, "t.agent_name = a.name)", "t.agent_name = a.name AND NOT EXISTS (SELECT 1 FROM dthreads d WHERE d.thread_id = t.thread_id))", 1)
+	agentCheck = strings.Replace(agentCheck, "r.agent_name = a.name)", "r.agent_name = a.name AND NOT EXISTS (SELECT 1 FROM druns d WHERE d.run_id = r.run_id))", 1)
 	err := s.pool.QueryRow(ctx, `WITH druns AS (`+doomedRuns+`),
 		dthreads AS (SELECT t.thread_id FROM threads t WHERE t.last_activity_at < $2
 			AND EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = t.thread_id)
-			AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = t.thread_id AND r.run_id NOT IN (SELECT run_id FROM druns))
+			AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = t.thread_id
+				AND NOT EXISTS (SELECT 1 FROM druns d WHERE d.run_id = r.run_id))
 			AND NOT EXISTS (SELECT 1 FROM threads c WHERE c.parent_thread_id = t.thread_id)),
 		doomed AS (SELECT a.provider_key, a.name FROM agents a WHERE true AND `+agentCheck+`)
 		SELECT (SELECT count(*) FROM doomed),
