@@ -170,8 +170,8 @@ type Broker struct {
 	lastNudge time.Time
 	lanesWG   sync.WaitGroup
 	// queries is the broker-wide budget of pooled connections provider
-	// queries may hold at once (queries.go); not reset with the roster:
-	// the queries in flight give back what they took.
+	// queries and registers' writes may hold at once (queries.go); not
+	// reset with the roster: those in flight give back what they took.
 	queries chan struct{}
 }
 
@@ -559,19 +559,9 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 	if err != nil {
 		return err
 	}
-	err = b.write(lctx, "register agents", func() error {
-		return b.st.RegisterAgents(ctx, epoch, store.Provider{PublicKey: l.Key(), Fingerprint: identity.Fingerprint(pub), DisplayName: providerName}, rows)
-	})
-	if errors.Is(err, store.ErrFingerprintTaken) {
-		return &RegisterError{"this key's fingerprint is already held by another key; use another key"}
-	}
-	if err != nil {
+	if err := b.registerWrites(ctx, lctx, epoch, store.Provider{PublicKey: l.Key(), Fingerprint: identity.Fingerprint(pub), DisplayName: providerName}, rows); err != nil {
 		return err
 	}
-	// A key withdrawn on another link and registering on this one takes the
-	// way back (design.md D6): in service again, its record intact. Cleared
-	// before "registered" is sent, so nobody served reads as withdrawn.
-	_ = b.write(lctx, "end a withdrawal", func() error { return b.st.ClearWithdrawn(ctx, epoch, l.Key()) })
 	names := sortedNames(seen)
 
 	b.rosterMu.Lock()
@@ -693,6 +683,32 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 		b.log.Info("replaced provider link closed", "provider_key", old.key, "link", old.id, "by", ls.id, "epoch", epoch)
 	}
 	b.log.Info("agents registered", "provider_key", ls.key, "link", ls.id, "names", names, "dropped", dropped, "epoch", epoch)
+	return nil
+}
+
+// registerWrites records a register's provider and agents within the query
+// budget (queries.go), waited for in turn: each link's register runs on its
+// read loop, so without it a stranger's links registering while PostgreSQL
+// is slow to answer held a pooled connection each, the whole pool, and the
+// lanes' claims, events and ends waited behind them (design.md §The
+// provider wire, "Admission"). The writes that follow in Register are made
+// one at a time under rosterMu, and the budget is given back before it.
+func (b *Broker) registerWrites(ctx, lctx context.Context, epoch int64, p store.Provider, rows []store.Agent) error {
+	if _, err := b.takeBudget(ctx, lctx.Done()); err != nil {
+		return err
+	}
+	defer func() { <-b.queries }()
+	err := b.write(lctx, "register agents", func() error { return b.st.RegisterAgents(ctx, epoch, p, rows) })
+	if errors.Is(err, store.ErrFingerprintTaken) {
+		return &RegisterError{"this key's fingerprint is already held by another key; use another key"}
+	}
+	if err != nil {
+		return err
+	}
+	// A key withdrawn on another link and registering on this one takes the
+	// way back (design.md D6): in service again, its record intact. Cleared
+	// before "registered" is sent, so nobody served reads as withdrawn.
+	_ = b.write(lctx, "end a withdrawal", func() error { return b.st.ClearWithdrawn(ctx, epoch, p.PublicKey) })
 	return nil
 }
 

@@ -29,6 +29,9 @@ type Metrics struct {
 	// queryBudget: queries that waited for the broker-wide query budget,
 	// by how the wait ended (queries.go).
 	queryBudget *prometheus.CounterVec
+	// budgetWaiting: provider requests (queries, registers) waiting for
+	// the budget now.
+	budgetWaiting prometheus.Gauge
 }
 
 // NewMetrics makes the collectors and registers them on reg (nil: not registered).
@@ -56,6 +59,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Times a provider link's read loop waited because every one of its query slots was taken."}),
 		queryBudget: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "funduq_broker_query_budget_waits_total",
 			Help: "Provider queries that waited because the broker-wide query budget (half the PostgreSQL pool) was taken, by outcome (served; gave_up: answered busy at the query's time limit)."}, []string{"outcome"}),
+		budgetWaiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "funduq_broker_query_budget_waiting",
+			Help: "Provider requests (queries, registers' writes) waiting now for the broker-wide query budget (half the PostgreSQL pool)."}),
 		storeSecs: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_event_store_seconds_total",
 			Help: "Time the lanes spent storing provider event batches (retries included)."}),
 		publishSecs: prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_broker_event_publish_seconds_total",
@@ -74,7 +79,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Provider events that failed their run (malformed, oversized, over the per-run limit), by reason. Counts no quality counter."}, []string{"reason"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.links, m.offers, m.quality, m.events, m.ended, m.withdrawals, m.writeRetries, m.writeFailures, m.backpressure, m.queryWaits, m.queryBudget, m.storeSecs, m.publishSecs, m.waiting,
+		reg.MustRegister(m.links, m.offers, m.quality, m.events, m.ended, m.withdrawals, m.writeRetries, m.writeFailures, m.backpressure, m.queryWaits, m.queryBudget, m.budgetWaiting, m.storeSecs, m.publishSecs, m.waiting,
 			m.isLeader, m.epoch, m.lanes, m.refusals, m.badEvents)
 	}
 	return m

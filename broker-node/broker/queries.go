@@ -44,26 +44,46 @@ func (b *Broker) ThreadMessages(ctx context.Context, l Link, threadID string, li
 	return b.st.ThreadMessagesWithin(ctx, threadID, limit, maxBytes)
 }
 
-// takeQuery takes a place in the query budget, waiting (in turn: a
-// channel's senders are served first come, first served) until ctx ends.
-// The wait is the query's, off its link's read loop: the link's own query
-// slots bound how many of its queries wait, and a link waits for those
-// as before (Stalled), so one key's queries never stop another link being
-// read.
+// takeQuery takes a place in the query budget for a query, waiting (in
+// turn: a channel's senders are served first come, first served) until ctx
+// ends. The wait is the query's, off its link's read loop: the link's own
+// query slots bound how many of its queries wait, and a link waits for
+// those as before (Stalled), so one key's queries never stop another link
+// being read.
 func (b *Broker) takeQuery(ctx context.Context, l Link, threadID string) error {
-	select {
-	case b.queries <- struct{}{}:
-		return nil
-	default:
-	}
-	select {
-	case b.queries <- struct{}{}:
+	waited, err := b.takeBudget(ctx, nil)
+	switch {
+	case err == nil && waited:
 		b.metrics.queryBudget.WithLabelValues("served").Inc()
-		return nil
-	case <-ctx.Done():
+	case err != nil:
 		b.metrics.queryBudget.WithLabelValues("gave_up").Inc()
 		b.log.WarnContext(ctx, "provider query gave up waiting for the query budget", "provider_key", l.Key(),
-			"thread_id", threadID, "epoch", b.writeEpoch.Load(), "query_budget", cap(b.queries), "err", ctx.Err())
-		return fmt.Errorf("%w: %w", ErrQueriesBusy, ctx.Err())
+			"thread_id", threadID, "epoch", b.writeEpoch.Load(), "query_budget", cap(b.queries), "err", err)
+		return fmt.Errorf("%w: %w", ErrQueriesBusy, err)
+	}
+	return nil
+}
+
+// takeBudget takes a place in the query budget, waiting in turn until ctx
+// ends (its error) or stop closes (ErrNotLeading); waited says it had to
+// wait. A register's writes take their place here too (Register): they run
+// on their link's read loop, one per link, so as many links as the pool
+// has connections would otherwise hold all of them while PostgreSQL is
+// slow to answer.
+func (b *Broker) takeBudget(ctx context.Context, stop <-chan struct{}) (waited bool, err error) {
+	select {
+	case b.queries <- struct{}{}:
+		return false, nil
+	default:
+	}
+	b.metrics.budgetWaiting.Inc()
+	defer b.metrics.budgetWaiting.Dec()
+	select {
+	case b.queries <- struct{}{}:
+		return true, nil
+	case <-ctx.Done():
+		return true, ctx.Err()
+	case <-stop:
+		return true, ErrNotLeading
 	}
 }

@@ -1,0 +1,121 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/funduq/funduq-go/broker-node/broker"
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/wire"
+)
+
+// Registers that PostgreSQL is slow to answer hold at most the query
+// budget's part of the broker's pool, as queries do (design.md §The
+// provider wire, "Admission"): a register's writes ran on its link's read
+// loop on a pooled connection of their own, so as many links as the pool
+// has connections — one stranger's fresh keys — each sending a register
+// held every connection, and another provider's run waited for all of
+// them: without a time limit on a register's writes, for as long as
+// storage stayed slow.
+func TestSlowRegistersLeaveThePoolToTheRuns(t *testing.T) {
+	const pool = 4
+	h := nodetest.Start(t, func(c *config.Broker) { c.DBMaxConns = pool })
+	honest := h.Connect(0xe7, nil)
+	honest.Register("echo")
+	// The strangers are known already: registering again updates their
+	// providers row, which the lock below holds. One link per key, as
+	// many as the pool has connections.
+	var strangers []*nodetest.Prov
+	for i := range pool {
+		s := h.Connect(byte(0x70+i), nil)
+		s.Register(fmt.Sprintf("s%d", i))
+		strangers = append(strangers, s)
+	}
+	r, rthread := h.Door(honest.Key, "echo", "", "hello")
+	if f := honest.Offer(); f.RunID != r {
+		t.Fatalf("offer %s, want %s", f.RunID, r)
+	}
+
+	// Storage is slow for the strangers' rows only: the honest run's
+	// claim, events and end touch none of them.
+	release := h.Hold(`SELECT 1 FROM providers WHERE public_key <> $1 FOR UPDATE`, honest.Key)
+	for i, s := range strangers {
+		s.Send(wire.Register{Type: wire.TypeRegister, Agents: []wire.Registration{{Name: fmt.Sprintf("s%d", i)}, {Name: fmt.Sprintf("t%d", i)}}})
+	}
+	// Every register is read: each waits on the lock or for its place.
+	budget := broker.QueryBudget(pool)
+	h.Eventually("every register waits on the lock or for the budget", func() bool {
+		n := lockWaitersOn(t, h, "providers")
+		return n == pool || (n == budget && budgetWaiting(t, h) == pool-budget)
+	})
+
+	honest.Accept(r)
+	honest.Event(r, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, rthread, r))
+	honest.Event(r, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, rthread, r))
+	honest.Finish(r)
+	// Read on a connection of the test's own: the node's pool is what
+	// the strangers may have taken.
+	h.Eventually("the honest run ends beside the strangers' stuck registers", func() bool {
+		return statusOn(t, h, r) == run.Completed
+	})
+	if !h.LockWaitsOn("providers")() {
+		t.Fatal("the strangers' registers gave up the lock before the honest run ended")
+	}
+
+	release()
+	for _, s := range strangers {
+		var reg wire.Registered
+		s.Expect(wire.TypeRegistered, &reg)
+		if len(reg.Names) != 2 {
+			t.Fatalf("registered %v", reg.Names)
+		}
+	}
+	evs := h.Events(r)
+	if len(evs) == 0 || evs[len(evs)-1]["type"] != "RUN_FINISHED" {
+		t.Fatalf("the honest run's stored events: %v", evs)
+	}
+	nothingCounted(t, h, honest.Key, "an honest run beside slow registers")
+}
+
+// lockWaitersOn counts the backends of h's database waiting behind a lock
+// on table, read on the test's own connection.
+func lockWaitersOn(t *testing.T, h *nodetest.Harness, table string) int {
+	t.Helper()
+	var n int
+	if err := h.DB().QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity a
+		WHERE a.datname = current_database() AND a.wait_event_type = 'Lock'
+		AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = ANY(pg_blocking_pids(a.pid))
+			AND l.granted AND l.relation = $1::regclass)`, table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// statusOn reads run id's status on the test's own connection.
+func statusOn(t *testing.T, h *nodetest.Harness, id string) run.Status {
+	t.Helper()
+	var s string
+	if err := h.DB().QueryRow(context.Background(), `SELECT status FROM runs WHERE run_id = $1`, id).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	return run.Status(s)
+}
+
+var budgetWaitingLine = regexp.MustCompile(`(?m)^funduq_broker_query_budget_waiting (\d+)$`)
+
+// budgetWaiting is how many provider requests wait for the query budget
+// now (0 when the gauge is missing).
+func budgetWaiting(t *testing.T, h *nodetest.Harness) int {
+	t.Helper()
+	g := budgetWaitingLine.FindStringSubmatch(metrics(t, h))
+	if g == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(g[1])
+	return n
+}
