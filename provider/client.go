@@ -66,6 +66,10 @@ var (
 	ErrNotConnected = errors.New("provider: not connected")
 	// ErrLinkLost: the link a Query was sent on dropped before its answer came.
 	ErrLinkLost = errors.New("provider: link lost")
+	// ErrQueryAskAgain: funduq answered a query "ask again" (its queries
+	// were busy, or its read ran out of time); the *QueryError it answers
+	// with is this error (errors.Is), and asking again later may succeed.
+	ErrQueryAskAgain = errors.New("provider: funduq asks for the query again")
 	// ErrQueryTimeout: no queryResult within QueryTimeout.
 	ErrQueryTimeout = errors.New("provider: query timed out")
 	// ErrPinMismatch: POST /tickets named a funduq key other than the pinned one.

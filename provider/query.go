@@ -17,6 +17,12 @@ type QueryError struct {
 
 func (e *QueryError) Error() string { return "provider: query refused: " + e.Message }
 
+// Is reports a "busy" or "could not read" answer as ErrQueryAskAgain: the
+// wire has only funduq's text to tell them from a refusal.
+func (e *QueryError) Is(target error) bool {
+	return target == ErrQueryAskAgain && (e.Message == wire.QueryBusyMessage || e.Message == wire.QueryUnreadMessage)
+}
+
 // Query asks funduq for a thread's messages (method thread_messages): the
 // thread's AG-UI messages, oldest first, the last limit of them when limit is
 // positive. Only threads of this provider's agents are answered. It waits at

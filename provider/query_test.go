@@ -95,3 +95,35 @@ func TestQueryWithoutALink(t *testing.T) {
 		t.Fatalf("Query = %v", err)
 	}
 }
+
+// funduq's "ask again" answers — the query budget taken for the query's
+// whole time limit, or its read running out of time — are told apart from
+// a refusal: a provider retries the one and not the other (design.md §The
+// provider wire). They were a *QueryError like "no such thread", and only
+// funduq's exact text told them apart.
+func TestQueryAskAgainIsToldApart(t *testing.T) {
+	f := newFakeFunduq(t)
+	c, p, _ := singleAgent(t, f, newGates().handler)
+	for _, tc := range []struct {
+		answer string
+		again  bool
+	}{
+		{wire.QueryBusyMessage, true},
+		{wire.QueryUnreadMessage, true},
+		{"no such thread for this provider", false},
+	} {
+		out := asyncQuery(c, t.Context(), "t-1", 0)
+		_, raw := p.next(t)
+		var q wire.Query
+		_ = json.Unmarshal(raw, &q)
+		p.send(t, wire.QueryResult{Type: wire.TypeQueryResult, QueryID: q.QueryID, Error: tc.answer})
+		got := <-out
+		var qe *QueryError
+		if !errors.As(got.err, &qe) || qe.Message != tc.answer {
+			t.Fatalf("answered %q: Query error = %v", tc.answer, got.err)
+		}
+		if errors.Is(got.err, ErrQueryAskAgain) != tc.again {
+			t.Fatalf("answered %q: errors.Is(err, ErrQueryAskAgain) = %v, want %v", tc.answer, !tc.again, tc.again)
+		}
+	}
+}

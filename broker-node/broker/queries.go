@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/wire"
 )
 
 // QueryBudget is how many of a pool of poolSize connections provider
@@ -24,7 +25,7 @@ var ErrNoSuchThread = errors.New("no such thread for this provider")
 
 // ErrQueriesBusy answers a query that waited its whole time limit for the
 // broker-wide query budget: other queries held it throughout.
-var ErrQueriesBusy = errors.New("funduq is answering too many queries right now; ask again")
+var ErrQueriesBusy = errors.New(wire.QueryBusyMessage)
 
 // ThreadMessages answers a provider's thread_messages query with at most
 // maxBytes of messages; more is store.ErrTooLarge. It reads only within

@@ -364,7 +364,7 @@ func (s *Server) answerQuery(ctx context.Context, c *Conn, q wire.Query) {
 			res.Error = fmt.Sprintf("the thread's messages exceed one answer (%d bytes); ask for the newest with a smaller limit", budget)
 		default:
 			c.log.Warn("thread_messages query failed", "thread_id", p.ThreadID, "err", err)
-			res.Error = "funduq could not read the thread right now"
+			res.Error = wire.QueryUnreadMessage
 		}
 		return
 	}

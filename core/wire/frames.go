@@ -258,3 +258,13 @@ func PeekType(raw []byte) (string, bool) {
 // before it closes that link. The wire has no code for it; our SDK reads
 // this text to stop instead of registering again (provider.ErrReplaced).
 const ReplacedMessage = "this link was replaced by a newer link of the same key and serves nothing now; closing it"
+
+// QueryBusyMessage and QueryUnreadMessage are the errors of a queryResult
+// that says "ask again": the query waited its whole time limit for the
+// broker's query budget, or its read ran out of time (design.md §The
+// provider wire). The wire has no code for them; our SDK reads these texts
+// to tell them from a refusal (provider.ErrQueryAskAgain).
+const (
+	QueryBusyMessage   = "funduq is answering too many queries right now; ask again"
+	QueryUnreadMessage = "funduq could not read the thread right now"
+)
