@@ -6,8 +6,10 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/funduq/funduq-go/broker-node/broker"
+	"github.com/funduq/funduq-go/broker-node/node"
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/run"
@@ -147,5 +149,76 @@ func TestSlowDeleteAgentLeavesOtherRegistersAlone(t *testing.T) {
 	stranger.Expect(wire.TypeDeleted, &d)
 	if d.Name != "x" {
 		t.Fatalf("deleted %q", d.Name)
+	}
+}
+
+// A query storm and a register waiting for the budget when the leader
+// steps down: the leader stops (its stuck queries and the waiting
+// register let go at once, not at a time limit: here five minutes, far
+// past the harness's guard), and the next leader answers queries and runs
+// while the same storage is still slow.
+func TestQueryStormAtStepDown(t *testing.T) {
+	const pool = 4
+	a := nodetest.StartWith(t, func(c *config.Broker) { c.DBMaxConns = pool },
+		func(o *node.Options) { o.QueryTimeout = 5 * time.Minute })
+	b := a.PeerWith("node-b", func(c *config.Broker) { c.DBMaxConns = pool }, nil)
+	asker := a.Connect(0xe8, nil)
+	asker.Register("asker")
+	_, thread, _ := a.CompletedRun(asker, "asker", "a thread to ask about")
+	query := func(p *nodetest.Prov, id string) {
+		p.SendRaw(fmt.Sprintf(`{"type":"query","queryId":%q,"method":"thread_messages","params":{"threadId":%q}}`, id, thread))
+	}
+
+	// Another key's run is made and offered before the lock (the door's
+	// insert would wait on it); its offer, out at the step-down, is made
+	// again by the next leader.
+	first := a.Connect(0xea, nil)
+	first.Register("echo")
+	r, rthread := a.Door(first.Key, "echo", "", "hello")
+	if f := first.Offer(); f.RunID != r {
+		t.Fatalf("offer %s, want %s", f.RunID, r)
+	}
+
+	release := a.Hold(`LOCK TABLE thread_messages IN ACCESS EXCLUSIVE MODE`)
+	for i := range 8 {
+		query(asker, fmt.Sprintf("q%d", i))
+	}
+	budget := broker.QueryBudget(pool)
+	a.Eventually("the budget's queries wait on the lock", func() bool { return lockWaitersOn(t, a, "thread_messages") == budget })
+	late := a.Connect(0xe9, nil)
+	late.Send(wire.Register{Type: wire.TypeRegister, Agents: []wire.Registration{{Name: "late"}}})
+	a.Eventually("the register waits for the budget", func() bool { return budgetWaiting(t, a) == 8-budget+1 })
+
+	a.Shutdown() // the node stops: it waits for every link and query it holds
+	b.Eventually("the standby leads", b.Ready)
+	for _, p := range []*nodetest.Prov{asker, late} {
+		for _, f := range p.Rest() {
+			if typ, _ := wire.PeekType(f); typ == wire.TypeRegistered {
+				t.Fatalf("registered by a leader that stepped down: %s", f)
+			}
+		}
+	}
+
+	// The lock still held: the new leader runs another key's run, and a
+	// query of the asker's waits on the lock, then is answered.
+	honest := b.Connect(0xea, nil)
+	honest.Register("echo")
+	if f := honest.Offer(); f.RunID != r {
+		t.Fatalf("offer %s, want %s", f.RunID, r)
+	}
+	honest.Accept(r)
+	honest.Event(r, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, rthread, r))
+	honest.Event(r, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, rthread, r))
+	honest.Finish(r)
+	b.WaitStatus(r, run.Completed)
+	asker2 := b.Connect(0xe8, nil)
+	asker2.Register("asker")
+	query(asker2, "again")
+	b.Eventually("the new leader's query waits on the lock", b.LockWaitsOn("thread_messages"))
+	release()
+	var res wire.QueryResult
+	asker2.Expect(wire.TypeQueryResult, &res)
+	if res.QueryID != "again" || res.Error != "" || len(res.Result) == 0 {
+		t.Fatalf("after the lock: %+v", res)
 	}
 }
