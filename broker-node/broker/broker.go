@@ -172,7 +172,7 @@ type Broker struct {
 	// queries is the broker-wide budget of pooled connections provider
 	// queries and registers' writes may hold at once (queries.go); not
 	// reset with the roster: those in flight give back what they took.
-	queries chan struct{}
+	queries *budget
 }
 
 // Options are New's dependencies; Store is required.
@@ -202,7 +202,7 @@ func New(o Options) *Broker {
 	if o.Store != nil {
 		pool = int(o.Store.Pool().Config().MaxConns)
 	}
-	b.queries = make(chan struct{}, QueryBudget(pool))
+	b.queries = newBudget(QueryBudget(pool))
 	b.reset()
 	o.Metrics.bind(b)
 	return b
@@ -687,17 +687,18 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 }
 
 // registerWrites records a register's provider and agents within the query
-// budget (queries.go), waited for in turn: each link's register runs on its
-// read loop, so without it a stranger's links registering while PostgreSQL
-// is slow to answer held a pooled connection each, the whole pool, and the
-// lanes' claims, events and ends waited behind them (design.md §The
-// provider wire, "Admission"). The writes that follow in Register are made
-// one at a time under rosterMu, and the budget is given back before it.
+// budget (queries.go), served before the queries waiting for it: each
+// link's register runs on its read loop, so without the budget a
+// stranger's links registering while PostgreSQL is slow to answer held a
+// pooled connection each, the whole pool, and the lanes' claims, events and
+// ends waited behind them (design.md §The provider wire, "Admission"). The
+// writes that follow in Register are made one at a time under rosterMu, and
+// the budget is given back before it.
 func (b *Broker) registerWrites(ctx, lctx context.Context, epoch int64, p store.Provider, rows []store.Agent) error {
-	if _, err := b.takeBudget(ctx, lctx.Done()); err != nil {
+	if _, err := b.takeBudget(ctx, lctx.Done(), true); err != nil {
 		return err
 	}
-	defer func() { <-b.queries }()
+	defer b.queries.give()
 	err := b.write(lctx, "register agents", func() error { return b.st.RegisterAgents(ctx, epoch, p, rows) })
 	if errors.Is(err, store.ErrFingerprintTaken) {
 		return &RegisterError{"this key's fingerprint is already held by another key; use another key"}

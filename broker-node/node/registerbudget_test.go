@@ -222,3 +222,56 @@ func TestQueryStormAtStepDown(t *testing.T) {
 		t.Fatalf("after the lock: %+v", res)
 	}
 }
+
+// A register waiting for the query budget is served before the queries
+// waiting for it: a register on a slow path waited in turn behind every
+// query queued before it — a stranger's eight per link, each up to its
+// time limit (here five minutes) — so a new provider's register, writing
+// rows nothing holds, was answered only once they had all had their turn,
+// past its register deadline.
+func TestRegisterGoesBeforeWaitingQueries(t *testing.T) {
+	h := nodetest.StartWith(t, func(c *config.Broker) { c.DBMaxConns = 2 }, // a budget of one
+		func(o *node.Options) { o.QueryTimeout = 5 * time.Minute })
+	asker := h.Connect(0xeb, nil)
+	asker.Register("asker")
+	_, thread, _ := h.CompletedRun(asker, "asker", "a thread to ask about")
+	query := func(id string) {
+		asker.SendRaw(fmt.Sprintf(`{"type":"query","queryId":%q,"method":"thread_messages","params":{"threadId":%q}}`, id, thread))
+	}
+	release := h.Hold(`LOCK TABLE thread_messages IN ACCESS EXCLUSIVE MODE`)
+	query("q0")
+	h.Eventually("the first query waits on the lock", h.LockWaitsOn("thread_messages"))
+	query("q1")
+	query("q2")
+	h.Eventually("two queries wait for the budget", func() bool { return budgetWaiting(t, h) == 2 })
+	newcomer := h.Connect(0xec, nil)
+	newcomer.Send(wire.Register{Type: wire.TypeRegister, Agents: []wire.Registration{{Name: "echo"}}})
+	h.Eventually("the register waits for the budget", func() bool { return budgetWaiting(t, h) == 3 })
+
+	// The first query's read ends (its backend is cut off): its place is
+	// the register's, though two queries asked for it first.
+	var cut int
+	if err := h.DB().QueryRow(context.Background(), `SELECT count(pg_terminate_backend(a.pid)) FROM pg_stat_activity a
+		WHERE a.datname = current_database() AND a.wait_event_type = 'Lock'`).Scan(&cut); err != nil || cut != 1 {
+		t.Fatalf("cut %d backends: %v", cut, err)
+	}
+	var reg wire.Registered
+	newcomer.Expect(wire.TypeRegistered, &reg)
+	h.Eventually("the next query waits on the lock", h.LockWaitsOn("thread_messages"))
+
+	release()
+	answers := map[string]wire.QueryResult{}
+	for range 3 {
+		var res wire.QueryResult
+		asker.Expect(wire.TypeQueryResult, &res)
+		answers[res.QueryID] = res
+	}
+	if answers["q0"].Error != wire.QueryUnreadMessage {
+		t.Fatalf("the cut query answered %+v", answers["q0"])
+	}
+	for _, id := range []string{"q1", "q2"} {
+		if res := answers[id]; res.Error != "" || len(res.Result) == 0 {
+			t.Fatalf("query %s answered %+v", id, res)
+		}
+	}
+}
