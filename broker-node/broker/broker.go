@@ -603,6 +603,7 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 		}
 	}
 	ls.names = seen
+	ls.bare = nil // registered: no longer pending (WhenBare)
 	ls.interjections = map[string]bool{}
 	for _, a := range agents {
 		if a.TakesInterjections {
@@ -844,6 +845,7 @@ func (b *Broker) Detach(l Link, lost bool) {
 		return
 	}
 	delete(b.links, l)
+	ls.bare = nil
 	ls.detached()
 	b.metrics.links.Dec()
 	var offline []string
@@ -873,6 +875,28 @@ func (b *Broker) Detach(l Link, lost bool) {
 		// leader taking over meanwhile too (recover reads them back).
 		_ = b.write(lctx, "mark agents unserved", func() error { return b.st.MarkLost(lctx, epoch, ls.key, offline, grace) })
 	}
+}
+
+// WhenBare calls bare once l serves no agent and holds no run — no offer
+// out to it, no run claimed or held by it — at once if it is so now, else
+// when the last run it holds leaves it, unless it registers or ends first.
+// A link a delete leaves so holds nothing a link that never registered
+// does not, so it is pending again (design.md §The provider wire,
+// "Admission"). bare runs under the broker's lock: it must not block nor
+// call the broker.
+func (b *Broker) WhenBare(l Link, bare func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ls := b.links[l]
+	if ls == nil || len(ls.names) > 0 {
+		return
+	}
+	if len(b.byLink[ls]) > 0 {
+		ls.bare = bare
+		return
+	}
+	ls.bare = nil
+	bare()
 }
 
 // HoldsRuns reports whether l holds a run: one it claimed, or took over

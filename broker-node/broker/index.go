@@ -64,6 +64,10 @@ func (b *Broker) unlinkLocked(ls *linkState, l *lane) {
 	delete(m, l)
 	if len(m) == 0 {
 		delete(b.byLink, ls)
+		if f := ls.bare; f != nil && len(ls.names) == 0 {
+			ls.bare = nil
+			f()
+		}
 	}
 }
 

@@ -57,7 +57,10 @@ type linkState struct {
 	// replaced: a newer link of the key took over every agent it served;
 	// it is being closed, and what it held passes to the key's next report.
 	replaced bool
-	opened   time.Time
+	// bare, when set, is called once the link, left serving nothing by a
+	// delete, holds no run either (Broker.WhenBare). Guarded by b.mu.
+	bare   func()
+	opened time.Time
 	// backlog counts the events read from this link and not yet handled
 	// by their lanes (stored, or dropped as a resend or a stray). When it
 	// is full the link's read loop waits in Event: the broker stops reading

@@ -15,9 +15,9 @@ type conn struct {
 	log *slog.Logger
 	// deadline is the register deadline (Relay.ServeHTTP).
 	deadline *wsconn.RegisterDeadline
-	// pending gives the link's place among those not registered back
-	// (Relay.Pending); idempotent.
-	pending func()
+	// place is the link's standing among those not registered
+	// (Relay.Pending).
+	place *wsconn.Place
 
 	// Guarded by Relay.mu.
 	names map[string]bool // the offerings this link registered
@@ -30,7 +30,19 @@ type conn struct {
 func newConn(ws *websocket.Conn, key string, log *slog.Logger) *conn {
 	return &conn{Conn: wsconn.New(ws, "LLM provider is not reading its link"), key: key, log: log,
 		names: map[string]bool{}, inflight: map[string]*completion{}, deadline: &wsconn.RegisterDeadline{},
-		pending: func() {}}
+		place: wsconn.NewPlace(nil, nil)}
+}
+
+// pendingAgain counts the link pending again and starts its register
+// deadline over when it serves nothing and has no completion in flight,
+// as a link that never registered (design.md §The provider wire,
+// "Admission"). Caller holds Relay.mu, under which a register takes it
+// out of pending.
+func (c *conn) pendingAgain() {
+	if len(c.names) == 0 && len(c.inflight) == 0 && c.place.Retake() {
+		c.deadline.Restart()
+		c.log.Info("LLM provider link serves nothing: pending again until it registers")
+	}
 }
 
 // send queues frame for the writer; a full queue closes the link.

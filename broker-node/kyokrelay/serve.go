@@ -72,7 +72,7 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	c := newConn(ws, res.PublicKey, r.log().With("llm_provider_key", res.PublicKey))
-	c.pending = release
+	c.place = wsconn.NewPlace(r.Pending, release)
 	writerDone := make(chan struct{})
 	r.mu.Lock()
 	if !r.leading {
@@ -92,7 +92,7 @@ func (r *Relay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	})
 	go c.Writer(writerDone)
 	r.readLoop(c)
-	release()
+	c.place.End()
 	c.deadline.Stop()
 	r.detach(c)
 	c.CloseWith(websocket.CloseNormalClosure, "")
@@ -295,6 +295,11 @@ func (r *Relay) register(ctx context.Context, c *conn, f wire.RegisterModels) {
 		c.names[n] = true
 		r.served[kyok.Ref{ProviderKey: c.key, Name: n}] = c // takes over from an older link of this key
 	}
+	// Under r.mu, as a delete counts a link left serving nothing pending
+	// again (conn.pendingAgain), and before the provider reads that it
+	// registered: past the deadline, and no longer pending.
+	c.deadline.Met()
+	c.place.Leave()
 	r.mu.Unlock()
 	if len(orphaned) > 0 {
 		// The other link meant to go on serving them closed while the
@@ -304,8 +309,6 @@ func (r *Relay) register(ctx context.Context, c *conn, f wire.RegisterModels) {
 		}
 	}
 	c.log.Info("LLM offerings registered", "models", names)
-	c.deadline.Met() // before the provider reads that it registered
-	c.pending()      // and no longer pending
 	r.send(c, wire.Registered{Type: wire.TypeRegistered, Names: names})
 }
 
@@ -362,6 +365,7 @@ func (r *Relay) deleteModel(ctx context.Context, c *conn, f wire.DeleteModel) {
 	for l := range r.links {
 		if l.key == c.key {
 			delete(l.names, f.Name)
+			l.pendingAgain() // if that left it serving nothing
 		}
 	}
 	delete(c.names, f.Name)

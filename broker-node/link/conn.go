@@ -18,14 +18,25 @@ type Conn struct {
 	log *slog.Logger
 	// deadline is the register deadline (Server.serve).
 	deadline *wsconn.RegisterDeadline
-	// pending gives the link's place among those not registered back
-	// (Server.Pending); idempotent.
-	pending func()
+	// place is the link's standing among those not registered
+	// (Server.Pending).
+	place *wsconn.Place
 }
 
 func newConn(ws *websocket.Conn, key string, log *slog.Logger) *Conn {
-	return &Conn{Conn: wsconn.New(ws, "provider is not reading its link"), key: key, log: log, deadline: &wsconn.RegisterDeadline{}, pending: func() {}}
+	return &Conn{Conn: wsconn.New(ws, "provider is not reading its link"), key: key, log: log, deadline: &wsconn.RegisterDeadline{}, place: wsconn.NewPlace(nil, nil)}
 }
 
 // Key is the provider's public key.
 func (c *Conn) Key() string { return c.key }
+
+// pendingAgain counts the link pending again and starts its register
+// deadline over: a delete left it serving nothing and it holds no run, as
+// a link that never registered (design.md §The provider wire,
+// "Admission"). Called under the broker's lock (Broker.WhenBare).
+func (c *Conn) pendingAgain() {
+	if c.place.Retake() {
+		c.deadline.Restart()
+		c.log.Info("provider link serves nothing: pending again until it registers")
+	}
+}

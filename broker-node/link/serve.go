@@ -115,12 +115,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // serve runs one handshaken link until it closes. release gives its
-// pending place back (at its first register, or its end).
+// pending place back (at its first register, or its end); the link may be
+// counted again later (Conn.pendingAgain).
 func (s *Server) serve(ws *websocket.Conn, res handshake.Result, release func()) {
 	defer release()
 	log := s.Log.With("provider_key", res.PublicKey)
 	c := newConn(ws, res.PublicKey, log)
-	c.pending = release
+	c.place = wsconn.NewPlace(s.Pending, release)
 	c.Ping = s.PingInterval
 	if err := s.Broker.Attach(c, res.MaxConcurrentRuns); err != nil {
 		c.CloseWith(websocket.CloseTryAgainLater, "this funduq node is not the leader; reconnect")
@@ -140,7 +141,7 @@ func (s *Server) serve(ws *websocket.Conn, res handshake.Result, release func())
 	ctx, cancel := context.WithCancel(context.Background())
 	var queries sync.WaitGroup
 	lost := s.readLoop(ctx, c, &queries)
-	c.pending() // ended: whatever follows is its goodbye
+	c.place.End() // ended: whatever follows is its goodbye
 	c.ReadDone()
 	c.deadline.Stop()
 	// A link closed for not registering was not left on purpose: whatever
@@ -256,7 +257,11 @@ func (s *Server) handle(ctx context.Context, c *Conn, frame any, querySlots chan
 	case wire.Register:
 		s.register(ctx, c, f)
 	case wire.DeleteAgent:
-		if err := s.Broker.DeleteAgent(ctx, c, f.Name); err != nil {
+		err := s.Broker.DeleteAgent(ctx, c, f.Name)
+		// The name is no longer served whatever the answer (a refused
+		// record stays); a link left serving nothing is pending again.
+		s.Broker.WhenBare(c, c.pendingAgain)
+		if err != nil {
 			s.sendError(c, publicError(err), "", f.Name)
 			return
 		}
@@ -305,7 +310,7 @@ func (s *Server) register(ctx context.Context, c *Conn, f wire.Register) {
 		// Registered: the deadline is over, and the link no longer
 		// pending, before the provider reads so.
 		c.deadline.Met()
-		c.pending()
+		c.place.Leave()
 		s.send(c, wire.Registered{Type: wire.TypeRegistered, Names: names})
 	})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/apierr"
 	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/wire"
 )
 
@@ -139,12 +140,12 @@ func expectClosedAny(t *testing.T, h *nodetest.Harness, hello map[string]any, wh
 }
 
 // A link that registered and then deleted every agent it served holds
-// nothing, as one that never registered does, yet it is neither counted
-// pending nor closed at the register deadline: a stranger registers one
-// name, deletes it, and holds the link for as long as it answers pings,
-// one per ticket, which is what FUNDUQ_MAX_PENDING_LINKS bounds.
+// nothing, as one that never registered does: it is pending again, counted
+// against FUNDUQ_MAX_PENDING_LINKS and closed at a register deadline started
+// anew, unless a register takes it out of pending first. Before, a stranger
+// registered one name, deleted it, and held the link for as long as it
+// answered pings, one per ticket, past the bound.
 func TestLinkThatDeletedEveryAgentIsPendingAgain(t *testing.T) {
-	t.Skip("docs/design.md §Open questions: a link that deleted every agent it served")
 	h := nodetest.Start(t, func(c *config.Broker) { c.MaxPendingLinks = 1 })
 	s := admit(t, h, 0xe4)
 	if typ, e := s.answered(named("gone", 1)); typ != wire.TypeRegistered {
@@ -154,6 +155,98 @@ func TestLinkThatDeletedEveryAgentIsPendingAgain(t *testing.T) {
 		t.Fatalf("deleteAgent: %q %q", typ, e.Message)
 	}
 	upgradeRefusedFull(t, h, "a second link while one that serves nothing is open")
+
+	// A register takes it out of pending again; the time it had is spent.
+	h.Advance(20 * time.Second)
+	if typ, e := s.answered(named("back", 1)); typ != wire.TypeRegistered {
+		t.Fatalf("register again: %q %q", typ, e.Message)
+	}
+	backToZero(t, h, "registered again")
+	h.Advance(20 * time.Second)
+	s.open() // the first deadline, met, closed nothing
+
+	// Deleted again: pending again, and closed at a full deadline from then.
+	if typ, e := s.answered([]byte(`{"type":"deleteAgent","name":"back0"}`)); typ != wire.TypeDeleted {
+		t.Fatalf("deleteAgent again: %q %q", typ, e.Message)
+	}
+	upgradeRefusedFull(t, h, "deleted again")
+	h.Advance(29 * time.Second)
+	s.open() // not yet
+	h.Advance(time.Second)
+	if ce := s.closed(); ce.Code != websocket.ClosePolicyViolation || !strings.Contains(ce.Text, "no register within 30s") {
+		t.Fatalf("a link serving nothing at its deadline: closed %v", ce)
+	}
+	backToZero(t, h, "closed at its deadline")
+}
+
+// The same on /ws/kyok: a link that registered a model and deleted it is
+// pending again and closed at the register deadline.
+func TestKyokLinkThatDeletedEveryModelIsPendingAgain(t *testing.T) {
+	h := nodetest.Start(t, func(c *config.Broker) { c.MaxPendingLinks = 1 })
+	k := doorKey(t, 0xe5)
+	ws, resp, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(h.URL, "http")+"/ws/kyok", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	t.Cleanup(func() { _ = ws.Close() })
+	if err := ws.WriteJSON(rawHello(h, k.PublicKeyHex(), ticketFor(t, h, k.PublicKeyHex()), nonceOf("kyok pending again"), k)); err != nil {
+		t.Fatal(err)
+	}
+	s := &stranger{t: t, ws: ws, pub: k.PublicKeyHex()}
+	if typ, _ := s.next(); typ != wire.TypeWelcome {
+		t.Fatalf("hello answered %q", typ)
+	}
+	if typ, e := s.answered([]byte(`{"type":"register","models":["m"]}`)); typ != wire.TypeRegistered {
+		t.Fatalf("register: %q %q", typ, e.Message)
+	}
+	backToZero(t, h, "a KYOK link registered")
+	if typ, e := s.answered([]byte(`{"type":"deleteModel","name":"m"}`)); typ != wire.TypeDeleted {
+		t.Fatalf("deleteModel: %q %q", typ, e.Message)
+	}
+	upgradeRefusedFull(t, h, "a second link while a KYOK link that serves nothing is open")
+	h.Advance(30 * time.Second)
+	if ce := s.closed(); ce.Code != websocket.ClosePolicyViolation || !strings.Contains(ce.Text, "no register within 30s") {
+		t.Fatalf("a KYOK link serving nothing at its deadline: closed %v", ce)
+	}
+	backToZero(t, h, "KYOK link closed at its deadline")
+}
+
+// A link that serves nothing but still holds a run is not pending while it
+// does, as a provider shutting down takes its agents out of service before
+// it drains: it is pending from the run's end, and closed at a deadline
+// from then.
+func TestLinkServingNothingIsPendingOnceItsRunEnds(t *testing.T) {
+	h := nodetest.Start(t, func(c *config.Broker) { c.MaxPendingLinks = 1 })
+	p := h.Connect(0xe8, nil)
+	p.Register("busy")
+	id, thread := h.Door(p.Key, "busy", "", "hi")
+	if o := p.Offer(); o.RunID != id {
+		t.Fatalf("offer %s, want %s", o.RunID, id)
+	}
+	p.Accept(id)
+	// The run keeps its agent's record, so the delete is refused, and
+	// the name is out of service all the same.
+	p.Send(wire.DeleteAgent{Type: wire.TypeDeleteAgent, Name: "busy"})
+	var e wire.Error
+	p.Expect(wire.TypeError, &e)
+	if e.Name != "busy" {
+		t.Fatalf("deleteAgent answered %+v", e)
+	}
+	h.Advance(30 * time.Second)
+	p.ReadBarrier()
+	backToZero(t, h, "a link holding a run")
+
+	p.Complete(id, thread)
+	h.WaitStatus(id, run.Completed)
+	h.Eventually("the link that serves nothing and holds no run counted pending", func() bool {
+		return pendingNow(t, h) == "funduq_links_pending 1"
+	})
+	upgradeRefusedFull(t, h, "once its run ended")
+	h.Advance(30 * time.Second)
+	h.Eventually("closed at its deadline", func() bool { c, _ := p.Closed(); return c })
+	wantDeadlineClose(t, p)
+	backToZero(t, h, "closed at its deadline after its run")
 }
 
 // A link of a key that registers the names another link of the key serves

@@ -22,6 +22,10 @@ import (
 type RegisterDeadline struct {
 	mu      sync.Mutex
 	timer   clockwork.Timer
+	clock   clockwork.Clock
+	d       time.Duration
+	fire    func(gen int)
+	gen     int  // the period: one more at each Restart
 	met     bool // a register was answered
 	lapsed  bool // the time ran out first
 	stopped bool // the link ended
@@ -40,21 +44,26 @@ func StartRegisterDeadline(c *Conn, clock clockwork.Clock, d time.Duration, work
 		clock = clockwork.NewRealClock()
 	}
 	reason := fmt.Sprintf("no register within %s of welcome (FUNDUQ_REGISTER_DEADLINE); reconnect and register", d)
-	var fire func()
-	fire = func() {
-		if rd.over() {
+	// gen tells a timer of this period from one a Met and a Restart
+	// since left behind, which may fire all the same.
+	var fire func(gen int)
+	fire = func(gen int) {
+		rd.mu.Lock()
+		over := rd.met || rd.stopped || rd.gen != gen
+		rd.mu.Unlock()
+		if over {
 			return
 		}
 		// Asked without rd.mu: working takes the broker's locks, under
 		// which Met is called.
 		busy := working != nil && working()
 		rd.mu.Lock()
-		if rd.met || rd.stopped {
+		if rd.met || rd.stopped || rd.gen != gen {
 			rd.mu.Unlock()
 			return
 		}
 		if busy {
-			rd.timer = clock.AfterFunc(d, fire)
+			rd.timer = clock.AfterFunc(d, func() { fire(gen) })
 			rd.mu.Unlock()
 			return
 		}
@@ -67,15 +76,26 @@ func StartRegisterDeadline(c *Conn, clock clockwork.Clock, d time.Duration, work
 	}
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
-	rd.timer = clock.AfterFunc(d, fire)
+	rd.clock, rd.d, rd.fire = clock, d, fire
+	rd.timer = clock.AfterFunc(d, func() { fire(0) })
 	return rd
 }
 
-// over reports whether the deadline no longer applies.
-func (rd *RegisterDeadline) over() bool {
+// Restart starts the time over on a deadline that was met: the link,
+// registered, was left serving nothing (design.md §The provider wire,
+// "Admission"), so it registers again within the time or is closed as one
+// that never registered. No-op on a deadline running, lapsed, stopped or
+// with no time.
+func (rd *RegisterDeadline) Restart() {
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
-	return rd.met || rd.stopped
+	if !rd.met || rd.stopped || rd.fire == nil {
+		return
+	}
+	rd.met = false
+	rd.gen++
+	gen, fire := rd.gen, rd.fire
+	rd.timer = rd.clock.AfterFunc(rd.d, func() { fire(gen) })
 }
 
 // Met ends the deadline: a register was answered. Called before the

@@ -19,7 +19,8 @@ const DefaultMaxPending = 1024
 // the deadline, so without it the sockets, goroutines and buffers the
 // leader holds were bounded only by how fast keys are minted. A link is
 // counted from before its upgrade until it registers or ends; one that
-// registered is not counted, whatever it serves.
+// registered is not counted unless a delete left it serving nothing and
+// holding no run (Place.Retake).
 type Pending struct {
 	// Max is the bound (0: DefaultMaxPending).
 	Max int
@@ -67,4 +68,67 @@ func (p *Pending) Admit(w http.ResponseWriter) (release func(), ok bool) {
 	}
 	var once sync.Once
 	return func() { once.Do(func() { p.n.Add(-1) }) }, true
+}
+
+// again counts one more link pending without the bound: a registered link
+// left serving nothing (Place.Retake) is let be over it rather than closed,
+// since the bound is there to refuse upgrades, before anything is spent
+// (design.md §The provider wire, "Admission"). Its release is idempotent.
+func (p *Pending) again() func() {
+	if p == nil {
+		return func() {}
+	}
+	p.n.Add(1)
+	var once sync.Once
+	return func() { once.Do(func() { p.n.Add(-1) }) }
+}
+
+// Place is one link's standing against Pending: counted from its upgrade
+// until a register is answered (Leave), counted again when, after a
+// delete, it serves nothing and holds no run (Retake), and given back for
+// good when it ends (End). Safe for concurrent use.
+type Place struct {
+	mu      sync.Mutex
+	pending *Pending
+	release func() // nil: not counted now
+	ended   bool
+}
+
+// NewPlace is the standing of a link Admit counted with release (nil: not
+// counted) against p (nil: nothing is counted).
+func NewPlace(p *Pending, release func()) *Place {
+	return &Place{pending: p, release: release}
+}
+
+// Leave gives the place back: a register was answered.
+func (pl *Place) Leave() {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.release != nil {
+		pl.release()
+		pl.release = nil
+	}
+}
+
+// End gives the place back for good: the link ended.
+func (pl *Place) End() {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	pl.ended = true
+	if pl.release != nil {
+		pl.release()
+		pl.release = nil
+	}
+}
+
+// Retake counts the link pending again, past the bound if it is full. It
+// reports false, counting nothing, if the link is counted now or ended.
+func (pl *Place) Retake() bool {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.ended || pl.release != nil {
+		return false
+	}
+	pl.release = pl.pending.again()
+	return true
 }
