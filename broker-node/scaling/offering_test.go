@@ -48,6 +48,9 @@ const (
 	// the offer frame's arrival left before the write was due (the slack
 	// covers the provider's reader being late to read the frame).
 	quickSlack = 300 * time.Millisecond
+	// offerUnserved is these clusters' FUNDUQ_UNSERVED_TIMEOUT (see
+	// newOfferingCluster).
+	offerUnserved = 10 * time.Minute
 	// quick is the window in which a scenario treats an answer (or a
 	// fault) as landing before the write is due.
 	quick = offerAfter - quickSlack
@@ -56,10 +59,16 @@ const (
 // newOfferingCluster is newCluster with offerAfter and offerDeliver.
 func newOfferingCluster(t *testing.T, nbrokers, ndoors int) *cluster {
 	t.Helper()
-	clusterEnv = []string{"FUNDUQ_OFFERING_WRITE_AFTER=" + offerAfter.String(), "FUNDUQ_DELIVER_TIMEOUT=" + offerDeliver.String()}
+	// The sweep asks every waiting head again once per unserved window
+	// (design.md §Timers): with the harness's 5 s it could re-offer a
+	// lapsed run between its lapse and the late accept a scenario sends
+	// next — an offer the scenario counts — whenever the machine is slow
+	// enough to widen that gap. No scenario here waits on that nudge.
+	clusterEnv = []string{"FUNDUQ_OFFERING_WRITE_AFTER=" + offerAfter.String(), "FUNDUQ_DELIVER_TIMEOUT=" + offerDeliver.String(),
+		"FUNDUQ_UNSERVED_TIMEOUT=" + offerUnserved.String()}
 	defer func() { clusterEnv = nil }()
-	t.Logf("FUNDUQ_OFFERING_WRITE_AFTER=%v FUNDUQ_DELIVER_TIMEOUT=%v FUNDUQ_LEASE_TTL=%v; an answer within %v of the offer is before the write",
-		offerAfter, offerDeliver, leaseTTL, quick)
+	t.Logf("FUNDUQ_OFFERING_WRITE_AFTER=%v FUNDUQ_DELIVER_TIMEOUT=%v FUNDUQ_LEASE_TTL=%v FUNDUQ_UNSERVED_TIMEOUT=%v; an answer within %v of the offer is before the write",
+		offerAfter, offerDeliver, leaseTTL, offerUnserved, quick)
 	return newCluster(t, nbrokers, ndoors)
 }
 
