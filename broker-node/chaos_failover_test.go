@@ -593,7 +593,7 @@ func chaosDoor(t testing.TB, dbURL, redisURL, prefix string) string {
 	t.Helper()
 	deps, err := door.Connect(config.Door{
 		Storage:  config.Storage{DatabaseURL: dbURL, RedisURL: redisURL, RedisPrefix: prefix},
-		Identity: config.Identity{IdentityKey: nodetest.SeedHex(0xb6), TokenSecret: "test-secret"},
+		Identity: config.Identity{IdentityKey: nodetest.SeedHex(0xb6), TokenSecret: nodetest.TokenSecret},
 	}, door.ConnectOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -155,7 +155,7 @@ func TestPoolOfOneIsRefused(t *testing.T) {
 	_, prefix := redistest.Client(t)
 	cfg := config.Broker{
 		Storage:  config.Storage{DatabaseURL: storetest.URL(t) + "&pool_max_conns=1", RedisURL: redistest.URL()},
-		Identity: config.Identity{IdentityKey: nodetest.SeedHex(0xb6), TokenSecret: "test-secret"},
+		Identity: config.Identity{IdentityKey: nodetest.SeedHex(0xb6), TokenSecret: nodetest.TokenSecret},
 		Waits:    config.Waits{LeaseTTL: 10 * time.Second, DeliverTimeout: 5 * time.Second, UnservedTimeout: 45 * time.Second, UndeliveredWindow: time.Hour},
 		NodeID:   "one", AdvertiseURL: "http://127.0.0.1:1",
 	}

@@ -46,7 +46,7 @@ func standby(t *testing.T, dbURL, redisURL string) *node.Node {
 	_, prefix := redistest.Client(t)
 	cfg := config.Broker{
 		Storage:  config.Storage{DatabaseURL: dbURL, RedisURL: redisURL},
-		Identity: config.Identity{IdentityKey: nodetest.SeedHex(0xb6), TokenSecret: "test-secret"},
+		Identity: config.Identity{IdentityKey: nodetest.SeedHex(0xb6), TokenSecret: nodetest.TokenSecret},
 		Waits:    config.Waits{LeaseTTL: 10 * time.Second, DeliverTimeout: 5 * time.Second, UnservedTimeout: 45 * time.Second, UndeliveredWindow: time.Hour},
 		NodeID:   "standby", AdvertiseURL: "http://127.0.0.1:1",
 	}

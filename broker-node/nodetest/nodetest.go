@@ -55,6 +55,11 @@ type Harness struct {
 	db     *pgx.Conn // the test's own connection (DB)
 }
 
+// TokenSecret is the harness's FUNDUQ_TOKEN_SECRET: long enough for the
+// configuration's minimum (config.MinTokenSecret), as the doors and
+// processes a test starts from it parse it.
+const TokenSecret = "nodetest-token-secret-0123456789abcdef"
+
 // SeedHex is a test seed: b repeated 32 times, in hex.
 func SeedHex(b byte) string { return strings.Repeat(fmt.Sprintf("%02x", b), 32) }
 
@@ -86,7 +91,7 @@ func StartOn(t testing.TB, dbURL, redisURL, prefix string, mut func(*config.Brok
 	t.Helper()
 	cfg := config.Broker{
 		Storage:  config.Storage{DatabaseURL: dbURL, RedisURL: redisURL},
-		Identity: config.Identity{IdentityKey: SeedHex(0xb6), TokenSecret: "test-secret"},
+		Identity: config.Identity{IdentityKey: SeedHex(0xb6), TokenSecret: TokenSecret},
 		Waits: config.Waits{LeaseTTL: 10 * time.Second, DeliverTimeout: 5 * time.Second, UnservedTimeout: 45 * time.Second,
 			UndeliveredWindow: 1800 * time.Second, ProviderGrace: 0, ProviderQualityTolerance: 3, RegisterDeadline: 30 * time.Second},
 		NodeID: "test-node",

@@ -71,7 +71,7 @@ func setup(t *testing.T, broker bool, mut func(*config.Broker)) *env {
 	}
 	deps, err := door.Connect(config.Door{
 		Storage:  config.Storage{DatabaseURL: e.dbURL, RedisURL: e.rs.URL(), RedisPrefix: prefix},
-		Identity: config.Identity{IdentityKey: nodetest.SeedHex(0xb6), TokenSecret: "test-secret"},
+		Identity: config.Identity{IdentityKey: nodetest.SeedHex(0xb6), TokenSecret: nodetest.TokenSecret},
 	}, door.ConnectOptions{})
 	if err != nil {
 		t.Fatal(err)

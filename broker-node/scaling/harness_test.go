@@ -49,7 +49,7 @@ const (
 
 const (
 	identitySeed = "b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6b6"
-	tokenSecret  = "scaling-suite-secret"
+	tokenSecret  = "scaling-suite-token-secret-0123456789"
 )
 
 var (

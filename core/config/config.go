@@ -27,7 +27,8 @@ type Storage struct {
 type Identity struct {
 	// IdentityKey is funduq's Ed25519 seed, 64 hex characters.
 	IdentityKey string `env:"FUNDUQ_IDENTITY_KEY,required,notEmpty"`
-	// TokenSecret is the HMAC secret for KYOK tokens.
+	// TokenSecret is the HMAC secret for KYOK tokens, at least
+	// MinTokenSecret bytes.
 	TokenSecret string `env:"FUNDUQ_TOKEN_SECRET,required,notEmpty"`
 }
 
@@ -240,6 +241,14 @@ type Broker struct {
 // MinConsoleToken is the shortest FUNDUQ_CONSOLE_TOKEN accepted.
 const MinConsoleToken = 16
 
+// MinTokenSecret is the shortest FUNDUQ_TOKEN_SECRET accepted, in bytes.
+// It is the HMAC key of every KYOK token (and of the key sealing a KYOK
+// context): whoever guesses it mints tokens for any run. 32 bytes is
+// HMAC-SHA256's own size; what funduq generates is longer (64 hex
+// characters from scripts/dev-up, 64 letters and digits from
+// infra/foundation.yaml).
+const MinTokenSecret = 32
+
 // Door is a Lambda door's configuration.
 type Door struct {
 	Storage
@@ -368,12 +377,17 @@ func (s Storage) validate() error {
 }
 
 func (i Identity) validate() error {
+	var errs []error
 	b, err := hex.DecodeString(i.IdentityKey)
 	if err != nil || len(b) != 32 || strings.ToLower(i.IdentityKey) != i.IdentityKey {
 		// Never echo the value: it is a private key.
-		return fmt.Errorf("FUNDUQ_IDENTITY_KEY: want 64 lowercase hex characters (a 32-byte Ed25519 seed), got %d characters", len(i.IdentityKey))
+		errs = append(errs, fmt.Errorf("FUNDUQ_IDENTITY_KEY: want 64 lowercase hex characters (a 32-byte Ed25519 seed), got %d characters", len(i.IdentityKey)))
 	}
-	return nil
+	if len(i.TokenSecret) < MinTokenSecret {
+		// Never echo the value: it is a secret.
+		errs = append(errs, fmt.Errorf("FUNDUQ_TOKEN_SECRET: want at least %d bytes (openssl rand -hex 32), got %d", MinTokenSecret, len(i.TokenSecret)))
+	}
+	return errors.Join(errs...)
 }
 
 func (w Waits) validate() error {

@@ -14,7 +14,7 @@ func good() map[string]string {
 		"FUNDUQ_DATABASE_URL": "postgres://postgres@127.0.0.1:5432/funduq?sslmode=disable",
 		"FUNDUQ_REDIS_URL":    "redis://127.0.0.1:6379/0",
 		"FUNDUQ_IDENTITY_KEY": strings.Repeat("b6", 32),
-		"FUNDUQ_TOKEN_SECRET": "s3cret",
+		"FUNDUQ_TOKEN_SECRET": strings.Repeat("s3cret-", 5),
 	}
 }
 
@@ -73,6 +73,10 @@ func TestErrorsNameTheVariable(t *testing.T) {
 		{key: "FUNDUQ_IDENTITY_KEY", value: "abc", want: "FUNDUQ_IDENTITY_KEY: want 64 lowercase hex"},
 		{key: "FUNDUQ_IDENTITY_KEY", value: strings.Repeat("B6", 32), want: "FUNDUQ_IDENTITY_KEY: want 64 lowercase hex"},
 		{key: "FUNDUQ_TOKEN_SECRET", drop: true, want: "FUNDUQ_TOKEN_SECRET: required and not set"},
+		// An HMAC key anyone could guess forges KYOK tokens: at least 32
+		// bytes, counted, never echoed.
+		{key: "FUNDUQ_TOKEN_SECRET", value: "s", want: "FUNDUQ_TOKEN_SECRET: want at least 32 bytes"},
+		{key: "FUNDUQ_TOKEN_SECRET", value: "s3cret" + strings.Repeat("x", 25), want: "FUNDUQ_TOKEN_SECRET: want at least 32 bytes (openssl rand -hex 32), got 31"},
 		{key: "FUNDUQ_LEASE_TTL", value: "ten seconds", want: `FUNDUQ_LEASE_TTL: cannot read "ten seconds"`},
 		{key: "FUNDUQ_LEASE_TTL", value: "-1s", want: "FUNDUQ_LEASE_TTL: must be positive"},
 		{key: "FUNDUQ_DELIVER_TIMEOUT", value: "0s", want: "FUNDUQ_DELIVER_TIMEOUT: must be positive"},
@@ -109,6 +113,26 @@ func TestErrorsNameTheVariable(t *testing.T) {
 				t.Fatalf("error leaks a secret: %q", err)
 			}
 		})
+	}
+}
+
+// A door refuses a short FUNDUQ_TOKEN_SECRET as a broker node does: every
+// door verifies the tokens any node or door mints.
+func TestDoorRefusesAShortTokenSecret(t *testing.T) {
+	e := good()
+	e["FUNDUQ_TOKEN_SECRET"] = "s3cret"
+	for name, parse := range map[string]func() error{
+		"door":        func() error { _, err := config.ParseDoor(e); return err },
+		"local doors": func() error { _, err := config.ParseLocalDoors(e); return err },
+	} {
+		err := parse()
+		if err == nil || !strings.Contains(err.Error(), "FUNDUQ_TOKEN_SECRET: want at least 32 bytes") || strings.Contains(err.Error(), "s3cret") {
+			t.Fatalf("%s: err = %v, want FUNDUQ_TOKEN_SECRET refused without its value", name, err)
+		}
+	}
+	e["FUNDUQ_TOKEN_SECRET"] = strings.Repeat("x", config.MinTokenSecret)
+	if _, err := config.ParseDoor(e); err != nil {
+		t.Fatalf("a secret of exactly %d bytes: %v", config.MinTokenSecret, err)
 	}
 }
 

@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 // guard bounds every wait: a hang detector, never a timing assertion.
 const guard = 15 * time.Second
 
-const secret = "test-secret" // nodetest's FUNDUQ_TOKEN_SECRET
+const secret = nodetest.TokenSecret
 
 // env is a real broker node (nodetest), a KYOK relay leading under the
 // node's epoch and serving /ws/kyok on loopback, and a KYOK door on loopback.

@@ -34,7 +34,7 @@ func TestHealthNamesOnlyTheHungStore(t *testing.T) {
 			_, prefix := redistest.Client(t)
 			deps, err := door.Connect(config.Door{
 				Storage:  config.Storage{DatabaseURL: tc.dbURL(t), RedisURL: tc.redisURL(t)},
-				Identity: config.Identity{IdentityKey: nodetest.SeedHex(0xb6), TokenSecret: "test-secret"},
+				Identity: config.Identity{IdentityKey: nodetest.SeedHex(0xb6), TokenSecret: nodetest.TokenSecret},
 			}, door.ConnectOptions{RedisPrefix: prefix})
 			if err != nil {
 				t.Fatal(err)

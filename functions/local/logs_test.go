@@ -49,7 +49,7 @@ func TestLogsFromOutside(t *testing.T) {
 	const (
 		pgPassword   = "pgPassw0rdLogAudit"
 		consoleToken = "consoleTokenLogAudit1234"
-		tokenSecret  = "tokenSecretLogAudit5678"
+		tokenSecret  = "tokenSecretLogAudit5678-0123456789abcdef"
 		bearer       = "bearerSecretLogAudit9abc"
 		userText     = "userTextSecretLogAudit"
 		payloadText  = "providerPayloadSecretLogAudit"

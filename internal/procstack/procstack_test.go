@@ -71,7 +71,7 @@ func testConfig(t *testing.T) Config {
 	return Config{
 		Binaries:    Binaries{Broker: self},
 		DatabaseURL: "postgres://postgres@127.0.0.1:5432/none", RedisURL: "redis://127.0.0.1:6379/0",
-		RedisPrefix: "procstack-test:", IdentityKey: strings.Repeat("ab", 32), TokenSecret: "s",
+		RedisPrefix: "procstack-test:", IdentityKey: strings.Repeat("ab", 32), TokenSecret: strings.Repeat("s", 32),
 		Env: []string{helperEnv + "=serve"}, LogDir: t.TempDir(), StopGrace: DefaultBoot,
 	}
 }

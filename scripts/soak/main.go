@@ -54,7 +54,7 @@ import (
 
 const (
 	identitySeed = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a"
-	tokenSecret  = "soak-secret"
+	tokenSecret  = "soak-token-secret-0123456789abcdef"
 	boot         = 30 * time.Second
 )
 
