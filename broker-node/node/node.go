@@ -343,10 +343,16 @@ func (n *Node) leadUnder(ctx context.Context) {
 	// step down): a node holding the lease without reaching PostgreSQL
 	// would otherwise keep renewing it, and a standby that can reach it
 	// would never lead (D10).
-	var epoch int64
+	//
+	// The same write publishes this node's public identity key for the
+	// doors (design.md §Deployment, "One identity key"): the leader is
+	// the one providers meet, so its key is the one they pin, and a door
+	// holding another refuses to sign bound runs.
+	var took store.TookOver
 	tctx, cancel := context.WithTimeout(ctx, storeRetryFor(n.cfg.StoreRetryFor))
 	err := retry(tctx, func() (err error) {
-		epoch, err = n.st.AdvanceEpoch(tctx, n.cfg.NodeID, n.cfg.AdvertiseURL)
+		took, err = n.st.TakeOver(tctx, store.Takeover{Holder: n.cfg.NodeID, AdvertiseURL: n.cfg.AdvertiseURL,
+			FunduqKey: n.signer.PublicKeyHex()})
 		return err
 	})
 	cancel()
@@ -356,6 +362,16 @@ func (n *Node) leadUnder(ctx context.Context) {
 				"store_retry_for", storeRetryFor(n.cfg.StoreRetryFor).String())
 		}
 		return
+	}
+	epoch := took.Epoch
+	if took.PreviousKey != "" && took.PreviousKey != n.signer.PublicKeyHex() {
+		// FUNDUQ_IDENTITY_KEY must be the same on every node and door: a
+		// provider that pinned the previous key refuses this node, and a
+		// door holding the previous key now refuses bound runs. Only
+		// public keys are logged.
+		n.log.Error("FUNDUQ_IDENTITY_KEY differs from the previous leader's: this node published its own public key; "+
+			"set the same key on every broker node and door", "epoch", epoch,
+			"funduq_key", n.signer.PublicKeyHex(), "previous_funduq_key", took.PreviousKey)
 	}
 	defer n.heartbeat(ctx, epoch)()
 	defer n.kyok.Start(ctx, epoch)()

@@ -16,15 +16,17 @@ import (
 
 // FindAgent reads the agent (provider, name), where provider is the
 // provider's 64-hex public key or its 16-hex fingerprint. ErrNotFound when
-// no such agent is registered.
+// no such agent is registered. The agent's FunduqKey is the leader's
+// published key, read in the same statement.
 func (s *Store) FindAgent(ctx context.Context, provider, name string) (Agent, error) {
 	var a Agent
 	var extra, meta []byte
 	err := s.pool.QueryRow(ctx, `
-		SELECT a.provider_key, a.name, a.description, a.agent_card_extra, a.metadata, a.takes_interjections
+		SELECT a.provider_key, a.name, a.description, a.agent_card_extra, a.metadata, a.takes_interjections,
+		       coalesce((SELECT l.funduq_key FROM broker_leader l WHERE l.id = 1), '')
 		FROM agents a JOIN providers p ON p.public_key = a.provider_key
 		WHERE (p.public_key = $1 OR p.fingerprint = $1) AND a.name = $2`, provider, name).
-		Scan(&a.ProviderKey, &a.Name, &a.Description, &extra, &meta, &a.TakesInterjections)
+		Scan(&a.ProviderKey, &a.Name, &a.Description, &extra, &meta, &a.TakesInterjections, &a.FunduqKey)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Agent{}, fmt.Errorf("agent %s/%s: %w", provider, name, ErrNotFound)
 	}

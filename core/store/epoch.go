@@ -16,6 +16,27 @@ type Leader struct {
 	Holder       string
 	AdvertiseURL string
 	AcquiredAt   time.Time
+	// FunduqKey is funduq's public identity key as the leader of record
+	// published it (Takeover.FunduqKey); "" before any leader has.
+	FunduqKey string
+}
+
+// Takeover is what a node records as it becomes the leader of record.
+type Takeover struct {
+	Holder       string
+	AdvertiseURL string
+	// FunduqKey is the node's public identity key, published for the doors
+	// (design.md §Deployment, "One identity key"); "" keeps the key
+	// published before.
+	FunduqKey string
+}
+
+// TookOver is a takeover's outcome.
+type TookOver struct {
+	Epoch int64
+	// PreviousKey is the key published before this takeover ("" when none
+	// was), so a node whose key differs can say so.
+	PreviousKey string
 }
 
 // takeoverLockWait bounds how long a takeover waits for the deposed
@@ -38,14 +59,23 @@ func (s *Store) AdvanceEpoch(ctx context.Context, holder string, advertiseURL ..
 	if len(advertiseURL) > 0 {
 		url = advertiseURL[0]
 	}
+	t, err := s.TakeOver(ctx, Takeover{Holder: holder, AdvertiseURL: url})
+	return t.Epoch, err
+}
+
+// TakeOver is AdvanceEpoch that also publishes the node's identity key
+// (t.FunduqKey, when set) in the same UPDATE, and returns the key published
+// before it.
+func (s *Store) TakeOver(ctx context.Context, t Takeover) (TookOver, error) {
+	holder := t.Holder
 	for attempt := 1; ; attempt++ {
-		epoch, err := s.advanceEpoch(ctx, holder, url)
+		took, err := s.advanceEpoch(ctx, t)
 		var pgErr *pgconn.PgError
 		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55P03" || attempt == 5 {
 			if err != nil {
-				return 0, fmt.Errorf("advance epoch for %s: %w", holder, err)
+				return TookOver{}, fmt.Errorf("advance epoch for %s: %w", holder, err)
 			}
-			return epoch, nil
+			return took, nil
 		}
 		var ended int
 		// pg_locks lists every database's locks, and databases made from
@@ -54,31 +84,37 @@ func (s *Store) AdvanceEpoch(ctx context.Context, holder string, advertiseURL ..
 			WHERE l.locktype = 'relation' AND l.relation = 'broker_leader'::regclass AND l.mode = 'RowShareLock'
 			AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
 			AND l.granted AND l.pid <> pg_backend_pid()`).Scan(&ended); err != nil {
-			return 0, fmt.Errorf("advance epoch for %s: end the deposed leader's transactions: %w", holder, err)
+			return TookOver{}, fmt.Errorf("advance epoch for %s: end the deposed leader's transactions: %w", holder, err)
 		}
 		s.log.WarnContext(ctx, "takeover waited on fenced transactions of a deposed leader; ended them",
 			"holder", holder, "backends", ended, "waited", takeoverLockWait.String())
 	}
 }
 
-func (s *Store) advanceEpoch(ctx context.Context, holder, url string) (int64, error) {
-	var epoch int64
+func (s *Store) advanceEpoch(ctx context.Context, t Takeover) (TookOver, error) {
+	var took TookOver
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", takeoverLockWait.Milliseconds())); err != nil {
 			return err
 		}
+		// The row is locked first, as the UPDATE locks it, so the key read
+		// as the previous one is the row's latest, not a snapshot another
+		// takeover has since replaced.
 		return tx.QueryRow(ctx,
-			`UPDATE broker_leader SET epoch = epoch + 1, holder = $1, advertise_url = $2, acquired_at = now()
-			WHERE id = 1 RETURNING epoch`, holder, url).Scan(&epoch)
+			`WITH old AS (SELECT funduq_key FROM broker_leader WHERE id = 1 FOR NO KEY UPDATE)
+			UPDATE broker_leader SET epoch = epoch + 1, holder = $1, advertise_url = $2, acquired_at = now(),
+				funduq_key = CASE WHEN $3 = '' THEN broker_leader.funduq_key ELSE $3 END
+			FROM old WHERE id = 1 RETURNING epoch, old.funduq_key`, t.Holder, t.AdvertiseURL, t.FunduqKey).
+			Scan(&took.Epoch, &took.PreviousKey)
 	})
-	return epoch, err
+	return took, err
 }
 
 // CurrentLeader reads the leader of record.
 func (s *Store) CurrentLeader(ctx context.Context) (Leader, error) {
 	var l Leader
-	err := s.pool.QueryRow(ctx, `SELECT epoch, holder, advertise_url, acquired_at FROM broker_leader WHERE id = 1`).
-		Scan(&l.Epoch, &l.Holder, &l.AdvertiseURL, &l.AcquiredAt)
+	err := s.pool.QueryRow(ctx, `SELECT epoch, holder, advertise_url, acquired_at, funduq_key FROM broker_leader WHERE id = 1`).
+		Scan(&l.Epoch, &l.Holder, &l.AdvertiseURL, &l.AcquiredAt, &l.FunduqKey)
 	if err != nil {
 		return Leader{}, fmt.Errorf("read leader: %w", err)
 	}

@@ -42,6 +42,12 @@ type Agent struct {
 	AgentCardExtra     json.RawMessage
 	Metadata           json.RawMessage
 	TakesInterjections bool
+	// FunduqKey is funduq's public identity key as the leader of record
+	// published it (Leader.FunduqKey; "" before any has), read with the
+	// agent by FindAgent so a door checks the key it signs dispatch hops
+	// with at no round trip of its own (design.md §Deployment, "One
+	// identity key"). Other reads leave it "".
+	FunduqKey string
 }
 
 // NewThread describes a thread a door opens along with its first run.

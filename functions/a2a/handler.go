@@ -265,10 +265,18 @@ func (h *Handler) toRPC(r *http.Request, err error) *RPCError {
 			e.Code = CodeTaskNotFound
 		case door.CodeNotCancellable:
 			e.Code = CodeTaskNotCancelable
+		case door.CodeIdentityKeyMismatch:
+			e.Code, e.status = CodeMisconfigured, http.StatusServiceUnavailable
 		default:
 			e.Code = CodeInternalError
 		}
-		h.log.InfoContext(r.Context(), "a2a request refused", "path", r.URL.Path, "code", e.Code, "reason", de.Code, "err", de.Error())
+		// A refusal that is funduq's own failing (a misconfigured door)
+		// needs an operator: ERROR (design.md §Logs).
+		lvl := slog.LevelInfo
+		if de.Status >= 500 {
+			lvl = slog.LevelError
+		}
+		h.log.Log(r.Context(), lvl, "a2a request refused", "path", r.URL.Path, "code", e.Code, "reason", de.Code, "err", de.Error())
 		return e
 	}
 	// Before Unavailable: a query that found the request's context

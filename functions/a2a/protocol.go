@@ -159,6 +159,7 @@ const (
 	CodeThreadQueueFull    = -32044 // the context has too many tasks waiting (HTTP 429, Retry-After)
 	CodeInvalidResolution  = -32045 // an answer on a bound thread without a valid resolution proof
 	CodeKeyReused          = -32046 // an Idempotency-Key or messageId already used for another request (HTTP 422)
+	CodeMisconfigured      = -32047 // this door's identity key is not the broker's: a task with an actor chain is refused (HTTP 503)
 )
 
 // RPCError is a JSON-RPC error object.

@@ -549,6 +549,13 @@ const reusedWhat = "this messageId"
 // build makes the run input with the one builder (D4), minting the KYOK
 // grant when the caller opted in.
 func (c *call) build(req runinput.Request) (runinput.Built, error) {
+	if req.Chain != nil {
+		// A chain gets funduq's dispatch hop, signed with this door's key:
+		// only the key the leader published (design.md §Deployment).
+		if err := door.CheckDispatchKey(c.agent, c.h.o.Funduq); err != nil {
+			return runinput.Built{}, err
+		}
+	}
 	bag, _ := door.ReadCallerBag(req.ForwardedProps, "metadata")
 	if bag.Kyok != nil {
 		req.KyokToken = identity.MintKyokToken(c.h.o.TokenSecret,

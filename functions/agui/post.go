@@ -239,6 +239,13 @@ func unknownResumeThread(id string) error {
 // build makes the run's input with the one builder (D4).
 func (h *Handler) build(agent store.Agent, threadID, runID, parentRunID string, in RunAgentInput, bag door.CallerBag,
 	chain *identity.Chain) (runinput.Built, error) {
+	if chain != nil {
+		// A chain gets funduq's dispatch hop, signed with this door's key:
+		// only the key the leader published (design.md §Deployment).
+		if err := door.CheckDispatchKey(agent, h.o.Funduq); err != nil {
+			return runinput.Built{}, err
+		}
+	}
 	req := runinput.Request{ThreadID: threadID, RunID: runID, ParentRunID: parentRunID, State: in.State,
 		Messages: in.Messages, Tools: in.Tools, Context: in.Context, ForwardedProps: in.ForwardedProps,
 		Resume: in.Resume, Chain: chain,
