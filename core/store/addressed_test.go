@@ -78,7 +78,8 @@ func TestMigrationBackfillsAddressedRunID(t *testing.T) {
 	pool := st.Pool()
 	if _, err := pool.Exec(ctx, `ALTER TABLE runs DROP COLUMN addressed_run_id, DROP COLUMN failure_by_provider, DROP COLUMN holding_counted;
 		ALTER TABLE threads DROP COLUMN cursor_key;
-		DELETE FROM goose_db_version WHERE version_id IN (13, 14, 15, 16)`); err != nil {
+		ALTER TABLE broker_leader DROP COLUMN funduq_key;
+		DELETE FROM goose_db_version WHERE version_id IN (13, 14, 15, 16, 17)`); err != nil {
 		t.Fatal(err)
 	}
 	for id, in := range inputs {

@@ -30,7 +30,8 @@ func TestEveryThreadHasItsOwnCursorKey(t *testing.T) {
 	// Back to schema 14: the column gone.
 	if _, err := pool.Exec(ctx, `ALTER TABLE threads DROP COLUMN cursor_key;
 		ALTER TABLE runs DROP COLUMN holding_counted;
-		DELETE FROM goose_db_version WHERE version_id IN (15, 16)`); err != nil {
+		ALTER TABLE broker_leader DROP COLUMN funduq_key;
+		DELETE FROM goose_db_version WHERE version_id IN (15, 16, 17)`); err != nil {
 		t.Fatal(err)
 	}
 	db, err := sql.Open("pgx", pool.Config().ConnString())
@@ -163,7 +164,8 @@ func TestCursorKeyMigrationDoesNotRewriteThreads(t *testing.T) {
 	for _, partly := range []bool{false, true} {
 		if _, err := pool.Exec(ctx, `ALTER TABLE threads DROP COLUMN cursor_key;
 			ALTER TABLE runs DROP COLUMN holding_counted;
-			DELETE FROM goose_db_version WHERE version_id IN (15, 16)`); err != nil {
+			ALTER TABLE broker_leader DROP COLUMN funduq_key;
+			DELETE FROM goose_db_version WHERE version_id IN (15, 16, 17)`); err != nil {
 			t.Fatal(err)
 		}
 		if partly {

@@ -40,7 +40,8 @@ func TestMigrationMarksProviderReasons(t *testing.T) {
 	// Back to schema 13: the column gone (and 00015's after it).
 	if _, err := pool.Exec(ctx, `ALTER TABLE runs DROP COLUMN failure_by_provider, DROP COLUMN holding_counted;
 		ALTER TABLE threads DROP COLUMN cursor_key;
-		DELETE FROM goose_db_version WHERE version_id IN (14, 15, 16)`); err != nil {
+		ALTER TABLE broker_leader DROP COLUMN funduq_key;
+		DELETE FROM goose_db_version WHERE version_id IN (14, 15, 16, 17)`); err != nil {
 		t.Fatal(err)
 	}
 	db, err := sql.Open("pgx", pool.Config().ConnString())
