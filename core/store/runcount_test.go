@@ -46,7 +46,8 @@ func TestHoldingCountedMigrationDoesNotRewriteRuns(t *testing.T) {
 	ctx := context.Background()
 	pool := st.Pool()
 	if _, err := pool.Exec(ctx, `ALTER TABLE runs DROP COLUMN holding_counted;
-		DELETE FROM goose_db_version WHERE version_id = 16`); err != nil {
+		ALTER TABLE broker_leader DROP COLUMN funduq_key;
+		DELETE FROM goose_db_version WHERE version_id IN (16, 17)`); err != nil {
 		t.Fatal(err)
 	}
 	before := []string{newRun(t, st).RunID, newRun(t, st).RunID}
