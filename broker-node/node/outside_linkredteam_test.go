@@ -185,12 +185,7 @@ func TestResendBeforeRegisterAnswersNoOfferWhileTheLaneIsBusy(t *testing.T) {
 	id, thread := h.Door(p.Key, "echo", "", "q")
 	p.Offer()
 	p.Accept(id)
-	started := fmt.Sprintf(`{"type":"event","runId":%q,"seq":1,"event":{"type":"RUN_STARTED","threadId":%q,"runId":%q}}`, id, thread, id)
-	paused := fmt.Sprintf(`{"type":"event","runId":%q,"seq":2,"event":{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"int_1","reason":"confirm"}]}}}`, id, thread, id)
-	p.SendRaw(started)
-	p.SendRaw(paused)
-	p.Finish(id)
-	h.WaitStatus(id, run.InputRequired)
+	started, paused := pauseRawRound(h, p, id, thread)
 	p.Close() // lost: the process never heard its finish was taken
 	h.Eventually("the link is gone", func() bool { return h.Node.Broker.Snapshot().Links == 0 })
 	a := h.Connect(0xe1, nil) // another process of the key serves echo

@@ -27,12 +27,7 @@ func TestResentPausedRoundAfterAnAnswer(t *testing.T) {
 	id, thread := h.Door(p.Key, "echo", "", "q")
 	p.Offer()
 	p.Accept(id)
-	started := fmt.Sprintf(`{"type":"event","runId":%q,"seq":1,"event":{"type":"RUN_STARTED","threadId":%q,"runId":%q}}`, id, thread, id)
-	paused := fmt.Sprintf(`{"type":"event","runId":%q,"seq":2,"event":{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"int_1","reason":"confirm"}]}}}`, id, thread, id)
-	p.SendRaw(started)
-	p.SendRaw(paused)
-	p.Finish(id)
-	h.WaitStatus(id, run.InputRequired)
+	started, paused := pauseRawRound(h, p, id, thread)
 	p.Close() // lost before it heard anything more
 	h.Eventually("the link is gone", func() bool { return h.Node.Broker.Snapshot().Links == 0 })
 	if _, err := h.Store.ReopenRun(t.Context(), store.Reopen{RunID: id}); err != nil {
@@ -59,4 +54,18 @@ func TestResentPausedRoundAfterAnAnswer(t *testing.T) {
 			t.Fatalf("error %+v, want a refusal naming run %s", e, id)
 		}
 	}
+}
+
+// pauseRawRound runs the accepted run id's round over p's raw wire to a
+// pause (RUN_STARTED, a RUN_FINISHED with an interrupt, finish) and
+// returns its two event frames, for a test to resend as a provider whose
+// link dropped before it heard them taken would.
+func pauseRawRound(h *nodetest.Harness, p *nodetest.Prov, id, thread string) (started, paused string) {
+	started = fmt.Sprintf(`{"type":"event","runId":%q,"seq":1,"event":{"type":"RUN_STARTED","threadId":%q,"runId":%q}}`, id, thread, id)
+	paused = fmt.Sprintf(`{"type":"event","runId":%q,"seq":2,"event":{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"int_1","reason":"confirm"}]}}}`, id, thread, id)
+	p.SendRaw(started)
+	p.SendRaw(paused)
+	p.Finish(id)
+	h.WaitStatus(id, run.InputRequired)
+	return started, paused
 }
