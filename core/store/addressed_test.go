@@ -73,15 +73,10 @@ func TestMigrationBackfillsAddressedRunID(t *testing.T) {
 		plain.RunID:     `{"threadId":"t","runId":"r","forwardedProps":{"addressedRunId":"not funduq's"}}`,
 		broken.RunID:    `{"threadId":"t","runId":"r","forwardedProps":{"funduq":{"addressedRunId":"run-\u0000"}}}`,
 	}
-	// Back to schema 12: the column gone (and those of 00014 to 00016
+	// Back to schema 12: the column gone (and those of the migrations
 	// after it), the inputs as an older door wrote them.
 	pool := st.Pool()
-	if _, err := pool.Exec(ctx, `ALTER TABLE runs DROP COLUMN addressed_run_id, DROP COLUMN failure_by_provider, DROP COLUMN holding_counted;
-		ALTER TABLE threads DROP COLUMN cursor_key;
-		ALTER TABLE broker_leader DROP COLUMN funduq_key;
-		DELETE FROM goose_db_version WHERE version_id IN (13, 14, 15, 16, 17)`); err != nil {
-		t.Fatal(err)
-	}
+	schemaBackTo(t, st, 12)
 	for id, in := range inputs {
 		if _, err := pool.Exec(ctx, `UPDATE runs SET run_input = $2::json WHERE run_id = $1`, id, in); err != nil {
 			t.Fatalf("seed %s: %v", id, err)

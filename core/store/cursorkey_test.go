@@ -28,12 +28,7 @@ func TestEveryThreadHasItsOwnCursorKey(t *testing.T) {
 	before := []string{newRun(t, st).ThreadID, newRun(t, st).ThreadID, newRun(t, st).ThreadID}
 
 	// Back to schema 14: the column gone.
-	if _, err := pool.Exec(ctx, `ALTER TABLE threads DROP COLUMN cursor_key;
-		ALTER TABLE runs DROP COLUMN holding_counted;
-		ALTER TABLE broker_leader DROP COLUMN funduq_key;
-		DELETE FROM goose_db_version WHERE version_id IN (15, 16, 17)`); err != nil {
-		t.Fatal(err)
-	}
+	schemaBackTo(t, st, 14)
 	db, err := sql.Open("pgx", pool.Config().ConnString())
 	if err != nil {
 		t.Fatal(err)
@@ -162,12 +157,7 @@ func TestCursorKeyMigrationDoesNotRewriteThreads(t *testing.T) {
 		return n
 	}
 	for _, partly := range []bool{false, true} {
-		if _, err := pool.Exec(ctx, `ALTER TABLE threads DROP COLUMN cursor_key;
-			ALTER TABLE runs DROP COLUMN holding_counted;
-			ALTER TABLE broker_leader DROP COLUMN funduq_key;
-			DELETE FROM goose_db_version WHERE version_id IN (15, 16, 17)`); err != nil {
-			t.Fatal(err)
-		}
+		schemaBackTo(t, st, 14)
 		if partly {
 			// Stopped after its first step: the column and its default,
 			// the threads before it without keys.

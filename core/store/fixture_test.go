@@ -2,8 +2,11 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"testing"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
@@ -48,6 +51,22 @@ func forceStatus(t *testing.T, st *store.Store, runID string, s run.Status) {
 	_, err := st.Pool().Exec(context.Background(),
 		`UPDATE runs SET status = $2, failure_reason = $3 WHERE run_id = $1`, runID, string(s), reason)
 	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// schemaBackTo takes st's database back to schema version with the
+// migrations' own Down sections (store.MigrateDownTo), as an older release
+// left it: a migration's test starts there, and migrations added later
+// are undone with it without the test naming them.
+func schemaBackTo(t *testing.T, st *store.Store, version int64) {
+	t.Helper()
+	db, err := sql.Open("pgx", st.Pool().Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := store.MigrateDownTo(context.Background(), db, version); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -45,11 +45,7 @@ func TestHoldingCountedMigrationDoesNotRewriteRuns(t *testing.T) {
 	seedAgent(t, st)
 	ctx := context.Background()
 	pool := st.Pool()
-	if _, err := pool.Exec(ctx, `ALTER TABLE runs DROP COLUMN holding_counted;
-		ALTER TABLE broker_leader DROP COLUMN funduq_key;
-		DELETE FROM goose_db_version WHERE version_id IN (16, 17)`); err != nil {
-		t.Fatal(err)
-	}
+	schemaBackTo(t, st, 15)
 	before := []string{newRun(t, st).RunID, newRun(t, st).RunID}
 	var node int64
 	if err := pool.QueryRow(ctx, `SELECT pg_relation_filenode('runs')::bigint`).Scan(&node); err != nil {

@@ -38,12 +38,7 @@ func TestMigrationMarksProviderReasons(t *testing.T) {
 	want[newRun(t, st).RunID] = false // queued
 
 	// Back to schema 13: the column gone (and 00015's after it).
-	if _, err := pool.Exec(ctx, `ALTER TABLE runs DROP COLUMN failure_by_provider, DROP COLUMN holding_counted;
-		ALTER TABLE threads DROP COLUMN cursor_key;
-		ALTER TABLE broker_leader DROP COLUMN funduq_key;
-		DELETE FROM goose_db_version WHERE version_id IN (14, 15, 16, 17)`); err != nil {
-		t.Fatal(err)
-	}
+	schemaBackTo(t, st, 13)
 	db, err := sql.Open("pgx", pool.Config().ConnString())
 	if err != nil {
 		t.Fatal(err)
