@@ -1,7 +1,6 @@
 package node_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"testing"
@@ -38,17 +37,7 @@ func TestUndeliveredThenAbandonedAcrossATakeoverCountsOnce(t *testing.T) {
 	p2.Event(id, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, id)) // re-adopts it
 	b.Eventually("the event is stored", func() bool { return len(b.Events(id)) == 1 })
 	p2.Goodbye() // leaves holding it: abandoned, were it not counted already
-	r := b.WaitStatus(id, run.Failed)
-	if r.FailureReason != string(run.ReasonProviderLeftHoldingIt) {
-		t.Fatalf("failed %q, want provider_left_holding_it", r.FailureReason)
-	}
-	b.Settle()
-	b.Shutdown() // every lane done: a count it makes is made
-	var abandoned, undelivered int64
-	if err := b.DB().QueryRow(context.Background(), `SELECT abandoned, undelivered FROM provider_quality WHERE provider_key = $1`,
-		p.Key).Scan(&abandoned, &undelivered); err != nil {
-		t.Fatal(err)
-	}
+	abandoned, undelivered := leftHoldingItCounts(t, b, id, p.Key)
 	if abandoned+undelivered != 1 {
 		t.Fatalf("counted abandoned %d, undelivered %d for one run; want one count", abandoned, undelivered)
 	}

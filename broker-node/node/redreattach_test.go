@@ -269,17 +269,7 @@ func TestUndeliveredRunLostAfterwardsCountsOnce(t *testing.T) {
 			} else {
 				h.Advance(5 * time.Second)
 			}
-			r := h.WaitStatus(id, run.Failed)
-			if r.FailureReason != string(run.ReasonProviderLeftHoldingIt) {
-				t.Fatalf("failed %q, want provider_left_holding_it", r.FailureReason)
-			}
-			h.Settle()
-			h.Shutdown() // every lane done: a count it makes is made
-			var abandoned, undelivered int64
-			if err := h.DB().QueryRow(context.Background(), `SELECT abandoned, undelivered FROM provider_quality WHERE provider_key = $1`,
-				p.Key).Scan(&abandoned, &undelivered); err != nil {
-				t.Fatal(err)
-			}
+			abandoned, undelivered := leftHoldingItCounts(t, h, id, p.Key)
 			if abandoned != 0 || undelivered != 1 {
 				t.Fatalf("counted abandoned %d, undelivered %d; want undelivered 1 alone: one run, one count", abandoned, undelivered)
 			}
@@ -331,4 +321,22 @@ func TestTakeoverWhileAReattachedRunWaits(t *testing.T) {
 			heldReleased(t, b)
 		})
 	}
+}
+
+// leftHoldingItCounts waits for run id to fail provider_left_holding_it,
+// stops the node (every lane done: a count it makes is made) and returns
+// key's stored abandoned and undelivered counts.
+func leftHoldingItCounts(t *testing.T, h *nodetest.Harness, id, key string) (abandoned, undelivered int64) {
+	t.Helper()
+	r := h.WaitStatus(id, run.Failed)
+	if r.FailureReason != string(run.ReasonProviderLeftHoldingIt) {
+		t.Fatalf("failed %q, want provider_left_holding_it", r.FailureReason)
+	}
+	h.Settle()
+	h.Shutdown()
+	if err := h.DB().QueryRow(context.Background(), `SELECT abandoned, undelivered FROM provider_quality WHERE provider_key = $1`,
+		key).Scan(&abandoned, &undelivered); err != nil {
+		t.Fatal(err)
+	}
+	return abandoned, undelivered
 }
