@@ -252,6 +252,32 @@ func TestStandbyTicketAnswerNamesTheLeader(t *testing.T) {
 	}
 }
 
+// A standby naming the leader is followed at once, not after the
+// reconnect backoff: the SDK held runs through the failover that made that
+// node a standby, and the new leader waits for them only
+// FUNDUQ_PROVIDER_GRACE (30 s, the backoff's own cap). Found running two
+// nodes by hand with no load balancer: the SDK waited 10 s before
+// dialling the leader the standby named.
+func TestStandbyNamingTheLeaderIsFollowedAtOnce(t *testing.T) {
+	leader := newFakeFunduq(t)
+	standby := newFakeFunduq(t)
+	standby.setHooks(func(f *fakeFunduq) {
+		f.onTicket = func(n int, w http.ResponseWriter, r *http.Request) bool {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": "not the leader", "leader": leader.url()})
+			return true
+		}
+	})
+	cfg := baseConfig(t, standby, echoAgent(newGates()))
+	// A backoff no test outlasts: only a redirect taken without it
+	// reaches the leader.
+	cfg.Backoff = Backoff{Min: time.Hour, Max: time.Hour}
+	c, _ := startClient(t, cfg)
+	leader.registeredPeer(t)
+	waitReady(t, c)
+}
+
 func TestStandbyUpgradeAnswerNamesTheLeader(t *testing.T) {
 	leader := newFakeFunduq(t)
 	standby := newFakeFunduq(t)

@@ -106,7 +106,9 @@ var (
 )
 
 // Backoff bounds the reconnect delay: the n-th consecutive failure waits about
-// Min·2ⁿ (never more than Max), with random jitter of up to half of it.
+// Min·2ⁿ (never more than Max), with random jitter of up to half of it. A
+// standby that answers with the leader's URL is not waited out: the client
+// dials that leader at once (once in a row, then backs off as usual).
 type Backoff struct {
 	Min time.Duration // default 200ms
 	Max time.Duration // default 30s
@@ -374,6 +376,7 @@ func (c *Client) Run(ctx context.Context) error {
 
 	var redirect *url.URL
 	attempt := 0
+	followed := false // the last attempt went to a leader a standby named
 	c.replaced.Store(false)
 	stopped := error(nil)
 	for ctx.Err() == nil {
@@ -398,8 +401,19 @@ func (c *Client) Run(ctx context.Context) error {
 			attempt = 0
 		}
 		redirect = next
-		delay := c.cfg.Backoff.delay(attempt)
-		attempt++
+		// A standby that named the leader is followed at once, once in a
+		// row: the runs held through the failover wait for this client
+		// only FUNDUQ_PROVIDER_GRACE, no longer than the backoff's cap
+		// (design.md D7). Two nodes naming each other
+		// still back off.
+		var delay time.Duration
+		if redirect != nil && !followed && redirect.String() != base.String() {
+			followed = true
+		} else {
+			delay = c.cfg.Backoff.delay(attempt)
+			attempt++
+			followed = false
+		}
 		attrs := []any{"err", err, "retryIn", delay, "url", base.String()}
 		if redirect != nil {
 			attrs = append(attrs, "next", redirect.String())
