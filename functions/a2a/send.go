@@ -171,8 +171,10 @@ func parseMessage(raw json.RawMessage) (InboundMessage, *RPCError) {
 		m.Role = "user"
 	default:
 		// A2A knows two roles; anything else is refused, not taken for the
-		// user's.
-		return m, rpcErr(CodeInvalidParams, "params.message.role must be \"user\" or \"agent\" (ROLE_USER or ROLE_AGENT)")
+		// user's. The refusal names what came (its first 64 characters): a
+		// client library that mangled the role (@a2a-js/sdk 1.x sends
+		// "UNRECOGNIZED" for a 0.3 "user") shows there.
+		return m, rpcErr(CodeInvalidParams, "params.message.role %.64q is not an A2A role: it must be \"user\" or \"agent\" (ROLE_USER or ROLE_AGENT)", role)
 	}
 	if v, ok := obj["metadata"]; ok && firstByte(v) != 'n' {
 		if firstByte(v) != '{' {
