@@ -42,7 +42,8 @@ commands:
   lease     lease status | lease handover: who leads; ask the leader to hand over
   prune     prune --older-than 720h [--dry-run] [--batch N]: delete settled runs older than
             that (events, messages, the run, threads left empty), as FUNDUQ_RETENTION has the
-            leader do; --dry-run prints what it would delete
+            leader do; --agents-older-than 168h: the agents nobody has served that long, as
+            FUNDUQ_AGENT_RETENTION does; --dry-run prints what it would delete (prune --help)
 `
 
 // errUsage: the command line was wrong (usage already printed).
