@@ -20,8 +20,8 @@
 #
 # Environment it reads:
 #   FUNDUQ_STATE_DIR       local state (default <repo>/.funduq)
-#   FUNDUQ_DEV_PG_PORT     port of the project-local PostgreSQL (default 55432)
-#   FUNDUQ_DEV_REDIS_PORT  port of the project-local Redis (default 56379)
+#   FUNDUQ_DEV_PG_PORT     port of the project-local PostgreSQL (default 25432)
+#   FUNDUQ_DEV_REDIS_PORT  port of the project-local Redis (default 25379)
 #   FUNDUQ_PG_BINDIR       PostgreSQL server binaries (default: the newest
 #                          /usr/lib/postgresql/<ver>/bin)
 #
@@ -67,8 +67,12 @@ funduq_init_state() {
 	export FUNDUQ_STATE_DIR
 	mkdir -p -- "$FUNDUQ_STATE_DIR/logs"
 
-	: "${FUNDUQ_DEV_PG_PORT:=55432}"
-	: "${FUNDUQ_DEV_REDIS_PORT:=56379}"
+	# Below 32768, outside Linux's default range for outgoing connections
+	# (32768-60999): a port in it may be held by any client socket on the
+	# machine, with nothing listening, and the server then fails to bind
+	# (scripts/ports_test.go).
+	: "${FUNDUQ_DEV_PG_PORT:=25432}"
+	: "${FUNDUQ_DEV_REDIS_PORT:=25379}"
 	[[ $FUNDUQ_DEV_PG_PORT =~ ^[0-9]+$ ]] || funduq_die "FUNDUQ_DEV_PG_PORT is not a port number: $FUNDUQ_DEV_PG_PORT"
 	[[ $FUNDUQ_DEV_REDIS_PORT =~ ^[0-9]+$ ]] || funduq_die "FUNDUQ_DEV_REDIS_PORT is not a port number: $FUNDUQ_DEV_REDIS_PORT"
 }
