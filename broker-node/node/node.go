@@ -54,6 +54,9 @@ type Node struct {
 	prefix   string
 	elector  *lease.Elector
 	kyok     *kyokrelay.Relay
+	// published is the leader's published identity key as this node last
+	// read it (POST /tickets, /readyz).
+	published *publishedKey
 	// IntakePoll overrides the intake safety poll (tests).
 	IntakePoll time.Duration
 
@@ -173,7 +176,9 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 	n.elector = &lease.Elector{Lease: lease.New(rdb, LeaseKey(prefix), cfg.NodeID, cfg.LeaseTTL),
 		Channel: LeaseChannel(prefix), Log: log, Lead: n.leadUnder}
 	n.mux = http.NewServeMux()
-	ticketOpts := tickets.HandlerOptions{PerMinute: cfg.TicketsPerMinute}
+	n.published = &publishedKey{st: st, mine: signer.PublicKeyHex(), log: log,
+		leading: func() bool { leading, _ := b.Leading(); return leading }}
+	ticketOpts := tickets.HandlerOptions{PerMinute: cfg.TicketsPerMinute, PublishedKey: n.published.get}
 	if o.Clock != nil {
 		n.tickets.Now, ticketOpts.Now = o.Clock.Now, o.Clock.Now
 	}
@@ -217,7 +222,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // readyProbeTimeout bounds each store's part of a /readyz answer.
 const readyProbeTimeout = 2 * time.Second
 
-// readyz is 200 only on the leader with both stores answering.
+// readyz is 200 only on the leader with both stores answering. A standby
+// reads the leader of record and says whether the identity key it
+// published is this node's ("identity_key": "ok" or "mismatch", design.md
+// §Deployment, "One identity key"); the read refreshes what POST /tickets
+// checks, so a node out of the load balancer learns of a takeover by
+// another key at its next health check.
 //
 // Each store is probed under a deadline of its own, both at once: under one
 // shared deadline a hung store spent it all, and the other store's probe
@@ -247,12 +257,21 @@ func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
 	if leading {
 		body["role"] = "leader"
 		body["leader"] = n.cfg.AdvertiseURL
-	} else if dbErr == nil && leaderErr == nil {
+		body["identity_key"] = "ok"
+	}
+	if !leading && dbErr == nil && leaderErr == nil {
 		body["epoch"] = leader.Epoch
 		if redisErr == nil && holderErr == nil && holder.NodeID == leader.Holder {
 			body["leader"] = leader.AdvertiseURL
 		}
+		body["identity_key"] = "ok"
+		if !n.published.observe(r.Context(), leader.FunduqKey) {
+			body["identity_key"] = "mismatch"
+		}
 	}
+	// A standby is never ready: the load balancer sends traffic to the
+	// leader alone, and a node on another key than the published one is
+	// a standby by construction (the leader publishes its own).
 	ok := leading
 	if dbErr != nil {
 		body["database"], ok = "unreachable", false

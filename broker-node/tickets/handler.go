@@ -38,7 +38,8 @@ const IssueTimeout = 1500 * time.Millisecond
 // body_too_large over MaxBodyBytes, 429 rate_limited with Retry-After past
 // the per-key rate limit (LimitedHandler), 503 storage_unavailable with
 // Retry-After: 1 when the ticket store fails (the cause is logged, not
-// sent). log may be nil.
+// sent), 503 identity_key_mismatch with Retry-After when this node's key is
+// not the published one (HandlerOptions.PublishedKey). log may be nil.
 // funduqKeyHex must be a canonical public key; Handler panics otherwise, as
 // that is a wiring mistake.
 func Handler(store *Store, funduqKeyHex string, log *slog.Logger) http.Handler {
@@ -61,7 +62,20 @@ type HandlerOptions struct {
 	// Now is the clock the minute is read from (time.Now if nil); the
 	// Store's Now should be the same clock.
 	Now func() time.Time
+	// PublishedKey, when set, returns funduq's public key as the leader of
+	// record published it ("" while none has). A node whose own key is
+	// another issues nothing: a provider pins the key a ticket names and
+	// would then refuse the leader it reaches (design.md §Deployment, "One
+	// identity key"). The answer is 503 identity_key_mismatch with
+	// Retry-After (the load balancer sends the retry elsewhere), naming no
+	// key; an error is 503 storage_unavailable. It is asked before Redis,
+	// so a refused request spends nothing; it should be cheap (cached).
+	PublishedKey func(ctx context.Context) (string, error)
 }
+
+// MismatchRetryAfter is the Retry-After, in seconds, of the refusal by a
+// node whose key is not the published one.
+const MismatchRetryAfter = "5"
 
 // LimitedHandler is Handler with its per-key rate limit set.
 func LimitedHandler(store *Store, funduqKeyHex string, log *slog.Logger, o HandlerOptions) http.Handler {
@@ -111,6 +125,24 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// within IssueTimeout.
 	ictx, cancel := context.WithTimeout(r.Context(), IssueTimeout)
 	defer cancel()
+	if h.o.PublishedKey != nil {
+		published, err := h.o.PublishedKey(ictx)
+		if err != nil {
+			h.log.ErrorContext(r.Context(), "tickets: could not read the published identity key", "err", err)
+			w.Header().Set("Retry-After", "1")
+			apierr.Write(w, http.StatusServiceUnavailable, apierr.New(apierr.CodeUnavailable, "broker store unavailable; retry shortly"))
+			return
+		}
+		if published != "" && published != h.funduqKey {
+			// Both keys are logged by the PublishedKey reader, once per
+			// change, not per request.
+			w.Header().Set("Retry-After", MismatchRetryAfter)
+			apierr.Write(w, http.StatusServiceUnavailable, apierr.New(apierr.CodeIdentityKeyMismatch,
+				"funduq is misconfigured: this broker node's identity key is not the leader's, so it issues no tickets; "+
+					"retry (another node may answer), and an operator must set the same key everywhere"))
+			return
+		}
+	}
 	retry, err := h.store.over(ictx, key, h.o.PerMinute, h.o.Now())
 	if err == nil && retry > 0 {
 		h.log.WarnContext(r.Context(), "tickets: rate limit", "provider_key", key, "per_minute", h.o.PerMinute)

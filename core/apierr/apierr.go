@@ -23,7 +23,12 @@ const (
 	// CodePendingLinksFull: the leader holds FUNDUQ_MAX_PENDING_LINKS
 	// links that have not registered; a provider tries again later.
 	CodePendingLinksFull = "too_many_pending_links"
-	CodeInternal         = "internal"
+	// CodeIdentityKeyMismatch: this node's FUNDUQ_IDENTITY_KEY is not the
+	// one the leader published, so it issues no ticket (design.md
+	// §Deployment, "One identity key"); the doors refuse bound runs with
+	// the same code.
+	CodeIdentityKeyMismatch = "identity_key_mismatch"
+	CodeInternal            = "internal"
 )
 
 // Body is the error body.

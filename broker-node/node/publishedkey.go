@@ -1,0 +1,90 @@
+package node
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/funduq/funduq-go/core/store"
+)
+
+// publishedKeyTTL is how long a node takes the leader's published identity
+// key it read as current: a ticket request costs no PostgreSQL round trip
+// of its own, and a node learns of a takeover by another key at most this
+// late (its /readyz reads the leader of record anyway and refreshes it).
+const publishedKeyTTL = 5 * time.Second
+
+// publishedKeyReadTimeout bounds one read of the leader row for a ticket.
+const publishedKeyReadTimeout = time.Second
+
+// publishedKey is what a node knows of the key the leader of record
+// published (broker_leader.funduq_key, design.md §Deployment, "One
+// identity key"), for POST /tickets and /readyz: a node on another key
+// must not name its own in a ticket, as providers pin it.
+type publishedKey struct {
+	st      *store.Store
+	mine    string
+	log     *slog.Logger
+	leading func() bool
+
+	// mu is held across a read, so requests arriving while the cache is
+	// stale wait for one read instead of each making their own.
+	mu     sync.Mutex
+	key    string
+	readAt time.Time // zero: never read
+	// reported is the published key the last ERROR named ("" none).
+	reported string
+}
+
+// get returns the published key ("" while none is). The leader returns
+// its own: it published it as it took its epoch. A failed read falls back
+// on the last key read, however old (a key changes by a takeover, not by
+// a database blip); with none, it is the error.
+func (p *publishedKey) get(ctx context.Context) (string, error) {
+	if p.leading() {
+		return p.mine, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.readAt.IsZero() && time.Since(p.readAt) < publishedKeyTTL {
+		return p.key, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, publishedKeyReadTimeout)
+	defer cancel()
+	l, err := p.st.CurrentLeader(ctx)
+	if err != nil {
+		if !p.readAt.IsZero() {
+			return p.key, nil
+		}
+		return "", err
+	}
+	p.observeLocked(ctx, l.FunduqKey)
+	return p.key, nil
+}
+
+// observe records a published key read elsewhere (/readyz reads the
+// leader row) and reports whether it is this node's (or none).
+func (p *publishedKey) observe(ctx context.Context, key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.observeLocked(ctx, key)
+	return key == "" || key == p.mine
+}
+
+// observeLocked caches key and logs a change of verdict: an ERROR naming
+// both public keys when it is another than this node's (once per
+// published key, not per request), an INFO when they agree again.
+func (p *publishedKey) observeLocked(ctx context.Context, key string) {
+	p.key, p.readAt = key, time.Now()
+	switch {
+	case key != "" && key != p.mine && key != p.reported:
+		p.reported = key
+		p.log.ErrorContext(ctx, "FUNDUQ_IDENTITY_KEY differs from the key the leader published: this node issues no tickets "+
+			"and is not ready; set the same key on every broker node and door",
+			"funduq_key", p.mine, "published_funduq_key", key)
+	case (key == "" || key == p.mine) && p.reported != "":
+		p.reported = ""
+		p.log.InfoContext(ctx, "the published identity key is this node's again: issuing tickets", "funduq_key", p.mine)
+	}
+}
