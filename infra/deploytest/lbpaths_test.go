@@ -65,9 +65,29 @@ func forwards(actions *yaml.Node) bool {
 	return false
 }
 
+// redirectsToHTTPS says whether actions answer 301 to the same host, path
+// and query over HTTPS on 443 (an ALB redirect's unset Host, Path and
+// Query keep the request's: #{host}, /#{path}, #{query}).
+func redirectsToHTTPS(actions *yaml.Node) bool {
+	if actions == nil || len(actions.Content) != 1 || get(actions.Content[0], "Type").Value != "redirect" {
+		return false
+	}
+	rc := get(actions.Content[0], "RedirectConfig")
+	is := func(key, want string, unset bool) bool {
+		v := get(rc, key)
+		return v == nil && unset || v != nil && v.Value == want
+	}
+	return is("Protocol", "HTTPS", false) && is("Port", "443", false) && is("StatusCode", "HTTP_301", false) &&
+		is("Host", "#{host}", true) && is("Path", "/#{path}", true) && is("Query", "#{query}", true)
+}
+
+// The listeners as CloudFormation creates them, without a certificate and
+// with one. Each forwards only the public paths; and with a certificate
+// the plain-HTTP listener forwards nothing — the console's token and
+// session, and the provider paths, would cross the internet in clear —
+// but answers every path 301 to HTTPS.
 func TestBrokerListenersForwardOnlyPublicPaths(t *testing.T) {
 	c := loadTemplate(t, "infra/broker.yaml")
-	res := get(c.root, "Resources")
 
 	// The console's own patterns: a pattern ending in / is a subtree.
 	public := slices.Clone(publicPaths)
@@ -78,6 +98,25 @@ func TestBrokerListenersForwardOnlyPublicPaths(t *testing.T) {
 		}
 	}
 
+	for _, tc := range []struct {
+		name   string
+		params map[string]string
+		// listeners by Protocol; redirect: the HTTP listener redirects
+		// every path to HTTPS.
+		listeners []string
+		redirect  bool
+	}{
+		{"without a certificate", map[string]string{"CertificateArn": ""}, []string{"HTTP"}, false},
+		{"with a certificate", map[string]string{"CertificateArn": "arn:aws:acm:eu-west-1:123456789012:certificate/x",
+			"PublicHostname": "broker.example.com"}, []string{"HTTP", "HTTPS"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkListeners(t, deployed(t, c, tc.params), public, tc.listeners, tc.redirect)
+		})
+	}
+}
+
+func checkListeners(t *testing.T, res *yaml.Node, public, wantListeners []string, redirect bool) {
 	rules := map[string][]lbRule{}
 	for _, name := range keys(res) {
 		if get(res, name, "Type").Value != "AWS::ElasticLoadBalancingV2::ListenerRule" {
@@ -85,14 +124,10 @@ func TestBrokerListenersForwardOnlyPublicPaths(t *testing.T) {
 		}
 		p := get(res, name, "Properties")
 		l := refTarget(get(p, "ListenerArn"))
-		if get(res, l, "Type") == nil {
-			t.Errorf("%s: ListenerArn names no listener of this template", name)
-			continue
-		}
 		// A rule exists exactly when its listener does.
-		lc, rc := get(res, l, "Condition"), get(res, name, "Condition")
-		if (lc == nil) != (rc == nil) || lc != nil && lc.Value != rc.Value {
-			t.Errorf("%s: its Condition must be its listener %s's", name, l)
+		if get(res, l, "Type") == nil {
+			t.Errorf("%s: ListenerArn names no listener this deployment has", name)
+			continue
 		}
 		prio, err := strconv.Atoi(get(p, "Priority").Value)
 		if err != nil || prio < 1 || prio > 50000 {
@@ -122,19 +157,14 @@ func TestBrokerListenersForwardOnlyPublicPaths(t *testing.T) {
 		rules[l] = append(rules[l], r)
 	}
 
-	var listeners int
+	var listeners []string
 	for _, name := range keys(res) {
 		if get(res, name, "Type").Value != "AWS::ElasticLoadBalancingV2::Listener" {
 			continue
 		}
-		listeners++
+		proto := get(res, name, "Properties", "Protocol").Value
+		listeners = append(listeners, proto)
 		def := get(res, name, "Properties", "DefaultActions")
-		if forwards(def) {
-			t.Errorf("%s: the default action forwards every path to the nodes (e.g. /metrics)", name)
-		} else if def == nil || len(def.Content) != 1 || get(def.Content[0], "Type").Value != "fixed-response" ||
-			get(def.Content[0], "FixedResponseConfig", "StatusCode").Value != "404" {
-			t.Errorf("%s: the default action must be a fixed-response 404", name)
-		}
 		rs := rules[name]
 		slices.SortFunc(rs, func(a, b lbRule) int { return a.priority - b.priority })
 		// route is what the listener does with a path: the first matching rule
@@ -148,6 +178,23 @@ func TestBrokerListenersForwardOnlyPublicPaths(t *testing.T) {
 				}
 			}
 			return def
+		}
+		if proto == "HTTP" && redirect {
+			for _, p := range slices.Concat(public, privatePaths) {
+				if a := route(p); forwards(a) {
+					t.Errorf("%s: %s is forwarded over plain HTTP although the load balancer has a certificate; "+
+						"want a 301 to HTTPS", name, p)
+				} else if !redirectsToHTTPS(a) {
+					t.Errorf("%s: %s is not redirected 301 to HTTPS on 443", name, p)
+				}
+			}
+			continue
+		}
+		if forwards(def) {
+			t.Errorf("%s: the default action forwards every path to the nodes (e.g. /metrics)", name)
+		} else if def == nil || len(def.Content) != 1 || get(def.Content[0], "Type").Value != "fixed-response" ||
+			get(def.Content[0], "FixedResponseConfig", "StatusCode").Value != "404" {
+			t.Errorf("%s: the default action must be a fixed-response 404", name)
 		}
 		for _, p := range public {
 			if !forwards(route(p)) {
@@ -165,7 +212,8 @@ func TestBrokerListenersForwardOnlyPublicPaths(t *testing.T) {
 			}
 		}
 	}
-	if listeners != 2 {
-		t.Errorf("want the HTTP and HTTPS listeners, got %d", listeners)
+	slices.Sort(listeners)
+	if !slices.Equal(listeners, wantListeners) {
+		t.Errorf("listeners %v, want %v", listeners, wantListeners)
 	}
 }
