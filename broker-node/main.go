@@ -123,7 +123,12 @@ func migrate(ctx context.Context, environ map[string]string, stderr io.Writer) e
 		return err
 	}
 	log := newLogger(stderr, cfg.LogLevel)
-	err = store.Migrate(ctx, cfg.DatabaseURL, log)
+	// FUNDUQ_MIGRATE_LOCK_TIMEOUT=0 is PostgreSQL's "no bound".
+	lockTimeout := cfg.LockTimeout
+	if lockTimeout == 0 {
+		lockTimeout = -1
+	}
+	err = store.MigrateWith(ctx, cfg.DatabaseURL, store.MigrateOptions{Log: log, LockTimeout: lockTimeout})
 	if errors.Is(err, store.ErrSchemaNewer) {
 		// Nothing to do, as a host of an older release booting expects
 		// (infra/broker.yaml); but the schema is not this binary's, and

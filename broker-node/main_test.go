@@ -107,6 +107,8 @@ func TestCommandErrors(t *testing.T) {
 		{[]string{"frobnicate"}, nil, 2, `unknown command "frobnicate"`},
 		{[]string{"migrate"}, map[string]string{}, 2, "FUNDUQ_DATABASE_URL: required and not set"},
 		{[]string{"migrate"}, map[string]string{"FUNDUQ_DATABASE_URL": "mysql://x"}, 2, "want a postgres:// URL"},
+		{[]string{"migrate"}, map[string]string{"FUNDUQ_DATABASE_URL": "postgres://x/y", "FUNDUQ_MIGRATE_LOCK_TIMEOUT": "-1s"}, 2,
+			"FUNDUQ_MIGRATE_LOCK_TIMEOUT: want 0 (no bound) or more"},
 	} {
 		var out, errb bytes.Buffer
 		code := run(tc.args, tc.env, &out, &errb)

@@ -266,6 +266,12 @@ type LocalDoors struct {
 // Migrate is what `broker-node migrate` needs.
 type Migrate struct {
 	DatabaseURL string `env:"FUNDUQ_DATABASE_URL,required,notEmpty"`
+	// LockTimeout is the longest a migration statement waits for a lock
+	// (the migration sessions' lock_timeout), after which the migration is
+	// retried and then fails naming the long transactions: waiting on,
+	// its lock request would queue every query on the table behind it
+	// (design.md §Deployment). 0 waits for ever, as PostgreSQL does.
+	LockTimeout time.Duration `env:"FUNDUQ_MIGRATE_LOCK_TIMEOUT" envDefault:"5s"`
 	Logging
 }
 
@@ -356,7 +362,11 @@ func ParseMigrate(environ map[string]string) (Migrate, error) {
 	if err := parse(&c, environ); err != nil {
 		return Migrate{}, err
 	}
-	return c, wrap(Storage{DatabaseURL: c.DatabaseURL, RedisURL: "redis://unused"}.validate())
+	var lockErr error
+	if c.LockTimeout < 0 {
+		lockErr = fmt.Errorf("FUNDUQ_MIGRATE_LOCK_TIMEOUT: want 0 (no bound) or more, got %s", c.LockTimeout)
+	}
+	return c, wrap(errors.Join(Storage{DatabaseURL: c.DatabaseURL, RedisURL: "redis://unused"}.validate(), lockErr))
 }
 
 // IdentitySeed returns the decoded identity seed (validated by Parse*).

@@ -47,17 +47,16 @@ func MigrationsHash() string {
 
 // Migrate applies every pending migration to the database at dsn. It takes a
 // PostgreSQL advisory lock for the duration, so several nodes starting at
-// once migrate one after another rather than over each other.
+// once migrate one after another rather than over each other. Each
+// statement waits for a lock at most DefaultMigrateLockTimeout
+// (MigrateWith).
 func Migrate(ctx context.Context, dsn string, log *slog.Logger) error {
-	db, err := sql.Open("pgx", dsn)
-	if err != nil {
-		return fmt.Errorf("migrate: open database: %w", err)
-	}
-	defer db.Close()
-	return MigrateDB(ctx, db, log)
+	return MigrateWith(ctx, dsn, MigrateOptions{Log: log})
 }
 
-// MigrateDB is Migrate over an open database/sql handle (pgx stdlib driver).
+// MigrateDB is Migrate over an open database/sql handle (pgx stdlib driver),
+// with the handle's own session settings: no lock timeout unless its
+// connections carry one (tests' fresh databases).
 func MigrateDB(ctx context.Context, db *sql.DB, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -5,6 +5,13 @@
 -- history the tables hold, with statistics or without. Built CONCURRENTLY:
 -- on a deployment with history a plain build would hold the doors' inserts
 -- for as long as it takes.
+--
+-- Without the migration's lock_timeout (store.MigrateWith): a concurrent
+-- build waits for every older transaction while holding nothing an
+-- ordinary query needs, and one that gave up would leave an INVALID index
+-- that IF NOT EXISTS then keeps. RESET gives the session back its bound
+-- (design.md §Deployment).
+SET lock_timeout = 0;
 
 -- The A2A door's task history (RunMessages: WHERE run_id = $1 ORDER BY id)
 -- read the whole table: its indexes lead with thread_id.
@@ -30,8 +37,10 @@ DROP INDEX CONCURRENTLY IF EXISTS runs_agent_status_idx;
 -- thread in the index, whichever index the planner picks reads one row.
 CREATE INDEX CONCURRENTLY IF NOT EXISTS threads_agent_thread_idx ON threads (provider_key, agent_name, thread_id);
 DROP INDEX CONCURRENTLY IF EXISTS threads_agent_idx;
+RESET lock_timeout;
 
 -- +goose Down
+SET lock_timeout = 0;
 CREATE INDEX CONCURRENTLY IF NOT EXISTS threads_agent_idx ON threads (provider_key, agent_name);
 DROP INDEX CONCURRENTLY IF EXISTS threads_agent_thread_idx;
 CREATE INDEX CONCURRENTLY IF NOT EXISTS runs_agent_status_idx ON runs (provider_key, agent_name, status);
@@ -40,3 +49,4 @@ CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS runs_idempotency_part_uq ON runs 
 DROP INDEX CONCURRENTLY IF EXISTS runs_idempotency_uq;
 ALTER INDEX runs_idempotency_part_uq RENAME TO runs_idempotency_uq;
 DROP INDEX CONCURRENTLY IF EXISTS thread_messages_run_idx;
+RESET lock_timeout;
