@@ -4,13 +4,15 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/funduq/funduq-go/core/apierr"
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/store"
 )
 
 // CodeIdentityKeyMismatch is the refusal of a run with an actor chain by a
-// door whose FUNDUQ_IDENTITY_KEY is not the leader's (CheckDispatchKey).
-const CodeIdentityKeyMismatch = "identity_key_mismatch"
+// door whose FUNDUQ_IDENTITY_KEY is not the leader's (CheckDispatchKey): the
+// code a broker node on another key refuses tickets with.
+const CodeIdentityKeyMismatch = apierr.CodeIdentityKeyMismatch
 
 // CheckDispatchKey refuses to sign a bound run's dispatch hop with funduq
 // when its key is not the one the leader of record published
