@@ -138,6 +138,16 @@ func (h *Handler) rpc(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), door.StorageTimeout)
 	agent, err := door.FindAgentCached(ctx, h.o.Store, r.PathValue("provider"), r.PathValue("name"))
 	cancel()
+	if _, refused := door.Refusal(err); err != nil && !refused {
+		// Storage trouble (or a bug) is this door's JSON-RPC error like
+		// anywhere past this point (-32043 with 503 and Retry-After,
+		// design.md §Doors under storage faults), answering the call's id
+		// when the body names one: a cold door's first look-up must not
+		// answer a JSON-RPC client in another door's envelope.
+		req, _ := ParseRequest(body)
+		h.writeRPC(w, req.ID, nil, h.toRPC(r, err))
+		return
+	}
 	if err != nil {
 		door.WriteError(w, r, h.log, err)
 		return
