@@ -108,7 +108,7 @@ func ForDeps(d *door.Deps, log *slog.Logger) http.Handler {
 	return h
 }
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { door.ServeClean(h.mux, w, r) }
 
 // call is one JSON-RPC request in flight.
 type call struct {

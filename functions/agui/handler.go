@@ -40,7 +40,7 @@ func New(o Options) (*Handler, error) {
 	h.mux.HandleFunc("/agui/{provider}/{name}", door.Only(http.MethodPost, h.post))
 	h.mux.HandleFunc("/threads/{threadId}", door.Only(http.MethodGet, h.getThread))
 	h.mux.HandleFunc("/runs/{runId}/events", door.Only(http.MethodGet, h.getEvents))
-	h.mux.Handle("GET /agents", door.Agents(o.Store, o.Log, o.Limits.AgentsHiddenAfter))
+	h.mux.HandleFunc("/agents", door.Only(http.MethodGet, door.Agents(o.Store, o.Log, o.Limits.AgentsHiddenAfter).ServeHTTP))
 	h.mux.HandleFunc("/", door.NoRoute)
 	return h, nil
 }
@@ -49,4 +49,4 @@ func New(o Options) (*Handler, error) {
 // mounts several doors on one mux.
 func Patterns() []string { return []string{"/agui/", "/threads/", "/runs/"} }
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { door.ServeClean(h.mux, w, r) }

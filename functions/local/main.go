@@ -25,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -81,15 +82,34 @@ func Mux(d *door.Deps, log *slog.Logger) (http.Handler, error) {
 		{name: "metrics", patterns: []string{"GET /metrics"}, handler: processMetrics()},
 	}
 	mux := http.NewServeMux()
+	taken := map[string]bool{}
 	for _, m := range doors {
 		for _, p := range m.patterns {
-			mux.Handle(p, m.handler)
+			taken[p] = true
 		}
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		door.WriteError(w, r, nil, door.Refuse(http.StatusNotFound, door.CodeNotFound, "no such route: %s %s", r.Method, r.URL.Path))
-	})
-	return mux, nil
+	for _, m := range doors {
+		for _, p := range m.patterns {
+			// What ServeMux would answer outside the envelope (D13) is
+			// routed too: a route of one method answers the others 405
+			// with Allow, as the doors' own routes do, and a door's
+			// prefix without its slash is an unknown route, not a
+			// redirect with an HTML body.
+			if method, path, ok := strings.Cut(p, " "); ok {
+				mux.Handle(p, m.handler)
+				if !taken[path] {
+					mux.HandleFunc(path, door.Only(method, door.NoRoute))
+				}
+				continue
+			}
+			mux.Handle(p, m.handler)
+			if bare := strings.TrimSuffix(p, "/"); bare != p && bare != "" && !taken[bare] {
+				mux.HandleFunc(bare, door.NoRoute)
+			}
+		}
+	}
+	mux.HandleFunc("/", door.NoRoute)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { door.ServeClean(mux, w, r) }), nil
 }
 
 // processMetrics serves the Go runtime and process collectors (goroutines,
