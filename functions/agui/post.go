@@ -191,7 +191,7 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 				return outcome{}, unknownResumeThread(in.ThreadID)
 			}
 		} else {
-			out, answered, err := h.answer(ctx, agent, *thread, in, bag.CallerBag, chain, hash, requestID, probe.IdempotencyKey)
+			out, answered, err := h.answer(ctx, agent, *thread, in, bag.CallerBag, chain, hash, requestID, probe)
 			if err != nil || answered {
 				return out, err
 			}
@@ -265,7 +265,7 @@ func (h *Handler) build(agent store.Agent, threadID, runID, parentRunID string, 
 // is true when the body completed the run's asks: out is then the reopened
 // run to stream, or — when another answer won the race — the snapshot.
 func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Thread, in RunAgentInput, bag door.CallerBag,
-	chain *identity.Chain, hash, requestID, idemKey string) (out outcome, answered bool, err error) {
+	chain *identity.Chain, hash, requestID string, probe store.NewRun) (out outcome, answered bool, err error) {
 	paused, ok, err := h.o.Store.NewestRunInStatus(ctx, thread.ThreadID, run.InputRequired)
 	if err != nil || !ok {
 		return outcome{}, false, err
@@ -292,9 +292,19 @@ func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Th
 		// The Idempotency-Key too: a retry carrying it is looked up by it
 		// alone (D13), and would otherwise find nothing and answer the
 		// run's next pause with this answer.
-		CallerRequestID: requestID, IdempotencyKey: idemKey, RequestHash: hash})
+		CallerRequestID: requestID, IdempotencyKey: probe.IdempotencyKey, RequestHash: hash})
 	if errors.Is(err, store.ErrIllegalTransition) {
-		// Another answer landed first: there is no second resume to watch.
+		// Another answer landed first. When it was this request — a
+		// retry racing the attempt that reopened the run, which it waited
+		// behind — it is answered as a retry arriving after it would be:
+		// the round it opened (D13), never a snapshot saying its answer
+		// lost.
+		if prior, ok, err := h.o.Store.FindRetriedRun(ctx, probe); err != nil {
+			return outcome{}, true, door.ReusedKey(err, probe.IdempotencyKey, reusedWhat)
+		} else if ok {
+			return outcome{run: prior.Run, after: prior.After}, true, nil
+		}
+		// Someone else's: there is no second resume to watch.
 		snap, err := h.snapshot(ctx, thread, newestPage)
 		return outcome{snapshot: &snap}, true, err
 	}
