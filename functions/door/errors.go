@@ -174,7 +174,8 @@ func LogCallerGone(log *slog.Logger, r *http.Request, err error) {
 
 // Unavailable reports whether err means shared storage could not be reached
 // in time (a dial or connect failure, a connection lost, or the door's own
-// storage deadline passing) rather than a refusal or a bug.
+// storage deadline passing), or stayed contended past the store's retries,
+// rather than a refusal or a bug.
 func Unavailable(err error) bool {
 	if err == nil {
 		return false
@@ -193,9 +194,13 @@ func Unavailable(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		// Class 08 (connection exception), 53 (insufficient resources),
-		// 57P0x (server shutting down / cannot connect now).
+		// 57P0x (server shutting down / cannot connect now); and a
+		// serialization failure or deadlock (40001, 40P01) still there
+		// after the store's retries (D13: three attempts): transient, the
+		// transaction rolled back, so the caller may retry as after any
+		// other storage trouble — not a 500 saying funduq failed.
 		c := pgErr.Code
-		return len(c) == 5 && (c[:2] == "08" || c[:2] == "53" || c[:4] == "57P0")
+		return len(c) == 5 && (c[:2] == "08" || c[:2] == "53" || c[:4] == "57P0" || c == "40001" || c == "40P01")
 	}
 	return pgconn.SafeToRetry(err)
 }
