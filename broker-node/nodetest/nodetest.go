@@ -209,9 +209,18 @@ func (h *Harness) Taken(id string) {
 	h.Settle()
 }
 
-// advance moves the fake clock and lets the sweep and lanes act on it.
+// Advance moves the fake clock and lets the sweep and lanes act on it.
+//
+// It settles first: a lane arms its timers as a duration from a clock
+// read (a re-attached run's hold, design.md D5, runs to the re-attach
+// plus the link grace), and a clock moved between that read and the
+// arming would set the timer as far late as the clock moved — a wait the
+// test's later Advance never reaches. Only a lane that has handled what
+// it was told (a register's re-attach is queued before "registered" is
+// written) reads the clock before it moves.
 func (h *Harness) Advance(d time.Duration) {
 	h.t.Helper()
+	h.Settle()
 	h.Clock.Advance(d)
 	h.Settle()
 }
