@@ -220,8 +220,10 @@ func (f *fakeFunduq) handleLink(w http.ResponseWriter, r *http.Request) {
 			answer := f.answerSyncs
 			f.mu.Unlock()
 			if answer {
-				_ = p.write(wire.QueryResult{Type: wire.TypeQueryResult, QueryID: q.QueryID, Error: "unknown query method"})
+				// Counted before it is sent: the client may act on the
+				// answer (confirm a finish) before this goroutine runs on.
 				p.synced.Add(1)
+				_ = p.write(wire.QueryResult{Type: wire.TypeQueryResult, QueryID: q.QueryID, Error: "unknown query method"})
 			}
 			continue
 		}
