@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -329,6 +330,38 @@ func (p *wprov) has(typ string) bool {
 	}
 	return false
 }
+
+// settled is a query round trip on the link, for a negative claim about
+// what the link sent: funduq answers a query (here of a method it does
+// not serve) only once every event the link sent before it is stored or
+// refused and every finish taken or refused (design.md §The provider
+// wire). It reports whether the answer came; a leader that stepped down
+// leaves it unanswered, and then it waits for the link to close. Other
+// frames stay queued for next.
+func (p *wprov) settled(bound time.Duration) (answered bool) {
+	p.t.Helper()
+	id := fmt.Sprintf("scaling-settled-%d", queryIDs.Add(1))
+	p.send(wire.Query{Type: wire.TypeQuery, QueryID: id, Method: "scaling.settled", Params: json.RawMessage(`{}`)})
+	deadline := time.Now().Add(bound)
+	for {
+		f, ok := p.next(wire.TypeQueryResult, time.Until(deadline))
+		if !ok {
+			select {
+			case <-p.closed:
+				return false
+			default:
+			}
+			p.t.Fatalf("query %s neither answered nor the link closed within %v", id, bound)
+		}
+		var r wire.QueryResult
+		if json.Unmarshal(f.raw, &r) == nil && r.QueryID == id {
+			return true
+		}
+	}
+}
+
+// queryIDs numbers the settled queries of every provider in the package.
+var queryIDs atomic.Int64
 
 func (p *wprov) register(names ...string) {
 	p.t.Helper()
