@@ -21,7 +21,6 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/jackc/pgx/v5"
-	"github.com/jonboulle/clockwork"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/broker-node/node"
@@ -45,7 +44,7 @@ type Harness struct {
 	t     testing.TB
 	Node  *node.Node
 	URL   string
-	Clock *clockwork.FakeClock
+	Clock *Clock
 	Store *store.Store
 	stop  context.CancelFunc
 	done  chan error
@@ -106,7 +105,7 @@ func StartOn(t testing.TB, dbURL, redisURL, prefix string, mut func(*config.Brok
 
 func startNode(t testing.TB, cfg config.Broker, prefix string, opts func(*node.Options)) *Harness {
 	t.Helper()
-	clock := clockwork.NewFakeClockAt(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
+	clock := newClock(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -193,10 +192,12 @@ func (h *Harness) Eventually(what string, cond func() bool) {
 	}
 }
 
-// settle waits until every lane has handled everything in its queue.
+// Settle waits until every timer callback whose time has come has run and
+// every lane has handled everything in its queue (a callback tells a lane
+// before it counts as run, so the order of the two reads matters).
 func (h *Harness) Settle() {
 	h.t.Helper()
-	h.Eventually("the broker settles", h.Node.Broker.Idle)
+	h.Eventually("the broker settles", func() bool { return !h.Clock.firing() && h.Node.Broker.Idle() })
 }
 
 // taken waits until the broker has taken run id into a lane.
