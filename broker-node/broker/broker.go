@@ -168,7 +168,10 @@ type Broker struct {
 	ended     *endedRuns // runs seen terminal lately (ended.go)
 	wake      chan struct{}
 	lastNudge time.Time
-	lanesWG   sync.WaitGroup
+	// sweptAt is the clock's time (UnixNano) the last finished sweep pass
+	// read: a test that moves a fake clock waits for a pass that saw it.
+	sweptAt atomic.Int64
+	lanesWG sync.WaitGroup
 	// queries is the broker-wide budget of pooled connections provider
 	// queries and registers' writes may hold at once (queries.go); not
 	// reset with the roster: those in flight give back what they took.

@@ -16,8 +16,15 @@ import (
 // dispatches nothing and ends nothing itself.
 func (b *Broker) sweep(ctx context.Context) {
 	for {
-		b.sweepOnce(ctx)
+		// Armed before the pass reads the clock: a clock that moves
+		// while the pass runs, or before the goroutine comes back to arm
+		// (a loaded machine; a test's fake clock), fires it, and the next
+		// pass looks at where the clock went. Armed after, it counted the
+		// interval from wherever the clock had got to, and a deadline the
+		// move passed (a lost link's grace) waited for the clock to move
+		// once more.
 		t := b.clock.NewTimer(b.set.SweepInterval)
+		b.sweepOnce(ctx)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -132,6 +139,7 @@ func (b *Broker) sweepOnce(ctx context.Context) {
 	for _, u := range undelivered {
 		b.countForRun(ctx, u.key, store.Undelivered, u.run)
 	}
+	b.sweptAt.Store(now.UnixNano())
 }
 
 // verdictStands reports whether a failCmd's verdict on a waiting run still
