@@ -28,11 +28,18 @@ type publishedKey struct {
 	log     *slog.Logger
 	leading func() bool
 
-	// mu is held across a read, so requests arriving while the cache is
-	// stale wait for one read instead of each making their own.
 	mu     sync.Mutex
 	key    string
 	readAt time.Time // zero: never read
+	// reading is closed when the read in flight ends (nil: none). Requests
+	// arriving while the cache is stale wait on it, each up to its own
+	// deadline, and take its outcome — a failed one too — instead of
+	// queueing for reads of their own: behind a stalled row (a
+	// migration's lock request queued on broker_leader) those queued reads
+	// spent every later request's IssueTimeout, and a burst of tickets
+	// became 503s although the key read last was at hand.
+	reading chan struct{}
+	readErr error // the last read's failure (nil: it succeeded)
 	// reported is the published key the last ERROR named ("" none).
 	reported string
 }
@@ -40,26 +47,57 @@ type publishedKey struct {
 // get returns the published key ("" while none is). The leader returns
 // its own: it published it as it took its epoch. A failed read falls back
 // on the last key read, however old (a key changes by a takeover, not by
-// a database blip); with none, it is the error.
+// a database blip); with none, it is the error. One read at a time: the
+// others wait for it (design.md §Deployment, "One identity key").
 func (p *publishedKey) get(ctx context.Context) (string, error) {
 	if p.leading() {
 		return p.mine, nil
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if !p.readAt.IsZero() && time.Since(p.readAt) < publishedKeyTTL {
+		defer p.mu.Unlock()
 		return p.key, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, publishedKeyReadTimeout)
-	defer cancel()
-	l, err := p.st.CurrentLeader(ctx)
-	if err != nil {
-		if !p.readAt.IsZero() {
-			return p.key, nil
+	if done := p.reading; done != nil {
+		p.mu.Unlock()
+		var waitErr error
+		select {
+		case <-done:
+		case <-ctx.Done():
+			waitErr = ctx.Err()
 		}
-		return "", err
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if waitErr != nil {
+			return p.fallbackLocked(waitErr)
+		}
+		return p.fallbackLocked(p.readErr)
+	}
+	done := make(chan struct{})
+	p.reading = done
+	p.mu.Unlock()
+	// Not under this request's cancellation: the others waiting take
+	// this read's outcome.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishedKeyReadTimeout)
+	l, err := p.st.CurrentLeader(rctx)
+	cancel()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reading, p.readErr = nil, err
+	close(done)
+	if err != nil {
+		return p.fallbackLocked(err)
 	}
 	p.observeLocked(ctx, l.FunduqKey)
+	return p.key, nil
+}
+
+// fallbackLocked answers after a read that failed with err (nil: it
+// succeeded): the last key read, if any.
+func (p *publishedKey) fallbackLocked(err error) (string, error) {
+	if err != nil && p.readAt.IsZero() {
+		return "", err
+	}
 	return p.key, nil
 }
 
