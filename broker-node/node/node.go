@@ -177,7 +177,14 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 		Channel: LeaseChannel(prefix), Log: log, Lead: n.leadUnder}
 	n.mux = http.NewServeMux()
 	n.published = &publishedKey{st: st, mine: signer.PublicKeyHex(), log: log,
-		leading: func() bool { leading, _ := b.Leading(); return leading }}
+		leading: func() bool { leading, _ := b.Leading(); return leading },
+		holderNow: func(ctx context.Context) (string, error) {
+			h, err := lease.ReadHolder(ctx, rdb, LeaseKey(prefix))
+			if errors.Is(err, lease.ErrNoHolder) {
+				return "", nil
+			}
+			return h.NodeID, err
+		}}
 	ticketOpts := tickets.HandlerOptions{PerMinute: cfg.TicketsPerMinute, PublishedKey: n.published.get}
 	if o.Clock != nil {
 		n.tickets.Now, ticketOpts.Now = o.Clock.Now, o.Clock.Now
@@ -265,7 +272,7 @@ func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
 			body["leader"] = leader.AdvertiseURL
 		}
 		body["identity_key"] = "ok"
-		if !n.published.observe(r.Context(), leader.FunduqKey) {
+		if !n.published.observe(r.Context(), leader.FunduqKey, leader.Holder) {
 			body["identity_key"] = "mismatch"
 		}
 	}

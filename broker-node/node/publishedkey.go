@@ -10,9 +10,11 @@ import (
 )
 
 // publishedKeyTTL is how long a node takes the leader's published identity
-// key it read as current: a ticket request costs no PostgreSQL round trip
-// of its own, and a node learns of a takeover by another key at most this
-// late (its /readyz reads the leader of record anyway and refreshes it).
+// key it read as current while the lease holder is still the leader row's
+// holder it read with it: a ticket request costs no PostgreSQL round trip
+// of its own (its /readyz reads the leader of record anyway and refreshes
+// it). A takeover changes the lease holder first, and the next ticket
+// reads the row again (design.md §Deployment, "One identity key").
 const publishedKeyTTL = 5 * time.Second
 
 // publishedKeyReadTimeout bounds one read of the leader row for a ticket.
@@ -27,9 +29,12 @@ type publishedKey struct {
 	mine    string
 	log     *slog.Logger
 	leading func() bool
+	// holderNow reads who holds the lease now (its node ID, "" nobody).
+	holderNow func(ctx context.Context) (string, error)
 
 	mu     sync.Mutex
 	key    string
+	holder string    // the leader row's holder when key was read
 	readAt time.Time // zero: never read
 	// reading is closed when the read in flight ends (nil: none). Requests
 	// arriving while the cache is stale wait on it, each up to its own
@@ -53,8 +58,14 @@ func (p *publishedKey) get(ctx context.Context) (string, error) {
 	if p.leading() {
 		return p.mine, nil
 	}
+	// Between a takeover and the next read the row names the node that
+	// led before, and the key it published: a lease held by another node
+	// than that (or by none, between leaders) makes the key read stale at
+	// once. The ALB fails open to standbys exactly then, and a standby that
+	// named the old key in a ticket had the provider refuse the new leader.
+	holder, herr := p.holderNow(ctx)
 	p.mu.Lock()
-	if !p.readAt.IsZero() && time.Since(p.readAt) < publishedKeyTTL {
+	if !p.readAt.IsZero() && time.Since(p.readAt) < publishedKeyTTL && (herr != nil || holder == p.holder) {
 		defer p.mu.Unlock()
 		return p.key, nil
 	}
@@ -88,7 +99,7 @@ func (p *publishedKey) get(ctx context.Context) (string, error) {
 	if err != nil {
 		return p.fallbackLocked(err)
 	}
-	p.observeLocked(ctx, l.FunduqKey)
+	p.observeLocked(ctx, l.FunduqKey, l.Holder)
 	return p.key, nil
 }
 
@@ -102,19 +113,20 @@ func (p *publishedKey) fallbackLocked(err error) (string, error) {
 }
 
 // observe records a published key read elsewhere (/readyz reads the
-// leader row) and reports whether it is this node's (or none).
-func (p *publishedKey) observe(ctx context.Context, key string) bool {
+// leader row), with the row's holder, and reports whether it is this
+// node's (or none).
+func (p *publishedKey) observe(ctx context.Context, key, holder string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.observeLocked(ctx, key)
+	p.observeLocked(ctx, key, holder)
 	return key == "" || key == p.mine
 }
 
 // observeLocked caches key and logs a change of verdict: an ERROR naming
 // both public keys when it is another than this node's (once per
 // published key, not per request), an INFO when they agree again.
-func (p *publishedKey) observeLocked(ctx context.Context, key string) {
-	p.key, p.readAt = key, time.Now()
+func (p *publishedKey) observeLocked(ctx context.Context, key, holder string) {
+	p.key, p.holder, p.readAt = key, holder, time.Now()
 	switch {
 	case key != "" && key != p.mine && key != p.reported:
 		p.reported = key

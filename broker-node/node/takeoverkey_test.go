@@ -1,0 +1,53 @@
+package node_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/funduq/funduq-go/broker-node/lease"
+	"github.com/funduq/funduq-go/broker-node/node"
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+)
+
+// Between leaders an ALB fails open and sends tickets to standbys
+// (infra/broker.yaml): exactly when a standby's view of the published key
+// is oldest. A standby that read the old leader's key must not go on
+// naming it once a node on another key has taken over and published its
+// own: the provider pins the key a ticket names and the new leader, which
+// signs with another, is refused. Here c (key A) leads and hands over to b
+// (key B); c, now a standby, reads the leader row while b's takeover waits
+// on a lock (the row still names c and A); once b has published B, c's
+// next ticket is refused.
+func TestStandbyRefusesTicketsRightAfterATakeoverByAnotherKey(t *testing.T) {
+	c := nodetest.Start(t, nil)
+	b := c.PeerWith("node-b", func(cfg *configBroker) { cfg.IdentityKey = nodetest.SeedHex(0x77) }, nil)
+	keyA, keyB := c.Node.FunduqKey(), b.Node.FunduqKey()
+
+	// b's takeover (an UPDATE of the leader row) waits behind this;
+	// plain reads of the row do not.
+	release := c.Hold(`SELECT 1 FROM broker_leader WHERE id = 1 FOR SHARE`)
+	opt, err := redis.ParseURL(c.Cfg.RedisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	if _, err := lease.RequestHandover(context.Background(), rdb, node.LeaseChannel(c.Prefix)); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually("c steps down and reads the row", func() bool {
+		_, body := readyzBody(t, c)
+		return body["role"] != "leader" && body["identity_key"] == "ok"
+	})
+	release()
+	b.Eventually("b leads", b.Ready)
+	if got := askTicket(t, b.URL, 1); got.status != 201 || got.json["funduqPublicKey"] != keyB {
+		t.Fatalf("leader b: POST /tickets %d %s; want 201 naming %s", got.status, got.body, keyB)
+	}
+	if got := askTicket(t, c.URL, 2); got.status != 503 || got.code() != "identity_key_mismatch" {
+		t.Fatalf("standby c (key %s) right after b took over and published %s: POST /tickets %d %s; "+
+			"want 503 identity_key_mismatch", keyA, keyB, got.status, got.body)
+	}
+}
