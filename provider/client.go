@@ -108,7 +108,8 @@ var (
 // Backoff bounds the reconnect delay: the n-th consecutive failure waits about
 // Min·2ⁿ (never more than Max), with random jitter of up to half of it. A
 // standby that answers with the leader's URL is not waited out: the client
-// dials that leader at once (once in a row, then backs off as usual).
+// dials that leader at once (once in a row, then backs off as usual); from
+// an https BaseURL it follows only an https leader.
 type Backoff struct {
 	Min time.Duration // default 200ms
 	Max time.Duration // default 30s
@@ -401,6 +402,15 @@ func (c *Client) Run(ctx context.Context) error {
 			attempt = 0
 		}
 		redirect = next
+		if redirect != nil && c.base.Scheme == "https" && redirect.Scheme != "https" {
+			// An https BaseURL chose TLS for the ticket, the proof and every
+			// run's input and output; a standby's answer does not take the
+			// link off it (an advertised URL left at http behind a TLS
+			// proxy, or a node that lies).
+			c.log.Warn("a standby named a leader over plain http; not leaving https for it (set FUNDUQ_ADVERTISE_URL to its https URL)",
+				"url", base.String(), "named", redirect.String())
+			redirect = nil
+		}
 		// A standby that named the leader is followed at once, once in a
 		// row: the runs held through the failover wait for this client
 		// only FUNDUQ_PROVIDER_GRACE, no longer than the backoff's cap
