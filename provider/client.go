@@ -308,6 +308,13 @@ func New(cfg Config) (*Client, error) {
 		c.ownTransport = http.DefaultTransport.(*http.Transport).Clone()
 		c.httpClient = &http.Client{Timeout: handshakeTimeout, Transport: c.ownTransport}
 	}
+	// POST /tickets follows no redirect: Go's client would resend it as a
+	// GET, and funduq's answer to that (405) hid the 301 a load balancer
+	// with a certificate gives plain HTTP (fetchTicket reports it). A copy,
+	// so a caller's own client is left as it was.
+	hc := *c.httpClient
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.httpClient = &hc
 	if c.dialer == nil {
 		c.dialer = &websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: handshakeTimeout}
 	}

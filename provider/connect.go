@@ -140,6 +140,9 @@ func (c *Client) fetchTicket(ctx context.Context, base *url.URL) (wire.TicketRes
 	case http.StatusOK, http.StatusCreated:
 	case http.StatusServiceUnavailable:
 		return tr, nil, &unavailableError{what: "POST /tickets", leader: leaderFromBody(respBody), body: snippet(respBody)}
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return tr, nil, fmt.Errorf("POST /tickets: %s to %q: funduq is not at BaseURL %s; set BaseURL to the URL it names "+
+			"(a load balancer with a certificate sends plain HTTP to HTTPS)", resp.Status, resp.Header.Get("Location"), base)
 	default:
 		return tr, nil, fmt.Errorf("POST /tickets: %s: %s", resp.Status, snippet(respBody))
 	}
