@@ -186,6 +186,9 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 		} else if ok {
 			return outcome{run: prior.Run, after: prior.After}, nil
 		}
+		if f := afterRetryLookup.Load(); f != nil {
+			(*f)()
+		}
 		if thread == nil {
 			if len(in.ResumeEntries) > 0 {
 				return outcome{}, unknownResumeThread(in.ThreadID)
@@ -197,7 +200,15 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 			}
 			if len(in.ResumeEntries) > 0 {
 				// A result with no ask to land on does not enter dressed as
-				// an utterance.
+				// an utterance. Unless it landed: this request's first
+				// attempt may have reopened the run between the look-up
+				// above and the paused run's, and a retry is answered with
+				// the round it opened (D13), as one arriving later is.
+				if prior, ok, err := h.o.Store.FindRetriedRun(ctx, probe); err != nil {
+					return outcome{}, door.ReusedKey(err, idem, reusedWhat)
+				} else if ok {
+					return outcome{run: prior.Run, after: prior.After}, nil
+				}
 				snap, err := h.snapshot(ctx, *thread, newestPage)
 				return outcome{snapshot: &snap}, err
 			}

@@ -1,0 +1,9 @@
+package agui
+
+import "sync/atomic"
+
+// afterRetryLookup, when set, runs after an answer's retry look-up found
+// nothing and before the paused run is looked up: a test's barrier to let
+// the request's first attempt reopen the run in that gap (nil outside
+// tests; set through export_test.go).
+var afterRetryLookup atomic.Pointer[func()]
