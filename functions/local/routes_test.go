@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -78,6 +81,66 @@ func TestLocalDoorsAnswerOddRoutesInTheEnvelope(t *testing.T) {
 			t.Errorf("%s %s: %d %s (Allow %q, Location %q): %q; want %d %s in the error envelope",
 				tc.method, tc.path, resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Allow"),
 				resp.Header.Get("Location"), b, tc.status, tc.code)
+		}
+	}
+}
+
+// A CONNECT is answered like any other method: its path, as sent, in its
+// clean form or refused as an unknown route, in the error envelope (D13).
+// ServeClean let it pass unchecked (net/http's mux does not clean a
+// CONNECT's path either), so an authority-form target got net/http's
+// plain-text 404 and a path with ".." reached the handler under the
+// prefix it named before climbing out of it.
+func TestLocalDoorsAnswerCONNECTInTheEnvelope(t *testing.T) {
+	_, prefix := redistest.Client(t)
+	deps, err := door.Connect(config.Door{
+		Storage:  config.Storage{DatabaseURL: storetest.URL(t), RedisURL: redistest.URL()},
+		Identity: config.Identity{IdentityKey: nodetest.SeedHex(0xb6), TokenSecret: nodetest.TokenSecret},
+	}, door.ConnectOptions{RedisPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(deps.Close)
+	mux, err := Mux(deps, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	for _, tc := range []struct {
+		target      string
+		status      int
+		code, allow string
+	}{
+		{addr, http.StatusNotFound, "not_found", ""},
+		{"/chat/../agents", http.StatusNotFound, "not_found", ""},
+		{"/threads/a/../b", http.StatusNotFound, "not_found", ""},
+		{"/agents", http.StatusMethodNotAllowed, "method_not_allowed", "GET"},
+	} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", tc.target, addr)
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+		if err != nil {
+			c.Close()
+			t.Fatalf("CONNECT %s: %v", tc.target, err)
+		}
+		// A CONNECT's answer has no length: the body is read up to the
+		// end of the envelope's one line.
+		line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+		c.Close()
+		var env struct {
+			Error struct {
+				Code string `json:"code"`
+			} `json:"error"`
+		}
+		if resp.StatusCode != tc.status || json.Unmarshal([]byte(line), &env) != nil || env.Error.Code != tc.code ||
+			resp.Header.Get("Allow") != tc.allow || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+			t.Errorf("CONNECT %s: %d %s (Allow %q): %q; want %d %s in the error envelope",
+				tc.target, resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Allow"), line, tc.status, tc.code)
 		}
 	}
 }
