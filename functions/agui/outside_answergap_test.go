@@ -80,3 +80,58 @@ func TestOutsideRetryOfAnswerLandingInTheGapStreamsItsRound(t *testing.T) {
 		})
 	}
 }
+
+// Another caller sending the same answer under the same Idempotency-Key
+// in that gap is not handed the first caller's round: keys belong to
+// their caller (D17), so its look-up again finds nothing of its own and
+// it is told, with the thread's snapshot, that its answer did not land.
+func TestOutsideOtherCallersAnswerInTheGapIsNotTheFirstsRound(t *testing.T) {
+	h, p, url := echoDoor(t)
+	f := pauseOn(t, h, p, openStream(t, "POST", url, input("t", "r1", ""), nil), `[{"id":"int1","reason":"approval"}]`)
+	body := resumeBody(*f.ThreadID, "ans-gap", `[{"interruptId":"int1","status":"resolved"}]`)
+	hdrA, hdrB := presenterHdr(signer(t, 0xc1), body), presenterHdr(signer(t, 0xc9), body)
+	hdrA[agui.IdempotencyHeader], hdrB[agui.IdempotencyHeader] = "answer-gap", "answer-gap"
+	runs := runCount(t, h)
+
+	inGap, goOn := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	restore := agui.SetAfterRetryLookup(func() {
+		held := false
+		once.Do(func() { held = true })
+		if held { // caller B; caller A passes
+			close(inGap)
+			<-goOn
+		}
+	})
+	defer restore()
+
+	var status, ctype, got string
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		resp, cancel := do(t, "POST", url, body, hdrB)
+		defer cancel()
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		status, ctype, got = resp.Status, resp.Header.Get("Content-Type"), string(b)
+	})
+	<-inGap
+	first := openStream(t, "POST", url, body, hdrA)
+	if line, err := readLine(first.br); err != nil || line != ": funduq run "+f.RunID {
+		t.Fatalf("caller A: %q %v, want the stream of the reopened run", line, err)
+	}
+	close(goOn)
+	wg.Wait()
+	if status != "200 OK" || !strings.HasPrefix(ctype, "application/json") || !strings.Contains(got, `"thread_id":"`+*f.ThreadID+`"`) {
+		t.Errorf("caller B was answered %s %s %.200q, want the thread's snapshot", status, ctype, got)
+	}
+	if f2 := p.Offer(); f2.RunID != f.RunID {
+		t.Fatalf("offered %s, want the paused run %s reopened", f2.RunID, f.RunID)
+	}
+	p.Accept(f.RunID)
+	p.Complete(f.RunID, *f.ThreadID)
+	h.WaitStatus(f.RunID, run.Completed)
+	p.None()
+	if got := runCount(t, h); got != runs {
+		t.Fatalf("runs %d→%d for one answer", runs, got)
+	}
+}
