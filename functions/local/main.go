@@ -176,8 +176,10 @@ func run(ctx context.Context, environ []string, stderr io.Writer, ready func(add
 		log.Error("doors: listen", "addr", cfg.DoorsAddr, "err", err)
 		return 1
 	}
+	// "OPTIONS *" goes to the mux like any request (an unknown route in
+	// the error envelope, D13), not net/http's own empty 200.
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: door.MaxHeaderBytes,
-		BaseContext: func(net.Listener) context.Context { return ctx }}
+		DisableGeneralOptionsHandler: true, BaseContext: func(net.Listener) context.Context { return ctx }}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("doors serving", "addr", ln.Addr().String())

@@ -144,3 +144,32 @@ func TestLocalDoorsAnswerCONNECTInTheEnvelope(t *testing.T) {
 		}
 	}
 }
+
+// The local server answers "OPTIONS *" like any other route no door
+// serves: 404 in the error envelope (D13). net/http answered it by itself
+// with an empty 200, as if the doors took it.
+func TestLocalServerAnswersOptionsStarInTheEnvelope(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	base := startDoors(t, h)
+	addr := strings.TrimPrefix(base, "http://")
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, _ = fmt.Fprintf(c, "OPTIONS * HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", addr)
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodOptions})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var env struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if resp.StatusCode != http.StatusNotFound || json.Unmarshal(b, &env) != nil || env.Error.Code != "not_found" {
+		t.Errorf("OPTIONS *: %d %s: %q; want 404 not_found in the error envelope", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+}
