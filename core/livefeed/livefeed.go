@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/funduq/funduq-go/core/redisbound"
 )
 
 // Retention bounds what the feed keeps: the newest entries of a stream, for a
@@ -167,14 +169,12 @@ type Entry struct {
 }
 
 // ReadSlack is how long past its block a Read waits for Redis's answer
-// before it fails: a hung Redis (connections accepted, never answered)
-// costs a reader its block and this, not the Redis client's own bound
-// (block + 10 s for a blocking read, its read timeout — none at all with
-// read_timeout=0 — while it sets a connection up), so a door falls back
-// to PostgreSQL by its own bounds (design.md D13, §Doors under storage
-// faults). It matches the doors' storage bound (functions/door
-// StorageTimeout).
-const ReadSlack = 1500 * time.Millisecond
+// before it fails (redisbound.Slack): a hung Redis costs a reader its
+// block and this, not the Redis client's own bound (block + 10 s for a
+// blocking read, its read timeout — none at all with read_timeout=0 —
+// while it sets a connection up), so a door falls back to PostgreSQL by
+// its own bounds (design.md D13, §Doors under storage faults).
+const ReadSlack = redisbound.Slack
 
 // Read blocks up to block for entries after seq `after` (block 0 returns at
 // once). It returns nil entries when nothing arrived, and fails when Redis
@@ -182,7 +182,7 @@ const ReadSlack = 1500 * time.Millisecond
 func (f *Feed) Read(ctx context.Context, runID string, after int, block time.Duration) ([]Entry, error) {
 	// The client must honour context deadlines (go-redis
 	// ContextTimeoutEnabled, as door.Connect sets it).
-	ctx, cancel := context.WithTimeout(ctx, max(block, 0)+ReadSlack)
+	ctx, cancel := redisbound.Blocking(ctx, block)
 	defer cancel()
 	args := &redis.XReadArgs{Streams: []string{f.Key(runID), strconv.Itoa(after) + "-1"}, Count: 500, Block: block}
 	if block <= 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/core/kyok"
+	"github.com/funduq/funduq-go/core/redisbound"
 	"github.com/funduq/funduq-go/functions/door"
 )
 
@@ -35,6 +36,10 @@ var (
 	// relay for kyok.KeepAliveSilence: the leader serving the completion is
 	// gone (the caller may retry; a new leader serves new calls).
 	errRelayLost = errors.New("the funduq broker node relaying this completion went away")
+	// errStorage: a read of the reply stream failed — Redis is down, or
+	// hung past the read's bound (redisbound): funduq's own trouble,
+	// never the LLM provider's (design.md §Failure).
+	errStorage = errors.New("funduq cannot reach its storage")
 )
 
 // next returns the next reply, waiting at most wait. Keep-alives are not
@@ -57,12 +62,16 @@ func (t *tail) next(ctx context.Context, wait time.Duration) (kyok.Reply, error)
 		if block < time.Millisecond {
 			block = time.Millisecond
 		}
-		res, err := t.rdb.XRead(ctx, &redis.XReadArgs{Streams: []string{t.key, t.last}, Block: block, Count: 256}).Result()
+		// Bounded by funduq's clock, not the client's (block + 10 s, or
+		// for ever with read_timeout=0 while it sets a connection up).
+		rctx, cancel := redisbound.Blocking(ctx, block)
+		res, err := t.rdb.XRead(rctx, &redis.XReadArgs{Streams: []string{t.key, t.last}, Block: block, Count: 256}).Result()
+		cancel()
 		if errors.Is(err, redis.Nil) {
 			continue
 		}
 		if err != nil {
-			return kyok.Reply{}, err
+			return kyok.Reply{}, fmt.Errorf("%w: reading the replies: %w", errStorage, err)
 		}
 		for _, s := range res {
 			for _, m := range s.Messages {
@@ -101,8 +110,11 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 	stream := kyok.RequestStream(h.o.Prefix)
-	entry, err := h.o.Redis.XAdd(ctx, &redis.XAddArgs{Stream: stream, MaxLen: h.o.StreamMaxLen, Approx: true,
+	// A storage call of the door's, bounded as the others (D13).
+	actx, cancel := context.WithTimeout(ctx, door.StorageTimeout)
+	entry, err := h.o.Redis.XAdd(actx, &redis.XAddArgs{Stream: stream, MaxLen: h.o.StreamMaxLen, Approx: true,
 		Values: []any{kyok.FieldRequestID, c.req.RequestID, kyok.FieldRequest, string(reqJSON)}}).Result()
+	cancel()
 	if err != nil {
 		h.writeError(w, r, storageDown(err))
 		return
@@ -204,9 +216,14 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 // unanswered is the refusal for a call whose answer stopped coming before
 // the door committed to a status. A relay that went away (errRelayLost)
 // is funduq's own failure, not the LLM provider's: 503 relay_unavailable
-// with Retry-After, as a call no node took up (design.md §KYOK); other
-// silence is the provider's, 502 llm_failed saying providerMsg.
+// with Retry-After, as a call no node took up (design.md §KYOK); so is
+// Redis failing the door's read (errStorage: 503 unavailable, as any
+// storage trouble); other silence is the provider's, 502 llm_failed
+// saying providerMsg.
 func unanswered(err error, providerMsg string) *apiError {
+	if errors.Is(err, errStorage) {
+		return storageDown(err)
+	}
 	if errors.Is(err, errRelayLost) {
 		return &apiError{Status: http.StatusServiceUnavailable, Code: "relay_unavailable",
 			Message: errRelayLost.Error() + "; retry the call", Err: err}
@@ -276,7 +293,10 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, t *tail, rep ky
 		if err != nil {
 			if ctx.Err() == nil {
 				msg := "the LLM provider went silent mid-completion"
-				if errors.Is(err, errRelayLost) {
+				switch {
+				case errors.Is(err, errStorage):
+					msg = errStorage.Error() + " mid-completion; retry the call"
+				case errors.Is(err, errRelayLost):
 					msg = errRelayLost.Error() + " mid-completion; retry the call"
 				}
 				fail(relayFailed(msg))
