@@ -37,6 +37,7 @@ import (
 	"github.com/funduq/funduq-go/core/backoff"
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/kyok"
+	"github.com/funduq/funduq-go/core/redisbound"
 	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/core/wire"
 )
@@ -65,9 +66,10 @@ type Relay struct {
 	GapTimeout time.Duration
 	// ReplyTTL overrides DefaultReplyTTL.
 	ReplyTTL time.Duration
-	// Block is how long one XREAD waits (DefaultBlock); it bounds how
-	// long Run takes to notice its context ended (go-redis does not cut a
-	// blocking read short when its context is cancelled).
+	// Block is how long one XREAD waits (DefaultBlock); with
+	// redisbound.Slack it bounds how long Run takes to notice its context
+	// ended (go-redis does not cut a blocking read short when its context
+	// is cancelled), a hung Redis or not.
 	Block time.Duration
 	// MaxConcurrent caps the completions in flight on one LLM link
 	// (config BrokerLimits.KyokMaxConcurrent; 0: the default); one more is
@@ -245,7 +247,9 @@ func (r *Relay) consume(ctx context.Context, log *slog.Logger) {
 	for ctx.Err() == nil {
 		if last == "" {
 			// Start after the newest entry: older requests' doors have given up.
-			msgs, err := r.Redis.XRevRangeN(ctx, stream, "+", "-", 1).Result()
+			cctx, cancel := redisbound.Call(ctx)
+			msgs, err := r.Redis.XRevRangeN(cctx, stream, "+", "-", 1).Result()
+			cancel()
 			if err != nil {
 				log.WarnContext(ctx, "kyok request stream unreadable; retrying", "err", err)
 				sleep(ctx, &failures)
@@ -256,7 +260,13 @@ func (r *Relay) consume(ctx context.Context, log *slog.Logger) {
 				last = msgs[0].ID
 			}
 		}
-		res, err := r.Redis.XRead(ctx, &redis.XReadArgs{Streams: []string{stream, last}, Block: r.block(), Count: 64}).Result()
+		// Each wait on Redis is bounded by funduq's clock, not the
+		// client's (block + 10 s; for ever with read_timeout=0 while it
+		// sets a connection up): a leader hands over only once this loop
+		// has noticed ctx ended (design.md §Failure).
+		rctx, cancel := redisbound.Blocking(ctx, r.block())
+		res, err := r.Redis.XRead(rctx, &redis.XReadArgs{Streams: []string{stream, last}, Block: r.block(), Count: 64}).Result()
+		cancel()
 		if errors.Is(err, redis.Nil) {
 			continue
 		}
@@ -293,7 +303,10 @@ func (r *Relay) consume(ctx context.Context, log *slog.Logger) {
 		// A request is taken up once; its entry (the agent's prompt, the
 		// caller's context in the clear) is not kept for a door that died
 		// before deleting it (design.md §KYOK).
-		if err := r.Redis.XDel(ctx, stream, taken...).Err(); err != nil && ctx.Err() == nil {
+		dctx, cancel := redisbound.Call(ctx)
+		err = r.Redis.XDel(dctx, stream, taken...).Err()
+		cancel()
+		if err != nil && ctx.Err() == nil {
 			log.WarnContext(ctx, "kyok requests taken up not deleted", "err", err)
 		}
 	}
@@ -415,10 +428,15 @@ func (r *Relay) reply(ctx context.Context, key string, rep kyok.Reply) {
 		return
 	}
 	if ctx.Err() != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
+		// The last reply of a completion still goes out as leadership
+		// ends.
+		ctx = context.WithoutCancel(ctx)
 	}
+	// Bounded by funduq's clock: a reply stuck on a hung Redis would hold
+	// a completion, its keep-alive and so Run's return (design.md
+	// §Failure).
+	ctx, cancel := redisbound.Call(ctx)
+	defer cancel()
 	_, err = r.Redis.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.XAdd(ctx, &redis.XAddArgs{Stream: key, Values: []any{kyok.FieldReply, string(b)}})
 		p.Expire(ctx, key, r.replyTTL())
