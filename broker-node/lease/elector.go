@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/funduq/funduq-go/core/redisbound"
 )
 
 // Why leadership ended (context.Cause of the leader context).
@@ -80,26 +83,20 @@ func (e *Elector) Leading() bool {
 func (e *Elector) Run(ctx context.Context) error {
 	e.defaults()
 	wake := make(chan string, 4)
-	var sub *redis.PubSub
 	if e.Channel != "" {
-		sub = e.Lease.rdb.Subscribe(ctx, e.Channel)
-		done := make(chan struct{})
-		defer func() { sub.Close(); <-done }()
-		go func() {
-			defer close(done)
-			for m := range sub.Channel() {
-				select {
-				case wake <- m.Payload:
-				default:
-				}
-			}
-		}()
+		stop := e.listen(ctx, wake)
+		defer stop()
 	}
 	var cooloff time.Time
 	for ctx.Err() == nil {
 		if time.Now().After(cooloff) {
 			sent := time.Now()
-			ok, err := e.Lease.Acquire(ctx)
+			// Bounded by funduq's clock, not the Redis client's (for
+			// ever with read_timeout=0): a node told to stop stops
+			// (design.md §Failure).
+			actx, cancel := redisbound.Call(ctx)
+			ok, err := e.Lease.Acquire(actx)
+			cancel()
 			if err != nil {
 				e.Log.WarnContext(ctx, "lease campaign failed", "err", err)
 			} else if ok {
@@ -123,6 +120,63 @@ func (e *Elector) Run(ctx context.Context) error {
 		t.Stop()
 	}
 	return nil
+}
+
+// eventWait bounds each wait of listen on Redis: a connection's set-up
+// and each read for an event. On a hung Redis it is how long a node told
+// to stop may still wait for it.
+const eventWait = time.Second
+
+// listen passes lease events on Channel to wake until stop is called.
+// It reads them itself, each read and each (re)connection bounded by
+// eventWait, rather than through go-redis's PubSub.Channel: that one
+// reconnects under no deadline, holding the lock Close needs, so on a
+// hung Redis with read_timeout=0 a node could not stop (design.md
+// §Failure). Events only spare standbys their next retry: one missed
+// while Redis is away costs at most RetryEvery.
+func (e *Elector) listen(ctx context.Context, wake chan<- string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	sctx, scancel := context.WithTimeout(ctx, eventWait)
+	// On failure the channel is still recorded: the first read
+	// subscribes again.
+	sub := e.Lease.rdb.Subscribe(sctx, e.Channel)
+	scancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		failures := 0
+		for ctx.Err() == nil {
+			rctx, rcancel := context.WithTimeout(ctx, eventWait)
+			msg, err := sub.ReceiveTimeout(rctx, eventWait)
+			rcancel()
+			if err != nil {
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+					continue // nothing published, or Redis hung: the wait was bounded
+				}
+				failures++
+				t := time.NewTimer(min(time.Duration(failures)*e.RetryEvery/4, e.RetryEvery))
+				select {
+				case <-ctx.Done():
+				case <-t.C:
+				}
+				t.Stop()
+				continue
+			}
+			failures = 0
+			if m, ok := msg.(*redis.Message); ok {
+				select {
+				case wake <- m.Payload:
+				default:
+				}
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		sub.Close() // ends a read in progress
+		<-done
+	}
 }
 
 // lead holds the lease: it runs Lead under a leader context and renews in
