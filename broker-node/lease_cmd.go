@@ -14,6 +14,7 @@ import (
 	"github.com/funduq/funduq-go/broker-node/lease"
 	"github.com/funduq/funduq-go/broker-node/node"
 	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/redisbound"
 	"github.com/funduq/funduq-go/core/store"
 )
 
@@ -95,6 +96,11 @@ func leaseCmd(ctx context.Context, args []string, environ map[string]string, std
 	if err != nil {
 		return fmt.Errorf("FUNDUQ_REDIS_URL: %w", err)
 	}
+	// Contexts bound every Redis call, each at redisbound.Slack: without
+	// this go-redis keeps its own read timeout (none with read_timeout=0),
+	// and the tool would wait for ever on a hung Redis (design.md §A hung
+	// Redis).
+	ropt.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(ropt)
 	defer rdb.Close()
 	prefix := cfg.RedisPrefix
@@ -104,7 +110,9 @@ func leaseCmd(ctx context.Context, args []string, environ map[string]string, std
 			return leaseStatus{}, err
 		}
 		s := leaseStatus{Epoch: l.Epoch}
-		h, err := lease.ReadHolder(ctx, rdb, node.LeaseKey(prefix))
+		rctx, cancel := redisbound.Call(ctx)
+		defer cancel()
+		h, err := lease.ReadHolder(rctx, rdb, node.LeaseKey(prefix))
 		if errors.Is(err, lease.ErrNoHolder) {
 			return s, nil
 		}
@@ -150,8 +158,11 @@ func leaseCmd(ctx context.Context, args []string, environ map[string]string, std
 	if before.Node == "" {
 		return errors.New("nobody holds the lease: there is nothing to hand over")
 	}
-	if _, err := lease.RequestHandover(ctx, rdb, node.LeaseChannel(prefix)); err != nil {
-		return err
+	pctx, cancel := redisbound.Call(ctx)
+	_, err = lease.RequestHandover(pctx, rdb, node.LeaseChannel(prefix))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("ask for a lease handover: %w", err)
 	}
 	if before.Leading {
 		fmt.Fprintf(stdout, "asked %s (epoch %d) to hand over\n", before.Node, before.Epoch)
