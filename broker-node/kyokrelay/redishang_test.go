@@ -2,8 +2,6 @@ package kyokrelay_test
 
 import (
 	"context"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/core/store/storetest"
 	"github.com/funduq/funduq-go/internal/leaktest"
+	"github.com/funduq/funduq-go/internal/testservers"
 )
 
 func TestMain(m *testing.M) { leaktest.MainWithPools(m) }
@@ -35,7 +34,8 @@ func (noTickets) Claim(context.Context, string, string) error { return nil }
 // does not block), and go-redis does not cut a read short when its
 // context is cancelled.
 func TestRelayStopsWhileRedisHangs(t *testing.T) {
-	addr, reached, unhang := hungRedis(t)
+	hung := testservers.Hang(t, "")
+	addr, reached, unhang := hung.Addr, hung.Reached, hung.Release
 	opt, err := redis.ParseURL("redis://" + addr + "/0?read_timeout=0")
 	if err != nil {
 		t.Fatal(err)
@@ -66,50 +66,4 @@ func TestRelayStopsWhileRedisHangs(t *testing.T) {
 	if lead, _ := r.Leading(); lead {
 		t.Fatal("the relay still says it leads")
 	}
-}
-
-// hungRedis listens on loopback and accepts every connection, then never
-// reads or answers; reached is closed once a client has connected, and
-// unhang (also run when the test ends) closes the listener and every
-// connection.
-func hungRedis(t *testing.T) (addr string, reached <-chan struct{}, unhang func()) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		done  = make(chan struct{})
-		once  sync.Once
-		first sync.Once
-		hit   = make(chan struct{})
-	)
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			first.Do(func() { close(hit) })
-		}
-	}()
-	unhang = func() {
-		once.Do(func() {
-			ln.Close()
-			<-done
-			mu.Lock()
-			defer mu.Unlock()
-			for _, c := range conns {
-				c.Close()
-			}
-		})
-	}
-	t.Cleanup(unhang)
-	return ln.Addr().String(), hit, unhang
 }

@@ -1,16 +1,14 @@
 package lease_test
 
 import (
-	"bytes"
 	"context"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/broker-node/lease"
+	"github.com/funduq/funduq-go/internal/testservers"
 )
 
 // A node whose Redis hangs (connections accepted, never answered) stops
@@ -28,7 +26,8 @@ func TestElectorStopsWhileRedisHangs(t *testing.T) {
 		{"campaigning", ""}, // no events: Acquire is the first call
 	} {
 		t.Run(x.name, func(t *testing.T) {
-			addr, reached, unhang := hungRedis(t, "hello")
+			hung := testservers.Hang(t, "hello")
+			addr, reached, unhang := hung.Addr, hung.Reached, hung.Release
 			opt, err := redis.ParseURL("redis://" + addr + "/0?read_timeout=0")
 			if err != nil {
 				t.Fatal(err)
@@ -60,66 +59,4 @@ func TestElectorStopsWhileRedisHangs(t *testing.T) {
 			}
 		})
 	}
-}
-
-// hungRedis listens on loopback and accepts every connection, then reads
-// what it is sent and never answers; reached is closed once a client has
-// sent bytes holding want, and unhang (also run when the test ends)
-// closes the listener and every connection.
-func hungRedis(t *testing.T, want string) (addr string, reached <-chan struct{}, unhang func()) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		done  = make(chan struct{})
-		once  sync.Once
-		first sync.Once
-		hit   = make(chan struct{})
-		wg    sync.WaitGroup
-	)
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var got []byte
-				buf := make([]byte, 4096)
-				for {
-					n, err := c.Read(buf)
-					if err != nil {
-						return
-					}
-					if got = append(got, buf[:n]...); bytes.Contains(bytes.ToLower(got), []byte(want)) {
-						first.Do(func() { close(hit) })
-					}
-				}
-			}()
-		}
-	}()
-	unhang = func() {
-		once.Do(func() {
-			ln.Close()
-			<-done
-			mu.Lock()
-			defer mu.Unlock()
-			for _, c := range conns {
-				c.Close()
-			}
-			wg.Wait()
-		})
-	}
-	t.Cleanup(unhang)
-	return ln.Addr().String(), hit, unhang
 }

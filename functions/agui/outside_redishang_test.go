@@ -1,11 +1,10 @@
 package agui_test
 
 import (
-	"net"
-	"sync"
 	"testing"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/internal/testservers"
 )
 
 // A door whose Redis hangs (connections accepted, never answered) serves
@@ -20,7 +19,8 @@ func TestOutsideStreamServedWhileRedisHangs(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe1, nil)
 	p.Register("echo")
-	addr, unhang := hungServer(t)
+	hung := testservers.Hang(t, "")
+	addr, unhang := hung.Addr, hung.Release
 	srv := startDoorWith(t, mustDeps(t, h, "redis://"+addr+"/0?read_timeout=0"), nil)
 	// Runs before the door's own cleanup, so a handler stuck on the hung
 	// Redis (before the fix) is let go and the server can close.
@@ -33,46 +33,4 @@ func TestOutsideStreamServedWhileRedisHangs(t *testing.T) {
 	if len(got) == 0 || got[0] != "RUN_STARTED" || got[len(got)-1] != "RUN_FINISHED" {
 		t.Fatalf("the stream relayed %v, want the run from RUN_STARTED to RUN_FINISHED", got)
 	}
-}
-
-// hungServer listens on loopback and accepts every connection, then never
-// reads or answers (testservers.Stuck, with its release in the test's
-// hands): unhang closes the listener and every connection.
-func hungServer(t *testing.T) (addr string, unhang func()) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		done  = make(chan struct{})
-		once  sync.Once
-	)
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	unhang = func() {
-		once.Do(func() {
-			ln.Close()
-			<-done
-			mu.Lock()
-			defer mu.Unlock()
-			for _, c := range conns {
-				c.Close()
-			}
-		})
-	}
-	t.Cleanup(unhang)
-	return ln.Addr().String(), unhang
 }

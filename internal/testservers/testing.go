@@ -1,6 +1,7 @@
 package testservers
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -87,42 +88,95 @@ func DB(t testing.TB, p *Postgres) string {
 	return u
 }
 
-// Stuck listens on loopback and accepts every connection, then never reads
-// or answers: a store that hangs (frozen, or behind a black-holed route)
+// Stuck listens on loopback and accepts every connection, then never
+// answers: a store that hangs (frozen, or behind a black-holed route)
 // rather than one that refuses, which a client can only give up on by its
 // own deadline. It returns host:port; the listener and its connections are
 // closed when the test ends.
 func Stuck(t testing.TB) string {
 	t.Helper()
+	return Hang(t, "").Addr
+}
+
+// Hung is Stuck with its barrier and its release in the test's hands.
+type Hung struct {
+	// Addr is the listener's host:port.
+	Addr string
+	// Reached is closed once a client has connected (want "") or has sent
+	// bytes holding want (compared in lower case): the client is then
+	// waiting on the hung server.
+	Reached <-chan struct{}
+
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	done  chan struct{}
+	once  sync.Once
+	wg    sync.WaitGroup
+}
+
+// Hang starts a Hung server; Release runs when the test ends, or earlier
+// when the test calls it (to let a client stuck on it go).
+func Hang(t testing.TB, want string) *Hung {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		done  = make(chan struct{})
-	)
+	reached := make(chan struct{})
+	h := &Hung{Addr: ln.Addr().String(), Reached: reached, ln: ln, done: make(chan struct{})}
+	var first sync.Once
+	hit := func() { first.Do(func() { close(reached) }) }
 	go func() {
-		defer close(done)
+		defer close(h.done)
 		for {
 			c, err := ln.Accept()
 			if err != nil {
-				return // closed at cleanup
+				return // closed by Release
 			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
+			h.mu.Lock()
+			h.conns = append(h.conns, c)
+			h.mu.Unlock()
+			if want == "" {
+				hit()
+			}
+			h.wg.Add(1)
+			go func() {
+				defer h.wg.Done()
+				// Read what the client sends (never answering) until the
+				// connection is closed.
+				var got []byte
+				buf := make([]byte, 4096)
+				for {
+					n, err := c.Read(buf)
+					if err != nil {
+						return
+					}
+					if want == "" {
+						continue
+					}
+					if got = append(got, buf[:n]...); bytes.Contains(bytes.ToLower(got), []byte(want)) {
+						hit()
+					}
+				}
+			}()
 		}
 	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
+	t.Cleanup(h.Release)
+	return h
+}
+
+// Release closes the listener and every connection: clients waiting on
+// the server get an error at once.
+func (h *Hung) Release() {
+	h.once.Do(func() {
+		h.ln.Close()
+		<-h.done
+		h.mu.Lock()
+		for _, c := range h.conns {
 			c.Close()
 		}
+		h.mu.Unlock()
+		h.wg.Wait()
 	})
-	return ln.Addr().String()
 }
