@@ -86,6 +86,7 @@ type chaosRun struct {
 	id    string
 	began time.Time
 	s     *stream // AG-UI only
+	w     *stream // a second caller following the run at the other door
 	err   error
 }
 
@@ -157,6 +158,11 @@ func chaosSeed(t *testing.T, seed uint64) {
 				key = rawKey.PublicKeyHex()
 			}
 			r.id, r.s, r.err = c.chaosStart(c.doors[r.door], key, r.agent, r.a2a, fmt.Sprintf("seed %d run %d", seed, r.n))
+			if r.err == nil {
+				// A second caller follows the run from its start at the
+				// other door, through whatever the fault does.
+				r.w = c.openStream(http.MethodGet, c.doors[1-r.door].url+"/runs/"+r.id+"/events", "", -1)
+			}
 		}()
 	}
 	wg.Add(1)
@@ -243,9 +249,25 @@ func chaosSeed(t *testing.T, seed uint64) {
 			select {
 			case <-r.s.done:
 				checkStream(t, r.String()+" (its AG-UI stream)", r.s.snapshot(), 0, true)
+				checkSeen(t, r.String()+" (its AG-UI stream)", r.s.snapshot(), c.events(r.id))
 			case <-time.After(margin):
 				fail(r, "its AG-UI stream did not end within %v of the run settling: %s", margin, describe(r.s.snapshot()))
 			}
+		}
+		// A second caller on the run, at the other door, sees the same
+		// events in the same order: the stored record, whole, each once
+		// (design.md D9: any door serves any run's events from the record).
+		what := r.String() + " (a second caller's GET /runs/{id}/events at d" + fmt.Sprint(2-r.door) + ")"
+		select {
+		case <-r.w.done:
+			if r.w.status != http.StatusOK {
+				fail(r, "%s: answered %d %q %v", what, r.w.status, r.w.body, r.w.err)
+				break
+			}
+			checkStream(t, what, r.w.snapshot(), 0, true)
+			checkSeen(t, what, r.w.snapshot(), c.events(r.id))
+		case <-time.After(afterFailover):
+			fail(r, "%s did not end within %v of the run settling: %s", what, afterFailover, describe(r.w.snapshot()))
 		}
 	}
 	// No handler started twice; no duplicate stored event; nothing after a
@@ -271,6 +293,40 @@ func chaosSeed(t *testing.T, seed uint64) {
 	if t.Failed() {
 		keepLogs(t, c.logDir, seed)
 	}
+}
+
+// checkSeen asserts that each event a caller saw under an id is the stored
+// event of that seq (what the door writes into RUN_STARTED and
+// RUN_FINISHED — the caller's ids — aside): a caller's view is the record,
+// not something beside it.
+func checkSeen(t testing.TB, what string, evs []sseEvent, stored []eventRow) {
+	t.Helper()
+	for _, e := range evs {
+		if e.ID == 0 {
+			continue // synthesized RUN_STARTED (not a stored event)
+		}
+		if e.ID > len(stored) {
+			t.Errorf("%s: saw event id %d (%s), but the record holds %d events: %s", what, e.ID, e.Data, len(stored), describe(evs))
+			return
+		}
+		if got, want := withoutIDs(e.Data), withoutIDs(stored[e.ID-1].Raw); got != want {
+			t.Errorf("%s: event id %d is\n  %s\nbut the record's seq %d is\n  %s", what, e.ID, got, e.ID, want)
+			return
+		}
+	}
+}
+
+// withoutIDs is an event as a comparable string (its JSON, keys sorted)
+// without threadId and runId, which the door writes (design.md §The doors).
+func withoutIDs(s string) string {
+	var v map[string]any
+	if json.Unmarshal([]byte(s), &v) != nil {
+		return s
+	}
+	delete(v, "threadId")
+	delete(v, "runId")
+	out, _ := json.Marshal(v)
+	return string(out)
 }
 
 // keepLogs copies a failed seed's process logs (the brokers', the doors',
