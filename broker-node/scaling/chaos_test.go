@@ -81,6 +81,7 @@ type chaosRun struct {
 	n     int
 	at    time.Duration // start offset
 	agent string        // "sdk" or "raw"
+	key   string        // its provider's key
 	door  int
 	a2a   bool
 	id    string
@@ -153,11 +154,11 @@ func chaosSeed(t *testing.T, seed uint64) {
 			defer wg.Done()
 			time.Sleep(r.at)
 			r.began = time.Now()
-			key := sdkKey.PublicKeyHex()
+			r.key = sdkKey.PublicKeyHex()
 			if r.agent == "raw" {
-				key = rawKey.PublicKeyHex()
+				r.key = rawKey.PublicKeyHex()
 			}
-			r.id, r.s, r.err = c.chaosStart(c.doors[r.door], key, r.agent, r.a2a, fmt.Sprintf("seed %d run %d", seed, r.n))
+			r.id, r.s, r.err = c.chaosStart(c.doors[r.door], r.key, r.agent, r.a2a, fmt.Sprintf("seed %d run %d", seed, r.n))
 			if r.err == nil {
 				// A second caller follows the run from its start at the
 				// other door, through whatever the fault does.
@@ -252,6 +253,14 @@ func chaosSeed(t *testing.T, seed uint64) {
 				checkSeen(t, r.String()+" (its AG-UI stream)", r.s.snapshot(), c.events(r.id))
 			case <-time.After(margin):
 				fail(r, "its AG-UI stream did not end within %v of the run settling: %s", margin, describe(r.s.snapshot()))
+			}
+		}
+		// An A2A caller polling its task at its door afterwards reads it
+		// completed, with the whole answer its provider sent.
+		if r.a2a {
+			state, text, err := c.a2aTask(c.doors[r.door], r.key, r.agent, r.id)
+			if want := deltas(c.events(r.id)); err != nil || state != "completed" || text != want {
+				fail(r, "its caller's tasks/get: state %q, artifacts %q (%v); want completed with %q", state, text, err, want)
 			}
 		}
 		// A second caller on the run, at the other door, sees the same
@@ -387,6 +396,58 @@ func (c *cluster) chaosStart(d *proc, key, agent string, a2a bool, text string) 
 	case <-time.After(margin):
 		return "", nil, fmt.Errorf("AG-UI stream named no run within %v", margin)
 	}
+}
+
+// a2aTask is an A2A caller's tasks/get at door d: the task's state and
+// its artifacts' text, in order.
+func (c *cluster) a2aTask(d *proc, key, agent, id string) (state, text string, err error) {
+	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tasks/get","params":{"id":%q}}`, id)
+	resp, err := quickLong.Post(d.url+"/a2a/"+key+"/"+agent, "application/json", strings.NewReader(body))
+	if err != nil {
+		return "", "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var out struct {
+		Result struct {
+			Status struct {
+				State string `json:"state"`
+			} `json:"status"`
+			Artifacts []struct {
+				Parts []struct {
+					Text string `json:"text"`
+				} `json:"parts"`
+			} `json:"artifacts"`
+		} `json:"result"`
+		Error json.RawMessage `json:"error"`
+	}
+	if err := json.Unmarshal(b, &out); err != nil || len(out.Error) > 0 {
+		return "", "", fmt.Errorf("tasks/get: %d %s", resp.StatusCode, b)
+	}
+	var t strings.Builder
+	for _, a := range out.Result.Artifacts {
+		for _, p := range a.Parts {
+			t.WriteString(p.Text)
+		}
+	}
+	return out.Result.Status.State, t.String(), nil
+}
+
+// deltas is the text of a run's stored TEXT_MESSAGE_CONTENT events, in
+// order: the answer its provider sent.
+func deltas(evs []eventRow) string {
+	var t strings.Builder
+	for _, e := range evs {
+		if e.Type != "TEXT_MESSAGE_CONTENT" {
+			continue
+		}
+		var v struct {
+			Delta string `json:"delta"`
+		}
+		_ = json.Unmarshal([]byte(e.Raw), &v)
+		t.WriteString(v.Delta)
+	}
+	return t.String()
 }
 
 // ---------------------------------------------------------------- the SDK provider
