@@ -61,8 +61,17 @@ func (b *Broker) sweepOnce(ctx context.Context) {
 			(l.addressed == "" || b.lanes[l.addressed] == nil) { // an interjection follows its live target's fate
 
 			l.graceWait = false
-			l.q.push(failCmd{run.ReasonAgentOffline})
-			continue
+			// A key whose link was lost without a close frame is still
+			// expected back within its link grace (D5): the run waits that
+			// out, as a run arriving now would (take), and fails
+			// agent_offline only if the key is not back by then (chaos
+			// seed 1133).
+			if until, lost := b.lostUntil[l.agent]; lost && now.Before(until) {
+				l.linkWait, l.linkUntil = true, until
+			} else {
+				l.q.push(failCmd{run.ReasonAgentOffline})
+				continue
+			}
 		}
 		if l.ended {
 			continue
