@@ -38,7 +38,8 @@ type Elector struct {
 	// Margin is how long before the lease could expire a leader that has
 	// not renewed steps down; defaults to TTL/4.
 	Margin time.Duration
-	// Cooloff is how long a node that handed over or stepped down waits before it
+	// Cooloff is how long a node that handed over or stepped down (its
+	// store failing, or fenced for want of renewals) waits before it
 	// campaigns again, so a standby gets the lease (defaults to 2×RetryEvery).
 	Cooloff time.Duration
 
@@ -101,11 +102,12 @@ func (e *Elector) Run(ctx context.Context) error {
 				e.Log.WarnContext(ctx, "lease campaign failed", "err", err)
 			} else if ok {
 				// After a handover, and after a leader stepped down on its
-				// own (its store failing, design.md D13), a standby gets the
-				// lease first: campaigning again at once would mostly win it
-				// back, and a node that cannot reach PostgreSQL would keep it
-				// from one that can.
-				if cause := e.lead(ctx, sent, wake); errors.Is(cause, ErrHandover) || errors.Is(cause, ErrSteppedDown) {
+				// own (its store failing, design.md D13, or its renewals not
+				// landing, D10), a standby gets the lease first: campaigning
+				// again at once, right after the release, would mostly win
+				// it back, and a node that cannot reach PostgreSQL or Redis
+				// would keep it from one that can (failover chaos seed 225).
+				if cause := e.lead(ctx, sent, wake); errors.Is(cause, ErrHandover) || errors.Is(cause, ErrSteppedDown) || errors.Is(cause, ErrExpiring) {
 					cooloff = time.Now().Add(e.Cooloff)
 				}
 				continue

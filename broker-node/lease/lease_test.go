@@ -218,3 +218,77 @@ func TestElectorSelfFencesWhenRedisHangs(t *testing.T) {
 	}
 	t.Logf("stepped down %v before the lease could expire", expiry.Sub(ended).Round(time.Millisecond))
 }
+
+// Failover chaos seed 225 (FUNDUQ_FAILOVER_SEEDS=225 go test -run
+// TestFailoverChaos ./broker-node/): the leader, frozen past its lease,
+// stepped down before the lease could expire (ErrExpiring), released the
+// lease once it could reach Redis again and took it straight back, before
+// the standby woken by the release could: the node that had just failed
+// kept the lead, and the standby never led. A leader that stepped down on
+// its own waits the cool-off before campaigning again, so the standby gets
+// the lease first (design.md D10) — one that could not renew too.
+func TestElectorThatSelfFencedLetsTheStandbyLeadFirst(t *testing.T) {
+	rs := testservers.RedisServer(t)
+	opt, err := redis.ParseURL(rs.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.ContextTimeoutEnabled = true
+	clients := make([]*redis.Client, 3)
+	for i := range clients {
+		clients[i] = redis.NewClient(opt)
+		t.Cleanup(func() { clients[i].Close() })
+	}
+	watch, ownA, ownB := clients[0], clients[1], clients[2]
+	ctx := context.Background()
+	a := startElectorWith(t, ownA, "fenced:", "a", time.Second, func(e *lease.Elector) { e.Cooloff = guard })
+	wait(t, a.led, "a leads")
+	rs.Freeze()
+	cause := wait(t, a.ended, "a steps down")
+	rs.Thaw()
+	if !errors.Is(cause, lease.ErrExpiring) {
+		t.Fatalf("cause %v, want ErrExpiring", cause)
+	}
+	// a releases the lease once Redis answers again; the standby starts
+	// then and campaigns once (no retry, no wake-up), so it leads only if
+	// a did not take the lease straight back.
+	deadline := time.Now().Add(guard)
+	for {
+		select {
+		case <-a.led:
+			t.Fatal("a, which had just stepped down for want of renewals, took the lease straight back")
+		default:
+		}
+		if watch.Exists(ctx, "fenced:lease").Val() == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a did not release the lease once Redis answered again")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	b := startElectorWith(t, ownB, "fenced:", "b", time.Second, func(e *lease.Elector) { e.Channel, e.RetryEvery = "", time.Hour })
+	select {
+	case <-a.led:
+		t.Fatal("a, which had just stepped down for want of renewals, took the lease back before the standby")
+	case <-b.led:
+	case <-time.After(guard):
+		t.Fatal("nobody leads after a stepped down")
+	}
+}
+
+func startElectorWith(t *testing.T, rdb redis.UniversalClient, prefix, node string, ttl time.Duration, mut func(*lease.Elector)) *elect {
+	el := &elect{led: make(chan struct{}, 8), ended: make(chan error, 8), done: make(chan struct{})}
+	el.e = &lease.Elector{Lease: lease.New(rdb, prefix+"lease", node, ttl), Channel: prefix + "events",
+		Lead: func(ctx context.Context) {
+			el.led <- struct{}{}
+			<-ctx.Done()
+			el.ended <- context.Cause(ctx)
+		}}
+	mut(el.e)
+	ctx, cancel := context.WithCancel(context.Background())
+	el.cancel = cancel
+	go func() { defer close(el.done); _ = el.e.Run(ctx) }()
+	t.Cleanup(el.stop)
+	return el
+}
