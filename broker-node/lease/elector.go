@@ -90,7 +90,7 @@ func (e *Elector) Run(ctx context.Context) error {
 	}
 	var cooloff time.Time
 	for ctx.Err() == nil {
-		if time.Now().After(cooloff) {
+		if !time.Now().Before(cooloff) {
 			sent := time.Now()
 			// Bounded by funduq's clock, not the Redis client's (for
 			// ever with read_timeout=0): a node told to stop stops
@@ -113,7 +113,16 @@ func (e *Elector) Run(ctx context.Context) error {
 				continue
 			}
 		}
-		t := time.NewTimer(e.RetryEvery)
+		// A node cooling off tries the moment its cool-off ends, not at
+		// its next retry: with two nodes cooling off (one fenced, the
+		// other handing over), the one whose cool-off ends first must get
+		// the lease first, or the one just asked to hand over takes it back
+		// (failover chaos seed 310).
+		wait := e.RetryEvery
+		if left := time.Until(cooloff); left > 0 && left < wait {
+			wait = left
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 		case <-wake:

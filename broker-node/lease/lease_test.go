@@ -292,3 +292,55 @@ func startElectorWith(t *testing.T, rdb redis.UniversalClient, prefix, node stri
 	t.Cleanup(el.stop)
 	return el
 }
+
+// Failover chaos seed 310: with the fenced node cooling off, the standby
+// that took over was asked to hand over and cooled off in turn; the fenced
+// node, woken by that release while still cooling off, went back to sleep
+// until its next retry, and the node just asked to hand over took the
+// lease back. A node cooling off campaigns the moment its cool-off ends.
+func TestElectorCampaignsWhenItsCooloffEnds(t *testing.T) {
+	rs := testservers.RedisServer(t)
+	opt, err := redis.ParseURL(rs.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.ContextTimeoutEnabled = true
+	clients := make([]*redis.Client, 3)
+	for i := range clients {
+		clients[i] = redis.NewClient(opt)
+		t.Cleanup(func() { clients[i].Close() })
+	}
+	watch, ownA, ownB := clients[0], clients[1], clients[2]
+	ctx := context.Background()
+	// Neither retries on its own: a campaign follows a wake-up (a release
+	// published) or the end of a cool-off.
+	a := startElectorWith(t, ownA, "cool:", "a", time.Second, func(e *lease.Elector) { e.Cooloff, e.RetryEvery = time.Second, time.Hour })
+	wait(t, a.led, "a leads")
+	b := startElectorWith(t, ownB, "cool:", "b", time.Second, func(e *lease.Elector) { e.Cooloff, e.RetryEvery = guard, time.Hour })
+	deadline := time.Now().Add(guard)
+	for watch.PubSubNumSub(ctx, "cool:events").Val()["cool:events"] < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the electors did not subscribe to the lease events")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	rs.Freeze()
+	if cause := wait(t, a.ended, "a steps down"); !errors.Is(cause, lease.ErrExpiring) {
+		t.Fatalf("cause %v, want ErrExpiring", cause)
+	}
+	rs.Thaw()
+	wait(t, b.led, "b takes over once a released")
+	if n, err := lease.RequestHandover(ctx, watch, "cool:events"); err != nil || n < 1 {
+		t.Fatalf("handover request reached %d subscribers: %v", n, err)
+	}
+	if cause := wait(t, b.ended, "b hands over"); !errors.Is(cause, lease.ErrHandover) {
+		t.Fatalf("cause %v, want ErrHandover", cause)
+	}
+	select {
+	case <-a.led:
+	case <-b.led:
+		t.Fatal("b, asked to hand over, took the lease back")
+	case <-time.After(guard):
+		t.Fatal("nobody leads after the handover: a, cooling off when it was woken, did not campaign when its cool-off ended")
+	}
+}
