@@ -138,32 +138,73 @@ func (e *Elector) Run(ctx context.Context) error {
 // to stop may still wait for it.
 const eventWait = time.Second
 
+// pingUnanswered is how many reads of eventWait a ping on the
+// subscription may go unanswered before listen takes the connection for
+// dead and subscribes again on a new one.
+const pingUnanswered = 2
+
 // listen passes lease events on Channel to wake until stop is called.
 // It reads them itself, each read and each (re)connection bounded by
 // eventWait, rather than through go-redis's PubSub.Channel: that one
 // reconnects under no deadline, holding the lock Close needs, so on a
 // hung Redis with read_timeout=0 a node could not stop (design.md
 // §Failure). Events only spare standbys their next retry: one missed
-// while Redis is away costs at most RetryEvery.
+// while Redis is away costs at most RetryEvery. A quiet subscription is
+// pinged, and one whose ping goes unanswered is replaced: a connection
+// dropped without a word (a NAT forgetting an idle connection, Redis
+// restarted behind a proxy) only ever times out, and a leader on it
+// would never hear a handover request (design.md §Failure, the lease).
 func (e *Elector) listen(ctx context.Context, wake chan<- string) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	sctx, scancel := context.WithTimeout(ctx, eventWait)
-	// On failure the channel is still recorded: the first read
-	// subscribes again.
-	sub := e.Lease.rdb.Subscribe(sctx, e.Channel)
-	scancel()
+	subscribe := func() *redis.PubSub {
+		sctx, scancel := context.WithTimeout(ctx, eventWait)
+		defer scancel()
+		// On failure the channel is still recorded: the first read
+		// subscribes again.
+		return e.Lease.rdb.Subscribe(sctx, e.Channel)
+	}
+	var mu sync.Mutex // guards sub, replaced by the reader, closed by stop
+	sub := subscribe()
+	current := func() *redis.PubSub {
+		mu.Lock()
+		defer mu.Unlock()
+		return sub
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		failures := 0
+		quiet := -1 // reads timed out since the ping; -1: none sent
 		for ctx.Err() == nil {
+			s := current()
 			rctx, rcancel := context.WithTimeout(ctx, eventWait)
-			msg, err := sub.ReceiveTimeout(rctx, eventWait)
+			msg, err := s.ReceiveTimeout(rctx, eventWait)
 			rcancel()
 			if err != nil {
 				var ne net.Error
 				if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, context.DeadlineExceeded) {
-					continue // nothing published, or Redis hung: the wait was bounded
+					// Nothing published, Redis hung, or the connection
+					// gone without a word: the wait was bounded.
+					if quiet >= 0 {
+						quiet++
+					}
+					switch {
+					case quiet < 0:
+						pctx, pcancel := context.WithTimeout(ctx, eventWait)
+						_ = s.Ping(pctx) // a write error has it reconnect already
+						pcancel()
+						quiet = 0
+					case quiet >= pingUnanswered:
+						e.Log.WarnContext(ctx, "lease events: no answer to a ping; subscribing again")
+						mu.Lock()
+						if ctx.Err() == nil {
+							sub = subscribe()
+						}
+						mu.Unlock()
+						_ = s.Close()
+						quiet = -1
+					}
+					continue
 				}
 				failures++
 				t := time.NewTimer(min(time.Duration(failures)*e.RetryEvery/4, e.RetryEvery))
@@ -175,6 +216,7 @@ func (e *Elector) listen(ctx context.Context, wake chan<- string) (stop func()) 
 				continue
 			}
 			failures = 0
+			quiet = -1 // the connection answers
 			if m, ok := msg.(*redis.Message); ok {
 				select {
 				case wake <- m.Payload:
@@ -185,7 +227,9 @@ func (e *Elector) listen(ctx context.Context, wake chan<- string) (stop func()) 
 	}()
 	return func() {
 		cancel()
-		sub.Close() // ends a read in progress
+		mu.Lock()
+		_ = sub.Close() // ends a read in progress
+		mu.Unlock()
 		<-done
 	}
 }

@@ -1,0 +1,54 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/funduq/funduq-go/broker-node/lease"
+	"github.com/funduq/funduq-go/core/redistest"
+)
+
+// A leader whose subscription to lease events was dropped without a word
+// (a NAT or load balancer forgetting an idle connection, or Redis
+// restarted behind one) subscribes again, so an operator's handover still
+// reaches it. Before, the elector read events with no health check: its
+// reads kept timing out on the dead connection, it never subscribed again,
+// and every later handover request reached nobody — the leader led on.
+func TestElectorResubscribesAfterASilentDrop(t *testing.T) {
+	rdb, prefix := redistest.Client(t)
+	p := newSilencingProxy(t, rdb.Options().Addr)
+	opt := *rdb.Options()
+	opt.Addr = p.addr()
+	opt.ContextTimeoutEnabled = true // as broker-node/node builds its client
+	own := redis.NewClient(&opt)
+	t.Cleanup(func() { own.Close() })
+	ctx := context.Background()
+	channel := prefix + "events"
+	a := startElector(t, own, prefix, "a", time.Hour)
+	wait(t, a.led, "a leads")
+	subscribed := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(guard)
+		for rdb.PubSubNumSub(ctx, channel).Val()[channel] < 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("gave up waiting: %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	subscribed("a subscribes to lease events")
+	if n := p.cut(); n != 1 {
+		t.Fatalf("silenced %d subscriptions, want 1", n)
+	}
+	subscribed("a subscribes again after its subscription was silently dropped")
+	if n, err := lease.RequestHandover(ctx, rdb, channel); err != nil || n < 1 {
+		t.Fatalf("handover request reached %d subscribers: %v", n, err)
+	}
+	if cause := wait(t, a.ended, "a hands over"); !errors.Is(cause, lease.ErrHandover) {
+		t.Fatalf("cause %v", cause)
+	}
+}
