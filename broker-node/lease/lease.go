@@ -34,6 +34,19 @@ func (l *Lease) Key() string { return l.key }
 func (l *Lease) TTL() time.Duration { return l.ttl }
 
 var (
+	// acquireScript sets the lease if nobody holds it, and takes it as
+	// ours when it already holds our value: a campaign whose SET landed
+	// but whose reply came too late (design.md §Failure, the lease).
+	acquireScript = redis.NewScript(`
+local cur = redis.call("GET", KEYS[1])
+if cur == ARGV[1] then
+  return redis.call("PEXPIRE", KEYS[1], ARGV[2])
+end
+if cur then
+  return 0
+end
+redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+return 1`)
 	renewScript = redis.NewScript(`
 if redis.call("GET", KEYS[1]) == ARGV[1] then
   return redis.call("PEXPIRE", KEYS[1], ARGV[2])
@@ -46,13 +59,16 @@ end
 return 0`)
 )
 
-// Acquire takes the lease if nobody holds it.
+// Acquire takes the lease if nobody holds it, or if it holds our value
+// already: an earlier Acquire that timed out may have set it, and nobody
+// else may take it until it expires, so the lease is ours — the TTL
+// counts again from now.
 func (l *Lease) Acquire(ctx context.Context) (bool, error) {
-	ok, err := l.rdb.SetNX(ctx, l.key, l.value, l.ttl).Result()
+	n, err := acquireScript.Run(ctx, l.rdb, []string{l.key}, l.value, l.ttl.Milliseconds()).Int()
 	if err != nil {
 		return false, fmt.Errorf("acquire lease %s: %w", l.key, err)
 	}
-	return ok, nil
+	return n == 1, nil
 }
 
 // Renew extends the lease if it is still ours; false means it is not.

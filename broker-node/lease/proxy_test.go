@@ -2,7 +2,6 @@ package lease_test
 
 import (
 	"bytes"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -20,6 +19,9 @@ type silencingProxy struct {
 	subs []*proxied
 	all  []*proxied
 	wg   sync.WaitGroup
+	// hold: the first connection to send bytes holding it hears nothing
+	// more from Redis (its command lands, the reply never comes).
+	hold []byte
 }
 
 type proxied struct {
@@ -27,6 +29,7 @@ type proxied struct {
 	mu             sync.Mutex
 	subscribed     bool
 	silenced       bool
+	deaf           bool // replies from Redis are dropped
 }
 
 func newSilencingProxy(t *testing.T, target string) *silencingProxy {
@@ -55,7 +58,7 @@ func newSilencingProxy(t *testing.T, target string) *silencingProxy {
 			p.mu.Unlock()
 			p.wg.Add(2)
 			go func() { defer p.wg.Done(); p.up(pc) }()
-			go func() { defer p.wg.Done(); _, _ = io.Copy(c, s) }()
+			go func() { defer p.wg.Done(); p.down(pc) }()
 		}
 	}()
 	t.Cleanup(func() {
@@ -91,6 +94,12 @@ func (p *silencingProxy) up(pc *proxied) {
 			p.subs = append(p.subs, pc)
 			p.mu.Unlock()
 		}
+		p.mu.Lock()
+		if p.hold != nil && bytes.Contains(bytes.ToLower(buf[:n]), p.hold) {
+			p.hold = nil
+			pc.deaf = true
+		}
+		p.mu.Unlock()
 		pc.mu.Unlock()
 		if silenced {
 			continue
@@ -99,6 +108,33 @@ func (p *silencingProxy) up(pc *proxied) {
 			return
 		}
 	}
+}
+
+// down forwards server to client unless the connection went deaf.
+func (p *silencingProxy) down(pc *proxied) {
+	buf := make([]byte, 4096)
+	for {
+		n, err := pc.server.Read(buf)
+		if err != nil {
+			return
+		}
+		pc.mu.Lock()
+		deaf := pc.deaf
+		pc.mu.Unlock()
+		if deaf {
+			continue
+		}
+		if _, err := pc.client.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+// holdReplyTo makes the next connection to send want (lower case) deaf.
+func (p *silencingProxy) holdReplyTo(want string) {
+	p.mu.Lock()
+	p.hold = []byte(want)
+	p.mu.Unlock()
 }
 
 // cut silences every subscribed connection; it returns how many.
