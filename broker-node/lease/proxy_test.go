@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // silencingProxy forwards loopback connections to Redis at target. cut
@@ -22,6 +23,7 @@ type silencingProxy struct {
 	// hold: the first connection to send bytes holding it hears nothing
 	// more from Redis (its command lands, the reply never comes).
 	hold []byte
+	lag  time.Duration // see delay
 }
 
 type proxied struct {
@@ -124,6 +126,10 @@ func (p *silencingProxy) down(pc *proxied) {
 		if deaf {
 			continue
 		}
+		p.mu.Lock()
+		lag := p.lag
+		p.mu.Unlock()
+		time.Sleep(lag) // the fault itself, not a wait for an event
 		if _, err := pc.client.Write(buf[:n]); err != nil {
 			return
 		}
@@ -150,4 +156,12 @@ func (p *silencingProxy) cut() int {
 		pc.server.Close() // Redis forgets the subscriber; the client is not told
 	}
 	return len(subs)
+}
+
+// delay holds every reply from Redis for d before passing it on (in
+// order): a healthy Redis far away, or behind a slow link.
+func (p *silencingProxy) delay(d time.Duration) {
+	p.mu.Lock()
+	p.lag = d
+	p.mu.Unlock()
 }
