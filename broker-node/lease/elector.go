@@ -94,8 +94,12 @@ func (e *Elector) Run(ctx context.Context) error {
 			sent := time.Now()
 			// Bounded by funduq's clock, not the Redis client's (for
 			// ever with read_timeout=0): a node told to stop stops
-			// (design.md §Failure).
-			actx, cancel := redisbound.Call(ctx)
+			// (design.md §Failure). The bound is what the lease would
+			// still be worth (TTL − Margin; never under redisbound's
+			// Slack): a slow but healthy Redis, whose campaign includes
+			// a new connection's set-up, is still won, and an answer
+			// later than that is useless anyway (§A hung Redis).
+			actx, cancel := context.WithTimeout(ctx, e.campaignBound())
 			ok, err := e.Lease.Acquire(actx)
 			cancel()
 			if err != nil {
@@ -281,6 +285,11 @@ func causeString(err error) string {
 		return "lead returned"
 	}
 	return err.Error()
+}
+
+// campaignBound is how long one campaign may wait on Redis.
+func (e *Elector) campaignBound() time.Duration {
+	return max(redisbound.Slack, e.Lease.ttl-e.Margin)
 }
 
 // keep renews the lease and ends leadership when it must.
