@@ -8,12 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/funduq/funduq-go/broker-node/nodetest"
-	"github.com/funduq/funduq-go/core/config"
-	"github.com/funduq/funduq-go/core/redistest"
 	"github.com/funduq/funduq-go/functions/a2a"
-	"github.com/funduq/funduq-go/functions/door"
-	"github.com/funduq/funduq-go/internal/testservers"
 )
 
 // A cold door's storage trouble answers the id a call names and no other:
@@ -22,17 +17,7 @@ import (
 // never an id taken from inside a batch or from params — and the error
 // says nothing of the storage behind it (D13: no driver message).
 func TestOutsideColdDoorEchoesOnlyTheCallsID(t *testing.T) {
-	_, prefix := redistest.Client(t)
-	stuck := testservers.Stuck(t)
-	deps, err := door.Connect(config.Door{
-		Storage:  config.Storage{DatabaseURL: "postgres://postgres@" + stuck + "/funduq?sslmode=disable", RedisURL: redistest.URL()},
-		Identity: config.Identity{IdentityKey: nodetest.SeedHex(0xb6), TokenSecret: nodetest.TokenSecret},
-	}, door.ConnectOptions{RedisPrefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := startDoorWith(t, deps, nil)
-	c := newClient(t, srv, nodetest.SeedHex(0x33), "echo", "")
+	c, stuck := coldDoorClient(t)
 	for _, tc := range []struct{ name, body, id string }{
 		{"string id", `{"jsonrpc":"2.0","id":"call-\u00e9","method":"tasks/get","params":{"id":"run_x"}}`, `"call-é"`},
 		{"batch", `[{"jsonrpc":"2.0","id":7,"method":"tasks/get","params":{"id":"run_x"}}]`, `null`},

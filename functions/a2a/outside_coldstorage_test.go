@@ -23,16 +23,7 @@ import (
 // call. (An unknown agent stays a plain 404 before any JSON-RPC
 // processing: that is the agent's absence, not storage trouble.)
 func TestOutsideColdDoorAnswersStorageTroubleInJSONRPC(t *testing.T) {
-	_, prefix := redistest.Client(t)
-	deps, err := door.Connect(config.Door{
-		Storage:  config.Storage{DatabaseURL: "postgres://postgres@" + testservers.Stuck(t) + "/funduq?sslmode=disable", RedisURL: redistest.URL()},
-		Identity: config.Identity{IdentityKey: nodetest.SeedHex(0xb6), TokenSecret: nodetest.TokenSecret},
-	}, door.ConnectOptions{RedisPrefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := startDoorWith(t, deps, nil)
-	c := newClient(t, srv, nodetest.SeedHex(0x33), "echo", "")
+	c, _ := coldDoorClient(t)
 	for _, tc := range []struct {
 		method string
 		params any
@@ -77,4 +68,21 @@ func jsonID(t *testing.T, body string) string {
 		t.Fatal(err)
 	}
 	return string(req.ID)
+}
+
+// coldDoorClient is a caller of a door that has read nothing yet (a cold
+// Lambda) and whose PostgreSQL hangs (connections accepted, never
+// answered, at stuck); its Redis answers.
+func coldDoorClient(t *testing.T) (c *client, stuck string) {
+	t.Helper()
+	_, prefix := redistest.Client(t)
+	stuck = testservers.Stuck(t)
+	deps, err := door.Connect(config.Door{
+		Storage:  config.Storage{DatabaseURL: "postgres://postgres@" + stuck + "/funduq?sslmode=disable", RedisURL: redistest.URL()},
+		Identity: config.Identity{IdentityKey: nodetest.SeedHex(0xb6), TokenSecret: nodetest.TokenSecret},
+	}, door.ConnectOptions{RedisPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newClient(t, startDoorWith(t, deps, nil), nodetest.SeedHex(0x33), "echo", ""), stuck
 }
