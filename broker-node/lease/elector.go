@@ -42,9 +42,18 @@ type Elector struct {
 	// store failing, or fenced for want of renewals) waits before it
 	// campaigns again, so a standby gets the lease (defaults to 2×RetryEvery).
 	Cooloff time.Duration
+	// StuckAfter is how much longer than the TTL a leader may go without
+	// a renewal landing before Check calls its loop stuck; defaults to
+	// TTL/2 (health.go).
+	StuckAfter time.Duration
 
 	mu      sync.Mutex
 	leading bool
+	// For Check: whether Run is running, when the loop last made
+	// progress, and the send time of the last renewal (or acquire) that
+	// landed.
+	running           bool
+	progress, renewed time.Time
 }
 
 // Event payloads on Channel.
@@ -67,6 +76,9 @@ func (e *Elector) defaults() {
 	if e.Cooloff <= 0 {
 		e.Cooloff = 2 * e.RetryEvery
 	}
+	if e.StuckAfter <= 0 {
+		e.StuckAfter = e.Lease.ttl / 2
+	}
 	if e.Log == nil {
 		e.Log = slog.New(slog.DiscardHandler)
 	}
@@ -83,6 +95,14 @@ func (e *Elector) Leading() bool {
 // lease, if it was held, has been released.
 func (e *Elector) Run(ctx context.Context) error {
 	e.defaults()
+	e.mu.Lock()
+	e.running, e.progress = true, time.Now()
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.running = false
+		e.mu.Unlock()
+	}()
 	wake := make(chan string, 4)
 	if e.Channel != "" {
 		stop := e.listen(ctx, wake)
@@ -102,6 +122,7 @@ func (e *Elector) Run(ctx context.Context) error {
 			actx, cancel := context.WithTimeout(ctx, e.campaignBound())
 			ok, err := e.Lease.Acquire(actx)
 			cancel()
+			e.progressed(time.Now(), false) // won or not, the campaign completed
 			if err != nil {
 				e.Log.WarnContext(ctx, "lease campaign failed", "err", err)
 			} else if ok {
@@ -246,7 +267,7 @@ func (e *Elector) lead(ctx context.Context, acquiredAt time.Time, wake <-chan st
 	lctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	e.mu.Lock()
-	e.leading = true
+	e.leading, e.renewed = true, acquiredAt
 	e.mu.Unlock()
 	log := e.Log.With("lease", e.Lease.key)
 	log.InfoContext(ctx, "lease acquired", "ttl", e.Lease.ttl.String())
@@ -262,7 +283,7 @@ func (e *Elector) lead(ctx context.Context, acquiredAt time.Time, wake <-chan st
 	wg.Wait()
 	cause := context.Cause(lctx)
 	e.mu.Lock()
-	e.leading = false
+	e.leading, e.progress = false, time.Now()
 	e.mu.Unlock()
 	// Release unless the lease is already somebody else's. A process
 	// stopping (ctx done) or handing over releases at once, so a standby
@@ -343,6 +364,7 @@ func (e *Elector) keep(ctx context.Context, end context.CancelCauseFunc, sureUnt
 				end(ErrLost)
 				return
 			default:
+				e.progressed(sent, true)
 				fenceAt = sent.Add(e.Lease.ttl - e.Margin)
 				fence.Reset(time.Until(fenceAt))
 			}

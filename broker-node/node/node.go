@@ -196,7 +196,7 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 	n.mux.Handle("GET /ws/kyok", n.kyok)
 	n.mux.HandleFunc("/ws/provider", wsconn.MethodNotAllowed)
 	n.mux.HandleFunc("/ws/kyok", wsconn.MethodNotAllowed)
-	n.mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "alive"}) })
+	n.mux.HandleFunc("GET /livez", n.livez)
 	n.mux.HandleFunc("GET /readyz", n.readyz)
 	n.mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	con := console.New(console.Options{Token: cfg.ConsoleToken, Store: st, Redis: rdb, Broker: b,
