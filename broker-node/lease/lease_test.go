@@ -228,18 +228,7 @@ func TestElectorSelfFencesWhenRedisHangs(t *testing.T) {
 // its own waits the cool-off before campaigning again, so the standby gets
 // the lease first (design.md D10) — one that could not renew too.
 func TestElectorThatSelfFencedLetsTheStandbyLeadFirst(t *testing.T) {
-	rs := testservers.RedisServer(t)
-	opt, err := redis.ParseURL(rs.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.ContextTimeoutEnabled = true
-	clients := make([]*redis.Client, 3)
-	for i := range clients {
-		clients[i] = redis.NewClient(opt)
-		t.Cleanup(func() { clients[i].Close() })
-	}
-	watch, ownA, ownB := clients[0], clients[1], clients[2]
+	rs, watch, ownA, ownB := privateRedisClients(t)
 	ctx := context.Background()
 	a := startElectorWith(t, ownA, "fenced:", "a", time.Second, func(e *lease.Elector) { e.Cooloff = guard })
 	wait(t, a.led, "a leads")
@@ -299,18 +288,7 @@ func startElectorWith(t *testing.T, rdb redis.UniversalClient, prefix, node stri
 // until its next retry, and the node just asked to hand over took the
 // lease back. A node cooling off campaigns the moment its cool-off ends.
 func TestElectorCampaignsWhenItsCooloffEnds(t *testing.T) {
-	rs := testservers.RedisServer(t)
-	opt, err := redis.ParseURL(rs.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt.ContextTimeoutEnabled = true
-	clients := make([]*redis.Client, 3)
-	for i := range clients {
-		clients[i] = redis.NewClient(opt)
-		t.Cleanup(func() { clients[i].Close() })
-	}
-	watch, ownA, ownB := clients[0], clients[1], clients[2]
+	rs, watch, ownA, ownB := privateRedisClients(t)
 	ctx := context.Background()
 	// Neither retries on its own: a campaign follows a wake-up (a release
 	// published) or the end of a cool-off.
@@ -343,4 +321,23 @@ func TestElectorCampaignsWhenItsCooloffEnds(t *testing.T) {
 	case <-time.After(guard):
 		t.Fatal("nobody leads after the handover: a, cooling off when it was woken, did not campaign when its cool-off ended")
 	}
+}
+
+// privateRedisClients are three clients of a Redis of the test's own
+// (testservers.RedisServer, returned: the test may freeze and thaw it):
+// one to watch the lease with and one for each of two electors.
+func privateRedisClients(t *testing.T) (rs *testservers.Redis, watch, a, b *redis.Client) {
+	t.Helper()
+	rs = testservers.RedisServer(t)
+	opt, err := redis.ParseURL(rs.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.ContextTimeoutEnabled = true
+	clients := make([]*redis.Client, 3)
+	for i := range clients {
+		clients[i] = redis.NewClient(opt)
+		t.Cleanup(func() { clients[i].Close() })
+	}
+	return rs, clients[0], clients[1], clients[2]
 }

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/funduq/funduq-go/broker-node/lease"
 	"github.com/funduq/funduq-go/core/redistest"
 )
@@ -19,12 +17,7 @@ import (
 // whole TTL nobody led, and on a single node every run waited.
 func TestElectorTakesTheLeaseItsTimedOutCampaignSet(t *testing.T) {
 	rdb, prefix := redistest.Client(t)
-	p := newSilencingProxy(t, rdb.Options().Addr)
-	opt := *rdb.Options()
-	opt.Addr = p.addr()
-	opt.ContextTimeoutEnabled = true // as broker-node/node builds its client
-	own := redis.NewClient(&opt)
-	t.Cleanup(func() { own.Close() })
+	p, own := throughProxy(t, rdb)
 	// Whatever the campaign sends (a script, cached by Redis now), it
 	// lands and its reply never comes: the first command on the key.
 	ctx := context.Background()

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // silencingProxy forwards loopback connections to Redis at target. cut
@@ -164,4 +166,17 @@ func (p *silencingProxy) delay(d time.Duration) {
 	p.mu.Lock()
 	p.lag = d
 	p.mu.Unlock()
+}
+
+// throughProxy is a client of rdb's Redis through a silencingProxy, built
+// as broker-node/node builds its client (context deadlines honoured).
+func throughProxy(t *testing.T, rdb *redis.Client) (*silencingProxy, *redis.Client) {
+	t.Helper()
+	p := newSilencingProxy(t, rdb.Options().Addr)
+	opt := *rdb.Options()
+	opt.Addr = p.addr()
+	opt.ContextTimeoutEnabled = true
+	own := redis.NewClient(&opt)
+	t.Cleanup(func() { own.Close() })
+	return p, own
 }

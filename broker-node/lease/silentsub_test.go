@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/funduq/funduq-go/broker-node/lease"
 	"github.com/funduq/funduq-go/core/redistest"
 )
@@ -20,12 +18,7 @@ import (
 // and every later handover request reached nobody — the leader led on.
 func TestElectorResubscribesAfterASilentDrop(t *testing.T) {
 	rdb, prefix := redistest.Client(t)
-	p := newSilencingProxy(t, rdb.Options().Addr)
-	opt := *rdb.Options()
-	opt.Addr = p.addr()
-	opt.ContextTimeoutEnabled = true // as broker-node/node builds its client
-	own := redis.NewClient(&opt)
-	t.Cleanup(func() { own.Close() })
+	p, own := throughProxy(t, rdb)
 	ctx := context.Background()
 	channel := prefix + "events"
 	a := startElector(t, own, prefix, "a", time.Hour)

@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/funduq/funduq-go/core/redistest"
 )
 
@@ -17,13 +15,8 @@ import (
 // lease is worth (TTL − Margin, design.md §A hung Redis).
 func TestElectorAcquiresOnASlowRedis(t *testing.T) {
 	rdb, prefix := redistest.Client(t)
-	p := newSilencingProxy(t, rdb.Options().Addr)
+	p, own := throughProxy(t, rdb)
 	p.delay(1200 * time.Millisecond)
-	opt := *rdb.Options()
-	opt.Addr = p.addr()
-	opt.ContextTimeoutEnabled = true // as broker-node/node builds its client
-	own := redis.NewClient(&opt)
-	t.Cleanup(func() { own.Close() })
 	a := startElector(t, own, prefix, "a", 10*time.Second)
 	wait(t, a.led, "a leads on a Redis answering in 1.2 s")
 }
