@@ -6,7 +6,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/functions/agui"
 )
 
@@ -26,37 +25,13 @@ func TestOutsideRetryOfAnswerLandingInTheGapStreamsItsRound(t *testing.T) {
 		{"runId", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h, p, url := echoDoor(t)
-			f := pauseOn(t, h, p, openStream(t, "POST", url, input("t", "r1", ""), nil), `[{"id":"int1","reason":"approval"}]`)
-			body := resumeBody(*f.ThreadID, "ans-gap", `[{"interruptId":"int1","status":"resolved"}]`)
-			runs := runCount(t, h)
-
-			inGap, goOn := make(chan struct{}), make(chan struct{})
-			var once sync.Once
-			restore := agui.SetAfterRetryLookup(func() {
-				held := false
-				once.Do(func() { held = true })
-				if held { // the retry; the first attempt passes
-					close(inGap)
-					<-goOn
-				}
-			})
-			defer restore()
+			a := pauseForAnswer(t, "ans-gap")
+			url, f, body := a.url, a.f, a.body
+			inGap, goOn := holdFirstInGap(t) // the retry; the first attempt passes
 
 			var retried string
 			var wg sync.WaitGroup
-			wg.Go(func() {
-				resp, cancel := do(t, "POST", url, body, tc.hdr)
-				defer cancel()
-				defer resp.Body.Close()
-				if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-					line, _ := readLine(resp.Body)
-					retried = "stream " + line
-					return
-				}
-				b, _ := io.ReadAll(resp.Body)
-				retried = resp.Status + " " + string(b)
-			})
+			wg.Go(func() { retried = answered(t, url, body, tc.hdr) })
 			<-inGap
 			first := openStream(t, "POST", url, body, tc.hdr)
 			if line, err := readLine(first.br); err != nil || line != ": funduq run "+f.RunID {
@@ -67,16 +42,7 @@ func TestOutsideRetryOfAnswerLandingInTheGapStreamsItsRound(t *testing.T) {
 			if retried != "stream : funduq run "+f.RunID {
 				t.Errorf("the retry was answered %.200q, want the stream of the reopened run %s", retried, f.RunID)
 			}
-			if f2 := p.Offer(); f2.RunID != f.RunID {
-				t.Fatalf("offered %s, want the paused run %s reopened", f2.RunID, f.RunID)
-			}
-			p.Accept(f.RunID)
-			p.Complete(f.RunID, *f.ThreadID)
-			h.WaitStatus(f.RunID, run.Completed)
-			p.None()
-			if got := runCount(t, h); got != runs {
-				t.Fatalf("runs %d→%d for one answer", runs, got)
-			}
+			a.finishReopened(t)
 		})
 	}
 }
@@ -86,24 +52,11 @@ func TestOutsideRetryOfAnswerLandingInTheGapStreamsItsRound(t *testing.T) {
 // their caller (D17), so its look-up again finds nothing of its own and
 // it is told, with the thread's snapshot, that its answer did not land.
 func TestOutsideOtherCallersAnswerInTheGapIsNotTheFirstsRound(t *testing.T) {
-	h, p, url := echoDoor(t)
-	f := pauseOn(t, h, p, openStream(t, "POST", url, input("t", "r1", ""), nil), `[{"id":"int1","reason":"approval"}]`)
-	body := resumeBody(*f.ThreadID, "ans-gap", `[{"interruptId":"int1","status":"resolved"}]`)
+	a := pauseForAnswer(t, "ans-gap")
+	url, f, body := a.url, a.f, a.body
 	hdrA, hdrB := presenterHdr(signer(t, 0xc1), body), presenterHdr(signer(t, 0xc9), body)
 	hdrA[agui.IdempotencyHeader], hdrB[agui.IdempotencyHeader] = "answer-gap", "answer-gap"
-	runs := runCount(t, h)
-
-	inGap, goOn := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	restore := agui.SetAfterRetryLookup(func() {
-		held := false
-		once.Do(func() { held = true })
-		if held { // caller B; caller A passes
-			close(inGap)
-			<-goOn
-		}
-	})
-	defer restore()
+	inGap, goOn := holdFirstInGap(t) // caller B; caller A passes
 
 	var status, ctype, got string
 	var wg sync.WaitGroup
@@ -124,14 +77,22 @@ func TestOutsideOtherCallersAnswerInTheGapIsNotTheFirstsRound(t *testing.T) {
 	if status != "200 OK" || !strings.HasPrefix(ctype, "application/json") || !strings.Contains(got, `"thread_id":"`+*f.ThreadID+`"`) {
 		t.Errorf("caller B was answered %s %s %.200q, want the thread's snapshot", status, ctype, got)
 	}
-	if f2 := p.Offer(); f2.RunID != f.RunID {
-		t.Fatalf("offered %s, want the paused run %s reopened", f2.RunID, f.RunID)
-	}
-	p.Accept(f.RunID)
-	p.Complete(f.RunID, *f.ThreadID)
-	h.WaitStatus(f.RunID, run.Completed)
-	p.None()
-	if got := runCount(t, h); got != runs {
-		t.Fatalf("runs %d→%d for one answer", runs, got)
-	}
+	a.finishReopened(t)
+}
+
+// holdFirstInGap holds the first request to reach the gap after its
+// retry look-up (the door's test barrier) until the test closes goOn;
+// inGap is closed when it is there. Later requests pass.
+func holdFirstInGap(t *testing.T) (inGap, goOn chan struct{}) {
+	inGap, goOn = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	t.Cleanup(agui.SetAfterRetryLookup(func() {
+		held := false
+		once.Do(func() { held = true })
+		if held {
+			close(inGap)
+			<-goOn
+		}
+	}))
+	return inGap, goOn
 }
