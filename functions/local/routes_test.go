@@ -27,21 +27,7 @@ import (
 // another 405 with Allow (it said 404 "no such route" of a route it
 // serves).
 func TestLocalDoorsAnswerOddRoutesInTheEnvelope(t *testing.T) {
-	_, prefix := redistest.Client(t)
-	deps, err := door.Connect(config.Door{
-		Storage:  config.Storage{DatabaseURL: storetest.URL(t), RedisURL: redistest.URL()},
-		Identity: config.Identity{IdentityKey: nodetest.SeedHex(0xb6), TokenSecret: nodetest.TokenSecret},
-	}, door.ConnectOptions{RedisPrefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(deps.Close)
-	mux, err := Mux(deps, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
+	srv := localDoors(t)
 	noRedirect := &http.Client{Timeout: 20 * time.Second,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for _, tc := range []struct {
@@ -92,21 +78,7 @@ func TestLocalDoorsAnswerOddRoutesInTheEnvelope(t *testing.T) {
 // plain-text 404 and a path with ".." reached the handler under the
 // prefix it named before climbing out of it.
 func TestLocalDoorsAnswerCONNECTInTheEnvelope(t *testing.T) {
-	_, prefix := redistest.Client(t)
-	deps, err := door.Connect(config.Door{
-		Storage:  config.Storage{DatabaseURL: storetest.URL(t), RedisURL: redistest.URL()},
-		Identity: config.Identity{IdentityKey: nodetest.SeedHex(0xb6), TokenSecret: nodetest.TokenSecret},
-	}, door.ConnectOptions{RedisPrefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(deps.Close)
-	mux, err := Mux(deps, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
+	srv := localDoors(t)
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	for _, tc := range []struct {
 		target      string
@@ -172,4 +144,26 @@ func TestLocalServerAnswersOptionsStarInTheEnvelope(t *testing.T) {
 	if resp.StatusCode != http.StatusNotFound || json.Unmarshal(b, &env) != nil || env.Error.Code != "not_found" {
 		t.Errorf("OPTIONS *: %d %s: %q; want 404 not_found in the error envelope", resp.StatusCode, resp.Header.Get("Content-Type"), b)
 	}
+}
+
+// localDoors serves the local server's mux over the test's own database
+// and Redis prefix.
+func localDoors(t *testing.T) *httptest.Server {
+	t.Helper()
+	_, prefix := redistest.Client(t)
+	deps, err := door.Connect(config.Door{
+		Storage:  config.Storage{DatabaseURL: storetest.URL(t), RedisURL: redistest.URL()},
+		Identity: config.Identity{IdentityKey: nodetest.SeedHex(0xb6), TokenSecret: nodetest.TokenSecret},
+	}, door.ConnectOptions{RedisPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(deps.Close)
+	mux, err := Mux(deps, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
 }
