@@ -1,9 +1,7 @@
 package a2a_test
 
 import (
-	"context"
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
@@ -40,21 +38,8 @@ func TestOutsideRetriesOfOneAnswerRacingGetTheTask(t *testing.T) {
 
 			body := c.body("message/send", map[string]any{"message": c.message("m2", "yes", map[string]any{"taskId": id}),
 				"configuration": map[string]any{"blocking": false}})
-			const n = 3 // within the test door's pool (4 connections)
-			release := h.Hold(`SELECT 1 FROM runs WHERE run_id = $1 FOR UPDATE`, id)
-			answers := make([]rpcResp, n)
-			var wg sync.WaitGroup
-			for i := range n {
-				wg.Go(func() { answers[i] = c.rawCall(body, tc.hdr) })
-			}
-			h.Eventually("every attempt waits on the paused task's row", func() bool {
-				var waiting int
-				err := h.DB().QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-					WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
-				return err == nil && waiting >= n
-			})
-			release()
-			wg.Wait()
+			answers := sendRacing(t, h, c, body, tc.hdr, "on the paused task's row",
+				`SELECT 1 FROM runs WHERE run_id = $1 FOR UPDATE`, id)
 			for i, a := range answers {
 				if a.Error != nil || a.Result["id"] != id {
 					t.Errorf("attempt %d was answered %+v %v, want task %s", i, a.Error, a.Result, id)

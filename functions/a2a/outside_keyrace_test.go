@@ -39,21 +39,7 @@ func TestOutsideRetriesOfOneSendRacingMakeOneTask(t *testing.T) {
 				"configuration": map[string]any{"blocking": false}})
 			runs := count(t, h, "runs")
 
-			const n = 3 // within the test door's pool (4 connections)
-			release := h.Hold(`LOCK TABLE thread_messages IN EXCLUSIVE MODE`)
-			answers := make([]rpcResp, n)
-			var wg sync.WaitGroup
-			for i := range n {
-				wg.Go(func() { answers[i] = c.rawCall(body, tc.hdr) })
-			}
-			h.Eventually("every attempt waits inside its insert", func() bool {
-				var waiting int
-				err := h.DB().QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-					WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
-				return err == nil && waiting >= n
-			})
-			release()
-			wg.Wait()
+			answers := sendRacing(t, h, c, body, tc.hdr, "inside its insert", `LOCK TABLE thread_messages IN EXCLUSIVE MODE`)
 			for i, a := range answers {
 				if a.Error != nil || a.Result["id"] == nil || a.Result["id"] != answers[0].Result["id"] {
 					t.Errorf("attempt %d was answered %+v %v; attempt 0 task %v: want one task for all", i, a.Error, a.Result["id"], answers[0].Result["id"])
@@ -64,4 +50,28 @@ func TestOutsideRetriesOfOneSendRacingMakeOneTask(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sendRacing sends body three times at once (within the test door's pool
+// of 4 connections) while hold, run on a connection of its own, holds a
+// lock every attempt then waits on (where), lets them all go together once
+// each waits, and returns their answers in order.
+func sendRacing(t *testing.T, h *nodetest.Harness, c *client, body string, hdr map[string]string, where, hold string, args ...any) []rpcResp {
+	t.Helper()
+	const n = 3
+	release := h.Hold(hold, args...)
+	answers := make([]rpcResp, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { answers[i] = c.rawCall(body, hdr) })
+	}
+	h.Eventually("every attempt waits "+where, func() bool {
+		var waiting int
+		err := h.DB().QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
+		return err == nil && waiting >= n
+	})
+	release()
+	wg.Wait()
+	return answers
 }
