@@ -1,13 +1,10 @@
 package agui_test
 
 import (
-	"encoding/json"
-	"io"
-	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/internal/routetest"
 )
 
 // Every answer of the door is its error envelope (D13), as the door
@@ -20,40 +17,12 @@ func TestOutsideOddPathsAnswerTheEnvelope(t *testing.T) {
 	p := h.Connect(0xe1, nil)
 	p.Register("echo")
 	srv := startDoor(t, h, nil)
-	noRedirect := &http.Client{Timeout: guard,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	for _, tc := range []struct {
-		method, path string
-		status       int
-		code, allow  string
-	}{
-		{"GET", "/runs//events", http.StatusNotFound, "not_found", ""},
-		{"GET", "/threads/a/../thread_x", http.StatusNotFound, "not_found", ""},
-		{"POST", "/agui/" + p.Key + "/./echo", http.StatusNotFound, "not_found", ""},
-		{"POST", "/agui//" + p.Key + "/echo", http.StatusNotFound, "not_found", ""},
-		{"POST", "/agents", http.StatusMethodNotAllowed, "method_not_allowed", "GET"},
-		{"DELETE", "/agents", http.StatusMethodNotAllowed, "method_not_allowed", "GET"},
-	} {
-		req, err := http.NewRequest(tc.method, srv.URL+tc.path, strings.NewReader(input("t", "r", "")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := noRedirect.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		var env struct {
-			Error struct {
-				Code string `json:"code"`
-			} `json:"error"`
-		}
-		if resp.StatusCode != tc.status || json.Unmarshal(b, &env) != nil || env.Error.Code != tc.code ||
-			resp.Header.Get("Allow") != tc.allow || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-			t.Errorf("%s %s: %d %s (Allow %q, Location %q): %q; want %d %s in the error envelope",
-				tc.method, tc.path, resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Allow"),
-				resp.Header.Get("Location"), b, tc.status, tc.code)
-		}
-	}
+	routetest.Check(t, srv.URL, input("t", "r", ""), []routetest.Route{
+		routetest.NotFound("GET", "/runs//events"),
+		routetest.NotFound("GET", "/threads/a/../thread_x"),
+		routetest.NotFound("POST", "/agui/"+p.Key+"/./echo"),
+		routetest.NotFound("POST", "/agui//"+p.Key+"/echo"),
+		routetest.NotAllowed("POST", "/agents", "GET"),
+		routetest.NotAllowed("DELETE", "/agents", "GET"),
+	})
 }

@@ -11,13 +11,13 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/redistest"
 	"github.com/funduq/funduq-go/core/store/storetest"
 	"github.com/funduq/funduq-go/functions/door"
+	"github.com/funduq/funduq-go/internal/routetest"
 )
 
 // The local server answers what no door serves in the error envelope
@@ -28,47 +28,19 @@ import (
 // serves).
 func TestLocalDoorsAnswerOddRoutesInTheEnvelope(t *testing.T) {
 	srv := localDoors(t)
-	noRedirect := &http.Client{Timeout: 20 * time.Second,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	for _, tc := range []struct {
-		method, path string
-		status       int
-		code, allow  string
-	}{
-		{"POST", "/agui", http.StatusNotFound, "not_found", ""},
-		{"GET", "/a2a", http.StatusNotFound, "not_found", ""},
-		{"GET", "/threads", http.StatusNotFound, "not_found", ""},
-		{"GET", "/runs", http.StatusNotFound, "not_found", ""},
-		{"GET", "/runs//events", http.StatusNotFound, "not_found", ""},
-		{"POST", "/a2a//x/echo", http.StatusNotFound, "not_found", ""},
-		{"GET", "/threads/a/../b", http.StatusNotFound, "not_found", ""},
-		{"POST", "/agents", http.StatusMethodNotAllowed, "method_not_allowed", "GET"},
-		{"POST", "/health", http.StatusMethodNotAllowed, "method_not_allowed", "GET"},
-		{"GET", "/kyok/v1/chat/completions", http.StatusMethodNotAllowed, "method_not_allowed", "POST"},
-		{"GET", "/nowhere", http.StatusNotFound, "not_found", ""},
-	} {
-		req, err := http.NewRequest(tc.method, srv.URL+tc.path, strings.NewReader(`{}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := noRedirect.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		var env struct {
-			Error struct {
-				Code string `json:"code"`
-			} `json:"error"`
-		}
-		if resp.StatusCode != tc.status || json.Unmarshal(b, &env) != nil || env.Error.Code != tc.code ||
-			resp.Header.Get("Allow") != tc.allow || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-			t.Errorf("%s %s: %d %s (Allow %q, Location %q): %q; want %d %s in the error envelope",
-				tc.method, tc.path, resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("Allow"),
-				resp.Header.Get("Location"), b, tc.status, tc.code)
-		}
-	}
+	routetest.Check(t, srv.URL, `{}`, []routetest.Route{
+		routetest.NotFound("POST", "/agui"),
+		routetest.NotFound("GET", "/a2a"),
+		routetest.NotFound("GET", "/threads"),
+		routetest.NotFound("GET", "/runs"),
+		routetest.NotFound("GET", "/runs//events"),
+		routetest.NotFound("POST", "/a2a//x/echo"),
+		routetest.NotFound("GET", "/threads/a/../b"),
+		routetest.NotAllowed("POST", "/agents", "GET"),
+		routetest.NotAllowed("POST", "/health", "GET"),
+		routetest.NotAllowed("GET", "/kyok/v1/chat/completions", "POST"),
+		routetest.NotFound("GET", "/nowhere"),
+	})
 }
 
 // A CONNECT is answered like any other method: its path, as sent, in its
