@@ -33,6 +33,7 @@ import (
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/livefeed"
+	"github.com/funduq/funduq-go/core/redisbound"
 	"github.com/funduq/funduq-go/core/store"
 )
 
@@ -176,9 +177,18 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 	n.elector = &lease.Elector{Lease: lease.New(rdb, LeaseKey(prefix), cfg.NodeID, cfg.LeaseTTL),
 		Channel: LeaseChannel(prefix), Log: log, Lead: n.leadUnder}
 	n.mux = http.NewServeMux()
-	n.published = &publishedKey{st: st, mine: signer.PublicKeyHex(), log: log,
+	// Refusals during a takeover (design.md §Deployment, "A takeover
+	// under way"); /readyz says whether one is under way now.
+	takeoverRefused := prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_tickets_refused_takeover_total",
+		Help: "POST /tickets refused by a node that is not the leader while the lease's holder is not the leader row's (a takeover under way)."})
+	reg.MustRegister(takeoverRefused)
+	n.published = &publishedKey{st: st, mine: signer.PublicKeyHex(), log: log, refused: takeoverRefused,
 		leading: func() bool { leading, _ := b.Leading(); return leading },
 		holderNow: func(ctx context.Context) (string, error) {
+			// Bounded by funduq's clock (design.md §A hung Redis), within
+			// the ticket's own IssueTimeout.
+			ctx, cancel := redisbound.Call(ctx)
+			defer cancel()
 			h, err := lease.ReadHolder(ctx, rdb, LeaseKey(prefix))
 			if errors.Is(err, lease.ErrNoHolder) {
 				return "", nil
@@ -234,7 +244,10 @@ const readyProbeTimeout = 2 * time.Second
 // published is this node's ("identity_key": "ok" or "mismatch", design.md
 // §Deployment, "One identity key"); the read refreshes what POST /tickets
 // checks, so a node out of the load balancer learns of a takeover by
-// another key at its next health check.
+// another key at its next health check. It also reads the lease and says
+// whether a takeover is under way ("takeover": "under_way" while the
+// lease's holder is not the row's, "none", or "unknown" when a store could
+// not be read; §Deployment, "A takeover under way").
 //
 // Each store is probed under a deadline of its own, both at once: under one
 // shared deadline a hung store spent it all, and the other store's probe
@@ -260,20 +273,33 @@ func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 	})
 	wg.Wait()
-	body := map[string]any{"node": n.cfg.NodeID, "epoch": epoch, "role": "standby", "database": "ok", "redis": "ok"}
+	body := map[string]any{"node": n.cfg.NodeID, "epoch": epoch, "role": "standby", "database": "ok", "redis": "ok",
+		"takeover": "unknown"}
 	if leading {
 		body["role"] = "leader"
 		body["leader"] = n.cfg.AdvertiseURL
 		body["identity_key"] = "ok"
+		body["takeover"] = "none"
+	}
+	if errors.Is(holderErr, lease.ErrNoHolder) {
+		holderErr = nil // nobody holds the lease: between leaders
 	}
 	if !leading && dbErr == nil && leaderErr == nil {
 		body["epoch"] = leader.Epoch
 		if redisErr == nil && holderErr == nil && holder.NodeID == leader.Holder {
 			body["leader"] = leader.AdvertiseURL
 		}
+		holderRead := redisErr == nil && holderErr == nil
+		keyOK, underWay := n.published.observe(r.Context(), leader, holder.NodeID, holderRead)
 		body["identity_key"] = "ok"
-		if !n.published.observe(r.Context(), leader.FunduqKey, leader.Holder) {
+		if !keyOK {
 			body["identity_key"] = "mismatch"
+		}
+		switch {
+		case underWay:
+			body["takeover"] = "under_way"
+		case holderRead:
+			body["takeover"] = "none"
 		}
 	}
 	// A standby is never ready: the load balancer sends traffic to the

@@ -39,7 +39,9 @@ const IssueTimeout = 1500 * time.Millisecond
 // the per-key rate limit (LimitedHandler), 503 storage_unavailable with
 // Retry-After: 1 when the ticket store fails (the cause is logged, not
 // sent), 503 identity_key_mismatch with Retry-After when this node's key is
-// not the published one (HandlerOptions.PublishedKey). log may be nil.
+// not the published one, and 503 takeover_in_progress with Retry-After
+// while a takeover is under way (both HandlerOptions.PublishedKey). log may
+// be nil.
 // funduqKeyHex must be a canonical public key; Handler panics otherwise, as
 // that is a wiring mistake.
 func Handler(store *Store, funduqKeyHex string, log *slog.Logger) http.Handler {
@@ -68,14 +70,33 @@ type HandlerOptions struct {
 	// would then refuse the leader it reaches (design.md §Deployment, "One
 	// identity key"). The answer is 503 identity_key_mismatch with
 	// Retry-After (the load balancer sends the retry elsewhere), naming no
-	// key; an error is 503 storage_unavailable. It is asked before Redis,
-	// so a refused request spends nothing; it should be cheap (cached).
+	// key. ErrTakeover is 503 takeover_in_progress with Retry-After; any
+	// other error is 503 storage_unavailable. It is asked before the
+	// ticket store, so a refused request spends nothing there; it should
+	// be cheap (cached).
 	PublishedKey func(ctx context.Context) (string, error)
 }
 
 // MismatchRetryAfter is the Retry-After, in seconds, of the refusal by a
 // node whose key is not the published one.
 const MismatchRetryAfter = "5"
+
+// ErrTakeover is what HandlerOptions.PublishedKey answers on a node that
+// is not the leader while a takeover is under way: the lease is another
+// node's than the one the leader row names, so the row's key may not be
+// the one the next leader answers to, and no leader takes links meanwhile
+// (design.md §Deployment, "A takeover under way").
+var ErrTakeover = errors.New("a takeover is under way: the lease's holder is not the leader row's")
+
+// CodeTakeoverInProgress is the refusal of a ticket while a takeover is
+// under way (ErrTakeover); the provider retries after TakeoverRetryAfter.
+// The doors' envelope (core/apierr) with a code of its own: it is a
+// refusal of POST /tickets alone.
+const CodeTakeoverInProgress = "takeover_in_progress"
+
+// TakeoverRetryAfter is the Retry-After, in seconds, of that refusal: a
+// takeover's write lands in milliseconds unless a fenced write holds it.
+const TakeoverRetryAfter = "1"
 
 // LimitedHandler is Handler with its per-key rate limit set.
 func LimitedHandler(store *Store, funduqKeyHex string, log *slog.Logger, o HandlerOptions) http.Handler {
@@ -127,8 +148,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if h.o.PublishedKey != nil {
 		published, err := h.o.PublishedKey(ictx)
+		if errors.Is(err, ErrTakeover) {
+			// Logged by the PublishedKey reader, once per takeover, not
+			// per request; the answer names no node and no key.
+			w.Header().Set("Retry-After", TakeoverRetryAfter)
+			apierr.Write(w, http.StatusServiceUnavailable, apierr.New(CodeTakeoverInProgress,
+				"a funduq broker node is taking over; retry shortly"))
+			return
+		}
 		if err != nil {
-			h.log.ErrorContext(r.Context(), "tickets: could not read the published identity key", "err", err)
+			h.log.ErrorContext(r.Context(), "tickets: could not check the leader's identity key", "err", err)
 			w.Header().Set("Retry-After", "1")
 			apierr.Write(w, http.StatusServiceUnavailable, apierr.New(apierr.CodeUnavailable, "broker store unavailable; retry shortly"))
 			return
