@@ -267,3 +267,24 @@ func countTickets(t *testing.T, rdb *redis.Client, prefix string) int {
 	}
 	return len(keys)
 }
+
+// While a takeover is under way (PublishedKey answers ErrTakeover) the
+// answer is 503 takeover_in_progress with Retry-After, it names no key,
+// and nothing reaches the ticket store: neither a ticket nor the key's
+// count (design.md §Deployment, "A takeover under way").
+func TestHandlerRefusesDuringATakeover(t *testing.T) {
+	s, rdb, prefix := newStore(t)
+	h := tickets.LimitedHandler(s, funduqKey, nil, tickets.HandlerOptions{
+		PublishedKey: func(context.Context) (string, error) { return "", tickets.ErrTakeover }})
+	rec := do(t, h, http.MethodPost, `{"publicKey": "`+keyA+`"}`)
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") != tickets.TakeoverRetryAfter {
+		t.Fatalf("POST /tickets during a takeover: %d Retry-After %q %s; want 503 with Retry-After %s",
+			rec.Code, rec.Header().Get("Retry-After"), rec.Body, tickets.TakeoverRetryAfter)
+	}
+	if msg := errorOf(t, rec, tickets.CodeTakeoverInProgress); strings.Contains(msg, funduqKey) || strings.Contains(msg, keyA) {
+		t.Fatalf("the refusal names a key: %q", msg)
+	}
+	if keys := redistest.Keys(t, rdb, prefix); len(keys) != 0 {
+		t.Fatalf("a refused request wrote %v", keys)
+	}
+}
