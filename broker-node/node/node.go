@@ -286,7 +286,7 @@ func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
 	}
 	if !leading && dbErr == nil && leaderErr == nil {
 		body["epoch"] = leader.Epoch
-		if redisErr == nil && holderErr == nil && holder.NodeID == leader.Holder {
+		if redisErr == nil && holderErr == nil && holder.NodeID != "" && holder.NodeID == leader.Holder {
 			body["leader"] = leader.AdvertiseURL
 		}
 		holderRead := redisErr == nil && holderErr == nil
