@@ -1,7 +1,6 @@
 package a2a
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -19,7 +18,7 @@ const DefaultAgentVersion = "0.1.0"
 // card serves the agent card built from the registration: the v1.0 shape
 // for A2A-Version 1.x, the v0.3 shape otherwise (like the A2A servers).
 func (h *Handler) card(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), door.StorageTimeout)
+	ctx, cancel := door.Step(r.Context())
 	agent, err := door.FindAgent(ctx, h.o.Store, r.PathValue("provider"), r.PathValue("name"))
 	cancel()
 	if err != nil {

@@ -179,7 +179,9 @@ func (f *eventFold) page(evs []store.Event) bool {
 // bound), a page at a time.
 func (f *eventFold) rest(ctx context.Context, st *store.Store, runID string, after, upTo int) error {
 	for upTo < 0 || after < upTo {
-		evs, err := st.EventsBetween(ctx, runID, after, upTo, recordPage)
+		sctx, cancel := door.Step(ctx)
+		evs, err := st.EventsBetween(sctx, runID, after, upTo, recordPage)
+		cancel()
 		if err != nil {
 			return err
 		}

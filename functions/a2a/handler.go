@@ -135,7 +135,7 @@ func (h *Handler) rpc(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// An unknown agent is a 404 before any JSON-RPC processing.
-	ctx, cancel := context.WithTimeout(r.Context(), door.StorageTimeout)
+	ctx, cancel := door.Step(r.Context())
 	agent, err := door.FindAgentCached(ctx, h.o.Store, r.PathValue("provider"), r.PathValue("name"))
 	cancel()
 	if _, refused := door.Refusal(err); err != nil && !refused {

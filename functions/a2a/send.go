@@ -275,6 +275,8 @@ func (c *call) send(streaming bool) {
 			return
 		}
 	}
+	// The request's budget; each of its storage calls has a door.Step of
+	// it, so one that meets a hung database costs the caller one bound.
 	ctx, cancel := context.WithTimeout(c.r.Context(), 3*door.StorageTimeout)
 	acc, err := c.accept(ctx, p)
 	if errors.Is(err, store.ErrThreadGone) {
@@ -327,14 +329,18 @@ func (c *call) lineage(ctx context.Context, refs []string, callerKey, head strin
 		return "", nil
 	}
 	st := c.h.o.Store
-	ref, err := st.GetRun(ctx, refs[0])
+	sctx, cancel := door.Step(ctx)
+	ref, err := st.GetRun(sctx, refs[0])
+	cancel()
 	if errors.Is(err, store.ErrNotFound) {
 		return "", nil
 	}
 	if err != nil {
 		return "", err
 	}
-	th, err := st.GetThread(ctx, ref.ThreadID)
+	sctx, cancel = door.Step(ctx)
+	th, err := st.GetThread(sctx, ref.ThreadID)
+	cancel()
 	if errors.Is(err, store.ErrNotFound) {
 		return "", nil
 	}
@@ -408,7 +414,9 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 	// never replaced.
 	var thread *store.Thread
 	if msg.ContextID != "" {
-		t, err := st.GetThread(ctx, msg.ContextID)
+		sctx, cancel := door.Step(ctx)
+		t, err := st.GetThread(sctx, msg.ContextID)
+		cancel()
 		if errors.Is(err, store.ErrNotFound) {
 			return accepted{}, door.Refuse(http.StatusNotFound, door.CodeThreadNotFound,
 				"context %q is unknown: omit contextId to open a new one (contexts are assigned by the server)", msg.ContextID)
@@ -458,14 +466,16 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 	// interjection may be what ended it), and a retry gets the task the
 	// first send made (D13, D17), never a refusal saying it was not taken.
 	if addressed != "" {
-		target, err := st.GetRun(ctx, addressed)
+		sctx, cancel := door.Step(ctx)
+		target, err := st.GetRun(sctx, addressed)
+		cancel()
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return accepted{}, err
 		}
 		// A cancelling task is still working (design.md §The doors): its
 		// provider holds it, and the broker offers it interjections alike.
 		if err != nil || target.ThreadID != thread.ThreadID || target.Status != run.Running && target.Status != run.Cancelling {
-			if prior, ok, err := st.FindRetriedRun(ctx, probe); err != nil {
+			if prior, ok, err := door.FindRetried(ctx, st, probe); err != nil {
 				return accepted{}, door.ReusedKey(err, idem, reusedWhat)
 			} else if ok {
 				return accepted{run: prior.Run, after: prior.After}, nil
@@ -478,7 +488,7 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 	// the task again (it may have paused anew); any other retry is answered
 	// by the insert's own look-up (store.Admit), a round trip fewer.
 	if task != nil && task.Status == run.InputRequired {
-		if prior, ok, err := st.FindRetriedRun(ctx, probe); err != nil {
+		if prior, ok, err := door.FindRetried(ctx, st, probe); err != nil {
 			return accepted{}, door.ReusedKey(err, idem, reusedWhat)
 		} else if ok {
 			return accepted{run: prior.Run, after: prior.After}, nil
@@ -512,8 +522,10 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 		// The Idempotency-Key too: a retry carrying it is looked up by it
 		// alone (D13), and would otherwise reopen the task's next pause
 		// with this answer.
-		reopened, err := st.ReopenRun(ctx, store.Reopen{RunID: task.RunID, RunInput: built.Bytes, AddressedRunID: built.AddressedRunID, Messages: door.Messages(built),
+		sctx, cancel := door.Step(ctx)
+		reopened, err := st.ReopenRun(sctx, store.Reopen{RunID: task.RunID, RunInput: built.Bytes, AddressedRunID: built.AddressedRunID, Messages: door.Messages(built),
 			CallerRequestID: requestID, IdempotencyKey: probe.IdempotencyKey, RequestHash: hash})
+		cancel()
 		switch {
 		case err == nil:
 			return accepted{run: reopened, after: reopened.LastSeq}, nil

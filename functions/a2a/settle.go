@@ -72,7 +72,7 @@ func (c *call) waitRecord(acc accepted, blocking bool) (view taskView, rn store.
 			deadline = time.Now().Add(t.O.SettleWait)
 		}
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), door.StorageTimeout)
+	rctx, cancel := door.Step(context.WithoutCancel(ctx))
 	defer cancel()
 	if cur, err := c.h.o.Store.GetRun(rctx, acc.run.RunID); err == nil {
 		return taskView{}, cur, false
@@ -137,7 +137,9 @@ func (c *call) settleRecord(ctx context.Context, t *door.Tail, after int, tailed
 		dctx, cancel := context.WithTimeout(ctx, 2*door.StorageTimeout)
 		// The run first, then the events before the tail's (a settled
 		// run's are all stored by then), then its messages.
-		rec, err := st.ReadRecord(dctx, store.RecordRead{RunID: t.RunID, Run: true, UpTo: after, Limit: recordPage})
+		sctx, scancel := door.Step(dctx)
+		rec, err := st.ReadRecord(sctx, store.RecordRead{RunID: t.RunID, Run: true, UpTo: after, Limit: recordPage})
+		scancel()
 		if err == nil && door.Settled(rec.Run.Status) {
 			f := newFold(-1, true)
 			if f.page(rec.Events) {

@@ -9,6 +9,7 @@ import (
 	"github.com/funduq/funduq-go/core/agui"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/functions/door"
 )
 
 // TaskState is an A2A task state, independent of the wire version.
@@ -261,7 +262,9 @@ func (h *Handler) projectRecheck(ctx context.Context, r store.Run, evsUpTo int, 
 		upTo = -1
 	}
 	f := newFold(evsUpTo, r.Status == run.InputRequired)
-	rec, err := h.o.Store.ReadRecord(ctx, store.RecordRead{RunID: r.RunID, UpTo: upTo, Limit: recordPage, Recheck: recheck})
+	sctx, cancel := door.Step(ctx)
+	rec, err := h.o.Store.ReadRecord(sctx, store.RecordRead{RunID: r.RunID, UpTo: upTo, Limit: recordPage, Recheck: recheck})
+	cancel()
 	if err != nil {
 		return taskView{}, nil, nil, err
 	}

@@ -46,14 +46,18 @@ func parseTaskParams(params json.RawMessage) (taskParams, *RPCError) {
 // task reads a task of this agent and its context; another agent's task is
 // as absent as an unknown one.
 func (c *call) task(ctx context.Context, id string) (store.Run, store.Thread, error) {
-	rn, err := c.h.o.Store.GetRun(ctx, id)
+	sctx, cancel := door.Step(ctx)
+	rn, err := c.h.o.Store.GetRun(sctx, id)
+	cancel()
 	if errors.Is(err, store.ErrNotFound) || err == nil && (rn.ProviderKey != c.agent.ProviderKey || rn.AgentName != c.agent.Name) {
 		return store.Run{}, store.Thread{}, notFoundTask(id)
 	}
 	if err != nil {
 		return store.Run{}, store.Thread{}, err
 	}
-	th, err := c.h.o.Store.GetThread(ctx, rn.ThreadID)
+	sctx, cancel = door.Step(ctx)
+	defer cancel()
+	th, err := c.h.o.Store.GetThread(sctx, rn.ThreadID)
 	return rn, th, err
 }
 
@@ -127,7 +131,9 @@ func (c *call) cancel() {
 			return
 		}
 	}
-	updated, err := st.RequestCancel(ctx, rn.RunID, by)
+	sctx, scancel := door.Step(ctx)
+	updated, err := st.RequestCancel(sctx, rn.RunID, by)
+	scancel()
 	switch {
 	case errors.Is(err, store.ErrNotCancellable):
 		c.fail(&RPCError{Code: CodeTaskNotCancelable, Message: "task " + rn.RunID + " is waiting for input: nobody is working on it, so there is nobody to ask to stop",
@@ -161,7 +167,7 @@ func (c *call) subscribe() {
 		c.h.writeRPC(c.w, c.req.ID, nil, perr)
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.r.Context(), door.StorageTimeout)
+	ctx, cancel := context.WithTimeout(c.r.Context(), 2*door.StorageTimeout)
 	rn, err := c.readableTask(ctx, p.ID)
 	cancel()
 	if err != nil {
@@ -267,7 +273,9 @@ func (c *call) list() {
 	defer cancel()
 	// A bound context lists only to its parties (a view proof signs the
 	// context id); anyone else gets an unknown context's empty page.
-	th, err := c.h.o.Store.GetThread(ctx, p.ContextID)
+	sctx, scancel := door.Step(ctx)
+	th, err := c.h.o.Store.GetThread(sctx, p.ContextID)
+	scancel()
 	if errors.Is(err, store.ErrNotFound) || err == nil && !c.readable(th, p.ContextID) {
 		c.result(empty)
 		return
@@ -293,7 +301,9 @@ func (c *call) list() {
 	if p.PageToken != "" {
 		q.HasAfter, q.AfterActive, q.AfterRunID = true, time.Unix(0, cur.at), cur.runID
 	}
-	match, total, err := c.h.o.Store.ContextTasks(ctx, q)
+	sctx, scancel = door.Step(ctx)
+	match, total, err := c.h.o.Store.ContextTasks(sctx, q)
+	scancel()
 	if err != nil {
 		c.fail(err)
 		return

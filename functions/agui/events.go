@@ -23,13 +23,18 @@ func (h *Handler) getEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	after = max(after, 0)
-	ctx, cancel := context.WithTimeout(r.Context(), door.StorageTimeout)
-	rn, err := h.o.Store.GetRun(ctx, id)
+	// The request's budget; each storage call has a door.Step of it.
+	ctx, cancel := context.WithTimeout(r.Context(), 2*door.StorageTimeout)
+	sctx, scancel := door.Step(ctx)
+	rn, err := h.o.Store.GetRun(sctx, id)
+	scancel()
 	if err == nil {
 		// A bound thread's run answers only its parties; anyone else gets
 		// exactly what an unknown id gets (D16).
 		var th store.Thread
-		th, err = h.o.Store.GetThread(ctx, rn.ThreadID)
+		sctx, scancel = door.Step(ctx)
+		th, err = h.o.Store.GetThread(sctx, rn.ThreadID)
+		scancel()
 		if err == nil && !door.MayRead(th, door.ViewerOf(r, nil, id, h.o.AuthorizedKey, h.o.Now())) {
 			err = store.ErrNotFound
 		}

@@ -58,6 +58,8 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		door.WriteError(w, r, h.log, err)
 		return
 	}
+	// The request's budget; each of its storage calls has a door.Step of
+	// it, so one that meets a hung database costs the caller one bound.
 	ctx, cancel := context.WithTimeout(r.Context(), 2*door.StorageTimeout)
 	out, err := h.accept(ctx, r, body, in, true)
 	if errors.Is(err, store.ErrThreadExists) {
@@ -129,7 +131,9 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 	var thread *store.Thread
 	guess = guess && in.ThreadID != "" && !run.IsMintedID(run.ThreadPrefix, in.ThreadID) && len(in.ResumeEntries) == 0
 	if in.ThreadID != "" && !guess {
-		t, err := h.o.Store.GetThread(ctx, in.ThreadID)
+		sctx, cancel := door.Step(ctx)
+		t, err := h.o.Store.GetThread(sctx, in.ThreadID)
+		cancel()
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 		case err != nil:
@@ -181,7 +185,7 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 		// reopen the run again (it may have paused anew). Any other retry
 		// is answered by the insert's own look-up (store.Admit), which
 		// saves a round trip per run.
-		if prior, ok, err := h.o.Store.FindRetriedRun(ctx, probe); err != nil {
+		if prior, ok, err := door.FindRetried(ctx, h.o.Store, probe); err != nil {
 			return outcome{}, door.ReusedKey(err, idem, reusedWhat)
 		} else if ok {
 			return outcome{run: prior.Run, after: prior.After}, nil
@@ -204,7 +208,7 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 				// attempt may have reopened the run between the look-up
 				// above and the paused run's, and a retry is answered with
 				// the round it opened (D13), as one arriving later is.
-				if prior, ok, err := h.o.Store.FindRetriedRun(ctx, probe); err != nil {
+				if prior, ok, err := door.FindRetried(ctx, h.o.Store, probe); err != nil {
 					return outcome{}, door.ReusedKey(err, idem, reusedWhat)
 				} else if ok {
 					return outcome{run: prior.Run, after: prior.After}, nil
@@ -277,7 +281,7 @@ func (h *Handler) build(agent store.Agent, threadID, runID, parentRunID string, 
 // run to stream, or — when another answer won the race — the snapshot.
 func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Thread, in RunAgentInput, bag door.CallerBag,
 	chain *identity.Chain, hash, requestID string, probe store.NewRun) (out outcome, answered bool, err error) {
-	paused, ok, err := h.o.Store.NewestRunInStatus(ctx, thread.ThreadID, run.InputRequired)
+	paused, ok, err := h.newestRun(ctx, thread.ThreadID, run.InputRequired)
 	if err != nil || !ok {
 		return outcome{}, false, err
 	}
@@ -299,18 +303,20 @@ func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Th
 	if err != nil {
 		return outcome{}, true, err
 	}
-	reopened, err := h.o.Store.ReopenRun(ctx, store.Reopen{RunID: paused.RunID, RunInput: built.Bytes, AddressedRunID: built.AddressedRunID, Messages: door.Messages(built),
+	sctx, cancel := door.Step(ctx)
+	reopened, err := h.o.Store.ReopenRun(sctx, store.Reopen{RunID: paused.RunID, RunInput: built.Bytes, AddressedRunID: built.AddressedRunID, Messages: door.Messages(built),
 		// The Idempotency-Key too: a retry carrying it is looked up by it
 		// alone (D13), and would otherwise find nothing and answer the
 		// run's next pause with this answer.
 		CallerRequestID: requestID, IdempotencyKey: probe.IdempotencyKey, RequestHash: hash})
+	cancel()
 	if errors.Is(err, store.ErrIllegalTransition) {
 		// Another answer landed first. When it was this request — a
 		// retry racing the attempt that reopened the run, which it waited
 		// behind — it is answered as a retry arriving after it would be:
 		// the round it opened (D13), never a snapshot saying its answer
 		// lost.
-		if prior, ok, err := h.o.Store.FindRetriedRun(ctx, probe); err != nil {
+		if prior, ok, err := door.FindRetried(ctx, h.o.Store, probe); err != nil {
 			return outcome{}, true, door.ReusedKey(err, probe.IdempotencyKey, reusedWhat)
 		} else if ok {
 			return outcome{run: prior.Run, after: prior.After}, true, nil

@@ -176,7 +176,9 @@ func (h *Handler) snapshot(ctx context.Context, th store.Thread, pg page) (Snaps
 		}
 		before = id
 	}
-	msgs, err := h.o.Store.ThreadMessagePage(ctx, threadID, before, pg.limit, MaxSnapshotBytes)
+	sctx, cancel := door.Step(ctx)
+	msgs, err := h.o.Store.ThreadMessagePage(sctx, threadID, before, pg.limit, MaxSnapshotBytes)
+	cancel()
 	if err != nil {
 		return Snapshot{}, err
 	}
@@ -192,14 +194,14 @@ func (h *Handler) snapshot(ctx context.Context, th store.Thread, pg page) (Snaps
 	for _, o := range msgs.Omitted {
 		snap.OmittedMessages = append(snap.OmittedMessages, OmittedMessage{MessageID: o.MessageID, Bytes: o.Bytes})
 	}
-	active, ok, err := h.o.Store.NewestRunInStatus(ctx, threadID, activeStatuses...)
+	active, ok, err := h.newestRun(ctx, threadID, activeStatuses...)
 	if err != nil {
 		return Snapshot{}, err
 	}
 	if ok {
 		snap.ActiveRun = &RunRef{RunID: active.RunID, Status: string(active.Status)}
 	}
-	waiting, ok, err := h.o.Store.NewestRunInStatus(ctx, threadID, run.InputRequired)
+	waiting, ok, err := h.newestRun(ctx, threadID, run.InputRequired)
 	if err != nil {
 		return Snapshot{}, err
 	}
@@ -214,6 +216,13 @@ func (h *Handler) snapshot(ctx context.Context, th store.Thread, pg page) (Snaps
 		snap.WaitingRun = &WaitingRun{RunID: waiting.RunID, OutstandingAsks: asks}
 	}
 	return snap, nil
+}
+
+// newestRun is store.NewestRunInStatus as one step of a request.
+func (h *Handler) newestRun(ctx context.Context, threadID string, statuses ...run.Status) (store.Run, bool, error) {
+	ctx, cancel := door.Step(ctx)
+	defer cancel()
+	return h.o.Store.NewestRunInStatus(ctx, threadID, statuses...)
 }
 
 // writeSnapshot writes snap as door.WriteJSON would, but with the messages'
@@ -240,10 +249,10 @@ func (h *Handler) getThread(w http.ResponseWriter, r *http.Request) {
 		door.WriteError(w, r, h.log, err)
 		return
 	}
+	// The request's budget; each storage call has a door.Step of it.
 	ctx, cancel := context.WithTimeout(r.Context(), 2*door.StorageTimeout)
 	defer cancel()
-	// The first storage call is bounded alone (a hung database: 503 soon).
-	gctx, gcancel := context.WithTimeout(ctx, door.StorageTimeout)
+	gctx, gcancel := door.Step(ctx)
 	th, err := h.o.Store.GetThread(gctx, id)
 	gcancel()
 	if err == nil && !door.MayRead(th, door.ViewerOf(r, nil, id, h.o.AuthorizedKey, h.o.Now())) {

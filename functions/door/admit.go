@@ -224,6 +224,8 @@ func Create(ctx context.Context, st *store.Store, t NewTurn) (store.Admitted, er
 	}
 	nr.Kyok = kb
 	nr.MaxQueued = t.MaxQueued
+	ctx, cancel := Step(ctx)
+	defer cancel()
 	adm, err := st.Admit(ctx, nr)
 	if errors.Is(err, store.ErrKeyReused) {
 		return adm, ReusedKey(err, t.Idem, t.What)
@@ -235,6 +237,13 @@ func Create(ctx context.Context, st *store.Store, t NewTurn) (store.Admitted, er
 		return adm, AgentGone(err, t.Agent)
 	}
 	return adm, nil
+}
+
+// FindRetried is store.FindRetriedRun as one step of a request (Step).
+func FindRetried(ctx context.Context, st *store.Store, probe store.NewRun) (store.Retried, bool, error) {
+	ctx, cancel := Step(ctx)
+	defer cancel()
+	return st.FindRetriedRun(ctx, probe)
 }
 
 // Messages are a built input's messages as stored with the run.

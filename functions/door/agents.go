@@ -19,9 +19,19 @@ import (
 
 // StorageTimeout bounds each storage call a door makes while answering, so
 // an unreachable or hung database becomes a 503 within two seconds rather
-// than a hang (D13). A request's first storage call is bounded by it alone,
-// whatever budget the request has for its later steps.
+// than a hang (D13). Every call has it to itself (Step).
 const StorageTimeout = 1500 * time.Millisecond
+
+// Step bounds one storage call (a step) of a request: StorageTimeout from
+// now, or what is left of ctx — the request's budget, when it has one —
+// if that is less. A request's steps run one after another, each under a
+// Step of its own, so the step that meets a hung database costs the caller
+// one bound, never the whole budget of the steps after it (design.md
+// §Doors under storage faults); a budget only caps how long healthy but
+// slow steps may take together.
+func Step(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, StorageTimeout)
+}
 
 // AgentJSON is one agent in GET /agents.
 type AgentJSON struct {
@@ -68,7 +78,7 @@ func Agents(st *store.Store, log *slog.Logger, hideAfter time.Duration) http.Han
 			return
 		}
 		q.HiddenAfter = hideAfter
-		ctx, cancel := context.WithTimeout(r.Context(), StorageTimeout)
+		ctx, cancel := Step(r.Context())
 		defer cancel()
 		page, err := st.AgentsPage(ctx, q)
 		if err != nil {

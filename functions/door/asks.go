@@ -24,7 +24,9 @@ func OpenAsks(ctx context.Context, st *store.Store, paused store.Run) ([]string,
 	var evs []json.RawMessage
 	after := 0
 	for {
-		page, err := st.EventsAfter(ctx, paused.RunID, after, 1000)
+		sctx, cancel := Step(ctx)
+		page, err := st.EventsAfter(sctx, paused.RunID, after, 1000)
+		cancel()
 		if err != nil {
 			return nil, nil, err
 		}

@@ -165,6 +165,8 @@ func CheckKyokOptIn(ctx context.Context, st *store.Store, opt *KyokOptIn) error 
 	if opt == nil {
 		return nil
 	}
+	ctx, cancel := Step(ctx)
+	defer cancel()
 	ok, err := st.LLMOfferingExists(ctx, opt.ProviderKey, opt.Name)
 	if err != nil {
 		return err
@@ -183,9 +185,7 @@ func FindAgent(ctx context.Context, st *store.Store, provider, name string) (sto
 		return store.Agent{}, Refuse(http.StatusNotFound, CodeAgentNotFound,
 			"no agent %s/%s: the provider is its 64-hex public key or 16-hex fingerprint", provider, name)
 	}
-	// Usually a request's first storage call: bounded alone, so a hung
-	// database is a prompt 503 whatever the request's whole budget.
-	fctx, cancel := context.WithTimeout(ctx, StorageTimeout)
+	fctx, cancel := Step(ctx)
 	defer cancel()
 	a, err := st.FindAgent(fctx, provider, name)
 	if err != nil {

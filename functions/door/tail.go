@@ -295,7 +295,7 @@ func ReadRecord(ctx context.Context, st *store.Store, runID string, after, page 
 	var cur store.Run
 	full := false // a full page was read: the status read with it may predate later pages
 	for first := true; ; first = false {
-		dctx, cancel := context.WithTimeout(ctx, StorageTimeout)
+		dctx, cancel := Step(ctx)
 		var evs []store.Event
 		var err error
 		if first {
@@ -322,7 +322,7 @@ func ReadRecord(ctx context.Context, st *store.Store, runID string, after, page 
 		full = true
 	}
 	if full {
-		dctx, cancel := context.WithTimeout(ctx, StorageTimeout)
+		dctx, cancel := Step(ctx)
 		defer cancel()
 		r, err := st.GetRun(dctx, runID)
 		if err != nil {
@@ -340,7 +340,7 @@ func (t *Tail) Settle(ctx context.Context) (store.Run, error) {
 	o := t.O
 	deadline := time.Now().Add(o.SettleWait)
 	for {
-		dctx, cancel := context.WithTimeout(ctx, StorageTimeout)
+		dctx, cancel := Step(ctx)
 		cur, err := o.Store.GetRun(dctx, t.RunID)
 		cancel()
 		if err == nil && Settled(cur.Status) {
@@ -377,7 +377,7 @@ func (t *Tail) AwaitEnd(ctx context.Context, slow func()) {
 	}
 	deadline := time.Now().Add(o.SettleWait)
 	for waited := false; ctx.Err() == nil; waited = true {
-		dctx, cancel := context.WithTimeout(ctx, StorageTimeout)
+		dctx, cancel := Step(ctx)
 		cur, err := o.Store.GetRun(dctx, t.RunID)
 		cancel()
 		if err == nil && Settled(cur.Status) {

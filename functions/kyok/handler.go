@@ -210,7 +210,11 @@ func (h *Handler) check(r *http.Request, body []byte) (call, *apiError) {
 	if err != nil {
 		return call{}, &apiError{Status: http.StatusUnauthorized, Code: "invalid_token", Message: "invalid or expired KYOK token", Err: err}
 	}
-	kr, err := h.o.Store.GetKyokRun(ctx, claims.RunID)
+	// Each storage call is a step of its own (door.Step): a hung database
+	// is a 503 after one bound, not a call left waiting for ever.
+	sctx, cancel := door.Step(ctx)
+	kr, err := h.o.Store.GetKyokRun(sctx, claims.RunID)
+	cancel()
 	notActive := refuse(http.StatusForbidden, "run_not_active", "run is not currently active for this token")
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -233,7 +237,10 @@ func (h *Handler) check(r *http.Request, body []byte) (call, *apiError) {
 		return call{}, &apiError{Status: http.StatusUnauthorized, Code: "invalid_signature",
 			Message: "the call's timestamp is not within 60 s of funduq's clock", Err: err}
 	}
-	if _, err := h.o.Store.FindAgent(ctx, claims.ProviderKey, claims.AgentName); err != nil {
+	sctx, cancel = door.Step(ctx)
+	_, err = h.o.Store.FindAgent(sctx, claims.ProviderKey, claims.AgentName)
+	cancel()
+	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return call{}, refuse(http.StatusForbidden, "agent_not_registered", "the token's agent is not registered")
 		}
@@ -261,7 +268,9 @@ func (h *Handler) check(r *http.Request, body []byte) (call, *apiError) {
 		return call{}, &apiError{Status: http.StatusServiceUnavailable, Code: "no_kyok_binding",
 			Message: "run has no usable KYOK binding", Err: err}
 	}
-	served, err := h.o.Store.LLMOfferingServed(ctx, b.LLMProviderKey, b.LLMName)
+	sctx, cancel = door.Step(ctx)
+	served, err := h.o.Store.LLMOfferingServed(sctx, b.LLMProviderKey, b.LLMName)
+	cancel()
 	if err != nil {
 		return call{}, storageDown(err)
 	}
