@@ -10,7 +10,6 @@ import (
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
-	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/functions/a2a"
 	"github.com/funduq/funduq-go/functions/door"
 	"github.com/funduq/funduq-go/internal/pgwatch"
@@ -23,12 +22,10 @@ func watchedDoor(t *testing.T, h *nodetest.Harness) (*httptest.Server, *pgwatch.
 	t.Helper()
 	deps := doorDeps(t, h)
 	deps.Store.Close()
-	pool, w, px := pgwatch.Open(t, h.Cfg.Storage.DatabaseURL, 4)
-	deps.Store = store.New(pool, nil)
+	var w *pgwatch.Watch
+	var px *testservers.Proxy
+	deps.Store, w, px = pgwatch.OpenStore(t, h.Cfg.Storage.DatabaseURL, 4)
 	srv := startDoorWith(t, deps, nil)
-	// Before the pool closes: a connection given up mid-call would wait on
-	// its cancel request through the frozen proxy.
-	t.Cleanup(px.Close)
 	return srv, w, px
 }
 
@@ -84,23 +81,8 @@ func TestOutsideSendMeetingAHungStorageWaitsOneBound(t *testing.T) {
 				resp.Header.Get("Retry-After") == "" || r.Error == nil || r.Error.Code != a2a.CodeUnavailable {
 				t.Fatalf("answered %d Retry-After %q: %s; want 503 with Retry-After and error %d", resp.StatusCode, resp.Header.Get("Retry-After"), b, a2a.CodeUnavailable)
 			}
-			checkOneBoundSpent(t, w.Since(mark), tc.at)
+			pgwatch.CheckOneBoundSpent(t, w.Since(mark), door.StorageTimeout, tc.at)
 		})
-	}
-}
-
-// checkOneBoundSpent checks the storage calls of a request answered after
-// it met a hung PostgreSQL at the call hung selects: each call was given
-// at most door.StorageTimeout from its start, and the hung call alone
-// ended in an error.
-func checkOneBoundSpent(t *testing.T, calls []pgwatch.Call, hung func(sql string) bool) {
-	t.Helper()
-	for _, c := range pgwatch.Unbounded(calls, door.StorageTimeout) {
-		t.Errorf("storage call %v: given more than one storage bound (%v) to wait", c, door.StorageTimeout)
-	}
-	failed := pgwatch.Failed(calls)
-	if len(failed) != 1 || !hung(failed[0].SQL) {
-		t.Errorf("calls that failed: %v; want the frozen one alone (all the request's: %v)", failed, calls)
 	}
 }
 
@@ -151,8 +133,6 @@ func TestOutsideEveryStorageCallIsOneStep(t *testing.T) {
 	newClient(t, srv, p.Key, "echo", "1.0").ok("ListTasks", map[string]any{"contextId": ctxID})
 
 	calls := w.Since(0)
-	for _, c := range pgwatch.Unbounded(calls, door.StorageTimeout) {
-		t.Errorf("storage call %v: given more than one storage bound (%v) to wait", c, door.StorageTimeout)
-	}
+	pgwatch.CheckBounded(t, calls, door.StorageTimeout)
 	t.Logf("%d storage calls", len(calls))
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
-	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/functions/door"
 	"github.com/funduq/funduq-go/internal/pgwatch"
 	"github.com/funduq/funduq-go/internal/testservers"
@@ -20,12 +19,10 @@ func watchedDoor(t *testing.T, h *nodetest.Harness) (*httptest.Server, *pgwatch.
 	t.Helper()
 	deps := mustDeps(t, h, "")
 	deps.Store.Close()
-	pool, w, px := pgwatch.Open(t, h.Cfg.Storage.DatabaseURL, 4)
-	deps.Store = store.New(pool, nil)
+	var w *pgwatch.Watch
+	var px *testservers.Proxy
+	deps.Store, w, px = pgwatch.OpenStore(t, h.Cfg.Storage.DatabaseURL, 4)
 	srv := startDoorWith(t, deps, nil)
-	// Before the pool closes: a connection given up mid-call would wait on
-	// its cancel request through the frozen proxy.
-	t.Cleanup(px.Close)
 	return srv, w, px
 }
 
@@ -78,12 +75,7 @@ func TestOutsideRequestMeetingAHungStorageWaitsOneBound(t *testing.T) {
 				t.Fatalf("answered %d Retry-After %q: %v; want 503 %s with Retry-After", status, hdr.Get("Retry-After"), m, door.CodeUnavailable)
 			}
 			calls := w.Since(mark)
-			for _, c := range pgwatch.Unbounded(calls, door.StorageTimeout) {
-				t.Errorf("storage call %v: given more than one storage bound (%v) to wait", c, door.StorageTimeout)
-			}
-			if failed := pgwatch.Failed(calls); len(failed) != 1 || !tc.at(failed[0].SQL) {
-				t.Errorf("calls that failed: %v; want the frozen one alone (all the request's: %v)", failed, calls)
-			}
+			pgwatch.CheckOneBoundSpent(t, calls, door.StorageTimeout, tc.at)
 		})
 	}
 }
@@ -116,8 +108,6 @@ func TestOutsideEveryStorageCallIsOneStep(t *testing.T) {
 	openStream(t, http.MethodGet, srv.URL+"/runs/"+f.RunID+"/events", "", nil).rest()
 
 	calls := w.Since(0)
-	for _, c := range pgwatch.Unbounded(calls, door.StorageTimeout) {
-		t.Errorf("storage call %v: given more than one storage bound (%v) to wait", c, door.StorageTimeout)
-	}
+	pgwatch.CheckBounded(t, calls, door.StorageTimeout)
 	t.Logf("%d storage calls", len(calls))
 }

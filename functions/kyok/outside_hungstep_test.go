@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/funduq/funduq-go/core/kyok"
-	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/functions/door"
 	kyokdoor "github.com/funduq/funduq-go/functions/kyok"
 	"github.com/funduq/funduq-go/internal/pgwatch"
@@ -41,20 +40,15 @@ func TestOutsideCallMeetingAHungStorageWaitsOneBound(t *testing.T) {
 			a := e.connectAgent(0x12, "translator")
 			_, _, token := e.startRun(a, kyok.Ref{ProviderKey: l.key, Name: "gpt-4"}, "")
 
-			pool, w, px := pgwatch.Open(t, e.H.Cfg.Storage.DatabaseURL, 4)
-			st := store.New(pool, nil)
+			st, w, px := pgwatch.OpenStore(t, e.H.Cfg.Storage.DatabaseURL, 4)
 			d, err := kyokdoor.New(kyokdoor.Options{Store: st, Redis: e.rdb, Prefix: e.H.Prefix,
 				TokenSecret: []byte(secret), AckTimeout: 3 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
 			srv := httptest.NewServer(d)
-			// Last first: the proxy closes before the pool (a connection
-			// given up mid-call would wait on its cancel request through
-			// it), and the server before both (a handler stuck on the
-			// frozen database, before the fix, is let go first).
-			t.Cleanup(st.Close)
-			t.Cleanup(px.Close)
+			// The server closes before the proxy and the pool (a handler
+			// stuck on the frozen database, before the fix, is let go first).
 			t.Cleanup(srv.Close)
 
 			mark := w.Len()
@@ -76,12 +70,7 @@ func TestOutsideCallMeetingAHungStorageWaitsOneBound(t *testing.T) {
 				t.Fatalf("answered %d %s (Retry-After %q), want 503 unavailable with Retry-After", resp.StatusCode, b, resp.Header.Get("Retry-After"))
 			}
 			calls := w.Since(mark)
-			for _, c := range pgwatch.Unbounded(calls, door.StorageTimeout) {
-				t.Errorf("storage call %v: given more than one storage bound (%v) to wait", c, door.StorageTimeout)
-			}
-			if failed := pgwatch.Failed(calls); len(failed) != 1 || !tc.at(failed[0].SQL) {
-				t.Errorf("calls that failed: %v; want the frozen one alone (all the call's: %v)", failed, calls)
-			}
+			pgwatch.CheckOneBoundSpent(t, calls, door.StorageTimeout, tc.at)
 		})
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/internal/testservers"
 )
 
@@ -191,6 +192,40 @@ func Open(t testing.TB, dbURL string, maxConns int32) (*pgxpool.Pool, *Watch, *t
 		t.Fatal(err)
 	}
 	return pool, w, px
+}
+
+// OpenStore is Open wrapped in a store.Store (what a door is given): the
+// store closes when the test ends, after the proxy — a connection given up
+// mid-call would otherwise wait on its cancel request through a frozen
+// proxy.
+func OpenStore(t testing.TB, dbURL string, maxConns int32) (*store.Store, *Watch, *testservers.Proxy) {
+	t.Helper()
+	pool, w, px := Open(t, dbURL, maxConns)
+	st := store.New(pool, nil)
+	t.Cleanup(st.Close)
+	t.Cleanup(px.Close)
+	return st, w, px
+}
+
+// CheckBounded fails t for each call whose context let it wait longer than
+// bound from its start, or for ever.
+func CheckBounded(t testing.TB, calls []Call, bound time.Duration) {
+	t.Helper()
+	for _, c := range Unbounded(calls, bound) {
+		t.Errorf("storage call %v: given more than one storage bound (%v) to wait", c, bound)
+	}
+}
+
+// CheckOneBoundSpent checks the storage calls of a request answered after
+// it met a hung PostgreSQL at the call hung selects: each call was given
+// at most bound from its start (CheckBounded), and the hung call alone
+// ended in an error.
+func CheckOneBoundSpent(t testing.TB, calls []Call, bound time.Duration, hung func(sql string) bool) {
+	t.Helper()
+	CheckBounded(t, calls, bound)
+	if failed := Failed(calls); len(failed) != 1 || !hung(failed[0].SQL) {
+		t.Errorf("calls that failed: %v; want the frozen one alone (all the request's: %v)", failed, calls)
+	}
 }
 
 // Unbounded returns the calls whose context let them wait longer than most
