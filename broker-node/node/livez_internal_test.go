@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -15,9 +16,11 @@ import (
 	"github.com/funduq/funduq-go/core/redistest"
 )
 
-// hangHook blocks every Redis command until release is closed, whatever
-// its context says: a call that never returns.
+// hangHook blocks every Redis command (with key set, every one naming
+// key) until release is closed, whatever its context says: a call that
+// never returns.
 type hangHook struct {
+	key              string
 	reached, release chan struct{}
 	once             sync.Once
 }
@@ -26,8 +29,11 @@ func (h *hangHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *hangHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
-func (h *hangHook) ProcessHook(redis.ProcessHook) redis.ProcessHook {
+func (h *hangHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.key != "" && !slices.Contains(cmd.Args(), any(h.key)) {
+			return next(ctx, cmd)
+		}
 		h.once.Do(func() { close(h.reached) })
 		<-h.release
 		cmd.SetErr(context.Canceled)

@@ -64,6 +64,8 @@ type Node struct {
 	// retention is the leader's pruning of settled runs and unserved
 	// records (nil when both are off).
 	retention *retention.Cleaner
+	// watchdogClock times systemd's watchdog pings (notify.go).
+	watchdogClock clockwork.Clock
 }
 
 // LeaseKey and LeaseChannel are the lease's Redis key and event channel
@@ -95,6 +97,10 @@ type Options struct {
 	LinkPingInterval time.Duration
 	// QueryTimeout overrides a provider query's 10 s time limit (tests).
 	QueryTimeout time.Duration
+	// WatchdogClock times systemd's watchdog pings and is the time each
+	// checks the lease elector at (notify.go); nil: the real clock. The
+	// elector runs on real time, so a test's clock starts at time.Now().
+	WatchdogClock clockwork.Clock
 }
 
 // New connects a node to its stores. It refuses a database whose schema is
@@ -154,7 +160,10 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 					MaxCardBytes: cfg.MaxAgentCardBytes, MaxTotalBytes: cfg.MaxRegisterBytes}},
 			EventBacklog: cfg.LinkEventBacklog, EventBacklogBytes: cfg.LinkEventBacklogBytes}})
 	n := &Node{cfg: cfg, log: log, st: st, rdb: rdb, signer: signer, tickets: tickets.New(rdb, prefix),
-		Broker: b, registry: reg, prefix: prefix}
+		Broker: b, registry: reg, prefix: prefix, watchdogClock: o.WatchdogClock}
+	if n.watchdogClock == nil {
+		n.watchdogClock = clockwork.NewRealClock()
+	}
 	if cfg.Retention > 0 || cfg.AgentRetention > 0 {
 		n.retention = &retention.Cleaner{Store: st, Retention: cfg.Retention, AgentRetention: cfg.AgentRetention,
 			Batch: cfg.RetentionBatch, Log: log, Metrics: retention.NewMetrics(reg)}
@@ -365,11 +374,14 @@ func (n *Node) Run(ctx context.Context, ln net.Listener) error {
 			func() bool { leading, _ := n.Broker.Leading(); return leading })
 	}()
 	n.log.Info("broker node serving", "addr", ln.Addr().String(), "advertise", n.cfg.AdvertiseURL, "funduq_key", n.signer.PublicKeyHex())
+	n.notifyReady(ctx, &wg)
 	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
+	// First, so systemd knows a node slow to hand over is stopping, not hung.
+	n.notifyStopping()
 	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(shut) // hijacked WebSockets are closed by the broker's teardown
