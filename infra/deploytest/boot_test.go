@@ -24,6 +24,7 @@ type bootRun struct {
 	envMode        os.FileMode
 	migrateEnv     string // FUNDUQ_ lines the node binary saw under `funduq migrate`
 	systemctlCalls string
+	unit           string // /etc/systemd/system/funduq-broker.service as written, paths as on a host; "" when not written
 }
 
 // runBootScript runs infra/broker.yaml's user data as a host would at
@@ -144,7 +145,20 @@ esac
 	if b, err := os.ReadFile(filepath.Join(logs, "systemctl.log")); err == nil {
 		r.systemctlCalls = string(b)
 	}
+	if b, err := os.ReadFile(filepath.Join(root, "etc/systemd/system/funduq-broker.service")); err == nil {
+		r.unit = strings.ReplaceAll(string(b), root, "")
+	}
 	return r
+}
+
+// bootSecret is the funduq secret's required keys, as the foundation
+// composes them, with values of their shape.
+var bootSecret = map[string]string{
+	"database_url":      "postgres://funduq:pw0123456789@db.example.internal:5432/funduq?sslmode=require",
+	"door_database_url": "postgres://funduq:pw0123456789@proxy.example.internal:5432/funduq?sslmode=require&default_query_exec_mode=exec",
+	"redis_url":         "rediss://:auth0123456789abcdef@redis.example.internal:6379/0",
+	"identity_key":      strings.Repeat("b6", 32),
+	"token_secret":      strings.Repeat("T0k", 20),
 }
 
 // consoleTokenPlayed is a console_token as the foundation generates it:
@@ -176,13 +190,7 @@ func consoleTokenPlayed(t *testing.T) string {
 // shell ever sees it). A missing required key still stops the boot before
 // the node starts.
 func TestBrokerBootScript(t *testing.T) {
-	base := map[string]string{
-		"database_url":      "postgres://funduq:pw0123456789@db.example.internal:5432/funduq?sslmode=require",
-		"door_database_url": "postgres://funduq:pw0123456789@proxy.example.internal:5432/funduq?sslmode=require&default_query_exec_mode=exec",
-		"redis_url":         "rediss://:auth0123456789abcdef@redis.example.internal:6379/0",
-		"identity_key":      strings.Repeat("b6", 32),
-		"token_secret":      strings.Repeat("T0k", 20),
-	}
+	base := bootSecret
 	secretWith := func(extra map[string]any, drop ...string) string {
 		m := map[string]any{}
 		for k, v := range base {

@@ -2,6 +2,7 @@ package deploytest
 
 import (
 	"debug/elf"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -312,6 +314,10 @@ func TestBrokerTemplate(t *testing.T) {
 	}
 }
 
+// The unit restarts a node whose lease loop is stuck, not only one that
+// exits: Type=notify with a watchdog the node pings while its lease loop
+// makes progress (design.md §A stuck lease loop), the pings let through
+// from the node's own process only.
 func TestSystemdUnit(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "infra", "funduq-broker.service"))
 	if err != nil {
@@ -323,6 +329,89 @@ func TestSystemdUnit(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("funduq-broker.service: missing %q", want)
 		}
+	}
+	checkWatchdogUnit(t, "funduq-broker.service", s)
+}
+
+// checkWatchdogUnit checks that the unit's [Service] is Type=notify with
+// NotifyAccess=main and a WatchdogSec of at least a second and at most the
+// default lease TTL (config.Broker's FUNDUQ_LEASE_TTL): the node pings at
+// half of it, and a longer one only adds to how long a stuck node stays up.
+func checkWatchdogUnit(t *testing.T, name, unit string) {
+	t.Helper()
+	svc := unitSection(unit, "Service")
+	for k, want := range map[string]string{"Type": "notify", "NotifyAccess": "main", "Restart": "always"} {
+		if got := svc[k]; len(got) != 1 || got[0] != want {
+			t.Errorf("%s: [Service] %s=%v; want %s", name, k, got, want)
+		}
+	}
+	f, _ := reflect.TypeFor[config.Waits]().FieldByName("LeaseTTL")
+	ttl, err := time.ParseDuration(f.Tag.Get("envDefault"))
+	if err != nil {
+		t.Fatalf("config.Waits.LeaseTTL's default: %v", err)
+	}
+	ws := svc["WatchdogSec"]
+	if len(ws) != 1 {
+		t.Fatalf("%s: [Service] WatchdogSec=%v; want one, at most the lease TTL (%s)", name, ws, ttl)
+	}
+	d, err := time.ParseDuration(ws[0])
+	if err != nil || d < time.Second || d > ttl {
+		t.Errorf("%s: WatchdogSec=%s; want a duration from 1s to the lease TTL (%s)", name, ws[0], ttl)
+	}
+}
+
+// unitSection is a systemd unit's section, each key's values in order;
+// comments and blank lines are left out.
+func unitSection(unit, section string) map[string][]string {
+	out := map[string][]string{}
+	in := false
+	for _, line := range strings.Split(unit, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";") {
+			continue
+		}
+		if strings.HasPrefix(line, "[") {
+			in = line == "["+section+"]"
+			continue
+		}
+		if k, v, ok := strings.Cut(line, "="); ok && in {
+			out[k] = append(out[k], v)
+		}
+	}
+	return out
+}
+
+// unitDirectives is a systemd unit's section headers and directives in
+// order, without comments and blank lines.
+func unitDirectives(unit string) []string {
+	var out []string
+	for _, line := range strings.Split(unit, "\n") {
+		line = strings.TrimSpace(line)
+		if line != "" && !strings.HasPrefix(line, "#") && !strings.HasPrefix(line, ";") {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// The broker hosts' boot installs infra/funduq-broker.service itself,
+// directive for directive: an EC2 host gets the watchdog the unit has. The
+// Auto Scaling group cannot replace a stuck node (its HealthCheckType is
+// EC2: standbys fail /readyz by design), so systemd is what restarts it.
+func TestBrokerHostsInstallTheSystemdUnit(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "infra", "funduq-broker.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, _ := json.Marshal(bootSecret)
+	r := runBootScript(t, string(secret))
+	if r.code != 0 || r.unit == "" {
+		t.Fatalf("the boot: exit %d, unit written %v\n%s", r.code, r.unit != "", r.stderr)
+	}
+	checkWatchdogUnit(t, "the unit the broker hosts' boot writes", r.unit)
+	if got, want := unitDirectives(r.unit), unitDirectives(string(b)); !slices.Equal(got, want) {
+		t.Errorf("the broker hosts' boot writes the unit\n%s\nnot infra/funduq-broker.service's\n%s",
+			strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 
