@@ -328,14 +328,21 @@ func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, body)
 }
 
-// Run serves HTTP on ln and leads until ctx ends; then it closes every link
-// and shuts the listener down.
+// Run serves HTTP on ln and leads until ctx ends or its server fails (that
+// error is returned); then it stops leading, closes every link and shuts
+// the listener down.
 func (n *Node) Run(ctx context.Context, ln net.Listener) error {
 	// A kept-alive connection waiting for its next request is given what a
 	// new one is given to send its headers: with no IdleTimeout, net/http
 	// waits for ever, and anyone could hold the node's sockets by leaving
 	// connections idle. (An upgraded link is the link's own business.)
 	srv := &http.Server{Handler: n.mux, ReadHeaderTimeout: headerTimeout, IdleTimeout: headerTimeout, MaxHeaderBytes: MaxHeaderBytes}
+	// The lease loop, the announcer and the watchdog pinger stop with this
+	// context: a server that fails stops them too, so Run returns its error
+	// and the supervisor restarts the node rather than it holding its lease
+	// (and pinging its watchdog) with nobody able to reach it.
+	ctx, stopAll := context.WithCancel(ctx)
+	defer stopAll()
 	var wg sync.WaitGroup
 	var prof *http.Server
 	if n.cfg.PprofAddr != "" {
@@ -379,7 +386,9 @@ func (n *Node) Run(ctx context.Context, ln net.Listener) error {
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
+		n.log.Error("broker node: its server failed; stopping", "err", err)
 	}
+	stopAll()
 	// First, so systemd knows a node slow to hand over is stopping, not hung.
 	n.notifyStopping()
 	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
