@@ -1,0 +1,506 @@
+package a2a_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/wire"
+	"github.com/funduq/funduq-go/functions/a2a"
+	"github.com/funduq/funduq-go/functions/door"
+)
+
+// Seed 004, read line by line against raw providers that do not behave as
+// our SDK does. Each test names the sentence it shows.
+
+// textEvents is one assistant message said in one chunk.
+func textEvents(msgID, text string) []string {
+	return []string{
+		fmt.Sprintf(`{"type":"TEXT_MESSAGE_START","messageId":%q,"role":"assistant"}`, msgID),
+		fmt.Sprintf(`{"type":"TEXT_MESSAGE_CONTENT","messageId":%q,"delta":%q}`, msgID, text),
+		fmt.Sprintf(`{"type":"TEXT_MESSAGE_END","messageId":%q}`, msgID),
+	}
+}
+
+// runErrors is the RUN_ERROR events of a run's record.
+func runErrors(h *nodetest.Harness, id string) []map[string]any {
+	var out []map[string]any
+	for _, e := range h.Events(id) {
+		if e["type"] == "RUN_ERROR" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// frameTypes reads the type of each frame.
+func frameTypes(fs [][]byte) []string {
+	var out []string
+	for _, f := range fs {
+		var v struct {
+			Type  string `json:"type"`
+			RunID string `json:"runId"`
+		}
+		_ = json.Unmarshal(f, &v)
+		out = append(out, v.Type+":"+v.RunID)
+	}
+	return out
+}
+
+// "A provider that ignores a cancel and finishes is recorded completed,
+// because RUN_FINISHED is tried before cancel_requested" and "funduq keeps
+// relaying whatever the run emits". The provider hears the cancel and
+// goes on talking: the streaming caller gets what it says after the
+// cancel, and the stream's final status is completed — never canceled,
+// and without the pending marker, since nothing is being cancelled any
+// more. Asked again, the ended task is not cancelable.
+func TestOutsideCancelIgnoredEndsCompletedForTheCaller(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+	s := c.stream(c.body("message/stream", map[string]any{"message": c.message("ig-1", "start", nil)}), nil)
+	f := p.Offer()
+	p.Accept(f.RunID)
+	p.Event(f.RunID, runStarted(*f.ThreadID, f.RunID))
+	h.WaitStatus(f.RunID, run.Running)
+	if g := c.ok("tasks/cancel", map[string]any{"id": f.RunID}); stateOf(g) != "working" || !marker(g) {
+		t.Fatalf("cancel answer %v", g)
+	}
+	p.Expect(wire.TypeCancel, nil)
+	h.WaitStatus(f.RunID, run.Cancelling)
+	for _, ev := range textEvents("m-after", "said after the cancel") {
+		p.Event(f.RunID, ev)
+	}
+	p.Event(f.RunID, runFinished(*f.ThreadID, f.RunID))
+	p.Finish(f.RunID)
+	items := normItems(t, "", s.rest())
+	last := items[len(items)-1]
+	if last.kind != "status-update" || stateOf(last.obj) != "completed" || last.obj["final"] != true {
+		t.Fatalf("stream ended %s %v", last.kind, last.obj)
+	}
+	if md := metaOf(last.obj); md[a2a.CancelRequestedKey] != nil {
+		t.Fatalf("final status still marks a pending cancel: %v", md)
+	}
+	streamed := false
+	for _, it := range items {
+		if it.kind == "artifact-update" && strings.Contains(mustJSON(it.obj), "said after the cancel") {
+			streamed = true
+		}
+	}
+	if !streamed {
+		t.Fatalf("what the provider said after the cancel was not relayed: %v", items)
+	}
+	h.WaitStatus(f.RunID, run.Completed)
+	g := c.ok("tasks/get", map[string]any{"id": f.RunID})
+	if stateOf(g) != "completed" || marker(g) {
+		t.Fatalf("task after the provider finished: %v", g)
+	}
+	c.code(a2a.CodeTaskNotCancelable, "tasks/cancel", map[string]any{"id": f.RunID})
+	if errs := runErrors(h, f.RunID); len(errs) != 0 {
+		t.Fatalf("a completed run has RUN_ERRORs %v", errs)
+	}
+}
+
+// The funnel's order with a provider that stops by reporting its own
+// RUN_ERROR after the cancel: "a cancel had been requested → cancelled"
+// comes before "none of the above → failed", and "a run that already
+// reported its own is left alone" — the record keeps the provider's one
+// RUN_ERROR and funduq adds none; the caller reads canceled.
+func TestOutsideCancelAnsweredWithTheProvidersOwnRunError(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+	task := c.send(c.message("re-1", "hi", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+	id := task["id"].(string)
+	f := p.Offer()
+	p.Accept(f.RunID)
+	p.Event(f.RunID, runStarted(*f.ThreadID, f.RunID))
+	h.WaitStatus(id, run.Running)
+	c.ok("tasks/cancel", map[string]any{"id": id})
+	p.Expect(wire.TypeCancel, nil)
+	p.Event(f.RunID, `{"type":"RUN_ERROR","message":"stopped as asked","code":"stopped"}`)
+	p.Finish(f.RunID)
+	h.WaitStatus(id, run.Cancelled)
+	if g := c.ok("tasks/get", map[string]any{"id": id}); stateOf(g) != "canceled" || marker(g) {
+		t.Fatalf("task %v", g)
+	}
+	errs := runErrors(h, id)
+	if len(errs) != 1 || errs[0]["code"] != "stopped" {
+		t.Fatalf("RUN_ERRORs on the record %v, want the provider's one", errs)
+	}
+}
+
+// A cancel landing after the provider's RUN_FINISHED but before its
+// finish frame: the end is still the provider's to report, and when it
+// does, RUN_FINISHED outranks the cancel — completed, not cancelled.
+func TestOutsideCancelBetweenRunFinishedAndFinish(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+	task := c.send(c.message("rf-1", "hi", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+	id := task["id"].(string)
+	f := p.Offer()
+	p.Accept(f.RunID)
+	p.Event(f.RunID, runStarted(*f.ThreadID, f.RunID))
+	for _, ev := range textEvents("m-1", "done") {
+		p.Event(f.RunID, ev)
+	}
+	p.Event(f.RunID, runFinished(*f.ThreadID, f.RunID))
+	p.ReadBarrier()
+	g := c.call("tasks/cancel", map[string]any{"id": id})
+	switch {
+	case g.Error == nil:
+		if s := stateOf(g.Result); s != "working" || !marker(g.Result) {
+			t.Fatalf("cancel answer %v", g.Result)
+		}
+	case g.Error.Code != a2a.CodeTaskNotCancelable:
+		t.Fatalf("cancel answer %+v", g.Error)
+	}
+	p.Finish(f.RunID)
+	h.WaitStatus(id, run.Completed)
+	if g := c.ok("tasks/get", map[string]any{"id": id}); stateOf(g) != "completed" || marker(g) ||
+		!strings.Contains(mustJSON(artifactsOf(g)), "done") {
+		t.Fatalf("task %v", g)
+	}
+	if evs := h.Events(id); evs[len(evs)-1]["type"] != "RUN_FINISHED" {
+		t.Fatalf("record ends %v", evs[len(evs)-1])
+	}
+}
+
+// "A cancel arriving now queues behind the pending answer … If the
+// provider took the run it is asked to stop", against a provider that
+// acks and then declines: the decline answers no offer (the run is
+// claimed) and is refused naming the run; the provider is asked to stop
+// once; it then finishes without a single event, which is a stop — the
+// task is canceled, and funduq writes nothing on the record for it (a
+// cancelled run gets no terminal event).
+func TestOutsideCancelDuringOfferThenAckThenDecline(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+	task := c.send(c.message("ad-1", "hi", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+	id := task["id"].(string)
+	p.Offer()
+	if g := c.ok("tasks/cancel", map[string]any{"id": id}); stateOf(g) != "submitted" || !marker(g) {
+		t.Fatalf("cancel answer %v", g)
+	}
+	p.Accept(id)
+	p.Decline(id)
+	_, f1 := p.Next()
+	_, f2 := p.Next()
+	got := frameTypes([][]byte{f1, f2})
+	if want := map[string]bool{"cancel:" + id: true, "error:" + id: true}; len(got) != 2 || !want[got[0]] || !want[got[1]] || got[0] == got[1] {
+		t.Fatalf("frames %v, want one cancel and one error naming the run", got)
+	}
+	h.WaitStatus(id, run.Cancelling)
+	if g := c.ok("tasks/get", map[string]any{"id": id}); stateOf(g) != "working" || !marker(g) {
+		t.Fatalf("task while the provider holds it %v", g)
+	}
+	p.Finish(id)
+	h.WaitStatus(id, run.Cancelled)
+	if evs := h.Events(id); len(evs) != 0 {
+		t.Fatalf("a run cancelled without events has a record %v", evs)
+	}
+	p.None()
+}
+
+// A cancel queued behind an offer the provider refuses: the refusal is the
+// answer, so the run fails with the provider's reason verbatim, as its
+// own; the cancel finds it ended and changes nothing ("funduq invents no
+// reason of its own").
+func TestOutsideCancelDuringOfferThenRefused(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+	task := c.send(c.message("rr-1", "hi", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+	id := task["id"].(string)
+	p.Offer()
+	c.ok("tasks/cancel", map[string]any{"id": id})
+	p.Refuse(id, "this agent has retired")
+	r := h.WaitStatus(id, run.Failed)
+	if r.FailureReason != "this agent has retired" {
+		t.Fatalf("reason %q", r.FailureReason)
+	}
+	g := c.ok("tasks/get", map[string]any{"id": id})
+	if stateOf(g) != "failed" || marker(g) || !strings.Contains(statusText(g), "this agent has retired") {
+		t.Fatalf("task %v", g)
+	}
+	p.None()
+}
+
+// A provider that answers the offer with its whole round — no ack, events
+// and RUN_FINISHED then finish — while a cancel waits behind the answer:
+// the events claim the run (the late-ack rule), so the provider "took the
+// run", and its RUN_FINISHED outranks the cancel: completed.
+func TestOutsideCancelDuringOfferAnsweredByAWholeRound(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+	task := c.send(c.message("wr-1", "hi", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+	id := task["id"].(string)
+	f := p.Offer()
+	c.ok("tasks/cancel", map[string]any{"id": id})
+	p.Event(id, runStarted(*f.ThreadID, id))
+	for _, ev := range textEvents("m-w", "whole") {
+		p.Event(id, ev)
+	}
+	p.Event(id, runFinished(*f.ThreadID, id))
+	p.Finish(id)
+	h.WaitStatus(id, run.Completed)
+	if g := c.ok("tasks/get", map[string]any{"id": id}); stateOf(g) != "completed" || marker(g) {
+		t.Fatalf("task %v", g)
+	}
+	for _, ty := range frameTypes(p.Barrier()) {
+		if ty != "cancel:"+id {
+			t.Fatalf("provider got %s", ty)
+		}
+	}
+}
+
+// "A stranger cannot ask at all, on a thread that named an authority … a
+// run on a bound thread takes a signature from the same set an ask on it
+// would — its segment head or the agent's own provider". A running bound
+// task: a stranger's signed cancel is answered as an unknown task and the
+// provider hears nothing; the agent's own provider's signature is a
+// cancel like the head's (working, the request pending, the provider
+// asked).
+func TestOutsideCancelOfARunningBoundTaskByStrangerAndProvider(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+	head := signer(t, 0xc1)
+	body := c.body("message/send", map[string]any{"message": c.message("bd-1", "hi", nil),
+		"metadata": map[string]any{"actorChain": chainOf(t, head)}, "configuration": map[string]any{"blocking": false}})
+	r := c.rawCall(body, map[string]string{identity.PresenterHeader: identity.MakePresenterHeader(head, time.Now().Unix(), []byte(body))})
+	if r.Error != nil {
+		t.Fatalf("bound send: %+v", r.Error)
+	}
+	id := r.Result["id"].(string)
+	f := p.Offer()
+	p.Accept(f.RunID)
+	p.Event(f.RunID, runStarted(*f.ThreadID, f.RunID))
+	h.WaitStatus(id, run.Running)
+	proof := func(s *identity.Signer) map[string]any {
+		ts := time.Now().Unix()
+		return map[string]any{"cancel": map[string]any{"publicKey": s.PublicKeyHex(), "timestamp": ts,
+			"signature": s.Sign(identity.CancelPayload(id, ts))}}
+	}
+	stranger := signer(t, 0xc9)
+	c.code(a2a.CodeTaskNotFound, "tasks/cancel", map[string]any{"id": id, "metadata": proof(stranger)})
+	// The stranger's own view of the task is no better.
+	sb := c.body("tasks/cancel", map[string]any{"id": id, "metadata": proof(stranger)})
+	if rr := c.rawCall(sb, map[string]string{door.ViewHeader: identity.MakeViewHeader(stranger, id, time.Now().Unix())}); rr.Error == nil || rr.Error.Code != a2a.CodeTaskNotFound {
+		t.Fatalf("stranger with a view header: %+v", rr)
+	}
+	p.None()
+	if st := h.Run(id).Status; st != run.Running {
+		t.Fatalf("status %s after a stranger's cancel", st)
+	}
+	own := signer(t, 0xe1) // the agent's provider
+	if g := c.ok("tasks/cancel", map[string]any{"id": id, "metadata": proof(own)}); stateOf(g) != "working" || !marker(g) {
+		t.Fatalf("provider's cancel %v", g)
+	}
+	p.Expect(wire.TypeCancel, nil)
+	p.Finish(f.RunID)
+	h.WaitStatus(id, run.Cancelled)
+}
+
+// "The one immediate cancellation is a run still queued" and "a thread's
+// utterances go over one at a time, in the order they arrived": the head
+// of a conversation cancelled while it waits behind a full provider leaves
+// the thread's queue with it, so the next utterance is offered when room
+// comes back — the cancelled one never is.
+func TestOutsideCancelledHeadLetsItsSiblingThrough(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nodetest.Limit(1))
+	p.Register("echo")
+	c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+	busy := c.send(c.message("hs-0", "busy", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+	fb := p.Offer()
+	p.Accept(fb.RunID)
+	h.WaitStatus(busy["id"].(string), run.Running)
+	head := c.send(c.message("hs-1", "first", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+	ctxID := head["contextId"].(string)
+	next := c.send(c.message("hs-2", "second", map[string]any{"contextId": ctxID}), map[string]any{"configuration": map[string]any{"blocking": false}})
+	headID, nextID := head["id"].(string), next["id"].(string)
+	h.Taken(headID)
+	h.Taken(nextID)
+	c.ok("tasks/cancel", map[string]any{"id": headID})
+	h.WaitStatus(headID, run.Cancelled)
+	p.None()
+	p.Complete(fb.RunID, *fb.ThreadID)
+	if f := p.Offer(); f.RunID != nextID {
+		t.Fatalf("offered %s, want the sibling %s", f.RunID, nextID)
+	}
+	if st := h.Run(nextID).Status; st.Terminal() {
+		t.Fatalf("sibling %s", st)
+	}
+}
+
+// "declined — funduq keeps the run queued and offers again when something
+// changes, for as long as the agent has a provider attached. Only an
+// agent left unserved past a grace window … has its queued runs given up
+// on". A provider that declines and stays attached keeps the run queued
+// past that window (the caller reads submitted, not failed), and it is
+// offered again when something changes — here, the provider registering
+// again (the sweep's nudge, design.md §Timers, asks it again meanwhile).
+func TestOutsideDeclinedRunOfAServedAgentOutlivesTheUnservedWindow(t *testing.T) {
+	// Every decline of ours counts misdeclared (the provider declared no
+	// limit); no tolerance, so the count withdraws nobody here.
+	h := nodetest.Start(t, func(c *config.Broker) { c.ProviderQualityTolerance = 0 })
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+	task := c.send(c.message("dw-1", "hi", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+	id := task["id"].(string)
+	p.Offer()
+	p.Decline(id)
+	p.Barrier()
+	// The sweep's nudge asks a waiting head again once per unserved
+	// window (design.md §Timers); the provider, still full, declines it.
+	for range 3 {
+		h.Advance(h.Cfg.UnservedTimeout)
+		p.DeclineOffers()
+		h.Settle()
+	}
+	if st := h.Run(id).Status; st != run.Queued {
+		t.Fatalf("declined run of a served agent is %s past the unserved window", st)
+	}
+	if g := c.ok("tasks/get", map[string]any{"id": id}); stateOf(g) != "submitted" {
+		t.Fatalf("task %v", g)
+	}
+	p.Register("echo")
+	f := p.Offer()
+	if f.RunID != id {
+		t.Fatalf("offered %s", f.RunID)
+	}
+	p.Accept(id)
+	p.Complete(id, *f.ThreadID)
+	h.WaitStatus(id, run.Completed)
+}
+
+// "cancelling … A2A hears it as working, plus a marker saying the request
+// is pending": a caller resubscribing to a task whose provider has been
+// asked to stop and has not yet is shown it working with the marker, and
+// then the provider's own end (here it stops: canceled).
+func TestOutsideResubscribeToACancellingTask(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+	task := c.send(c.message("rs-1", "hi", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+	id := task["id"].(string)
+	f := p.Offer()
+	p.Accept(id)
+	p.Event(id, runStarted(*f.ThreadID, id))
+	c.ok("tasks/cancel", map[string]any{"id": id})
+	p.Expect(wire.TypeCancel, nil)
+	h.WaitStatus(id, run.Cancelling)
+	s := c.stream(c.body("tasks/resubscribe", map[string]any{"id": id}), nil)
+	first, ok := s.next()
+	if !ok || first.Resp.Error != nil {
+		t.Fatalf("resubscribe opened with %+v", first)
+	}
+	if stateOf(first.Resp.Result) != "working" || !marker(first.Resp.Result) {
+		t.Fatalf("resubscribe opened with %v", first.Resp.Result)
+	}
+	p.Finish(id)
+	items := normItems(t, "", s.rest())
+	last := items[len(items)-1]
+	if last.kind != "status-update" || stateOf(last.obj) != "canceled" || last.obj["final"] != true {
+		t.Fatalf("stream ended %s %v", last.kind, last.obj)
+	}
+}
+
+// "A pause has no deadline of funduq's — it waits until it is answered,
+// across restarts included … AG-UI lets the asking provider declare
+// Interrupt.expires_at, which funduq stores and relays without acting
+// on" (D1; the seed's paused_no_resume names a reaper D1 retires). A
+// provider asks with a deadline already past; the clock runs far beyond
+// every window funduq has and the leader hands over; the task still waits
+// for its answer, the deadline relayed as the provider wrote it, and the
+// answer reopens the same run on the new leader.
+func TestOutsidePauseWithAPastDeadlineWaitsForItsAnswer(t *testing.T) {
+	a := nodetest.Start(t, nil)
+	b := a.Peer("node-b")
+	p := a.Connect(0xe1, nil)
+	p.Register("ask")
+	c := newClient(t, startDoor(t, a, nil), p.Key, "ask", "")
+	task := c.send(c.message("pd-1", "may I?", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+	id := task["id"].(string)
+	f := p.Offer()
+	p.Accept(id)
+	p.Event(id, runStarted(*f.ThreadID, id))
+	const deadline = "2001-01-01T00:00:00Z"
+	p.Event(id, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"ask-1","reason":"approval","expiresAt":%q}]}}`, *f.ThreadID, id, deadline))
+	p.Finish(id)
+	a.WaitStatus(id, run.InputRequired)
+	a.Advance(a.Cfg.UndeliveredWindow + a.Cfg.UnservedTimeout + 24*time.Hour)
+	a.Shutdown()
+	b.Eventually("the standby leads", b.Ready)
+	b.Advance(b.Cfg.ProviderGrace + b.Cfg.UnservedTimeout + 24*time.Hour)
+	g := c.ok("tasks/get", map[string]any{"id": id})
+	if stateOf(g) != "input-required" || !strings.Contains(mustJSON(metaOf(g)[a2a.InterruptKey]), deadline) {
+		t.Fatalf("task past its provider's deadline %v", g)
+	}
+	p2 := b.Connect(0xe1, nil)
+	p2.Register("ask")
+	done := make(chan wire.RunFrame, 1)
+	go func() {
+		f := p2.Offer()
+		p2.Accept(f.RunID)
+		p2.Complete(f.RunID, *f.ThreadID)
+		done <- f
+	}()
+	answered := c.send(c.message("pd-2", "yes", map[string]any{"taskId": id}), nil)
+	if f2 := <-done; f2.RunID != id || answered["id"] != id || stateOf(answered) != "completed" {
+		t.Fatalf("answer: task %v, offered %s", answered, f2.RunID)
+	}
+}
+
+// A provider asked to stop that answers by leaving — a goodbye while it
+// holds the run, no finish — has not stopped the run but stopped serving
+// while holding it: "a claimed run whose provider stopped serving while
+// still holding it (provider_left_holding_it)" is failed with funduq's
+// RUN_ERROR and counts abandoned (D18), the cancel notwithstanding —
+// cancelled is the funnel's verdict, and this run never reached it.
+func TestOutsideCancelAnsweredByLeaving(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+	task := c.send(c.message("lv-1", "hi", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+	id := task["id"].(string)
+	f := p.Offer()
+	p.Accept(id)
+	p.Event(id, runStarted(*f.ThreadID, id))
+	c.ok("tasks/cancel", map[string]any{"id": id})
+	p.Expect(wire.TypeCancel, nil)
+	p.Goodbye()
+	r := h.WaitStatus(id, run.Failed)
+	if r.FailureReason != string(run.ReasonProviderLeftHoldingIt) || r.FailureByProvider {
+		t.Fatalf("failed %q (by provider %v)", r.FailureReason, r.FailureByProvider)
+	}
+	if errs := runErrors(h, id); len(errs) != 1 || errs[0]["code"] != string(run.ReasonProviderLeftHoldingIt) {
+		t.Fatalf("RUN_ERRORs %v", errs)
+	}
+	if g := c.ok("tasks/get", map[string]any{"id": id}); stateOf(g) != "failed" || marker(g) {
+		t.Fatalf("task %v", g)
+	}
+	if q := h.Quality(p.Key); q.Abandoned != 1 {
+		t.Fatalf("quality %+v", q)
+	}
+}
