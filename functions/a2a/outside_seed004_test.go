@@ -504,3 +504,50 @@ func TestOutsideCancelAnsweredByLeaving(t *testing.T) {
 		t.Fatalf("quality %+v", q)
 	}
 }
+
+// A provider that answers an offer, behind which a cancel waits, with its
+// end alone — a finish with no events, or its own RUN_ERROR then finish —
+// took the run and stopped at once. The cancel had been requested, so the
+// funnel says cancelled (before "none of the above → failed"): no
+// RUN_ERROR of funduq's on the record, and no cancel frame sent after the
+// end is written.
+func TestOutsideCancelDuringOfferAnsweredByAnEndAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		events []string
+	}{
+		{"finish alone", nil},
+		{"own error", []string{`{"type":"RUN_ERROR","message":"will not","code":"stopped"}`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := nodetest.Start(t, nil)
+			p := h.Connect(0xe1, nil)
+			p.Register("echo")
+			c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+			task := c.send(c.message("ea-1", "hi", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+			id := task["id"].(string)
+			p.Offer()
+			c.ok("tasks/cancel", map[string]any{"id": id})
+			for _, ev := range tc.events {
+				p.Event(id, ev)
+			}
+			p.Finish(id)
+			h.WaitStatus(id, run.Cancelled)
+			if g := c.ok("tasks/get", map[string]any{"id": id}); stateOf(g) != "canceled" || marker(g) {
+				t.Fatalf("task %v", g)
+			}
+			if evs := h.Events(id); len(evs) != len(tc.events) {
+				t.Fatalf("record %v, want only the provider's %d events", evs, len(tc.events))
+			}
+			// A RUN_ERROR read before its finish leaves the run claimed
+			// and not yet ended when the cancel behind the offer is read,
+			// so the provider may be asked to stop once (it took the run);
+			// nothing else reaches it.
+			for _, ty := range frameTypes(p.Barrier()) {
+				if ty != "cancel:"+id || len(tc.events) == 0 {
+					t.Fatalf("provider got %s", ty)
+				}
+			}
+		})
+	}
+}
