@@ -551,3 +551,66 @@ func TestOutsideCancelDuringOfferAnsweredByAnEndAlone(t *testing.T) {
 		})
 	}
 }
+
+// "Between the offer leaving and the answer arriving, the run is offering
+// … (To A2A it is still submitted — nothing is being worked on yet.) A
+// declined offer puts it back to queued". Read from the outside while the
+// provider thinks, and after it declines.
+func TestOutsideOfferingReadsSubmitted(t *testing.T) {
+	h := nodetest.Start(t, func(c *config.Broker) { c.ProviderQualityTolerance = 0 })
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+	v1 := newClient(t, startDoor(t, h, nil), p.Key, "echo", "1.0")
+	task := c.send(c.message("of-1", "hi", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+	id := task["id"].(string)
+	p.Offer()
+	h.WaitStatus(id, run.Offering)
+	if g := c.ok("tasks/get", map[string]any{"id": id}); stateOf(g) != "submitted" || marker(g) {
+		t.Fatalf("offering task %v", g)
+	}
+	if g := v1.ok("GetTask", map[string]any{"id": id}); stateOf(g) != "TASK_STATE_SUBMITTED" {
+		t.Fatalf("offering task (1.0) %v", g)
+	}
+	p.Decline(id)
+	h.WaitStatus(id, run.Queued)
+	if g := c.ok("tasks/get", map[string]any{"id": id}); stateOf(g) != "submitted" {
+		t.Fatalf("declined task %v", g)
+	}
+}
+
+// "A thread's utterances go over one at a time, in the order they
+// arrived" and "the only thing that can say 'this one came first' is that
+// its answer came back first": a head whose offer goes unanswered past
+// deliver_timeout is back in the queue, still the head — its sibling is
+// not offered over it — and once the provider takes the head (late), the
+// sibling goes over.
+func TestOutsideUnansweredHeadIsNotOvertaken(t *testing.T) {
+	h := nodetest.Start(t, func(c *config.Broker) { c.ProviderQualityTolerance = 0 })
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+	head := c.send(c.message("uh-1", "first", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+	headID, ctxID := head["id"].(string), head["contextId"].(string)
+	f := p.Offer()
+	next := c.send(c.message("uh-2", "second", map[string]any{"contextId": ctxID}), map[string]any{"configuration": map[string]any{"blocking": false}})
+	nextID := next["id"].(string)
+	h.Taken(nextID)
+	h.Advance(h.Cfg.DeliverTimeout)
+	h.WaitStatus(headID, run.Queued)
+	for _, ty := range frameTypes(p.Barrier()) {
+		if ty != "run:"+headID {
+			t.Fatalf("after the head's offer lapsed the provider got %s", ty)
+		}
+	}
+	p.Accept(headID) // late: the late-ack rule claims it
+	h.WaitStatus(headID, run.Running)
+	g := p.Offer()
+	if g.RunID != nextID {
+		t.Fatalf("offered %s, want the sibling %s", g.RunID, nextID)
+	}
+	p.Accept(nextID)
+	p.Complete(headID, *f.ThreadID)
+	p.Complete(nextID, *g.ThreadID)
+	h.WaitStatus(nextID, run.Completed)
+}
