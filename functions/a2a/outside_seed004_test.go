@@ -614,3 +614,40 @@ func TestOutsideUnansweredHeadIsNotOvertaken(t *testing.T) {
 	p.Complete(nextID, *g.ThreadID)
 	h.WaitStatus(nextID, run.Completed)
 }
+
+// "Silence is not a verdict" with a cancel ignored in silence: a provider
+// asked to stop that neither stops nor says anything keeps the run. Past
+// the undelivered window it is counted undelivered once — "a count
+// against the provider, with the run left entirely alone" — and the task
+// still reads working with the request pending; the provider's eventual
+// finish is taken as any other (here a stop: cancelled).
+func TestOutsideCancelIgnoredInSilenceIsCountedNotSettled(t *testing.T) {
+	h := nodetest.Start(t, func(c *config.Broker) { c.ProviderQualityTolerance = 0 })
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+	task := c.send(c.message("si-1", "hi", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+	id := task["id"].(string)
+	f := p.Offer()
+	p.Accept(id)
+	p.Event(id, runStarted(*f.ThreadID, id))
+	c.ok("tasks/cancel", map[string]any{"id": id})
+	p.Expect(wire.TypeCancel, nil)
+	h.WaitStatus(id, run.Cancelling)
+	for range 3 {
+		h.Advance(h.Cfg.UndeliveredWindow)
+	}
+	h.Eventually("undelivered is counted", func() bool { return h.Quality(p.Key).Undelivered == 1 })
+	if st := h.Run(id).Status; st != run.Cancelling {
+		t.Fatalf("a silent run is %s", st)
+	}
+	if g := c.ok("tasks/get", map[string]any{"id": id}); stateOf(g) != "working" || !marker(g) {
+		t.Fatalf("task %v", g)
+	}
+	p.None()
+	p.Finish(id)
+	h.WaitStatus(id, run.Cancelled)
+	if q := h.Quality(p.Key); q.Undelivered != 1 || q.Abandoned != 0 {
+		t.Fatalf("quality %+v", q)
+	}
+}
