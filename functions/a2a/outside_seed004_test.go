@@ -651,3 +651,75 @@ func TestOutsideCancelIgnoredInSilenceIsCountedNotSettled(t *testing.T) {
 		t.Fatalf("quality %+v", q)
 	}
 }
+
+// D7: a run held across a handover keeps its pending cancel — "a pending
+// cancel is sent again" to the provider re-adopting it on the new leader,
+// whether the caller asked before the handover (the old leader's frame
+// may never have been read) or during provider_grace, while nobody holds
+// the run (then it is sent once the provider is back). The task reads
+// working with the marker meanwhile, and the provider's stop cancels it.
+// With nobody back it is an orphan like any other.
+func TestOutsideCancelOfARunHeldAcrossAHandover(t *testing.T) {
+	for _, when := range []string{"before", "during the grace", "nobody back"} {
+		t.Run(when, func(t *testing.T) {
+			a := nodetest.Start(t, func(c *config.Broker) { c.ProviderGrace = 30 * time.Second })
+			b := a.Peer("node-b")
+			p := a.Connect(0xe1, nil)
+			p.Register("echo")
+			c := newClient(t, startDoor(t, a, nil), p.Key, "echo", "")
+			task := c.send(c.message("ho-1", "hi", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+			id := task["id"].(string)
+			f := p.Offer()
+			p.Accept(id)
+			p.Event(id, runStarted(*f.ThreadID, id))
+			a.WaitStatus(id, run.Running)
+			if when == "before" {
+				c.ok("tasks/cancel", map[string]any{"id": id})
+				p.Expect(wire.TypeCancel, nil)
+				a.WaitStatus(id, run.Cancelling)
+			}
+			a.Shutdown()
+			b.Eventually("the standby leads", b.Ready)
+			if when != "before" {
+				if g := c.ok("tasks/cancel", map[string]any{"id": id}); stateOf(g) != "working" || !marker(g) {
+					t.Fatalf("cancel answer %v", g)
+				}
+			}
+			if g := c.ok("tasks/get", map[string]any{"id": id}); stateOf(g) != "working" || !marker(g) {
+				t.Fatalf("task in the grace %v", g)
+			}
+			if when == "nobody back" {
+				// Never re-adopted, the run does not reach the funnel
+				// that a cancel would settle: it fails with funduq's
+				// reason and RUN_ERROR, as any orphan (D7).
+				b.Advance(b.Cfg.ProviderGrace + time.Second)
+				r := b.WaitStatus(id, run.Failed)
+				if r.FailureReason != string(run.ReasonOrphanedByRestart) {
+					t.Fatalf("reason %q", r.FailureReason)
+				}
+				if errs := runErrors(b, id); len(errs) != 1 || errs[0]["code"] != string(run.ReasonOrphanedByRestart) {
+					t.Fatalf("RUN_ERRORs %v", errs)
+				}
+				if g := c.ok("tasks/get", map[string]any{"id": id}); stateOf(g) != "failed" || marker(g) {
+					t.Fatalf("task %v", g)
+				}
+				return
+			}
+			p2 := b.Connect(0xe1, nil)
+			p2.Register("echo")
+			p2.Event(id, `{"type":"STEP_STARTED","stepName":"still going"}`)
+			var cf wire.Cancel
+			p2.Expect(wire.TypeCancel, &cf)
+			if cf.RunID != id {
+				t.Fatalf("cancel frame %+v", cf)
+			}
+			b.WaitStatus(id, run.Cancelling)
+			p2.None()
+			p2.Finish(id)
+			b.WaitStatus(id, run.Cancelled)
+			if g := c.ok("tasks/get", map[string]any{"id": id}); stateOf(g) != "canceled" || marker(g) {
+				t.Fatalf("task %v", g)
+			}
+		})
+	}
+}
