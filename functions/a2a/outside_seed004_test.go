@@ -151,6 +151,7 @@ func TestOutsideCancelBetweenRunFinishedAndFinish(t *testing.T) {
 	f := p.Offer()
 	p.Accept(f.RunID)
 	p.Event(f.RunID, runStarted(*f.ThreadID, f.RunID))
+	h.WaitStatus(id, run.Running)
 	for _, ev := range textEvents("m-1", "done") {
 		p.Event(f.RunID, ev)
 	}
