@@ -101,3 +101,37 @@ func TestOutsideCancelledRunsOnTheAGUIStream(t *testing.T) {
 		})
 	}
 }
+
+// "So the AG-UI door has no cancel entry point … funduq does not invent
+// one." Whatever a client guesses at — a cancel path beside the run's
+// events, a DELETE of the run — is a route the door does not have (404 or
+// 405 in the error envelope), and the running run and its provider hear
+// nothing of it.
+func TestOutsideAGUIHasNoCancelEntryPoint(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	srv := startDoor(t, h, nil)
+	s := openStream(t, "POST", aguiURL(srv, p.Key, "echo"), input("", "", ""), nil)
+	f := p.Offer()
+	p.Accept(f.RunID)
+	h.WaitStatus(f.RunID, run.Running)
+	for _, g := range []struct{ method, path string }{
+		{"POST", "/runs/" + f.RunID + "/cancel"},
+		{"DELETE", "/runs/" + f.RunID},
+		{"DELETE", "/runs/" + f.RunID + "/events"},
+		{"POST", "/agui/" + p.Key + "/echo/cancel"},
+	} {
+		code, _, body := jsonCall(t, g.method, srv.URL+g.path, `{}`, nil)
+		if code != 404 && code != 405 || body["error"] == nil {
+			t.Fatalf("%s %s: %d %v", g.method, g.path, code, body)
+		}
+	}
+	p.None()
+	if st := h.Run(f.RunID).Status; st != run.Running {
+		t.Fatalf("status %s", st)
+	}
+	p.Complete(f.RunID, *f.ThreadID)
+	h.WaitStatus(f.RunID, run.Completed)
+	s.close()
+}
