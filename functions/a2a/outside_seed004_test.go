@@ -727,3 +727,59 @@ func TestOutsideCancelOfARunHeldAcrossAHandover(t *testing.T) {
 		})
 	}
 }
+
+// A caller blocked on message/send while another request cancels its task
+// is answered once the run settles, with what was observed: canceled,
+// whether the task was still queued (the one immediate cancellation, no
+// event ever written) or running and its provider stopped without a word.
+func TestOutsideBlockingSendAnsweredByTheCancel(t *testing.T) {
+	for _, where := range []string{"queued", "running"} {
+		t.Run(where, func(t *testing.T) {
+			h := nodetest.Start(t, nil)
+			p := h.Connect(0xe1, nodetest.Limit(1))
+			p.Register("echo")
+			c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+			var busy wire.RunFrame
+			if where == "queued" {
+				c.send(c.message("bb-0", "busy", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+				busy = p.Offer()
+				p.Accept(busy.RunID)
+				h.WaitStatus(busy.RunID, run.Running)
+			}
+			answered := make(chan rpcResp, 1)
+			go func() { answered <- c.call("message/send", map[string]any{"message": c.message("bb-1", "hi", nil)}) }()
+			var id string
+			if where == "queued" {
+				h.Eventually("the task is queued", func() bool {
+					var n int
+					_ = h.Store.Pool().QueryRow(t.Context(), `SELECT count(*) FROM runs WHERE status = 'queued'`).Scan(&n)
+					return n == 1
+				})
+				_ = h.Store.Pool().QueryRow(t.Context(), `SELECT run_id FROM runs WHERE status = 'queued'`).Scan(&id)
+				h.Taken(id)
+				c.ok("tasks/cancel", map[string]any{"id": id})
+			} else {
+				f := p.Offer()
+				id = f.RunID
+				p.Accept(id)
+				p.Event(id, runStarted(*f.ThreadID, id))
+				h.WaitStatus(id, run.Running)
+				c.ok("tasks/cancel", map[string]any{"id": id})
+				p.Expect(wire.TypeCancel, nil)
+				p.Finish(id)
+			}
+			a := <-answered
+			if a.Error != nil {
+				t.Fatalf("blocking send: %+v", a.Error)
+			}
+			got := a.Result
+			if got["id"] != id || stateOf(got) != "canceled" || marker(got) {
+				t.Fatalf("blocking send answered %v", got)
+			}
+			if where == "queued" {
+				p.None()
+				p.Complete(busy.RunID, *busy.ThreadID)
+			}
+		})
+	}
+}
