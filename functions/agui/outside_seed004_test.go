@@ -78,6 +78,12 @@ func TestOutsideCancelledRunsOnTheAGUIStream(t *testing.T) {
 			}
 			p.Expect(wire.TypeCancel, nil)
 			h.WaitStatus(f.RunID, run.Cancelling)
+			// "cancelling is an active status": the thread shows it as
+			// its active run, not as settled.
+			code, _, snap := jsonCall(t, "GET", srv.URL+"/threads/"+*f.ThreadID, "", nil)
+			if ar, _ := snap["active_run"].(map[string]any); code != 200 || ar["run_id"] != f.RunID || ar["status"] != string(run.Cancelling) {
+				t.Fatalf("snapshot %d %v", code, snap)
+			}
 			p.Event(f.RunID, `{"type":"TEXT_MESSAGE_START","messageId":"m-after","role":"assistant"}`)
 			p.Event(f.RunID, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m-after","delta":"after the cancel"}`)
 			p.Event(f.RunID, `{"type":"TEXT_MESSAGE_END","messageId":"m-after"}`)
