@@ -110,6 +110,12 @@ func ReadHolder(ctx context.Context, rdb redis.UniversalClient, key string) (Hol
 	if err != nil {
 		return Holder{}, fmt.Errorf("read lease %s: %w", key, err)
 	}
-	node, _, _ := strings.Cut(get.Val(), " ")
+	// The token is hex and last: a node ID may hold spaces of its own
+	// (FUNDUQ_NODE_ID is the operator's), and it is the whole ID that the
+	// leader row names (design.md §Deployment, "A takeover under way").
+	node := get.Val()
+	if i := strings.LastIndexByte(node, ' '); i >= 0 {
+		node = node[:i]
+	}
 	return Holder{NodeID: node, Left: ttl.Val()}, nil
 }
