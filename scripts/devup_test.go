@@ -111,6 +111,18 @@ func TestDevUpReusesRunningServers(t *testing.T) {
 				t.Errorf("dev-up made %s in its state folder: it started a server of its own", dir)
 			}
 		}
+		// README: a second broker node for a failover is started from
+		// dev.env with a FUNDUQ_HTTP_ADDR of its own. dev.env must not pin
+		// the first node's URL as FUNDUQ_ADVERTISE_URL, or that node, once
+		// it leads, names the first node to every provider, which then
+		// dials a standby for ever.
+		script := `source "$1" && FUNDUQ_HTTP_ADDR=127.0.0.1:1 && printf %s "${FUNDUQ_ADVERTISE_URL-}"`
+		got, err := exec.Command("bash", "-c", script, "bash", filepath.Join(s.stateDir, "dev.env")).Output()
+		if err != nil {
+			t.Errorf("sourcing dev.env: %v", err)
+		} else if len(got) != 0 {
+			t.Errorf("dev.env sets FUNDUQ_ADVERTISE_URL=%s though it was not given: a second node started from it with its own FUNDUQ_HTTP_ADDR would advertise the first node's URL", got)
+		}
 		// The chat page and the operator console (its login form) answer.
 		for _, u := range []string{fmt.Sprintf("http://127.0.0.1:%d/chat", s.doorsPort),
 			fmt.Sprintf("http://127.0.0.1:%d/console", s.httpPort)} {
