@@ -8,10 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/funduq/funduq-go/broker-node/lease"
-	"github.com/funduq/funduq-go/broker-node/node"
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/run"
@@ -65,16 +61,7 @@ func TestOutsideSDKProviderThroughAGracefulHandover(t *testing.T) {
 			a.WaitStatus(before, run.Completed)
 			_, body := readyzBody(t, a)
 			epoch, _ := body["epoch"].(float64)
-
-			opt, err := redis.ParseURL(a.Cfg.RedisURL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rdb := redis.NewClient(opt)
-			defer rdb.Close()
-			if _, err := lease.RequestHandover(context.Background(), rdb, node.LeaseChannel(a.Prefix)); err != nil {
-				t.Fatal(err)
-			}
+			requestHandover(t, a)
 			next.Eventually("a new epoch is taken", func() bool {
 				code, body := readyzBody(t, next)
 				e, _ := body["epoch"].(float64)

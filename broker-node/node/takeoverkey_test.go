@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/funduq/funduq-go/broker-node/lease"
 	"github.com/funduq/funduq-go/broker-node/node"
 	"github.com/funduq/funduq-go/broker-node/nodetest"
@@ -43,15 +41,7 @@ func TestStandbyRefusesTicketsRightAfterATakeoverByAnotherKey(t *testing.T) {
 	// b's takeover (an UPDATE of the leader row) waits behind this;
 	// plain reads of the row do not.
 	release := c.Hold(`SELECT 1 FROM broker_leader WHERE id = 1 FOR SHARE`)
-	opt, err := redis.ParseURL(c.Cfg.RedisURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
-	if _, err := lease.RequestHandover(context.Background(), rdb, node.LeaseChannel(c.Prefix)); err != nil {
-		t.Fatal(err)
-	}
+	requestHandover(t, c)
 	c.Eventually("c steps down and reads the row", func() bool {
 		_, body := readyzBody(t, c)
 		return body["role"] != "leader" && body["identity_key"] == "ok"
@@ -90,15 +80,7 @@ func TestStandbyDuringATakeoverInProgress(t *testing.T) {
 	// row) waits behind it once b holds the lease.
 	release := c.Hold(`SELECT 1 FROM broker_leader WHERE id = 1 FOR SHARE`)
 	defer release()
-	opt, err := redis.ParseURL(c.Cfg.RedisURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
-	if _, err := lease.RequestHandover(context.Background(), rdb, node.LeaseChannel(c.Prefix)); err != nil {
-		t.Fatal(err)
-	}
+	rdb := requestHandover(t, c)
 	c.Eventually("b holds the lease, its takeover waiting on the row", func() bool {
 		h, err := lease.ReadHolder(context.Background(), rdb, node.LeaseKey(c.Prefix))
 		return err == nil && h.NodeID == b.Cfg.NodeID && c.LockWaitsOn("broker_leader")()

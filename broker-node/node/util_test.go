@@ -9,6 +9,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/funduq/funduq-go/broker-node/lease"
+	"github.com/funduq/funduq-go/broker-node/node"
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/store"
@@ -63,4 +67,21 @@ func grepLines(s, sub string) string {
 // charges sums the counters that withdraw a provider (design.md §Counters).
 func charges(q store.Quality) int64 {
 	return q.Misdeclared + q.Unanswered + q.AnsweredLate + q.Abandoned + q.Undelivered
+}
+
+// requestHandover asks h's leader to hand its lease over, as `broker-node
+// lease handover` does, and returns the Redis client it asked on (closed
+// when the test ends).
+func requestHandover(t *testing.T, h *nodetest.Harness) *redis.Client {
+	t.Helper()
+	opt, err := redis.ParseURL(h.Cfg.RedisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { _ = rdb.Close() })
+	if _, err := lease.RequestHandover(context.Background(), rdb, node.LeaseChannel(h.Prefix)); err != nil {
+		t.Fatal(err)
+	}
+	return rdb
 }
