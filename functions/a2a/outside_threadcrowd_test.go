@@ -1,14 +1,13 @@
 package a2a_test
 
 import (
-	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/functions/a2a"
+	"github.com/funduq/funduq-go/internal/crowdtest"
 )
 
 // Honest callers sending on one context at once queue their tasks behind
@@ -34,35 +33,9 @@ func TestOutsideCallersCrowdingOneContextAreAllAdmitted(t *testing.T) {
 			if burst {
 				// The context's first task is served, its provider storing
 				// a burst of events while the callers send.
-				p.Accept(f.RunID)
-				p.Event(f.RunID, runStarted(*f.ThreadID, f.RunID))
-				p.Event(f.RunID, `{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`)
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan struct{})
-				delta := strings.Repeat("x", 4000)
-				go func() {
-					defer close(done)
-					for i := 0; i < 50000 && ctx.Err() == nil; i++ {
-						p.Event(f.RunID, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"`+delta+`"}`)
-					}
-				}()
 				// The burst is under way before the first round (a barrier),
 				// and still going after the last (checked below).
-				h.Eventually("the burst's events are being stored", func() bool {
-					var n int
-					err := h.Store.Pool().QueryRow(context.Background(),
-						`SELECT count(*) FROM run_events WHERE run_id = $1`, f.RunID).Scan(&n)
-					return err == nil && n > 10
-				})
-				stop = func() {
-					select {
-					case <-done:
-						t.Error("the burst ended before the callers' last round: it did not overlap them all")
-					default:
-					}
-					cancel()
-					<-done
-				}
+				stop = crowdtest.Burst(t, h, p, f.RunID, *f.ThreadID)
 			}
 			var refused []string
 			for r := range rounds {
@@ -93,11 +66,7 @@ func TestOutsideCallersCrowdingOneContextAreAllAdmitted(t *testing.T) {
 			if n := len(refused); n > 0 {
 				t.Errorf("%d of %d honest sends on one context refused", n, callers*rounds)
 			}
-			var queued int
-			if err := h.Store.Pool().QueryRow(context.Background(),
-				`SELECT count(*) FROM runs WHERE thread_id = $1 AND status IN ('queued', 'offering')`, *f.ThreadID).Scan(&queued); err != nil {
-				t.Fatal(err)
-			}
+			queued := crowdtest.Waiting(t, h, *f.ThreadID)
 			want := callers*rounds - len(refused)
 			if !burst {
 				want++ // the first task, offered and held

@@ -11,6 +11,7 @@ import (
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/functions/agui"
+	"github.com/funduq/funduq-go/internal/crowdtest"
 )
 
 // Honest callers posting on one thread at once queue their runs behind
@@ -37,35 +38,9 @@ func TestOutsideCallersCrowdingOneThreadAreAllAdmitted(t *testing.T) {
 				s := openStream(t, "POST", url, input(thread, "burst", ""), nil)
 				defer s.close()
 				f := p.Offer()
-				p.Accept(f.RunID)
-				p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, f.RunID))
-				p.Event(f.RunID, `{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`)
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan struct{})
-				delta := strings.Repeat("x", 4000)
-				go func() {
-					defer close(done)
-					for i := 0; i < 50000 && ctx.Err() == nil; i++ {
-						p.Event(f.RunID, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"`+delta+`"}`)
-					}
-				}()
 				// The burst is under way before the first round (a barrier),
 				// and still going after the last (checked below).
-				h.Eventually("the burst's events are being stored", func() bool {
-					var n int
-					err := h.Store.Pool().QueryRow(context.Background(),
-						`SELECT count(*) FROM run_events WHERE run_id = $1`, f.RunID).Scan(&n)
-					return err == nil && n > 10
-				})
-				stop = func() {
-					select {
-					case <-done:
-						t.Error("the burst ended before the callers' last round: it did not overlap them all")
-					default:
-					}
-					cancel()
-					<-done
-				}
+				stop = crowdtest.Burst(t, h, p, f.RunID, thread)
 			}
 			var refused []string
 			for r := range rounds {
@@ -106,12 +81,7 @@ func TestOutsideCallersCrowdingOneThreadAreAllAdmitted(t *testing.T) {
 			if n := len(refused); n > 0 {
 				t.Errorf("%d of %d honest POSTs on one thread refused", n, callers*rounds)
 			}
-			var queued int
-			if err := h.Store.Pool().QueryRow(context.Background(),
-				`SELECT count(*) FROM runs WHERE thread_id = $1 AND status IN ('queued', 'offering')`, thread).Scan(&queued); err != nil {
-				t.Fatal(err)
-			}
-			if want := callers*rounds - len(refused); queued != want {
+			if want, queued := callers*rounds-len(refused), crowdtest.Waiting(t, h, thread); queued != want {
 				t.Errorf("%d runs waiting on the thread; want %d", queued, want)
 			}
 		})
