@@ -104,13 +104,7 @@ func TestAnswerResumesSameTask(t *testing.T) {
 	}
 	c.code(a2a.CodeTaskNotCancelable, "tasks/cancel", map[string]any{"id": id})
 
-	done := make(chan wire.RunFrame, 1)
-	go func() {
-		f := p.Offer()
-		p.Accept(f.RunID)
-		p.Complete(f.RunID, *f.ThreadID)
-		done <- f
-	}()
+	done := completeOffer(p)
 	answered := c.send(c.message("a-2", "yes", map[string]any{"taskId": id}), nil)
 	f := <-done
 	if answered["id"] != id || f.RunID != id || stateOf(answered) != "completed" || answered["contextId"] != ctxID {
@@ -153,21 +147,12 @@ func TestCancelProofOnBoundThread(t *testing.T) {
 	srv := startDoor(t, h, nil)
 	c := newClient(t, srv, p.Key, "echo", "")
 	head := signer(t, 0xc1)
-	body := c.body("message/send", map[string]any{"message": c.message("b-1", "hi", nil),
-		"metadata": map[string]any{"actorChain": chainOf(t, head)}, "configuration": map[string]any{"blocking": false}})
-	r := c.rawCall(body, map[string]string{identity.PresenterHeader: identity.MakePresenterHeader(head, time.Now().Unix(), []byte(body))})
-	if r.Error != nil {
-		t.Fatalf("bound send: %+v", r.Error)
-	}
-	id := r.Result["id"].(string)
+	id := c.sendBound(head, "b-1")
 	f := p.Offer()
 	p.Accept(f.RunID)
 	p.Complete(f.RunID, *f.ThreadID)
 	h.WaitStatus(id, run.Completed)
-	proof := func(s *identity.Signer, ts int64) map[string]any {
-		return map[string]any{"cancel": map[string]any{"publicKey": s.PublicKeyHex(), "timestamp": ts,
-			"signature": s.Sign(identity.CancelPayload(id, ts))}}
-	}
+	proof := func(s *identity.Signer, ts int64) map[string]any { return cancelProof(s, id, ts) }
 	now := time.Now().Unix()
 	// No proof, a stranger's, a stale one: to a caller who is no party the
 	// task is unknown (D16); to a party (the head's view proof) the refusal

@@ -15,6 +15,7 @@ import (
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/identity"
+	"github.com/funduq/funduq-go/core/wire"
 	"github.com/funduq/funduq-go/functions/a2a"
 	"github.com/funduq/funduq-go/functions/door"
 	"github.com/funduq/funduq-go/internal/leaktest"
@@ -327,4 +328,88 @@ func runStarted(thread, run string) string {
 
 func runFinished(thread, run string) string {
 	return fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, thread, run)
+}
+
+// echoAgent connects provider 0xe1 (at most max runs at once; nil, no
+// limit) serving "echo", and a v0.3 client of it through a door of h's.
+func echoAgent(t *testing.T, h *nodetest.Harness, max *int) (*nodetest.Prov, *client) {
+	t.Helper()
+	p := h.Connect(0xe1, max)
+	p.Register("echo")
+	return p, newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+}
+
+// sendNoWait is a non-blocking message/send of a text message; it returns
+// the task as answered.
+func (c *client) sendNoWait(msgID, text string, extra map[string]any) map[string]any {
+	c.t.Helper()
+	return c.send(c.message(msgID, text, extra), map[string]any{"configuration": map[string]any{"blocking": false}})
+}
+
+// sendBound sends, non-blocking, a message whose actor chain is head's,
+// presented by head: the task's thread is bound to head. It returns the
+// task's id.
+func (c *client) sendBound(head *identity.Signer, msgID string) string {
+	c.t.Helper()
+	body := c.body("message/send", map[string]any{"message": c.message(msgID, "hi", nil),
+		"metadata": map[string]any{"actorChain": chainOf(c.t, head)}, "configuration": map[string]any{"blocking": false}})
+	r := c.rawCall(body, map[string]string{identity.PresenterHeader: identity.MakePresenterHeader(head, time.Now().Unix(), []byte(body))})
+	if r.Error != nil {
+		c.t.Fatalf("bound send: %+v", r.Error)
+	}
+	return r.Result["id"].(string)
+}
+
+// cancelProof is the metadata of a cancel of task id signed by s at ts.
+func cancelProof(s *identity.Signer, id string, ts int64) map[string]any {
+	return map[string]any{"cancel": map[string]any{"publicKey": s.PublicKeyHex(), "timestamp": ts,
+		"signature": s.Sign(identity.CancelPayload(id, ts))}}
+}
+
+// begin has p take the run it was offered and say RUN_STARTED.
+func begin(p *nodetest.Prov, f wire.RunFrame) {
+	p.Accept(f.RunID)
+	p.Event(f.RunID, runStarted(*f.ThreadID, f.RunID))
+}
+
+// completeOffer has p take its next offer and complete it (Prov.Complete)
+// from a goroutine; the frame is sent on the channel once all is sent.
+func completeOffer(p *nodetest.Prov) <-chan wire.RunFrame {
+	done := make(chan wire.RunFrame, 1)
+	go func() {
+		f := p.Offer()
+		p.Accept(f.RunID)
+		p.Complete(f.RunID, *f.ThreadID)
+		done <- f
+	}()
+	return done
+}
+
+// cancelHeard asks to cancel task id and reads the cancel frame its
+// provider p is sent; it returns the answer to the cancel.
+func cancelHeard(c *client, p *nodetest.Prov, id string) map[string]any {
+	c.t.Helper()
+	g := c.ok("tasks/cancel", map[string]any{"id": id})
+	p.Expect(wire.TypeCancel, nil)
+	return g
+}
+
+// wantTask fails the test, saying what, unless tasks/get reads task id in
+// state, with the pending-cancel marker when marked and without it when not.
+func (c *client) wantTask(what, id, state string, marked bool) {
+	c.t.Helper()
+	if g := c.ok("tasks/get", map[string]any{"id": id}); stateOf(g) != state || marker(g) != marked {
+		c.t.Fatalf("%s %v", what, g)
+	}
+}
+
+// onlyFrames reads what p was sent up to a barrier and fails the test on
+// any frame but allowed ("type:runId"; "" allows none).
+func onlyFrames(t *testing.T, p *nodetest.Prov, allowed string) {
+	t.Helper()
+	for _, ty := range frameTypes(p.Barrier()) {
+		if ty != allowed {
+			t.Fatalf("provider got %s", ty)
+		}
+	}
 }

@@ -95,20 +95,13 @@ func TestStrangerCancelLearnsNothing(t *testing.T) {
 	srv := startDoor(t, h, nil)
 	c := newClient(t, srv, p.Key, "echo", "")
 	head, stranger := signer(t, 0xc1), signer(t, 0xc9)
-	body := c.body("message/send", map[string]any{"message": c.message("s-1", "hi", nil),
-		"metadata": map[string]any{"actorChain": chainOf(t, head)}, "configuration": map[string]any{"blocking": false}})
-	r := c.rawCall(body, map[string]string{identity.PresenterHeader: identity.MakePresenterHeader(head, time.Now().Unix(), []byte(body))})
-	if r.Error != nil {
-		t.Fatalf("bound send: %+v", r.Error)
-	}
-	id := r.Result["id"].(string)
+	id := c.sendBound(head, "s-1")
 	f := p.Offer()
 	p.Accept(f.RunID)
 	h.WaitStatus(id, run.Running)
 	refusal := func() string {
 		now := time.Now().Unix()
-		md := map[string]any{"cancel": map[string]any{"publicKey": stranger.PublicKeyHex(), "timestamp": now,
-			"signature": stranger.Sign(identity.CancelPayload(id, now))}}
+		md := cancelProof(stranger, id, now)
 		// To a stranger the bound task is unknown (D16), whatever its state.
 		r := c.code(a2a.CodeTaskNotFound, "tasks/cancel", map[string]any{"id": id, "metadata": md})
 		return r.Error.Message

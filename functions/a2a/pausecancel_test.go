@@ -47,8 +47,7 @@ func TestCancelledRunThatPausesIsAnswerable(t *testing.T) {
 			if task["id"] != id {
 				t.Fatalf("task %v, offered %s", task["id"], id)
 			}
-			p.Accept(id)
-			p.Event(id, runStarted(*f.ThreadID, id))
+			begin(p, f)
 			h.WaitStatus(id, run.Running)
 			question := fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"ok?","reason":"confirm"}]}}`, *f.ThreadID, id)
 			if tc.asked {
@@ -116,8 +115,7 @@ func interjectionAcrossTakeover(t *testing.T, stop func(*nodetest.Prov, wire.Run
 	nonBlocking := map[string]any{"configuration": map[string]any{"blocking": false}}
 	target := c.send(c.message("t-1", "long job", nil), nonBlocking)
 	f := p.Offer()
-	p.Accept(f.RunID)
-	p.Event(f.RunID, runStarted(*f.ThreadID, f.RunID))
+	begin(p, f)
 	a.WaitStatus(f.RunID, run.Running)
 	inter := c.send(c.message("i-1", "also this", map[string]any{"contextId": target["contextId"]}),
 		map[string]any{"metadata": map[string]any{a2a.AddressedRunIDKey: f.RunID}, "configuration": map[string]any{"blocking": false}})
@@ -163,11 +161,9 @@ func TestInterjectionOnACancellingTask(t *testing.T) {
 	nonBlocking := map[string]any{"configuration": map[string]any{"blocking": false}}
 	target := c.send(c.message("t-1", "long job", nil), nonBlocking)
 	f := p.Offer()
-	p.Accept(f.RunID)
-	p.Event(f.RunID, runStarted(*f.ThreadID, f.RunID))
+	begin(p, f)
 	h.WaitStatus(f.RunID, run.Running)
-	c.ok("tasks/cancel", map[string]any{"id": f.RunID})
-	p.Expect(wire.TypeCancel, nil)
+	cancelHeard(c, p, f.RunID)
 	h.WaitStatus(f.RunID, run.Cancelling)
 	if got := c.ok("tasks/get", map[string]any{"id": f.RunID}); stateOf(got) != "working" {
 		t.Fatalf("the cancelling task reads %q", stateOf(got))
@@ -188,15 +184,12 @@ func TestInterjectionOnACancellingTask(t *testing.T) {
 // paused), the task ends up input-required, and its answer resumes it.
 func TestCancelRacingThePause(t *testing.T) {
 	h := nodetest.Start(t, nil)
-	p := h.Connect(0xe1, nil)
-	p.Register("echo")
-	c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+	p, c := echoAgent(t, h, nil)
 	for i := range 4 {
 		c.send(c.message(fmt.Sprintf("m-%d", i), "start", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
 		f := p.Offer()
 		id := f.RunID
-		p.Accept(id)
-		p.Event(id, runStarted(*f.ThreadID, id))
+		begin(p, f)
 		h.WaitStatus(id, run.Running)
 		answer := make(chan rpcResp, 1)
 		go func() { answer <- c.call("tasks/cancel", map[string]any{"id": id}) }()
@@ -243,16 +236,12 @@ func TestCancelRacingThePause(t *testing.T) {
 // cancel marker (nothing is being cancelled any more), carrying the ask.
 func TestStreamOfACancelledRunThatPauses(t *testing.T) {
 	h := nodetest.Start(t, nil)
-	p := h.Connect(0xe1, nil)
-	p.Register("echo")
-	c := newClient(t, startDoor(t, h, nil), p.Key, "echo", "")
+	p, c := echoAgent(t, h, nil)
 	s := c.stream(c.body("message/stream", map[string]any{"message": c.message("m1", "start", nil)}), nil)
 	f := p.Offer()
-	p.Accept(f.RunID)
-	p.Event(f.RunID, runStarted(*f.ThreadID, f.RunID))
+	begin(p, f)
 	h.WaitStatus(f.RunID, run.Running)
-	c.ok("tasks/cancel", map[string]any{"id": f.RunID})
-	p.Expect(wire.TypeCancel, nil)
+	cancelHeard(c, p, f.RunID)
 	pause(p, f)
 	items := normItems(t, "", s.rest())
 	last := items[len(items)-1]

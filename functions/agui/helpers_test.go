@@ -15,6 +15,7 @@ import (
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/wire"
 	"github.com/funduq/funduq-go/functions/agui"
 	"github.com/funduq/funduq-go/functions/door"
 	"github.com/funduq/funduq-go/internal/leaktest"
@@ -283,4 +284,23 @@ func doneThread(t *testing.T, h *nodetest.Harness, p *nodetest.Prov, url string)
 	s.rest()
 	h.WaitStatus(f.RunID, run.Completed)
 	return *f.ThreadID
+}
+
+// echoServed connects provider 0xe1 serving "echo" to h and starts an
+// AG-UI door in front of it.
+func echoServed(t *testing.T, h *nodetest.Harness) (*nodetest.Prov, *httptest.Server) {
+	t.Helper()
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	return p, startDoor(t, h, nil)
+}
+
+// takenRun opens a caller's stream of a new run of p's "echo" on a new
+// thread, and has p take the run it is offered.
+func takenRun(t *testing.T, p *nodetest.Prov, srv *httptest.Server) (*stream, wire.RunFrame) {
+	t.Helper()
+	s := openStream(t, "POST", aguiURL(srv, p.Key, "echo"), input("", "", ""), nil)
+	f := p.Offer()
+	p.Accept(f.RunID)
+	return s, f
 }

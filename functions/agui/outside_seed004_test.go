@@ -24,13 +24,9 @@ func TestOutsideOrphanedRunEndsItsOpenStreamWithARunError(t *testing.T) {
 	grace := func(c *config.Broker) { c.ProviderGrace = 30 * time.Second }
 	a := nodetest.Start(t, grace)
 	b := a.Peer("node-b")
-	p := a.Connect(0xe1, nil)
-	p.Register("echo")
-	srv := startDoor(t, a, nil)
-	s := openStream(t, "POST", aguiURL(srv, p.Key, "echo"), input("", "", ""), nil)
-	f := p.Offer()
-	p.Accept(f.RunID)
-	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
+	p, srv := echoServed(t, a)
+	s, f := takenRun(t, p, srv)
+	p.Event(f.RunID, runStartedFor(f))
 	if first, ok := s.nextEvent(); !ok || first.event(t)["type"] != "RUN_STARTED" {
 		t.Fatalf("stream opened with %+v", first)
 	}
@@ -66,13 +62,9 @@ func TestOutsideCancelledRunsOnTheAGUIStream(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := nodetest.Start(t, nil)
-			p := h.Connect(0xe1, nil)
-			p.Register("echo")
-			srv := startDoor(t, h, nil)
-			s := openStream(t, "POST", aguiURL(srv, p.Key, "echo"), input("", "", ""), nil)
-			f := p.Offer()
-			p.Accept(f.RunID)
-			p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
+			p, srv := echoServed(t, h)
+			s, f := takenRun(t, p, srv)
+			p.Event(f.RunID, runStartedFor(f))
 			if _, err := h.Store.RequestCancel(t.Context(), f.RunID, ""); err != nil {
 				t.Fatal(err)
 			}
@@ -115,12 +107,8 @@ func TestOutsideCancelledRunsOnTheAGUIStream(t *testing.T) {
 // nothing of it.
 func TestOutsideAGUIHasNoCancelEntryPoint(t *testing.T) {
 	h := nodetest.Start(t, nil)
-	p := h.Connect(0xe1, nil)
-	p.Register("echo")
-	srv := startDoor(t, h, nil)
-	s := openStream(t, "POST", aguiURL(srv, p.Key, "echo"), input("", "", ""), nil)
-	f := p.Offer()
-	p.Accept(f.RunID)
+	p, srv := echoServed(t, h)
+	s, f := takenRun(t, p, srv)
 	h.WaitStatus(f.RunID, run.Running)
 	for _, g := range []struct{ method, path string }{
 		{"POST", "/runs/" + f.RunID + "/cancel"},

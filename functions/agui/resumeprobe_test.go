@@ -39,9 +39,8 @@ func pauseOn(t *testing.T, h *nodetest.Harness, p *nodetest.Prov, s *stream, int
 func echoDoor(t *testing.T) (*nodetest.Harness, *nodetest.Prov, string) {
 	t.Helper()
 	h := nodetest.Start(t, nil)
-	p := h.Connect(0xe1, nil)
-	p.Register("echo")
-	return h, p, aguiURL(startDoor(t, h, nil), p.Key, "echo")
+	p, srv := echoServed(t, h)
+	return h, p, aguiURL(srv, p.Key, "echo")
 }
 
 // runStartedFor is the RUN_STARTED a provider sends for run frame f.
