@@ -303,7 +303,7 @@ func TestSeenNodes(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		console.Announce(actx, rdb, key, "alive", "http://alive", time.Minute, func() bool { return false })
+		console.Announce(actx, rdb, key, "alive", "http://alive", time.Minute, func() bool { return false }, nil)
 	}()
 	var seen []console.SeenJSON
 	deadline := time.Now().Add(20 * time.Second)

@@ -2,9 +2,13 @@ package console
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -282,6 +286,97 @@ type announcement struct {
 	Role         string `json:"role"`
 	At           int64  `json:"at"`    // unix milliseconds
 	TTLMS        int64  `json:"ttlMs"` // stale after At+TTLMS
+	// Instance is the announcing process's random token (IDWatch): two
+	// processes under one node id write different ones.
+	Instance string `json:"instance,omitempty"`
+}
+
+// swapScript writes a node's announcement and returns the one it replaced,
+// in one step: read apart from the write, another process's write landing
+// between the two would go unseen.
+var swapScript = redis.NewScript(`
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return old`)
+
+// IDWatch tells whether another live process announces under this node's
+// id (design.md §Deployment, "One node id per node"): two nodes given one
+// FUNDUQ_NODE_ID look like one to the lease, the leader row and the
+// console. Each process announces with a token of its own; an entry under
+// our id carrying another token is another process's. Only an entry
+// written after our own write counts: the one found before it may be our
+// previous process's, which a restart leaves behind until its TTL, and
+// that process is gone. Another live process rewrites its entry every
+// announcement, so it is read again after ours; the watch holds the
+// finding for a TTL after the last such read, so it does not flap when
+// two writes of ours fall between two of the other's.
+//
+// A duplicate is told (an ERROR, a counter, /readyz), never refused: a
+// node that stopped on a duplicate would stop behind its own previous
+// process's entry after a restart (we cannot tell that entry from a live
+// process's until it is rewritten), and stop both nodes of a real
+// duplicate, an outage an operator's copy-paste should not cause.
+type IDWatch struct {
+	instance   string
+	log        *slog.Logger
+	onConflict func()
+
+	mu       sync.Mutex
+	wrote    bool      // an announcement of ours has landed
+	otherAt  time.Time // another process's entry was last read then
+	otherURL string    // its advertise URL
+	flagged  bool      // the ERROR was logged and not cleared since
+	hold     time.Duration
+}
+
+// NewIDWatch makes a process's watch with a random instance token. It
+// logs on log and calls onConflict (a counter's Inc) once per duplicate
+// found, and again when the other process's advertise URL changes.
+func NewIDWatch(log *slog.Logger, onConflict func()) *IDWatch {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail (Go 1.24)
+	if onConflict == nil {
+		onConflict = func() {}
+	}
+	return &IDWatch{instance: hex.EncodeToString(b[:]), log: log, onConflict: onConflict}
+}
+
+// Duplicate reports whether another live process announced under this
+// node's id within the last TTL.
+func (w *IDWatch) Duplicate() bool {
+	if w == nil {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.flagged && time.Since(w.otherAt) < w.hold
+}
+
+// observe takes in the entry our write replaced (prev, "" for none);
+// landed is false when the write failed.
+func (w *IDWatch) observe(ctx context.Context, nodeID, advertiseURL string, ttl time.Duration, prev string, landed bool) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.hold = ttl
+	var a announcement
+	now := time.Now()
+	if landed && w.wrote && prev != "" && json.Unmarshal([]byte(prev), &a) == nil &&
+		a.Instance != "" && a.Instance != w.instance && now.UnixMilli() <= a.At+a.TTLMS {
+		w.otherAt = now
+		if !w.flagged || a.AdvertiseURL != w.otherURL {
+			w.log.ErrorContext(ctx, "another live process announces under this node id: give each node its own FUNDUQ_NODE_ID",
+				"node_id", nodeID, "advertise", advertiseURL, "other_advertise", a.AdvertiseURL)
+			w.onConflict()
+		}
+		w.flagged, w.otherURL = true, a.AdvertiseURL
+	} else if w.flagged && now.Sub(w.otherAt) >= ttl {
+		w.flagged = false
+		w.log.InfoContext(ctx, "no other process announces under this node id now", "node_id", nodeID)
+	}
+	w.wrote = w.wrote || landed
 }
 
 // Announce records, every ttl/3 until ctx ends, that this node is alive
@@ -289,21 +384,30 @@ type announcement struct {
 // reading it never scans the keyspace); a change of role is written within
 // a quarter second. It removes its field when ctx ends; a node that dies
 // goes stale after ttl and the next reader drops it. The console lists
-// these as the nodes seen.
+// these as the nodes seen. Each write also reads the entry it replaces,
+// for w (nil: no watch) to tell another process under nodeID.
 func Announce(ctx context.Context, rdb redis.UniversalClient, key, nodeID, advertiseURL string, ttl time.Duration,
-	leading func() bool) {
+	leading func() bool, w *IDWatch) {
 	role := func() string {
 		if leading() {
 			return "leader"
 		}
 		return "standby"
 	}
+	instance := ""
+	if w != nil {
+		instance = w.instance
+	}
 	write := func(r string) {
 		b, _ := json.Marshal(announcement{NodeID: nodeID, AdvertiseURL: advertiseURL, Role: r, At: time.Now().UnixMilli(),
-			TTLMS: ttl.Milliseconds()})
+			TTLMS: ttl.Milliseconds(), Instance: instance})
 		wctx, cancel := context.WithTimeout(ctx, max(ttl/3, time.Second))
-		_ = rdb.HSet(wctx, key, nodeID, b).Err()
+		prev, err := swapScript.Run(wctx, rdb, []string{key}, nodeID, b).Text()
 		cancel()
+		if errors.Is(err, redis.Nil) {
+			err = nil
+		}
+		w.observe(ctx, nodeID, advertiseURL, ttl, prev, err == nil)
 	}
 	every := max(ttl/3, 10*time.Millisecond)
 	check := time.NewTicker(min(every, 250*time.Millisecond))

@@ -58,6 +58,8 @@ type Node struct {
 	// published is the leader's published identity key as this node last
 	// read it (POST /tickets, /readyz).
 	published *publishedKey
+	// idWatch tells another live process under this node's id (/readyz).
+	idWatch *console.IDWatch
 	// IntakePoll overrides the intake safety poll (tests).
 	IntakePoll time.Duration
 
@@ -191,6 +193,12 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 	takeoverRefused := prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_tickets_refused_takeover_total",
 		Help: "POST /tickets refused by a node that is not the leader while the lease's holder is not the leader row's (a takeover under way)."})
 	reg.MustRegister(takeoverRefused)
+	// Two processes under one FUNDUQ_NODE_ID (design.md §Deployment, "One
+	// node id per node"): told on /metrics, /readyz and in the log.
+	idConflicts := prometheus.NewCounter(prometheus.CounterOpts{Name: "funduq_node_id_conflicts_total",
+		Help: "Times another live process was found announcing under this node's FUNDUQ_NODE_ID (once per finding, not per announcement)."})
+	reg.MustRegister(idConflicts)
+	n.idWatch = console.NewIDWatch(log, idConflicts.Inc)
 	n.published = &publishedKey{st: st, mine: signer.PublicKeyHex(), log: log, refused: takeoverRefused,
 		leading: func() bool { leading, _ := b.Leading(); return leading },
 		holderNow: func(ctx context.Context) (string, error) {
@@ -256,7 +264,10 @@ const readyProbeTimeout = 2 * time.Second
 // another key at its next health check. It also reads the lease and says
 // whether a takeover is under way ("takeover": "under_way" while the
 // lease's holder is not the row's, "none", or "unknown" when a store could
-// not be read; §Deployment, "A takeover under way").
+// not be read; §Deployment, "A takeover under way"). On every node it
+// says whether another live process announces under its node id
+// ("node_id": "duplicate", else "unique"; §Deployment, "One node id per
+// node"), which does not change the status.
 //
 // Each store is probed under a deadline of its own, both at once: under one
 // shared deadline a hung store spent it all, and the other store's probe
@@ -283,7 +294,10 @@ func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
 	})
 	wg.Wait()
 	body := map[string]any{"node": n.cfg.NodeID, "epoch": epoch, "role": "standby", "database": "ok", "redis": "ok",
-		"takeover": "unknown"}
+		"takeover": "unknown", "node_id": "unique"}
+	if n.idWatch.Duplicate() {
+		body["node_id"] = "duplicate"
+	}
 	if leading {
 		body["role"] = "leader"
 		body["leader"] = n.cfg.AdvertiseURL
@@ -378,7 +392,7 @@ func (n *Node) Run(ctx context.Context, ln net.Listener) error {
 	go func() {
 		defer wg.Done()
 		console.Announce(ctx, n.rdb, NodesKey(n.prefix), n.cfg.NodeID, n.cfg.AdvertiseURL, n.cfg.LeaseTTL,
-			func() bool { leading, _ := n.Broker.Leading(); return leading })
+			func() bool { leading, _ := n.Broker.Leading(); return leading }, n.idWatch)
 	}()
 	n.log.Info("broker node serving", "addr", ln.Addr().String(), "advertise", n.cfg.AdvertiseURL, "funduq_key", n.signer.PublicKeyHex())
 	n.notifyReady(ctx, &wg)
