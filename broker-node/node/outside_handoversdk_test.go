@@ -44,13 +44,10 @@ func TestOutsideSDKProviderThroughAGracefulHandover(t *testing.T) {
 				Backoff: provider.Backoff{Min: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 				Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 				Agents: []provider.Agent{{Name: "echo", Handler: func(ctx context.Context, r *provider.Run) error {
-					if err := r.Emit(ctx, map[string]any{"type": "RUN_STARTED", "threadId": r.ThreadID, "runId": r.ID}); err != nil {
+					if err := sdkStart(ctx, r); err != nil {
 						return err
 					}
-					if err := r.EmitText(ctx, "m1", "hello"); err != nil {
-						return err
-					}
-					return r.Emit(ctx, map[string]any{"type": "RUN_FINISHED", "threadId": r.ThreadID, "runId": r.ID})
+					return sdkReply(ctx, r, "hello")
 				}}},
 			})
 			if err != nil {

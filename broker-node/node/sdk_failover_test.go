@@ -34,15 +34,12 @@ func TestSDKRunSurvivesFailover(t *testing.T) {
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Agents: []provider.Agent{{Name: "slow", Handler: func(ctx context.Context, r *provider.Run) error {
 			starts.Add(1)
-			if err := r.Emit(ctx, map[string]any{"type": "RUN_STARTED", "threadId": r.ThreadID, "runId": r.ID}); err != nil {
+			if err := sdkStart(ctx, r); err != nil {
 				return err
 			}
 			started <- r.ID
 			<-release // quiet: nothing to resend when the link drops
-			if err := r.EmitText(ctx, "m1", "done"); err != nil {
-				return err
-			}
-			return r.Emit(ctx, map[string]any{"type": "RUN_FINISHED", "threadId": r.ThreadID, "runId": r.ID})
+			return sdkReply(ctx, r, "done")
 		}}},
 	})
 	if err != nil {

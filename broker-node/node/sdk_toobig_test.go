@@ -28,12 +28,6 @@ func TestSDKEventThatClosesTheLinkIsNotResent(t *testing.T) {
 		c.LinkGrace = 5 * time.Second // the SDK reconnects within it, its runs held
 	})
 	signer, _ := identity.NewSignerFromSeedHex(nodetest.SeedHex(0xe9))
-	start := func(ctx context.Context, r *provider.Run) error {
-		return r.Emit(ctx, map[string]any{"type": "RUN_STARTED", "threadId": r.ThreadID, "runId": r.ID})
-	}
-	finish := func(ctx context.Context, r *provider.Run) error {
-		return r.Emit(ctx, map[string]any{"type": "RUN_FINISHED", "threadId": r.ThreadID, "runId": r.ID})
-	}
 	slowStarted := make(chan struct{})
 	releaseSlow := make(chan struct{})
 	cause := make(chan error, 1)
@@ -43,18 +37,15 @@ func TestSDKEventThatClosesTheLinkIsNotResent(t *testing.T) {
 		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Agents: []provider.Agent{
 			{Name: "slow", Handler: func(ctx context.Context, r *provider.Run) error {
-				if err := start(ctx, r); err != nil {
+				if err := sdkStart(ctx, r); err != nil {
 					return err
 				}
 				close(slowStarted)
 				<-releaseSlow
-				if err := r.EmitText(ctx, "m1", "done"); err != nil {
-					return err
-				}
-				return finish(ctx, r)
+				return sdkReply(ctx, r, "done")
 			}},
 			{Name: "huge", Handler: func(ctx context.Context, r *provider.Run) error {
-				if err := start(ctx, r); err != nil {
+				if err := sdkStart(ctx, r); err != nil {
 					return err
 				}
 				// 128 KiB: over 16 × 4096, so funduq closes the link.
@@ -63,7 +54,7 @@ func TestSDKEventThatClosesTheLinkIsNotResent(t *testing.T) {
 				}
 				<-ctx.Done()
 				cause <- context.Cause(ctx)
-				return finish(ctx, r)
+				return r.Emit(ctx, map[string]any{"type": "RUN_FINISHED", "threadId": r.ThreadID, "runId": r.ID})
 			}},
 		},
 	})

@@ -85,3 +85,16 @@ func requestHandover(t *testing.T, h *nodetest.Harness) *redis.Client {
 	}
 	return rdb
 }
+
+// sdkStart emits the run's RUN_STARTED from an SDK handler.
+func sdkStart(ctx context.Context, r *provider.Run) error {
+	return r.Emit(ctx, map[string]any{"type": "RUN_STARTED", "threadId": r.ThreadID, "runId": r.ID})
+}
+
+// sdkReply ends an SDK handler's run: one text message, then RUN_FINISHED.
+func sdkReply(ctx context.Context, r *provider.Run, text string) error {
+	if err := r.EmitText(ctx, "m1", text); err != nil {
+		return err
+	}
+	return r.Emit(ctx, map[string]any{"type": "RUN_FINISHED", "threadId": r.ThreadID, "runId": r.ID})
+}
