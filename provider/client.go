@@ -303,7 +303,7 @@ func New(cfg Config) (*Client, error) {
 	if c.log == nil {
 		c.log = slog.Default()
 	}
-	c.log = c.log.With("provider", cfg.Signer.PublicKeyHex())
+	c.log = c.log.With("provider_key", cfg.Signer.PublicKeyHex())
 	if c.httpClient == nil {
 		c.ownTransport = http.DefaultTransport.(*http.Transport).Clone()
 		c.httpClient = &http.Client{Timeout: handshakeTimeout, Transport: c.ownTransport}
@@ -431,7 +431,7 @@ func (c *Client) Run(ctx context.Context) error {
 			attempt++
 			followed = false
 		}
-		attrs := []any{"err", err, "retryIn", delay, "url", base.String()}
+		attrs := []any{"err", err, "retry_in", delay, "url", base.String()}
 		if redirect != nil {
 			attrs = append(attrs, "next", redirect.String())
 		}

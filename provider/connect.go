@@ -300,7 +300,7 @@ func (c *Client) handshake(conn *websocket.Conn, tr wire.TicketResponse, fk ed25
 		}
 		// The expected answer to a paused round funduq has (its run
 		// reopened or ended since): it is not resent again.
-		c.log.Debug("funduq refused a resent paused round; ignored", "runId", e.RunID, "message", e.Message)
+		c.log.Debug("funduq refused a resent paused round; ignored", "run_id", e.RunID, "message", e.Message)
 		refused[e.RunID] = true
 	}
 	switch typ {

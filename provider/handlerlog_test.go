@@ -32,7 +32,7 @@ func TestHandlerPanicIsLoggedAsAnErrorWithItsStack(t *testing.T) {
 		t.Fatalf("event %v, want the panic's RUN_ERROR", ev)
 	}
 	p.expectFinish(t, "r-1") // logged before the finish was queued
-	rec := runRecord(&logs, "r-1", "panic")
+	rec := runRecord(t, &logs, "r-1", "panic")
 	if rec == nil {
 		t.Fatalf("no log record names the run's panic: %s", logs.String())
 	}
@@ -59,19 +59,34 @@ func TestHandlerReturningWithoutAnEndIsLogged(t *testing.T) {
 	p.expectAck(t, "r-1")
 	p.expectEvent(t, "r-1", 1)
 	p.expectFinish(t, "r-1") // logged before the finish was queued
-	rec := runRecord(&logs, "r-1", "provider_stream_ended_without_finishing")
+	rec := runRecord(t, &logs, "r-1", "provider_stream_ended_without_finishing")
 	if rec == nil || rec["level"] != "WARN" {
 		t.Fatalf("the run's end without RUN_FINISHED was logged as %v, want a warning naming provider_stream_ended_without_finishing; log: %s", rec, logs.String())
 	}
 }
 
 // runRecord is the first log record naming runID whose message contains
-// sub, or nil.
-func runRecord(logs *syncbuf.Buffer, runID, sub string) map[string]any {
+// sub, or nil. A record about a run names it, its thread and the provider
+// with the words the broker's logs use (run_id, thread_id, provider_key), so
+// one query finds a run on both sides; a record that names the run
+// otherwise fails the test.
+func runRecord(t *testing.T, logs *syncbuf.Buffer, runID, sub string) map[string]any {
+	t.Helper()
 	for _, rec := range logs.Records() {
-		if msg, _ := rec["msg"].(string); rec["runId"] == runID && strings.Contains(msg, sub) {
-			return rec
+		msg, _ := rec["msg"].(string)
+		if !strings.Contains(msg, sub) {
+			continue
 		}
+		if rec["runId"] != nil {
+			t.Fatalf("record %v names its run as runId, want run_id as the broker logs it", rec)
+		}
+		if rec["run_id"] != runID {
+			continue
+		}
+		if rec["thread_id"] == nil || rec["provider_key"] == nil {
+			t.Fatalf("record %v does not name its thread_id and provider_key", rec)
+		}
+		return rec
 	}
 	return nil
 }

@@ -362,7 +362,7 @@ func (c *Client) endHeldRuns() bool {
 		if rs.done {
 			continue
 		}
-		c.log.Warn("provider shutdown: ending a run whose handler did not return", "runId", rs.run.ID, "agent", rs.run.AgentName, "after", drainTimeout)
+		c.log.Warn("provider shutdown: ending a run whose handler did not return", "run_id", rs.run.ID, "thread_id", rs.run.ThreadID, "agent", rs.run.AgentName, "after", drainTimeout)
 		msg := shutdownMessage
 		if !rs.started {
 			c.dropFromThreadQueueLocked(rs)
@@ -415,7 +415,7 @@ func (c *Client) readLoop(l *link) {
 			return
 		}
 		if mt != websocket.TextMessage {
-			c.log.Warn("funduq sent a non-text frame; ignored", "messageType", mt)
+			c.log.Warn("funduq sent a non-text frame; ignored", "message_type", mt)
 			continue
 		}
 		c.handleFrame(l, raw)
@@ -486,7 +486,7 @@ func (c *Client) handleError(l *link, raw []byte) {
 	}
 	attrs := []any{"message", e.Message}
 	if e.RunID != "" {
-		attrs = append(attrs, "runId", e.RunID)
+		attrs = append(attrs, "run_id", e.RunID)
 	}
 	if e.Name != "" {
 		attrs = append(attrs, "name", e.Name)
@@ -683,7 +683,7 @@ func (c *Client) endOversizedRun() {
 		return
 	}
 	c.log.Error("funduq closed the link over an event too large to read; ending its run with a RUN_ERROR in its place",
-		"runId", big.run.ID, "agent", big.run.AgentName, "seq", ev.Seq, "bytes", size)
+		"run_id", big.run.ID, "thread_id", big.run.ThreadID, "agent", big.run.AgentName, "seq", ev.Seq, "bytes", size)
 	msg, _ := json.Marshal(map[string]string{"type": "RUN_ERROR",
 		"message": fmt.Sprintf("the agent emitted an event of %d bytes, more than funduq reads", size)})
 	frame := eventFrame(big.qid, ev.Seq, msg)

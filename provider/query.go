@@ -92,7 +92,7 @@ func (c *Client) handleQueryResult(l *link, raw []byte) {
 	delete(l.queries, res.QueryID)
 	c.mu.Unlock()
 	if ch == nil {
-		c.log.Info("queryResult for no pending query", "queryId", res.QueryID)
+		c.log.Info("queryResult for no pending query", "query_id", res.QueryID)
 		return
 	}
 	ch <- res // buffered for exactly this answer

@@ -100,7 +100,7 @@ func (c *Client) handleRun(l *link, raw []byte) {
 			return
 		}
 		reason := "frame does not validate as a DeliveredRun: " + err.Error()
-		c.log.Warn("refusing run", "runId", runID, "reason", reason)
+		c.log.Warn("refusing run", "run_id", runID, "reason", reason)
 		c.ackLocked(l, runID, false, reason)
 		return
 	}
@@ -109,7 +109,7 @@ func (c *Client) handleRun(l *link, raw []byte) {
 		// Offered again (e.g. by a broker that took over while the answer
 		// was in flight): it is already ours, so the answer is the same,
 		// with what it reported so far in case that was lost.
-		c.log.Info("run offered again; already accepted", "runId", d.RunID)
+		c.log.Info("run offered again; already accepted", "run_id", d.RunID, "thread_id", d.ThreadID)
 		c.resendLocked(l, rs)
 		return
 	}
@@ -119,7 +119,7 @@ func (c *Client) handleRun(l *link, raw []byte) {
 			// Finished here, but the broker never recorded the claim (it
 			// died first): the run is ours and its report is complete, so
 			// it is accepted and reported again, not handled twice.
-			c.log.Info("finished run offered again; resending its report", "runId", d.RunID, "frames", len(rs.log))
+			c.log.Info("finished run offered again; resending its report", "run_id", d.RunID, "thread_id", d.ThreadID, "frames", len(rs.log))
 			c.resendLocked(l, rs)
 			return
 		}
@@ -133,7 +133,7 @@ func (c *Client) handleRun(l *link, raw []byte) {
 		// §Counters files under refused. A bare decline would leave the run
 		// re-offered and count misdeclared.
 		reason := fmt.Sprintf("agent %q is not served by this provider", d.AgentName)
-		c.log.Warn("refusing run for an agent this client does not serve", "runId", d.RunID, "agent", d.AgentName)
+		c.log.Warn("refusing run for an agent this client does not serve", "run_id", d.RunID, "thread_id", d.ThreadID, "agent", d.AgentName)
 		c.ackLocked(l, d.RunID, false, reason)
 		return
 	}
@@ -145,12 +145,12 @@ func (c *Client) handleRun(l *link, raw []byte) {
 		// (design.md §Counters), and the run waits for the next process
 		// serving it; a refusal would fail the caller's run for good.
 		c.startLeavingLocked(l)
-		c.log.Info("declining run: shutting down", "runId", d.RunID, "agent", d.AgentName)
+		c.log.Info("declining run: shutting down", "run_id", d.RunID, "thread_id", d.ThreadID, "agent", d.AgentName)
 		c.ackLocked(l, d.RunID, false, "")
 		return
 	}
 	if c.maxRuns > 0 && c.inFlight >= c.maxRuns {
-		c.log.Info("declining run: full", "runId", d.RunID, "inFlight", c.inFlight, "max", c.maxRuns)
+		c.log.Info("declining run: full", "run_id", d.RunID, "thread_id", d.ThreadID, "in_flight", c.inFlight, "max", c.maxRuns)
 		c.ackLocked(l, d.RunID, false, "")
 		return
 	}
@@ -311,10 +311,10 @@ func (c *Client) handleCancel(runID string) {
 	defer c.mu.Unlock()
 	rs := c.runs[runID]
 	if rs == nil || rs.done {
-		c.log.Info("cancel for a run this client is not running", "runId", runID)
+		c.log.Info("cancel for a run this client is not running", "run_id", runID)
 		return
 	}
-	c.log.Info("funduq asked to cancel run", "runId", runID)
+	c.log.Info("funduq asked to cancel run", "run_id", runID)
 	rs.cancel(ErrCancelRequested)
 	if !rs.started {
 		c.dropFromThreadQueueLocked(rs)
@@ -346,15 +346,15 @@ func (c *Client) execute(rs *runState, h Handler) {
 	case errors.As(err, &pe):
 		// A bug in the agent: an error with the stack, which is all that
 		// leads its author to the line (the caller sees only the value).
-		c.log.Error("handler panicked", "runId", rs.run.ID, "agent", rs.run.AgentName, "panic", fmt.Sprint(pe.value), "stack", string(pe.stack))
+		c.log.Error("handler panicked", "run_id", rs.run.ID, "thread_id", rs.run.ThreadID, "agent", rs.run.AgentName, "panic", fmt.Sprint(pe.value), "stack", string(pe.stack))
 	case err != nil:
-		c.log.Info("handler returned an error", "runId", rs.run.ID, "err", err)
+		c.log.Info("handler returned an error", "run_id", rs.run.ID, "thread_id", rs.run.ThreadID, "err", err)
 	case !rs.terminal && !rs.done:
 		// Nothing says how the run ended, so funduq fails it
 		// (design.md §The status machine, step 4); say so where the
 		// author looks, not only to the caller.
 		c.log.Warn("handler returned without emitting RUN_FINISHED or RUN_ERROR: funduq fails the run provider_stream_ended_without_finishing",
-			"runId", rs.run.ID, "agent", rs.run.AgentName)
+			"run_id", rs.run.ID, "thread_id", rs.run.ThreadID, "agent", rs.run.AgentName)
 	}
 	if err != nil && !rs.terminal && !rs.done {
 		ev, _ := json.Marshal(map[string]string{"type": "RUN_ERROR", "message": err.Error()})
