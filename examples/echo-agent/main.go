@@ -143,8 +143,8 @@ func run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 	}
 	fingerprint := identity.Fingerprint(signer.PublicKey())
 	fmt.Fprintf(stdout, "public key:  %s\nfingerprint: %s\n", signer.PublicKeyHex(), fingerprint)
-	logger.Info("echo-agent identity", "publicKey", signer.PublicKeyHex(), "fingerprint", fingerprint,
-		"keyFile", s.KeyFile, "created", created)
+	logger.Info("echo-agent identity", "provider_key", signer.PublicKeyHex(), "fingerprint", fingerprint,
+		"key_file", s.KeyFile, "created", created)
 
 	client, err := provider.New(provider.Config{
 		BaseURL:           s.BrokerURL,
