@@ -22,12 +22,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/identity"
 )
 
@@ -63,16 +66,32 @@ type Config struct {
 	Leeway time.Duration `env:"FUNDUQ_AUTH_JWT_LEEWAY" envDefault:"60s"`
 }
 
-// Check refuses an incomplete configuration.
+// ParseConfig reads the authorizer's settings from environ (its Lambda
+// hands in os.Environ) and checks them: every error names the variable
+// (core/config.ParseInto), so a cold start with a bad setting stops with one
+// line saying which.
+func ParseConfig(environ map[string]string) (Config, error) {
+	var c Config
+	if err := config.ParseInto(&c, environ); err != nil {
+		return Config{}, err
+	}
+	return c, c.Check()
+}
+
+// Check refuses an incomplete or unsafe configuration, naming the
+// variable.
 func (c Config) Check() error {
+	if c.Leeway < 0 {
+		return fmt.Errorf("authorizer: FUNDUQ_AUTH_JWT_LEEWAY %s is negative (it widens a token's time claims; 0 for none)", c.Leeway)
+	}
 	if c.JWKSURL == "" {
 		if c.Issuer != "" || c.Audience != "" {
 			return errors.New("authorizer: FUNDUQ_AUTH_JWT_ISSUER/AUDIENCE need FUNDUQ_AUTH_JWKS_URL")
 		}
 		return nil
 	}
-	if !strings.HasPrefix(c.JWKSURL, "https://") && !strings.HasPrefix(c.JWKSURL, "http://") {
-		return fmt.Errorf("authorizer: FUNDUQ_AUTH_JWKS_URL %q is not an http(s) URL", c.JWKSURL)
+	if err := checkJWKSURL(c.JWKSURL); err != nil {
+		return err
 	}
 	if c.Issuer == "" || c.Audience == "" {
 		return errors.New("authorizer: with FUNDUQ_AUTH_JWKS_URL, set FUNDUQ_AUTH_JWT_ISSUER and FUNDUQ_AUTH_JWT_AUDIENCE")
@@ -81,6 +100,30 @@ func (c Config) Check() error {
 		return errors.New("authorizer: FUNDUQ_AUTH_JWT_KEY_CLAIM is empty")
 	}
 	return nil
+}
+
+// checkJWKSURL takes an https URL with a host, or http to this machine (a
+// test's or a sidecar's key set). The key set decides whose tokens verify:
+// fetched in clear across the internet (the authorizer is outside the
+// VPC), anyone on the path could hand it keys of their own and mint a
+// token for any caller key (docs/design.md §Deployment).
+func checkJWKSURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || u.Hostname() == "" || (u.Scheme != "https" && u.Scheme != "http") {
+		return fmt.Errorf("authorizer: FUNDUQ_AUTH_JWKS_URL %q is not an https URL with a host", raw)
+	}
+	if u.Scheme == "http" && !loopback(u.Hostname()) {
+		return fmt.Errorf("authorizer: FUNDUQ_AUTH_JWKS_URL %q is plain http: use https (http only to this machine)", raw)
+	}
+	return nil
+}
+
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Authorizer decides one request.

@@ -9,13 +9,13 @@ import (
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/caarlos0/env/v11"
 
+	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/functions/authorizer"
 )
 
 func newAuthorizer(environ []string) (*authorizer.Authorizer, *slog.Logger, error) {
-	cfg, err := env.ParseAsWithOptions[authorizer.Config](env.Options{Environment: env.ToMap(environ)})
+	cfg, err := authorizer.ParseConfig(config.FromList(environ))
 	if err != nil {
 		return nil, nil, err
 	}
