@@ -325,9 +325,18 @@ func (v *JWTVerifier) Verify(ctx context.Context, tok string) (*Token, error) {
 	return &Token{Alg: p.header.Alg, Kid: p.header.Kid, Claims: p.claims}, nil
 }
 
+// NumericDate bounds: years 1 to 9999. Outside them int64(f) is left to
+// the CPU (amd64 wraps a large value to the far past, arm64 saturates it
+// to the far future), so one token would get different answers on the
+// test machine and on the Lambdas' arm64; it is refused instead.
+const (
+	minNumericDate = -62135596800 // 0001-01-01T00:00:00Z
+	maxNumericDate = 253402300799 // 9999-12-31T23:59:59Z
+)
+
 func numericDate(raw json.RawMessage) (time.Time, bool) {
 	var f float64
-	if json.Unmarshal(raw, &f) != nil {
+	if json.Unmarshal(raw, &f) != nil || f < minNumericDate || f > maxNumericDate {
 		return time.Time{}, false
 	}
 	return time.Unix(int64(f), 0), true
