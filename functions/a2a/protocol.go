@@ -160,6 +160,7 @@ const (
 	CodeInvalidResolution  = -32045 // an answer on a bound thread without a valid resolution proof
 	CodeKeyReused          = -32046 // an Idempotency-Key or messageId already used for another request (HTTP 422)
 	CodeMisconfigured      = -32047 // this door's identity key is not the broker's: a task with an actor chain is refused (HTTP 503)
+	CodeStreamEnded        = -32048 // a stream's time is up before its task settled: the last item, saying how to resume
 )
 
 // RPCError is a JSON-RPC error object.

@@ -141,6 +141,10 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 	budget := func() {
 		out.comment(fmt.Sprintf("stream budget reached: resume with %s (id %s) and %s: %d",
 			methodName(v, OpSubscribe), taskID, LastEventIDHeader, t.After))
+		// A2A clients skip comments: a stream that just closes is read as
+		// the task's end, with the task still working. Its last item says
+		// it is not (design.md §The doors, "A stream's time is up").
+		out.fail(streamEnded(v, taskID, t.After))
 	}
 	switch t.Run(ctx, end) {
 	case door.TailGone:
@@ -225,4 +229,15 @@ func methodName(v Version, op Op) string {
 		}
 	}
 	return ""
+}
+
+// streamEnded is a stream's last item when its time is up (its budget, or
+// the Lambda deadline less the margin) before its task settled: the task
+// goes on, and data names it and the Last-Event-ID to resume from with
+// tasks/resubscribe (SubscribeToTask on 1.0).
+func streamEnded(v Version, taskID string, after int) *RPCError {
+	method := methodName(v, OpSubscribe)
+	return &RPCError{Code: CodeStreamEnded,
+		Message: fmt.Sprintf("this stream's time is up; task %s goes on: resume with %s and %s: %d", taskID, method, LastEventIDHeader, after),
+		Data:    map[string]any{"reason": "stream_ended", "taskId": taskID, "lastEventId": strconv.Itoa(after), "resume": method}}
 }
