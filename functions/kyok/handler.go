@@ -67,6 +67,11 @@ type Options struct {
 	MaxCollapsed int
 	// StreamMaxLen caps the shared request stream (approximately, 10000).
 	StreamMaxLen int64
+	// DeadlineMargin is how long before the request's deadline (Lambda's)
+	// a call still waiting for its answer ends with a typed failure, so
+	// that failure goes out before the function is killed
+	// (door.DefaultDeadlineMargin).
+	DeadlineMargin time.Duration
 }
 
 // Handler is the KYOK door.
@@ -91,6 +96,9 @@ func New(o Options) (*Handler, error) {
 	}
 	if o.GapTimeout <= 0 {
 		o.GapTimeout = 125 * time.Second
+	}
+	if o.DeadlineMargin <= 0 {
+		o.DeadlineMargin = door.DefaultDeadlineMargin
 	}
 	if o.MaxBody <= 0 {
 		o.MaxBody = 8 << 20

@@ -26,6 +26,7 @@ type tail struct {
 	silence time.Duration // how long nothing at all may be heard once alive
 	heard   time.Time     // when the relay was last heard
 	ended   bool          // next has returned the answer's last reply
+	end     time.Time     // when the call must end (zero: no deadline)
 }
 
 var (
@@ -41,6 +42,29 @@ var (
 	// never the LLM provider's (design.md §Failure).
 	errStorage = errors.New("funduq cannot reach its storage")
 )
+
+// errDeadline: the request's own time (a Lambda invocation's, less the
+// margin) ran out before the answer ended.
+var errDeadline = errors.New("the completion did not end within this door's time for one call (its function's limit, less a margin); retry, or ask for a shorter answer")
+
+// deadlineReached is the refusal of a call whose time ran out before its
+// answer began (or, not streamed, ended): 504, the door's own limit.
+func deadlineReached() *apiError {
+	return &apiError{Status: http.StatusGatewayTimeout, Code: "deadline_reached", Message: errDeadline.Error(), Err: errDeadline}
+}
+
+// within is the wait for the next reply: d, or what is left before the
+// call's end (zero or less once it has passed: next then returns what
+// is pending, or errSilent).
+func (t *tail) within(d time.Duration) time.Duration {
+	if t.end.IsZero() {
+		return d
+	}
+	return min(d, time.Until(t.end))
+}
+
+// timeUp reports that the call's end has passed.
+func (t *tail) timeUp() bool { return !t.end.IsZero() && !time.Now().Before(t.end) }
 
 // next returns the next reply, waiting at most wait. Keep-alives are not
 // replies: they only prove the relay still holds the completion; once it
@@ -120,6 +144,13 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 		return
 	}
 	t := &tail{rdb: h.o.Redis, key: c.req.ReplyKey, last: "0-0"}
+	// The answer must end before the request's deadline (a Lambda
+	// invocation's) less the margin, or the function is killed mid-answer
+	// and the agent's stream is cut with neither [DONE] nor an error: a
+	// truncated answer taken for a whole one. Past it the call ends with
+	// a typed failure (timeUp), as a relay lost mid-completion does.
+	end := door.StreamEnd(ctx, 0, h.o.DeadlineMargin)
+	t.end = end
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
@@ -128,7 +159,7 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 		// call is over nobody needs it (the relay takes a request up once, or
 		// never), so it does not wait for MAXLEN to trim it.
 		_ = h.o.Redis.XDel(cctx, stream, entry).Err()
-		if ctx.Err() != nil && !t.ended {
+		if (ctx.Err() != nil || t.timeUp()) && !t.ended {
 			// The caller left before the answer ended: the relay must not
 			// count what nobody read (design.md §Counters).
 			_ = h.o.Redis.Set(cctx, kyok.GoneKey(h.o.Prefix, c.req.RequestID), 1, kyok.GoneTTL).Err()
@@ -166,9 +197,11 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 	t.alive, t.silence = true, h.o.RelaySilence
 
 	// Wait for the first answer before committing to a status.
-	rep, err := t.next(ctx, h.o.GapTimeout)
+	rep, err := t.next(ctx, t.within(h.o.GapTimeout))
 	if err != nil {
-		if ctx.Err() == nil {
+		if errors.Is(err, errSilent) && t.timeUp() {
+			h.writeError(w, r, deadlineReached())
+		} else if ctx.Err() == nil {
 			h.writeError(w, r, unanswered(err, "the LLM provider did not answer"))
 		} else {
 			door.LogCallerGone(log, r, err)
@@ -196,9 +229,11 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 			}
 			chunks = append(chunks, rep.Data)
 		}
-		rep, err = t.next(ctx, h.o.GapTimeout)
+		rep, err = t.next(ctx, t.within(h.o.GapTimeout))
 		if err != nil {
-			if ctx.Err() == nil {
+			if errors.Is(err, errSilent) && t.timeUp() {
+				h.writeError(w, r, deadlineReached())
+			} else if ctx.Err() == nil {
 				h.writeError(w, r, unanswered(err, "the LLM provider went silent mid-completion"))
 			} else {
 				door.LogCallerGone(log, r, err)
@@ -289,11 +324,13 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, t *tail, rep ky
 			return
 		}
 		var err error
-		rep, err = t.next(ctx, h.o.GapTimeout)
+		rep, err = t.next(ctx, t.within(h.o.GapTimeout))
 		if err != nil {
 			if ctx.Err() == nil {
 				msg := "the LLM provider went silent mid-completion"
 				switch {
+				case errors.Is(err, errSilent) && t.timeUp():
+					msg = errDeadline.Error()
 				case errors.Is(err, errStorage):
 					msg = errStorage.Error() + " mid-completion; retry the call"
 				case errors.Is(err, errRelayLost):
