@@ -182,7 +182,8 @@ func (k publicKey) verify(alg string, input, sig []byte) bool {
 
 // JWKS is a key set fetched from a URL and cached: read at first use,
 // again after TTL, and at most once per MinRefresh when a token names a
-// key id the cached set lacks (the issuer rotated its keys).
+// key id the cached set lacks (the issuer rotated its keys) or after a
+// fetch failed while keys were held (they go on verifying meanwhile).
 type JWKS struct {
 	URL        string
 	Client     *http.Client
@@ -193,6 +194,7 @@ type JWKS struct {
 	mu      sync.Mutex
 	keys    map[string][]publicKey // by kid ("" holds every key)
 	fetched time.Time
+	failed  time.Time // the last fetch that failed while keys were held (zero: none since)
 }
 
 func (s *JWKS) now() time.Time {
@@ -217,13 +219,23 @@ func (s *JWKS) keysFor(ctx context.Context, kid string) ([]publicKey, error) {
 	}
 	stale := s.keys == nil || now.Sub(s.fetched) >= ttl
 	_, known := s.keys[kid]
-	if stale || (!known && now.Sub(s.fetched) >= minRefresh) {
+	due := stale || (!known && now.Sub(s.fetched) >= minRefresh)
+	// With keys in hand, a failed fetch is tried again a MinRefresh later,
+	// not by every call: each would wait for its own failing fetch (up to
+	// the client's timeout on a hung provider) for as long as the outage
+	// lasts, while the keys held still verify.
+	if due && s.keys != nil && !s.failed.IsZero() && now.Sub(s.failed) < minRefresh {
+		due = false
+	}
+	if due {
 		keys, err := s.fetch(ctx)
-		if err != nil && s.keys == nil {
+		switch {
+		case err != nil && s.keys == nil:
 			return nil, err
-		}
-		if err == nil {
-			s.keys, s.fetched = keys, now
+		case err != nil:
+			s.failed = now
+		default:
+			s.keys, s.fetched, s.failed = keys, now, time.Time{}
 		}
 	}
 	return s.keys[kid], nil
