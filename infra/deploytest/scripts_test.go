@@ -74,6 +74,8 @@ func TestScriptsRefuseMissingParameters(t *testing.T) {
 		{"deploy", []string{"doors", "--stack-name", "s", "--secret-arn", "plain", "--subnet-ids", "a", "--security-group-id", "sg"}, []string{"--secret-arn"}},
 		{"deploy", []string{"doors", "--stack-name"}, []string{"--stack-name"}},
 		{"deploy", []string{"broker", "--stack-name", "s", "--foundation-stack", "f", "--certificate-arn", "arn:aws:acm:x"}, []string{"--hostname"}},
+		{"deploy", []string{"doors", "--stack-name", "s", "--foundation-stack", "f", "--jwks-url", "http://idp.example/jwks",
+			"--jwt-issuer", "i", "--jwt-audience", "a"}, []string{"--jwks-url", "https://"}},
 		{"migrate", nil, []string{"FUNDUQ_DATABASE_URL"}},
 		{"lease", nil, []string{"status", "handover"}},
 		{"lease", []string{"takeover"}, []string{"takeover"}},
