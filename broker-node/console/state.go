@@ -66,6 +66,8 @@ type SeenJSON struct {
 type ProvidersJSON struct {
 	Source string         `json:"source"`
 	List   []ProviderJSON `json:"list"`
+	// Total is how many there are: List is the first ProvidersListed.
+	Total int `json:"total"`
 }
 
 // ProviderJSON is one connected provider. Name is its first NameChars
@@ -87,11 +89,13 @@ type ProviderJSON struct {
 	Since     *time.Time `json:"since,omitempty"`
 }
 
-// NameChars is how much of a provider's name the state carries, and
-// AgentsListed how many of its agents.
+// NameChars is how much of a provider's name the state carries,
+// AgentsListed how many of its agents, and ProvidersListed how many
+// providers, and quality records, it lists (with their totals).
 const (
-	NameChars    = 512
-	AgentsListed = 100
+	NameChars       = 512
+	AgentsListed    = 100
+	ProvidersListed = 100
 )
 
 // clipName is a provider's name as the state carries it.
@@ -119,6 +123,9 @@ func (p *ProviderJSON) listAgents(all []string) {
 type QualityJSON struct {
 	Tolerance int           `json:"tolerance"`
 	List      []QualityItem `json:"list"`
+	// Total is how many records there are: List is the first
+	// ProvidersListed, the withdrawn first.
+	Total int `json:"total"`
 }
 
 // QualityItem is one provider's record.
@@ -201,19 +208,32 @@ func (h *Handler) collect(ctx context.Context) State {
 		s.Nodes = seen
 	}
 
-	// Names and fingerprints from the database; the roster from memory.
-	rows, err := o.Store.ListProviders(ctx)
-	if err != nil {
-		fail("providers", err)
-	}
-	byKey := map[string]store.ProviderRow{}
-	for _, p := range rows {
-		byKey[p.PublicKey] = p
-	}
+	// The roster from memory (leading) or the database (a standby), and
+	// the quality records: the first ProvidersListed of each and how many
+	// there are. Keys cost a stranger nothing (design.md §The provider
+	// wire, "Admission"), so neither list is read or sent whole every
+	// 1.5 s; the withdrawn come first, then by key, so a page shows what
+	// an operator acts on and rows do not jump between refreshes.
 	s.Providers.List = []ProviderJSON{}
+	names := func(what string, keys []string) map[string]store.ProviderRow {
+		byKey, err := o.Store.ProvidersByKey(ctx, keys)
+		if err != nil {
+			fail(what, err)
+		}
+		return byKey
+	}
 	if leading {
 		s.Providers.Source = "roster"
-		for _, pv := range o.Broker.Snapshot().Providers {
+		views := o.Broker.Snapshot().Providers
+		sort.SliceStable(views, func(i, j int) bool { return views[i].Withdrawn && !views[j].Withdrawn })
+		s.Providers.Total = len(views)
+		views = views[:min(len(views), ProvidersListed)]
+		keys := make([]string, len(views))
+		for i, pv := range views {
+			keys[i] = pv.Key
+		}
+		byKey := names("providers", keys)
+		for _, pv := range views {
 			row := byKey[pv.Key]
 			in := pv.InFlight
 			p := ProviderJSON{Key: pv.Key, Fingerprint: row.Fingerprint, Name: clipName(row.DisplayName),
@@ -225,10 +245,12 @@ func (h *Handler) collect(ctx context.Context) State {
 		}
 	} else {
 		s.Providers.Source = "database"
+		rows, total, err := o.Store.OnlineProviders(ctx, ProvidersListed)
+		if err != nil {
+			fail("providers", err)
+		}
+		s.Providers.Total = total
 		for _, row := range rows {
-			if len(row.Online) == 0 {
-				continue
-			}
 			p := ProviderJSON{Key: row.PublicKey, Fingerprint: row.Fingerprint, Name: clipName(row.DisplayName)}
 			p.listAgents(row.Online)
 			s.Providers.List = append(s.Providers.List, p)
@@ -236,9 +258,15 @@ func (h *Handler) collect(ctx context.Context) State {
 	}
 
 	s.Quality = QualityJSON{Tolerance: o.Tolerance, List: []QualityItem{}}
-	if qs, err := o.Store.AllQuality(ctx); err != nil {
+	if qs, total, err := o.Store.QualityPage(ctx, ProvidersListed); err != nil {
 		fail("quality", err)
 	} else {
+		s.Quality.Total = total
+		keys := make([]string, len(qs))
+		for i, q := range qs {
+			keys[i] = q.ProviderKey
+		}
+		byKey := names("quality names", keys)
 		for _, q := range qs {
 			item := QualityItem{Key: q.ProviderKey, Fingerprint: byKey[q.ProviderKey].Fingerprint, Name: clipName(byKey[q.ProviderKey].DisplayName),
 				Counters: map[string]int64{}, Withdrawn: q.WithdrawnAt != nil, WithdrawnAt: q.WithdrawnAt}

@@ -152,3 +152,54 @@ func (s *Store) ListProviders(ctx context.Context) ([]ProviderRow, error) {
 		return p, err
 	})
 }
+
+// OnlineProviders lists the first limit providers, by key, that the
+// current leader's roster serves agents for (as ListProviders fills
+// Online), and how many there are in all: a console on a standby reads
+// this every 1.5 s, and keys cost a stranger nothing (design.md §The
+// provider wire, "Admission"), so it is read a page at a time.
+func (s *Store) OnlineProviders(ctx context.Context, limit int) ([]ProviderRow, int, error) {
+	rows, err := s.pool.Query(ctx, `
+		WITH online AS (
+			SELECT a.provider_key, array_agg(a.name ORDER BY a.name) AS names
+			FROM agents a JOIN broker_leader l ON a.served_epoch = l.epoch
+			JOIN broker_heartbeat h ON h.epoch = l.epoch AND h.alive_until > now()
+			GROUP BY a.provider_key)
+		SELECT p.public_key, p.fingerprint, coalesce(p.display_name, ''), o.names, count(*) OVER ()
+		FROM online o JOIN providers p ON p.public_key = o.provider_key
+		ORDER BY p.public_key LIMIT $1`, limit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list online providers: %w", err)
+	}
+	total := 0
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (ProviderRow, error) {
+		var p ProviderRow
+		err := row.Scan(&p.PublicKey, &p.Fingerprint, &p.DisplayName, &p.Online, &total)
+		return p, err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("list online providers: %w", err)
+	}
+	return list, total, nil
+}
+
+// ProvidersByKey reads the fingerprint and display name of each of keys
+// (Online left empty); a key the store does not know is absent.
+func (s *Store) ProvidersByKey(ctx context.Context, keys []string) (map[string]ProviderRow, error) {
+	rows, err := s.pool.Query(ctx, `SELECT public_key, fingerprint, coalesce(display_name, '')
+		FROM providers WHERE public_key = ANY($1)`, keys)
+	if err != nil {
+		return nil, fmt.Errorf("read providers: %w", err)
+	}
+	out := map[string]ProviderRow{}
+	_, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (struct{}, error) {
+		var p ProviderRow
+		err := row.Scan(&p.PublicKey, &p.Fingerprint, &p.DisplayName)
+		out[p.PublicKey] = p
+		return struct{}{}, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read providers: %w", err)
+	}
+	return out, nil
+}

@@ -170,11 +170,25 @@ func (s *Store) GetQuality(ctx context.Context, key string) (Quality, error) {
 	return q, nil
 }
 
-// AllQuality reads every provider's record.
-func (s *Store) AllQuality(ctx context.Context) ([]Quality, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+qualityColumns+` FROM provider_quality ORDER BY provider_key`)
+// QualityPage reads the first limit providers' records, the withdrawn
+// ones first, then by key, and how many records there are in all: every
+// key ever counted has one, and keys cost a stranger nothing (design.md
+// §The provider wire, "Admission"), so the console reads a page of them.
+func (s *Store) QualityPage(ctx context.Context, limit int) ([]Quality, int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+qualityColumns+`, count(*) OVER () FROM provider_quality
+		ORDER BY withdrawn_at IS NULL, provider_key LIMIT $1`, limit)
 	if err != nil {
-		return nil, fmt.Errorf("read quality: %w", err)
+		return nil, 0, fmt.Errorf("read quality: %w", err)
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Quality, error) { return scanQuality(row) })
+	total := 0
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Quality, error) {
+		var q Quality
+		err := row.Scan(&q.ProviderKey, &q.Misdeclared, &q.Unanswered, &q.AnsweredLate, &q.Abandoned, &q.Undelivered,
+			&q.Completions, &q.Refused, &q.Failed, &q.WithdrawnAt, &total)
+		return q, err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("read quality: %w", err)
+	}
+	return list, total, nil
 }

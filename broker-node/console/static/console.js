@@ -81,6 +81,16 @@
     }
     return frag;
   }
+  // more adds a row saying how many a list leaves out: the state lists
+  // the first 100 providers (the withdrawn first), and keys cost a
+  // stranger nothing.
+  function more(rows, part, what, span) {
+    if (!(part.total > part.list.length)) return;
+    const td = el("td", "and " + (part.total - part.list.length) + " more " + what + " (" + part.total +
+      " in all; the withdrawn first, then by key)", "muted");
+    td.colSpan = span;
+    const tr = el("tr", null, "more"); tr.appendChild(td); rows.push(tr);
+  }
   let fingerprints = new Map(); // provider key -> fingerprint, from the last state
   function runAge(r) {
     if (!r) return "none";
@@ -105,12 +115,14 @@
     const roster = s.providers.source === "roster";
     $("providers-source").textContent = roster ? "(this node's roster)"
       : "(from the database: this node is a standby; capacity and in-flight counts are known only on the leader)";
-    fill("providers", s.providers.list.map((p) => row([
+    const providers = s.providers.list.map((p) => row([
       keyCell(p.key, p.fingerprint), p.name ? clip(p.name) : "–", agents(p.agents, p.agentCount),
       roster ? (p.unlimited ? "unlimited" : p.capacity) : "–",
       roster ? p.inFlight : "–", roster ? p.links : "–",
       p.withdrawn ? tag("withdrawn", "withdrawn") : tag("serving", "leader"),
-    ], p.withdrawn ? "withdrawn" : "")), "no provider is connected", 7);
+    ], p.withdrawn ? "withdrawn" : ""));
+    more(providers, s.providers, "providers", 7);
+    fill("providers", providers, "no provider is connected", 7);
 
     const order = ["queued", "offering", "running", "cancelling", "input-required", "completed", "failed", "cancelled"];
     fill("runs", order.map((st) => { const r = row([st, s.runs.byStatus[st] || 0]); r.dataset.status = st; return r; }), "", 2);
@@ -131,12 +143,14 @@
     $("quality-tolerance").textContent = s.quality.tolerance > 0
       ? "(a counter at " + s.quality.tolerance + " withdraws a provider)" : "(withdrawal disabled)";
     const cs = ["misdeclared", "unanswered", "answered_late", "abandoned", "undelivered", "completions", "refused", "failed"];
-    fill("quality", s.quality.list.map((q) => {
+    const quality = s.quality.list.map((q) => {
       const cells = [keyCell(q.key, q.fingerprint)];
       for (const c of cs) cells.push(q.counters[c] || 0);
       cells.push(q.withdrawn ? tag("withdrawn", "withdrawn") : "");
       return row(cells, q.withdrawn ? "withdrawn" : "");
-    }), "no counter recorded", 10);
+    });
+    more(quality, s.quality, "providers counted", 10);
+    fill("quality", quality, "no counter recorded", 10);
 
     $("errors").textContent = s.errors.length ? "partly unavailable: " + s.errors.join("; ") : "";
   }
