@@ -32,8 +32,28 @@
         if (key !== "text" || typeof v !== "string" || v.length <= k || typeof this.role !== "string") return v;
         return v.slice(0, k) + "\n[… " + (v.length - k) + " more characters were not kept in this browser]";
       });
-      try { localStorage.setItem(STORE, text); return; } catch (e) { /* too large, or storage disabled */ }
+      try { localStorage.setItem(STORE, text); saveLen = text.length; return; } catch (e) { /* too large, or storage disabled */ }
     }
+  };
+  // persistSoon saves after a streamed event that carried raw characters.
+  // Saving is a write of every conversation, whole: done at every event, a
+  // reply of n deltas was n writes of a growing text, and a long reply
+  // froze the tab. It saves once what streamed since the last save is half
+  // of what that save wrote (so the writes add up to a few times what was
+  // streamed), or when the stream pauses. What is saved is always
+  // one consistent snapshot: a reload resumes after the saved seq, and the
+  // events after it are streamed again onto the saved text.
+  let saveLen = 0, unsaved = 0, saveTimer = null;
+  const persistNow = () => {
+    unsaved = 0;
+    if (saveTimer !== null) { clearTimeout(saveTimer); saveTimer = null; }
+    persist();
+  };
+  const persistSoon = (raw) => {
+    unsaved += raw;
+    if (unsaved * 2 >= saveLen) { persistNow(); return; }
+    if (saveTimer !== null) clearTimeout(saveTimer);
+    saveTimer = setTimeout(persistNow, 300);
   };
 
   // conv: {threadId, runId, lastSeq, active, transcript:[{id, role, text}], interrupts:[...]}
@@ -67,7 +87,22 @@
       msgNodes.set(m.id, box);
     }
     box.querySelector(".text").textContent = m.text;
-    $("transcript").scrollTop = $("transcript").scrollHeight;
+    scrollSoon("transcript");
+  }
+
+  // scrollSoon keeps a pane scrolled to its end, once a frame: reading
+  // scrollHeight lays the page out, and done at every streamed event a
+  // reply of a few thousand deltas froze the tab for longer than it took
+  // to stream.
+  const toScroll = new Set();
+  function scrollSoon(id) {
+    if (toScroll.size === 0) {
+      requestAnimationFrame(() => {
+        for (const p of toScroll) $(p).scrollTop = $(p).scrollHeight;
+        toScroll.clear();
+      });
+    }
+    toScroll.add(id);
   }
 
   function renderAll() {
@@ -110,7 +145,7 @@
     li.appendChild(el("span", (ev && typeof ev.type === "string" ? ev.type : "?") + " ", "type"));
     li.appendChild(el("span", raw));
     $("events").appendChild(li);
-    $("events").scrollTop = $("events").scrollHeight;
+    scrollSoon("events");
   }
 
   // shown: c is the conversation on screen. A stream keeps writing to its
@@ -168,7 +203,7 @@
     }
     if (!selectedAgent() && agents.length && !busy) {
       saved.agent = agents[0].providerKey + "/" + agents[0].name;
-      persist();
+      persistNow();
       if (quiet === true) renderAll();
     }
     if (selectedAgent()) sel.value = saved.agent;
@@ -176,7 +211,7 @@
   }
 
   // ---- the stream ----
-  function handleEvent(c, seq, ev) {
+  function handleEvent(c, seq, ev, raw) {
     if (seq !== null && seq > c.lastSeq) c.lastSeq = seq;
     switch (ev.type) {
       case "RUN_STARTED":
@@ -211,7 +246,8 @@
         break;
     }
     if (shown(c)) $("thread-info").textContent = "thread " + c.threadId + " · run " + c.runId + " · seq " + c.lastSeq;
-    persist();
+    if (ev.type === "RUN_STARTED" || ev.type === "RUN_FINISHED" || ev.type === "RUN_ERROR") persistNow();
+    else persistSoon(raw.length);
   }
 
   // consume reads an SSE response to its end; it reports whether the run
@@ -237,7 +273,7 @@
       let ev = null;
       try { ev = JSON.parse(raw); } catch (e) { /* shown as is */ }
       logEvent(c, seq, ev, raw);
-      if (ev && typeof ev === "object") handleEvent(c, seq, ev);
+      if (ev && typeof ev === "object") handleEvent(c, seq, ev, raw);
     };
     for (;;) {
       const { value, done } = await reader.read();
@@ -269,7 +305,7 @@
     if (!res.ok) {
       c.active = false;
       show(c, entry(c, rid("e"), "error", await errorText(res)));
-      persist();
+      persistNow();
       return;
     }
     if (!ct.startsWith("text/event-stream")) {
@@ -278,7 +314,7 @@
       try { snap = await res.json(); } catch (e) { /* not JSON */ }
       const w = snap && snap.waiting_run;
       show(c, entry(c, rid("n"), "note", w ? "the run still waits for: " + (w.outstanding_asks || []).join(", ") : "the door answered with the thread's snapshot"));
-      persist();
+      persistNow();
       return;
     }
     await follow(c, res);
@@ -305,7 +341,7 @@
       } catch (e) {
         continue;
       }
-      if (!res.ok) { status("reconnecting failed: " + (await errorText(res)), true); c.active = false; persist(); return; }
+      if (!res.ok) { status("reconnecting failed: " + (await errorText(res)), true); c.active = false; persistNow(); return; }
       status("reconnected to run " + c.runId + " after seq " + c.lastSeq);
     }
   }
@@ -327,7 +363,7 @@
       if (c.runId && c.active) await follow(c, null).catch(() => {});
     } finally {
       busy = false;
-      persist();
+      persistNow();
       updateButtons();
     }
   }
@@ -347,7 +383,7 @@
     c.active = true;
     c.lastSeq = 0;
     c.runId = "";
-    persist();
+    persistNow();
     const body = baseBody(c);
     body.messages = [{ id, role: "user", content: text }];
     await post(c, a, body);
@@ -367,19 +403,19 @@
     c.interrupts = null;
     c.active = true;
     renderInterrupt();
-    persist();
+    persistNow();
     await post(c, a, body);
   }
 
   // ---- wiring ----
-  $("agent").addEventListener("change", () => { saved.agent = $("agent").value; persist(); renderAll(); resumeShown(); });
+  $("agent").addEventListener("change", () => { saved.agent = $("agent").value; persistNow(); renderAll(); resumeShown(); });
   $("refresh-agents").addEventListener("click", () => { listed = null; loadAgents(); });
   // Agents come and go while the page is open: look again now and then.
   setInterval(() => loadAgents(true), 10000);
   $("new-thread").addEventListener("click", () => {
     if (busy) return;
     delete saved.convs[saved.agent || ""];
-    persist();
+    persistNow();
     renderAll();
   });
   $("send").addEventListener("click", send);
@@ -405,7 +441,7 @@
       status("could not reconnect: " + e.message, true);
     } finally {
       busy = false;
-      persist();
+      persistNow();
       updateButtons();
     }
   }
