@@ -58,8 +58,9 @@ type Browser struct {
 	t   testing.TB
 	Ctx context.Context // the tab: pass it to chromedp.Run
 
-	mu   sync.Mutex
-	logs []string
+	mu     sync.Mutex
+	logs   []string
+	parent *Browser // the browser a tab (NewTab) logs to
 }
 
 // New starts a browser for t; it is closed when t ends.
@@ -122,7 +123,43 @@ func New(t testing.TB) *Browser {
 	return b
 }
 
+// NewTab opens another tab of the same browser (one profile: the tabs
+// share cookies and localStorage, as two tabs of one user do); it closes
+// when the test ends. Its console messages are logged with b's.
+func (b *Browser) NewTab() *Browser {
+	b.t.Helper()
+	tab := &Browser{t: b.t}
+	tctx, cancel := chromedp.NewContext(b.Ctx)
+	if err := chromedp.Do(tctx); err != nil {
+		cancel()
+		b.t.Fatalf("opening a tab: %v", err)
+	}
+	lctx, stopConsole := context.WithCancel(tctx)
+	consoleDone := make(chan struct{})
+	go func() {
+		defer close(consoleDone)
+		for m, err := range chromedp.Console(lctx) {
+			if err != nil {
+				return
+			}
+			b.log("console %s: %s", m.Type, m.Text)
+		}
+	}()
+	tab.Ctx = tctx
+	b.t.Cleanup(func() {
+		stopConsole()
+		<-consoleDone
+		cancel()
+	})
+	tab.parent = b
+	return tab
+}
+
 func (b *Browser) log(format string, args ...any) {
+	if b.parent != nil {
+		b.parent.log(format, args...)
+		return
+	}
 	b.mu.Lock()
 	b.logs = append(b.logs, fmt.Sprintf(format, args...))
 	b.mu.Unlock()
@@ -130,6 +167,9 @@ func (b *Browser) log(format string, args ...any) {
 
 // Logs are the page's console messages and exceptions so far.
 func (b *Browser) Logs() []string {
+	if b.parent != nil {
+		return b.parent.Logs()
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]string(nil), b.logs...)

@@ -26,15 +26,38 @@
   // then the ids, seqs and turns are kept with the longest texts shortened
   // (the page shows them whole until it reloads).
   const persist = () => {
+    adopt();
     for (let keep = Infinity; keep >= 1024; keep = keep === Infinity ? 65536 : keep / 4) {
       const k = keep;
       const text = JSON.stringify(saved, function (key, v) {
         if (key !== "text" || typeof v !== "string" || v.length <= k || typeof this.role !== "string") return v;
         return v.slice(0, k) + "\n[… " + (v.length - k) + " more characters were not kept in this browser]";
       });
-      try { localStorage.setItem(STORE, text); saveLen = text.length; return; } catch (e) { /* too large, or storage disabled */ }
+      try {
+        localStorage.setItem(STORE, text);
+        saveLen = text.length;
+        for (const k of mine) if (!saved.convs[k] || !saved.convs[k].active) mine.delete(k);
+        return;
+      } catch (e) { /* too large, or storage disabled */ }
     }
   };
+  // Every tab of the page shares the one item. mine are the conversations
+  // this tab changed since it last saved, or has a turn going in; every
+  // other one is read back as the other tabs last saved it before this tab
+  // saves, and when the user picks an agent. Saved whole as this tab had
+  // read them, a tab wiped what another had said since (a conversation two
+  // tabs talk in at once is the last saver's).
+  const mine = new Set();
+  const own = (o, k) => Object.prototype.hasOwnProperty.call(o, k);
+  function adopt() {
+    let stored;
+    try { stored = JSON.parse(localStorage.getItem(STORE)); } catch (e) { return; }
+    const convs = stored && typeof stored.convs === "object" && stored.convs ? stored.convs : {};
+    for (const k of Object.keys(saved.convs)) if (!mine.has(k) && !own(convs, k)) delete saved.convs[k];
+    for (const k of Object.keys(convs)) if (!mine.has(k)) saved.convs[k] = convs[k];
+  }
+  // touch marks the conversation on screen as this tab's to save.
+  const touch = () => { mine.add(saved.agent || ""); return conv(); };
   // persistSoon saves after a streamed event that carried raw characters.
   // Saving is a write of every conversation, whole: done at every event, a
   // reply of n deltas was n writes of a growing text, and a long reply
@@ -376,7 +399,7 @@
     const a = selectedAgent();
     const text = $("message").value;
     if (!a || busy || text.trim() === "") return;
-    const c = conv();
+    const c = touch();
     const id = rid("m");
     renderEntry(entry(c, "u:" + id, "user", text));
     $("message").value = "";
@@ -393,6 +416,7 @@
     const a = selectedAgent();
     const c = conv();
     if (!a || busy || !c.interrupts) return;
+    touch();
     const raw = $("interrupt-payload").value;
     let payload;
     try { payload = JSON.parse(raw); } catch (e) { payload = raw; }
@@ -408,12 +432,13 @@
   }
 
   // ---- wiring ----
-  $("agent").addEventListener("change", () => { saved.agent = $("agent").value; persistNow(); renderAll(); resumeShown(); });
+  $("agent").addEventListener("change", () => { saved.agent = $("agent").value; adopt(); persistNow(); renderAll(); resumeShown(); });
   $("refresh-agents").addEventListener("click", () => { listed = null; loadAgents(); });
   // Agents come and go while the page is open: look again now and then.
   setInterval(() => loadAgents(true), 10000);
   $("new-thread").addEventListener("click", () => {
     if (busy) return;
+    touch();
     delete saved.convs[saved.agent || ""];
     persistNow();
     renderAll();
@@ -429,6 +454,7 @@
   async function resumeShown() {
     const c = conv();
     if (busy || !c.active || !c.runId) return;
+    touch();
     busy = true;
     updateButtons();
     status("reconnecting to run " + c.runId + " after seq " + c.lastSeq + "…");

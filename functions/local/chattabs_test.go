@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/browsertest"
+	"github.com/funduq/funduq-go/provider"
+)
+
+// replies answers every turn with text, in one message.
+func replies(text string) provider.Handler {
+	return func(ctx context.Context, r *provider.Run) error {
+		if err := r.Emit(ctx, map[string]any{"type": "RUN_STARTED", "threadId": r.ThreadID, "runId": r.ID}); err != nil {
+			return err
+		}
+		if err := r.EmitText(ctx, r.ID+"-reply", text); err != nil {
+			return err
+		}
+		return r.Emit(ctx, map[string]any{"type": "RUN_FINISHED", "threadId": r.ThreadID, "runId": r.ID})
+	}
+}
+
+// Two tabs of the chat page share one localStorage: a conversation held
+// in one tab is kept when the other tab, opened before it, talks to
+// another agent (each tab saved every conversation as it had read them,
+// so the last tab to write wiped what the other had said), and the other
+// tab shows it when the user picks that agent there.
+func TestChatTwoTabsInBrowser(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	key := startProvider(t, h, 0xdb, provider.Agent{Name: "one", Handler: replies("reply one")},
+		provider.Agent{Name: "two", Handler: replies("reply two")})
+	base := startDoors(t, h)
+	b1 := browsertest.New(t)
+	b2 := b1.NewTab()
+	for _, b := range []*browsertest.Browser{b1, b2} {
+		b.Run("open the chat page", chromedp.Navigate(base+"/chat"))
+		b.Eventually("the page is ready", `document.body.dataset.ready === '1'`)
+	}
+
+	selectAgent(b1, key, "one")
+	say(b1, "hello one")
+	b1.Eventually("the first tab's reply", lastAgentText+` === 'reply one' && !document.getElementById('send').disabled`)
+
+	selectAgent(b2, key, "two")
+	say(b2, "hello two")
+	b2.Eventually("the second tab's reply", lastAgentText+` === 'reply two' && !document.getElementById('send').disabled`)
+
+	selectAgent(b2, key, "one")
+	b2.Eventually("the first tab's conversation, in the second tab", `document.getElementById('transcript').textContent.includes('hello one')`)
+
+	b1.Run("reload the first tab", chromedp.Reload())
+	b1.Eventually("the page is ready again", `document.body.dataset.ready === '1'`)
+	for _, agent := range []string{"one", "two"} {
+		selectAgent(b1, key, agent)
+		b1.Eventually("the conversation with "+agent+" is kept", `document.getElementById('transcript').textContent.includes('hello `+agent+`')`)
+	}
+	b1.CheckClean()
+}
