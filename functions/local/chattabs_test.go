@@ -52,11 +52,21 @@ func TestChatTwoTabsInBrowser(t *testing.T) {
 	selectAgent(b2, key, "one")
 	b2.Eventually("the first tab's conversation, in the second tab", `document.getElementById('transcript').textContent.includes('hello one')`)
 
+	// The second tab goes on with that conversation; the first, still
+	// showing it as it was, goes on too: both turns are kept.
+	say(b2, "more one")
+	b2.Eventually("the second tab's turn with one", `document.getElementById('transcript').textContent.includes('more one') && !document.getElementById('send').disabled`)
+	say(b1, "again one")
+	b1.Eventually("the first tab's next turn", `document.getElementById('transcript').textContent.includes('again one') && !document.getElementById('send').disabled`)
+
 	b1.Run("reload the first tab", chromedp.Reload())
 	b1.Eventually("the page is ready again", `document.body.dataset.ready === '1'`)
-	for _, agent := range []string{"one", "two"} {
+	for _, agent := range []string{"two", "one"} {
 		selectAgent(b1, key, agent)
 		b1.Eventually("the conversation with "+agent+" is kept", `document.getElementById('transcript').textContent.includes('hello `+agent+`')`)
+	}
+	if got := browsertest.Eval[string](b1, `[...document.querySelectorAll('#transcript .msg.user .text')].map(e => e.textContent).join('|')`); got != "hello one|more one|again one" {
+		t.Errorf("the conversation with one, after both tabs went on with it: %q", got)
 	}
 	b1.CheckClean()
 }

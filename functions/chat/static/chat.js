@@ -56,8 +56,19 @@
     for (const k of Object.keys(saved.convs)) if (!mine.has(k) && !own(convs, k)) delete saved.convs[k];
     for (const k of Object.keys(convs)) if (!mine.has(k)) saved.convs[k] = convs[k];
   }
-  // touch marks the conversation on screen as this tab's to save.
-  const touch = () => { mine.add(saved.agent || ""); return conv(); };
+  // touch marks the conversation on screen as this tab's to save, first
+  // reading it back as another tab may have gone on with it since this tab
+  // drew it (and drawing it again if so).
+  const touch = () => {
+    const k = saved.agent || "";
+    if (!mine.has(k)) {
+      const before = JSON.stringify(saved.convs[k] || null);
+      adopt();
+      if (JSON.stringify(saved.convs[k] || null) !== before) renderAll();
+    }
+    mine.add(k);
+    return conv();
+  };
   // persistSoon saves after a streamed event that carried raw characters.
   // Saving is a write of every conversation, whole: done at every event, a
   // reply of n deltas was n writes of a growing text, and a long reply
@@ -414,9 +425,10 @@
 
   async function resolve(status) {
     const a = selectedAgent();
-    const c = conv();
+    let c = conv();
     if (!a || busy || !c.interrupts) return;
-    touch();
+    c = touch();
+    if (!c.interrupts) return; // another tab answered it meanwhile
     const raw = $("interrupt-payload").value;
     let payload;
     try { payload = JSON.parse(raw); } catch (e) { payload = raw; }
@@ -452,9 +464,10 @@
   // was, when one was going and nothing is being read: after a reload, or
   // when the user comes back to a conversation whose run went on unread.
   async function resumeShown() {
-    const c = conv();
+    let c = conv();
     if (busy || !c.active || !c.runId) return;
-    touch();
+    c = touch();
+    if (!c.active || !c.runId) return; // another tab saw it end meanwhile
     busy = true;
     updateButtons();
     status("reconnecting to run " + c.runId + " after seq " + c.lastSeq + "…");
