@@ -62,3 +62,26 @@ func TestChatLongStreamInBrowser(t *testing.T) {
 	b.Eventually("the reply is kept", lastAgentText+` === '`+want+`'`)
 	b.CheckClean()
 }
+
+// The same reply in a browser whose storage refuses every write (full, or
+// blocked for the site): the page still shows it whole, and does not try
+// to save again at every event (each try is every conversation turned to
+// text up to five times, shorter each time).
+func TestChatLongStreamStorageRefusedInBrowser(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	key := startProvider(t, h, 0xdc, provider.Agent{Name: "chatty", Handler: chatty})
+	base := startDoors(t, h)
+	b := browsertest.New(t)
+	b.Run("open the chat page", chromedp.Navigate(base+"/chat"))
+	b.Eventually("the page is ready", `document.body.dataset.ready === '1'`)
+	selectAgent(b, key, "chatty")
+	browsertest.Eval[bool](b, `(() => { window.__tries = 0;
+		Storage.prototype.setItem = function () { window.__tries++; throw new DOMException('full', 'QuotaExceededError') }; return true })()`)
+	say(b, "talk to me")
+	want := strings.Repeat("abcdefghij", streamDeltas)
+	b.Eventually("the whole reply", lastAgentText+` === '`+want+`' && !document.getElementById('send').disabled`)
+	if tries := browsertest.Eval[int](b, `window.__tries`); tries > streamDeltas/2 {
+		t.Errorf("the page tried to save %d times for a reply of %d deltas", tries, streamDeltas)
+	}
+	b.CheckClean()
+}

@@ -38,7 +38,11 @@
         saveLen = text.length;
         for (const k of mine) if (!saved.convs[k] || !saved.convs[k].active) mine.delete(k);
         return;
-      } catch (e) { /* too large, or storage disabled */ }
+      } catch (e) {
+        // Too large, or storage refused: the next try waits as long as a
+        // save of this size would have (persistSoon), not the next event.
+        saveLen = Math.max(saveLen, text.length);
+      }
     }
   };
   // Every tab of the page shares the one item. mine are the conversations
