@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -69,4 +71,44 @@ func TestChatTwoTabsInBrowser(t *testing.T) {
 		t.Errorf("the conversation with one, after both tabs went on with it: %q", got)
 	}
 	b1.CheckClean()
+}
+
+// A caller in another browser (another profile: a stranger on the same
+// chat page) starts from nothing: the first caller's conversation with
+// the same agent is not shown to it, its turn opens a thread of its own,
+// and neither page puts an id in its address, where history, bookmarks
+// and shared links would carry it.
+func TestChatStrangerInBrowser(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	key := startProvider(t, h, 0xdd, provider.Agent{Name: "one", Handler: replies("reply one")})
+	base := startDoors(t, h)
+	a, b := browsertest.New(t), browsertest.New(t)
+	for _, x := range []*browsertest.Browser{a, b} {
+		x.Run("open the chat page", chromedp.Navigate(base+"/chat"))
+		x.Eventually("the page is ready", `document.body.dataset.ready === '1'`)
+	}
+	thread := func(x *browsertest.Browser) string {
+		return browsertest.Eval[string](x, `JSON.parse(localStorage.getItem('funduq.chat.v1')).convs[`+strconv.Quote(key+"/one")+`].threadId`)
+	}
+	selectAgent(a, key, "one")
+	say(a, "a secret of the first caller")
+	a.Eventually("the reply", lastAgentText+` === 'reply one' && !document.getElementById('send').disabled`)
+
+	selectAgent(b, key, "one")
+	b.Eventually("a new conversation", `document.getElementById('thread-info').textContent === 'a new conversation'`)
+	say(b, "hello")
+	b.Eventually("the reply", lastAgentText+` === 'reply one' && !document.getElementById('send').disabled`)
+	if got := browsertest.Eval[string](b, `document.body.innerText`); strings.Contains(got, "secret") {
+		t.Errorf("the stranger's page shows the first caller's words:\n%s", got)
+	}
+	if ta, tb := thread(a), thread(b); ta == "" || ta == tb {
+		t.Errorf("threads %q and %q", ta, tb)
+	}
+	for _, x := range []*browsertest.Browser{a, b} {
+		if u := browsertest.Eval[string](x, `location.href`); u != base+"/chat" {
+			t.Errorf("the page's address is %s", u)
+		}
+	}
+	a.CheckClean()
+	b.CheckClean()
 }
