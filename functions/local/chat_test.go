@@ -491,6 +491,11 @@ func TestChatHugeReplyInBrowser(t *testing.T) {
 	selectAgent(b, key, "approver")
 	say(b, "after the flood")
 	b.Eventually("the question", `!document.getElementById('interrupt').hidden`)
+	// Until a reload the page shows the long reply whole, though it kept
+	// it shortened (and other tabs could have saved meanwhile).
+	selectAgent(b, key, "flood")
+	b.Eventually("the long reply, whole", `(document.querySelector('#transcript .msg.assistant .text') || {}).textContent.length === 1500000`)
+	selectAgent(b, key, "approver")
 
 	b.Run("reload", chromedp.Reload())
 	b.Eventually("the page is ready again", `document.body.dataset.ready === '1'`)

@@ -36,7 +36,9 @@
       try {
         localStorage.setItem(STORE, text);
         saveLen = text.length;
-        for (const k of mine) if (!saved.convs[k] || !saved.convs[k].active) mine.delete(k);
+        // Saved whole, a conversation not going on is read back from here
+        // on; one saved shortened stays this tab's, shown whole.
+        if (k === Infinity) for (const c of mine) if (!saved.convs[c] || !saved.convs[c].active) mine.delete(c);
         return;
       } catch (e) {
         // Too large, or storage refused: the next try waits as long as a
