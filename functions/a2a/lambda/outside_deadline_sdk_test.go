@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/wire"
+	"github.com/funduq/funduq-go/functions/door"
+	"github.com/funduq/funduq-go/internal/nodejs"
+	"github.com/funduq/funduq-go/internal/syncbuf"
+)
+
+// lambdaServer serves h through the Lambda entry's wrapper
+// (door.WrapAPIGateway) on a local listener, one invocation per request,
+// as API Gateway's streaming proxy would: the event from the request, the
+// streamed body flushed as it comes. budget gives each invocation's time
+// (its context deadline, the door's input) from the request's body.
+func lambdaServer(t *testing.T, h http.Handler, budget func(body []byte) time.Duration) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), budget(body))
+		defer cancel()
+		hdr := map[string]string{}
+		for k := range r.Header {
+			hdr[k] = r.Header.Get(k)
+		}
+		q := map[string]string{}
+		for k := range r.URL.Query() {
+			q[k] = r.URL.Query().Get(k)
+		}
+		resp, err := door.WrapAPIGateway(h, nil)(ctx, &events.APIGatewayProxyRequest{HTTPMethod: r.Method, Path: r.URL.EscapedPath(),
+			Body: string(body), Headers: hdr, QueryStringParameters: q,
+			RequestContext: events.APIGatewayProxyRequestContext{DomainName: r.Host, HTTPMethod: r.Method, Path: r.URL.EscapedPath()}})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		for k, v := range resp.Headers {
+			w.Header().Set(k, v)
+		}
+		for k, vs := range resp.MultiValueHeaders {
+			w.Header()[k] = vs
+		}
+		w.WriteHeader(resp.StatusCode)
+		rc := http.NewResponseController(w)
+		_ = rc.Flush()
+		buf := make([]byte, 4096)
+		for {
+			n, err := resp.Body.Read(buf)
+			if n > 0 {
+				if _, werr := w.Write(buf[:n]); werr != nil {
+					return
+				}
+				_ = rc.Flush()
+			}
+			if err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// A stream cut at the Lambda deadline, as the official A2A JavaScript
+// client sees it (e2e/deadline.mjs, A2A 1.0 and 0.3): the SDK's stream
+// call throws, and what it throws carries the door's -32048 stream_ended
+// error (its code and data, naming the task, the Last-Event-ID and the
+// method to resume with) — not a silent end an application reads as the
+// task's end. The resume it names, made with the SDK and that
+// Last-Event-ID, streams the rest to the task's final status and the
+// task's text is whole (design.md §The doors, "A stream's time is up").
+func TestOutsideA2AClientResumesAStreamCutAtTheLambdaDeadline(t *testing.T) {
+	node, dir := nodejs.Project(t, "../e2e", "@a2a-js/sdk")
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe5, nil)
+	p.Register("echo")
+	st := h.Cfg.Storage
+	st.RedisPrefix = h.Prefix
+	handler, closeFn, err := newHandler(config.Door{Storage: st, Identity: h.Cfg.Identity}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	// A stream that opens a task is in an invocation near its end (the
+	// door ends it door.DefaultDeadlineMargin before); anything else, the
+	// resume included, has time.
+	srv := lambdaServer(t, handler, func(body []byte) time.Duration {
+		if bytes.Contains(body, []byte(`"method":"SendStreamingMessage"`)) || bytes.Contains(body, []byte(`"method":"message/stream"`)) {
+			return door.DefaultDeadlineMargin + 2*time.Second
+		}
+		return time.Minute
+	})
+
+	ctx, stop := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer stop()
+	cmd := exec.CommandContext(ctx, node, "deadline.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "FUNDUQ_DOOR="+srv.URL, "FUNDUQ_PROVIDER="+p.Key, "NODE_ENV=test")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncbuf.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+
+	var cur wire.RunFrame
+	text := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	steps := map[string]func(arg string){
+		"start": func(string) {
+			cur = p.Offer()
+			p.Accept(cur.RunID)
+			p.Event(cur.RunID, `{"type":"RUN_STARTED","threadId":`+text(*cur.ThreadID)+`,"runId":`+text(cur.RunID)+`}`)
+			p.Event(cur.RunID, `{"type":"TEXT_MESSAGE_START","messageId":"m-`+cur.RunID+`","role":"assistant"}`)
+		},
+		"delta": func(arg string) {
+			p.Event(cur.RunID, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m-`+cur.RunID+`","delta":`+text(arg)+`}`)
+		},
+		"finish": func(string) {
+			p.Event(cur.RunID, `{"type":"TEXT_MESSAGE_END","messageId":"m-`+cur.RunID+`"}`)
+			p.Event(cur.RunID, `{"type":"RUN_FINISHED","threadId":`+text(*cur.ThreadID)+`,"runId":`+text(cur.RunID)+`}`)
+			p.Finish(cur.RunID)
+		},
+	}
+	done := false
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "DONE" {
+			done = true
+			continue
+		}
+		req, ok := strings.CutPrefix(line, "REQ ")
+		if !ok {
+			t.Logf("node: %s", line)
+			continue
+		}
+		name, arg, _ := strings.Cut(req, " ")
+		step := steps[name]
+		if step == nil {
+			t.Fatalf("unknown step %q", line)
+		}
+		step(arg)
+		if _, err := io.WriteString(stdin, "OK\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cmd.Wait(); err != nil || !done {
+		t.Fatalf("node deadline.mjs: %v (done %v)\n%s", err, done, stderr.String())
+	}
+}
