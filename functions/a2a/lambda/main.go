@@ -3,7 +3,8 @@
 // door.WrapAPIGateway), so message/stream and tasks/resubscribe reach the
 // caller as they happen.
 // Configuration is read once, at start (door.RunLambda). A stream ends
-// before the invocation's deadline with an SSE comment saying how to resume
+// before the invocation's deadline with an SSE comment, then a JSON-RPC
+// error -32048 (what A2A clients read), saying how to resume
 // (tasks/resubscribe or SubscribeToTask with Last-Event-ID).
 package main
 

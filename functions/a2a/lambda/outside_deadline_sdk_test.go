@@ -6,80 +6,20 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
-
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/wire"
 	"github.com/funduq/funduq-go/functions/door"
+	"github.com/funduq/funduq-go/internal/lambdatest"
 	"github.com/funduq/funduq-go/internal/nodejs"
 	"github.com/funduq/funduq-go/internal/syncbuf"
 )
-
-// lambdaServer serves h through the Lambda entry's wrapper
-// (door.WrapAPIGateway) on a local listener, one invocation per request,
-// as API Gateway's streaming proxy would: the event from the request, the
-// streamed body flushed as it comes. budget gives each invocation's time
-// (its context deadline, the door's input) from the request's body.
-func lambdaServer(t *testing.T, h http.Handler, budget func(body []byte) time.Duration) *httptest.Server {
-	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), budget(body))
-		defer cancel()
-		hdr := map[string]string{}
-		for k := range r.Header {
-			hdr[k] = r.Header.Get(k)
-		}
-		q := map[string]string{}
-		for k := range r.URL.Query() {
-			q[k] = r.URL.Query().Get(k)
-		}
-		resp, err := door.WrapAPIGateway(h, nil)(ctx, &events.APIGatewayProxyRequest{HTTPMethod: r.Method, Path: r.URL.EscapedPath(),
-			Body: string(body), Headers: hdr, QueryStringParameters: q,
-			RequestContext: events.APIGatewayProxyRequestContext{DomainName: r.Host, HTTPMethod: r.Method, Path: r.URL.EscapedPath()}})
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		for k, v := range resp.Headers {
-			w.Header().Set(k, v)
-		}
-		for k, vs := range resp.MultiValueHeaders {
-			w.Header()[k] = vs
-		}
-		w.WriteHeader(resp.StatusCode)
-		rc := http.NewResponseController(w)
-		_ = rc.Flush()
-		buf := make([]byte, 4096)
-		for {
-			n, err := resp.Body.Read(buf)
-			if n > 0 {
-				if _, werr := w.Write(buf[:n]); werr != nil {
-					return
-				}
-				_ = rc.Flush()
-			}
-			if err != nil {
-				return
-			}
-		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv
-}
 
 // A stream cut at the Lambda deadline, as the official A2A JavaScript
 // client sees it (e2e/deadline.mjs, A2A 1.0 and 0.3): the SDK's stream
@@ -104,7 +44,7 @@ func TestOutsideA2AClientResumesAStreamCutAtTheLambdaDeadline(t *testing.T) {
 	// A stream that opens a task is in an invocation near its end (the
 	// door ends it door.DefaultDeadlineMargin before); anything else, the
 	// resume included, has time.
-	srv := lambdaServer(t, handler, func(body []byte) time.Duration {
+	srv := lambdatest.Serve(t, door.WrapAPIGateway(handler, nil), func(body []byte) time.Duration {
 		if bytes.Contains(body, []byte(`"method":"SendStreamingMessage"`)) || bytes.Contains(body, []byte(`"method":"message/stream"`)) {
 			return door.DefaultDeadlineMargin + 2*time.Second
 		}
