@@ -359,7 +359,8 @@ func TestRelayAndCancelledEnd(t *testing.T) {
 }
 
 // The stream budget (Lambda's deadline) ends a stream with a comment naming
-// how to resume, never mid-event.
+// how to resume, never mid-event, then the CUSTOM funduq.stream_ended
+// (no id) saying it to AG-UI clients, which skip comments.
 func TestStreamBudget(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe1, nil)
@@ -371,12 +372,20 @@ func TestStreamBudget(t *testing.T) {
 	p.Accept(f.RunID)
 	p.Event(f.RunID, runStartedFor(f))
 	fs := s.rest()
-	last := fs[len(fs)-1]
-	want := fmt.Sprintf("reconnect with GET /runs/%s/events and Last-Event-ID: 1", f.RunID)
-	if !strings.Contains(last.Comment, want) {
-		t.Fatalf("last frame %+v, want a comment containing %q", last, want)
+	if len(fs) < 2 {
+		t.Fatalf("frames %+v", fs)
 	}
-	if got := idsOf(fs); !slices.Equal(got, []string{"1"}) {
+	hint, last := fs[len(fs)-2], fs[len(fs)-1]
+	want := fmt.Sprintf("reconnect with GET /runs/%s/events and Last-Event-ID: 1", f.RunID)
+	if !strings.Contains(hint.Comment, want) {
+		t.Fatalf("frames %+v, want a comment containing %q before the last", fs, want)
+	}
+	wantLast := fmt.Sprintf(`{"type":"CUSTOM","name":"funduq.stream_ended","value":{"lastEventId":"1","reason":"stream_ended","resume":"GET /runs/%s/events","runId":"%s","threadId":"%s"}}`,
+		f.RunID, f.RunID, *f.ThreadID)
+	if last.ID != "" || last.Data != wantLast {
+		t.Fatalf("last frame %+v, want %s without an id", last, wantLast)
+	}
+	if got := idsOf(fs); !slices.Equal(got, []string{"1", ""}) { // the stored event, then funduq.stream_ended
 		t.Fatalf("ids %v", got)
 	}
 }

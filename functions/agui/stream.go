@@ -43,6 +43,11 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rn store.Run, a
 	case door.TailBudget:
 		s.Comment(fmt.Sprintf("stream budget reached: reconnect with GET /runs/%s/events and %s: %d",
 			rn.RunID, LastEventIDHeader, t.After))
+		// AG-UI clients skip comments and SSE ids: the stream just ended,
+		// which @ag-ui/client's HttpAgent resolves as a completed run. Its
+		// last event says it is not, typed, for the client's onCustomEvent
+		// (design.md §The doors, "A stream's time is up").
+		s.streamEnded(t.After)
 	case door.TailUnknown:
 		// Retention deleted the run while it was read: the stream ends
 		// with funduq's RUN_ERROR (no id: not a stored event) saying what
@@ -57,6 +62,33 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rn store.Run, a
 		}{agui.TypeRunError, "no run " + rn.RunID + ": it is no longer stored (retention deleted it)", door.CodeRunNotFound})
 		s.Write("data: " + string(gone) + "\n\n")
 	}
+}
+
+// StreamEndedEvent is the name of the CUSTOM event a stream whose time is
+// up ends with: the run goes on, and its value names the run and how to
+// resume (design.md §The doors, "A stream's time is up").
+const StreamEndedEvent = "funduq.stream_ended"
+
+// streamEnded writes the CUSTOM StreamEndedEvent (without an id: it is not
+// a stored event, so a resume from the Last-Event-ID it names does not
+// skip or repeat one), after a RUN_STARTED if the stream has had no event
+// yet (a stream's first event is a RUN_STARTED).
+func (s *sse) streamEnded(after int) {
+	if s.relayed == 0 {
+		s.started()
+	}
+	ended, _ := json.Marshal(struct {
+		Type  string `json:"type"`
+		Name  string `json:"name"`
+		Value any    `json:"value"`
+	}{agui.TypeCustom, StreamEndedEvent, map[string]string{
+		"reason":      "stream_ended",
+		"runId":       s.runID,
+		"threadId":    s.threadID,
+		"lastEventId": strconv.Itoa(after),
+		"resume":      "GET /runs/" + s.runID + "/events",
+	}})
+	s.Write("data: " + string(ended) + "\n\n")
 }
 
 // errStreamBroken is why a stream ended whose writes failed before its

@@ -7,7 +7,8 @@
 //
 // A stream ends before the invocation's deadline: the handler reads the
 // deadline from the request context and closes the stream DeadlineMargin
-// early with an SSE comment telling the client to reconnect to
+// early with an SSE comment, then a CUSTOM funduq.stream_ended event (what
+// AG-UI clients read), telling the client to reconnect to
 // GET /runs/{runId}/events with Last-Event-ID.
 package main
 

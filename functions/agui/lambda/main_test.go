@@ -83,13 +83,14 @@ func TestLambdaEntry(t *testing.T) {
 	h.Eventually("event stored", func() bool { return len(h.Events(runID2)) == 1 })
 	code, _, body = invoke(t, handler, time.Now().Add(3500*time.Millisecond), get("/runs/"+runID2+"/events", nil))
 	sc := bufio.NewScanner(strings.NewReader(body))
-	var last string
+	var lines []string
 	for sc.Scan() {
 		if l := sc.Text(); l != "" {
-			last = l
+			lines = append(lines, l)
 		}
 	}
-	if code != 200 || !strings.Contains(last, "reconnect with GET /runs/"+runID2+"/events and Last-Event-ID: 1") {
+	if code != 200 || len(lines) < 2 || !strings.Contains(lines[len(lines)-2], "reconnect with GET /runs/"+runID2+"/events and Last-Event-ID: 1") ||
+		!strings.HasPrefix(lines[len(lines)-1], `data: {"type":"CUSTOM","name":"funduq.stream_ended"`) {
 		t.Fatalf("deadline: %d %q", code, body)
 	}
 }

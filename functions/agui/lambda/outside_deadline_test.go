@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/functions/door"
+	"github.com/funduq/funduq-go/internal/lambdatest"
+	"github.com/funduq/funduq-go/internal/nodejs"
+	"github.com/funduq/funduq-go/internal/syncbuf"
+)
+
+// A run's stream cut at the Lambda deadline while the run goes on, as the
+// official AG-UI client sees it (e2e/deadline.mjs, HttpAgent through the
+// Lambda entry). HttpAgent ignores SSE comments and ids, and resolves
+// runAgent when the body ends, so with the comment alone the application
+// saw a run that ended as if complete, its reply cut short, and had
+// nowhere to read the run or the Last-Event-ID from. The stream's last
+// event is now a CUSTOM funduq.stream_ended naming them and the resume
+// (neither RUN_FINISHED nor RUN_ERROR: the run is neither), read through
+// the client's onCustomEvent; the resume, made through the client's own
+// reconnect seat (connectAgent), reaches RUN_FINISHED with the reply
+// whole (design.md §The doors, "A stream's time is up").
+func TestOutsideAGUIClientSeesAStreamCutAtTheLambdaDeadline(t *testing.T) {
+	t.Run("between messages", func(t *testing.T) { aguiCutAtDeadline(t, false) })
+	t.Run("mid-message", func(t *testing.T) {
+		// What the resume gives when the cut falls inside a message: the
+		// client's fresh verifier refuses the stream's first
+		// TEXT_MESSAGE_CONTENT, its TEXT_MESSAGE_START being in the cut
+		// stream. The answer (reopening what is open) is not settled.
+		t.Skip("design.md §Open questions: a resume from inside a message")
+		aguiCutAtDeadline(t, true)
+	})
+}
+
+// aguiCutAtDeadline runs deadline.mjs with the agent's reply cut at the
+// invocation's end inside its message (mid) or after it, the rest of the
+// reply (a second message when not mid) sent once the client asks.
+func aguiCutAtDeadline(t *testing.T, mid bool) {
+	node, dir := nodejs.Project(t, "../e2e", "@ag-ui/client")
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe6, nil)
+	p.Register("echo")
+	st := h.Cfg.Storage
+	st.RedisPrefix = h.Prefix
+	handler, closeFn, err := newHandler(config.Door{Storage: st, Identity: h.Cfg.Identity}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	// A run's POST is in an invocation near its end (the door ends its
+	// stream door.DefaultDeadlineMargin before); the resume (a GET, no
+	// body) has time.
+	srv := lambdatest.Serve(t, door.WrapAPIGateway(handler, nil), func(body []byte) time.Duration {
+		if len(body) > 0 {
+			return door.DefaultDeadlineMargin + 2*time.Second
+		}
+		return time.Minute
+	})
+
+	// The agent takes the run up, starts its reply, and keeps working
+	// past the invocation's end.
+	offered := make(chan [2]string, 1)
+	go func() {
+		f := p.Offer()
+		p.Accept(f.RunID)
+		p.Event(f.RunID, `{"type":"RUN_STARTED","threadId":"`+*f.ThreadID+`","runId":"`+f.RunID+`"}`)
+		p.Event(f.RunID, `{"type":"TEXT_MESSAGE_START","messageId":"a1","role":"assistant"}`)
+		p.Event(f.RunID, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"a1","delta":"before "}`)
+		if !mid {
+			p.Event(f.RunID, `{"type":"TEXT_MESSAGE_END","messageId":"a1"}`)
+		}
+		offered <- [2]string{f.RunID, *f.ThreadID}
+	}()
+
+	ctx, stop := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer stop()
+	cmd := exec.CommandContext(ctx, node, "deadline.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "FUNDUQ_DOOR="+srv.URL, "FUNDUQ_PROVIDER="+p.Key, "NODE_ENV=test")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncbuf.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := false
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "DONE":
+			done = true
+		case line == "REQ finish":
+			ids := <-offered
+			msg := "a1"
+			if !mid {
+				msg = "a2"
+				p.Event(ids[0], `{"type":"TEXT_MESSAGE_START","messageId":"a2","role":"assistant"}`)
+			}
+			p.Event(ids[0], `{"type":"TEXT_MESSAGE_CONTENT","messageId":"`+msg+`","delta":"after"}`)
+			p.Event(ids[0], `{"type":"TEXT_MESSAGE_END","messageId":"`+msg+`"}`)
+			fin, _ := json.Marshal(map[string]string{"type": "RUN_FINISHED", "threadId": ids[1], "runId": ids[0]})
+			p.Event(ids[0], string(fin))
+			p.Finish(ids[0])
+			h.WaitStatus(ids[0], run.Completed)
+			if _, err := io.WriteString(stdin, "OK\n"); err != nil {
+				t.Fatal(err)
+			}
+		case strings.HasPrefix(line, "REQ "):
+			t.Fatalf("unknown step %q", line)
+		default:
+			t.Logf("node: %s", line)
+		}
+	}
+	if err := cmd.Wait(); err != nil || !done {
+		t.Fatalf("node deadline.mjs: %v (done %v)\n%s", err, done, stderr.String())
+	}
+}
