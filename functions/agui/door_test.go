@@ -390,6 +390,26 @@ func TestStreamBudget(t *testing.T) {
 	}
 }
 
+// A stream whose budget runs out before its run has sent anything still
+// opens with a RUN_STARTED (AG-UI clients refuse a stream that opens with
+// anything else) before the funduq.stream_ended naming Last-Event-ID 0.
+func TestStreamBudgetBeforeAnyEvent(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	srv := startDoor(t, h, func(o *agui.Options) { o.StreamBudget = 300 * time.Millisecond })
+
+	s := openStream(t, "POST", aguiURL(srv, p.Key, "echo"), input("t", "r", ""), nil)
+	f := p.Offer()
+	p.Accept(f.RunID)
+	evs := events(s.rest())
+	if len(evs) != 2 || evs[0].ID != "" || evs[1].ID != "" ||
+		evs[0].Data != fmt.Sprintf(`{"type":"RUN_STARTED","threadId":"%s","runId":"%s"}`, *f.ThreadID, f.RunID) ||
+		!strings.Contains(evs[1].Data, `"name":"funduq.stream_ended","value":{"lastEventId":"0",`) {
+		t.Fatalf("events %+v, want the synthesized RUN_STARTED, then funduq.stream_ended from 0", evs)
+	}
+}
+
 // With Redis unreachable, streams fall back to polling PostgreSQL.
 func TestStreamWithoutRedis(t *testing.T) {
 	h := nodetest.Start(t, nil)
