@@ -45,7 +45,28 @@ const settledBefore = `status IN ('completed', 'failed', 'cancelled')
 // threads that leaves empty, in one transaction. Rows another transaction
 // holds are skipped (the next batch gets them). A batch that deleted fewer
 // than limit runs means none is left.
+//
+// A door opening a child thread on a parent the batch deletes holds the
+// parent's row (the child's foreign key) while it inserts: the delete,
+// whose check for children read the snapshot taken before that child
+// committed, waits for it and then fails on the foreign key (23503). The
+// batch is then taken again, seeing the child, and keeps the parent, as
+// PruneRecordsBatch does; the door's own insert after the delete finds
+// the parent gone (ErrThreadGone). design.md §The doors.
 func (s *Store) PruneBatch(ctx context.Context, cutoff time.Time, limit int) (Pruned, error) {
+	var p Pruned
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		p, err = s.pruneBatch(ctx, cutoff, limit)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "23503" {
+			break
+		}
+	}
+	return p, err
+}
+
+func (s *Store) pruneBatch(ctx context.Context, cutoff time.Time, limit int) (Pruned, error) {
 	var p Pruned
 	err := s.inTx(ctx, "prune settled runs", func(tx pgx.Tx) error {
 		p = Pruned{}

@@ -1,0 +1,158 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/store/storetest"
+)
+
+// oldSettledThread makes a thread whose only run completed 40 days ago:
+// retention at a 30-day cutoff deletes both.
+func oldSettledThread(t *testing.T, st *store.Store) store.Run {
+	t.Helper()
+	ctx := context.Background()
+	r := newRun(t, st)
+	forceStatus(t, st, r.RunID, run.Completed)
+	old := time.Now().Add(-40 * 24 * time.Hour)
+	if _, err := st.Pool().Exec(ctx, `UPDATE runs SET completed_at = $2, last_activity_at = $2 WHERE run_id = $1`,
+		r.RunID, old); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Pool().Exec(ctx, `UPDATE threads SET last_activity_at = $2 WHERE thread_id = $1`,
+		r.ThreadID, old); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// A door opening a child thread on a parent (an A2A reference to its
+// task) while retention deletes that parent, the door's insert holding the
+// parent's row when the prune reaches it: the prune keeps the parent (it
+// has a child now) and deletes the rest of its batch, rather than failing
+// the whole batch on the child's foreign key. Here the door's transaction
+// is held open by hand until the prune waits on it (a barrier on
+// pg_stat_activity), so the window is hit every time.
+func TestPruneWhileAChildThreadIsBeingOpenedOnItsParent(t *testing.T) {
+	st := storetest.Store(t)
+	ctx := context.Background()
+	seedAgent(t, st)
+	parent := oldSettledThread(t, st)
+	other := oldSettledThread(t, st) // an unrelated old thread in the same batch
+
+	// The door's admission of a run on a new child thread, not committed yet.
+	tx, err := st.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	child := run.NewThreadID()
+	if _, err := tx.Exec(ctx, `INSERT INTO threads (thread_id, provider_key, agent_name, parent_thread_id) VALUES ($1, $2, $3, $4)`,
+		child, testProviderKey, testAgent, parent.ThreadID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO runs (run_id, thread_id, provider_key, agent_name, status, run_input) VALUES ($1, $2, $3, $4, 'queued', '{}')`,
+		run.NewRunID(), child, testProviderKey, testAgent); err != nil {
+		t.Fatal(err)
+	}
+
+	type result struct {
+		p   store.Pruned
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		p, err := st.PruneBatch(ctx, time.Now().Add(-30*24*time.Hour), 10)
+		done <- result{p, err}
+	}()
+	// Barrier: the prune is waiting for the door's lock on the parent row.
+	for {
+		var waiting bool
+		if err := st.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%DELETE FROM threads%')`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("the prune finished before it met the door's lock: %+v %v", r.p, r.err)
+		default:
+		}
+		time.Sleep(5 * time.Millisecond) // polling a barrier, not timing an assertion
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("the prune failed as a door opened a child thread on the parent it deleted: %v", r.err)
+	}
+	if want := (store.Pruned{Runs: 2, Messages: r.p.Messages, Events: r.p.Events, Threads: 1}); r.p != want {
+		t.Fatalf("pruned %+v, want both old runs and only the thread with no child (%+v)", r.p, want)
+	}
+	var n int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM threads WHERE thread_id = ANY($1)`,
+		[]string{parent.ThreadID, child, other.ThreadID}).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("threads left %d (%v), want the parent and its child", n, err)
+	}
+}
+
+// The same race between the door's real admission (store.Admit opening a
+// child thread on the parent) and PruneBatch, at seeded random moments:
+// whichever wins, the prune never fails, and the door either has its run
+// on a child of a kept parent or is told the parent is gone
+// (store.ErrThreadGone, which the doors answer as for an unknown task).
+func TestPruneRacingAChildThreadOnItsParent(t *testing.T) {
+	st := storetest.Store(t)
+	ctx := context.Background()
+	seedAgent(t, st)
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	cutoff := time.Now().Add(-30 * 24 * time.Hour)
+	var admitted, gone int
+	for i := 0; i < 40; i++ {
+		parent := oldSettledThread(t, st)
+		delays := [2]time.Duration{time.Duration(rng.IntN(2000)) * time.Microsecond, time.Duration(rng.IntN(2000)) * time.Microsecond}
+		var wg sync.WaitGroup
+		var pruneErr, admitErr error
+		child := run.NewThreadID()
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			time.Sleep(delays[0])
+			_, pruneErr = st.PruneBatch(ctx, cutoff, 10)
+		}()
+		go func() {
+			defer wg.Done()
+			time.Sleep(delays[1])
+			_, admitErr = st.Admit(ctx, store.NewRun{RunID: run.NewRunID(), ThreadID: child, ProviderKey: testProviderKey,
+				AgentName: testAgent, RunInput: []byte(`{}`), CreateThread: &store.NewThread{ParentThreadID: parent.ThreadID}})
+		}()
+		wg.Wait()
+		if pruneErr != nil {
+			t.Fatalf("seed %d round %d: the prune failed: %v", seed, i, pruneErr)
+		}
+		var parentKept bool
+		if err := st.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM threads WHERE thread_id = $1)`, parent.ThreadID).Scan(&parentKept); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case admitErr == nil && parentKept:
+			admitted++
+		case errors.Is(admitErr, store.ErrThreadGone) && !parentKept:
+			gone++
+		default:
+			t.Fatalf("seed %d round %d: admit %v, parent kept %v", seed, i, admitErr, parentKept)
+		}
+	}
+	t.Logf("admitted %d, told gone %d", admitted, gone)
+}
