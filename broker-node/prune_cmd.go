@@ -108,7 +108,7 @@ func pruneCmd(ctx context.Context, args []string, environ map[string]string, std
 		}
 		print("would delete", p)
 		if olderThan > 0 {
-			fmt.Fprintln(stdout, "(threads: those left empty; a parent thread is counted once its children are gone, on a later pass)")
+			fmt.Fprintln(stdout, "(threads: those left empty, a parent thread with the last of its children)")
 		}
 		return nil
 	}

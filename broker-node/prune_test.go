@@ -188,3 +188,71 @@ func TestPruneDryRunCountsAgentsTheRunsPruneFrees(t *testing.T) {
 		t.Fatalf("the dry run printed %q, the prune then %q", dry.String(), real.String())
 	}
 }
+
+// A thread with a child (an A2A task referenced by a later one), both
+// settled long ago: the prune deletes the child and then the parent, in
+// the same pass (store.PruneBatch walks up), and with them frees the agent
+// only they named. The dry run must say so, not promise fewer threads and
+// agents than the prune then deletes. A third thread kept by a recent
+// run, with an old child thread, keeps its agent and is not counted.
+func TestPruneDryRunCountsParentThreadsWithTheirChildren(t *testing.T) {
+	url := storetest.URL(t)
+	st, err := store.Open(context.Background(), url, store.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	key := strings.Repeat("f6", 32)
+	storetest.Agent(t, st, key, "lineage")
+	storetest.Agent(t, st, key, "kept")
+	turn := func(agent, parent string, age time.Duration) string {
+		t.Helper()
+		thread := runid.NewThreadID()
+		r, _, err := st.CreateRun(ctx, store.NewRun{RunID: runid.NewRunID(), ThreadID: thread, ProviderKey: key,
+			AgentName: agent, RunInput: []byte(`{}`), CreateThread: &store.NewThread{ParentThreadID: parent}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range []string{
+			`UPDATE runs SET status = 'completed', completed_at = now() - $2::interval, last_activity_at = now() - $2::interval WHERE run_id = $1`,
+			`UPDATE threads SET last_activity_at = now() - $2::interval WHERE thread_id = (SELECT thread_id FROM runs WHERE run_id = $1)`,
+		} {
+			if _, err := st.Pool().Exec(ctx, q, r.RunID, age.String()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return thread
+	}
+	const old = 40 * 24 * time.Hour
+	grandparent := turn("lineage", "", old)
+	parent := turn("lineage", grandparent, old)
+	turn("lineage", parent, old)
+	keptParent := turn("kept", "", time.Hour) // recent: stays, and keeps "kept"
+	turn("kept", keptParent, old)             // old child of it: goes
+	for _, q := range []string{
+		`UPDATE agents SET served_epoch = NULL, last_seen_at = now() - interval '40 days', unserved_since = now() - interval '40 days'`,
+		`UPDATE providers SET first_seen_at = now() - interval '40 days', updated_at = now() - interval '40 days'`,
+	} {
+		if _, err := st.Pool().Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := map[string]string{"FUNDUQ_DATABASE_URL": url}
+	var dry, real, errb bytes.Buffer
+	args := []string{"prune", "--older-than", "720h", "--agents-older-than", "168h"}
+	if code := run(append(args, "--dry-run"), env, &dry, &errb); code != 0 {
+		t.Fatalf("dry run: exit %d: %s", code, errb.String())
+	}
+	if code := run(args, env, &real, &errb); code != 0 {
+		t.Fatalf("prune: exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{": 4 runs, 0 events, 0 messages, 0 answer requests, 4 threads", ": 1 agents, 0 providers"} {
+		if !strings.Contains(real.String(), want) {
+			t.Fatalf("prune printed %q; want %q", real.String(), want)
+		}
+		if !strings.Contains(dry.String(), want) {
+			t.Errorf("the dry run printed %q, the prune then %q", dry.String(), real.String())
+		}
+	}
+}

@@ -151,26 +151,53 @@ func dedupe(ids []string) []string {
 }
 
 // PrunePreview counts what pruning at cutoff would delete, deleting
-// nothing (broker-node prune --dry-run). Threads are those every run of
-// which would go and that are idle since before the cutoff; a parent
-// thread that would go only after its children is not counted.
+// nothing (broker-node prune --dry-run): the runs, what hangs off them,
+// and the threads the pass leaves empty, a parent with them once every
+// child of it goes (doomedThreads).
 func (s *Store) PrunePreview(ctx context.Context, cutoff time.Time) (Pruned, error) {
 	var p Pruned
-	err := s.pool.QueryRow(ctx, `WITH doomed AS (SELECT run_id FROM runs WHERE `+settledBefore+`)
-		SELECT (SELECT count(*) FROM doomed),
-		       (SELECT count(*) FROM run_events e JOIN doomed USING (run_id)),
-		       (SELECT count(*) FROM thread_messages m JOIN doomed USING (run_id)),
-		       (SELECT count(*) FROM answer_requests a JOIN doomed USING (run_id)),
-		       (SELECT count(*) FROM threads t WHERE t.last_activity_at < $1
-		          AND EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = t.thread_id)
-		          AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = t.thread_id
-		                          AND r.run_id NOT IN (SELECT run_id FROM doomed))
-		          AND NOT EXISTS (SELECT 1 FROM threads c WHERE c.parent_thread_id = t.thread_id))`,
+	err := s.pool.QueryRow(ctx, `WITH RECURSIVE druns AS (SELECT run_id, thread_id FROM runs WHERE `+settledBefore+`),
+		`+doomedThreads("$1")+`
+		SELECT (SELECT count(*) FROM druns),
+		       (SELECT count(*) FROM run_events e JOIN druns USING (run_id)),
+		       (SELECT count(*) FROM thread_messages m JOIN druns USING (run_id)),
+		       (SELECT count(*) FROM answer_requests a JOIN druns USING (run_id)),
+		       (SELECT count(*) FROM dthreads)`,
 		cutoff).Scan(&p.Runs, &p.Events, &p.Messages, &p.AnswerRequests, &p.Threads)
 	if err != nil {
 		return Pruned{}, fmt.Errorf("preview pruning: %w", err)
 	}
 	return p, nil
+}
+
+// doomedThreads is the CTEs, after druns(run_id, thread_id) (the runs a
+// pass at cutoff deletes), ending in dthreads: the threads PruneBatch then
+// deletes. A thread goes once no run is left on it, it has no child left
+// and it has been idle since before cutoff; PruneBatch looks at a thread
+// when a run of it or a child of it goes, walking up, so a parent goes in
+// the same pass as the last of its children (a dry run counting only the
+// childless promised fewer threads, and agents, than the prune deleted:
+// TestPruneDryRunCountsParentThreadsWithTheirChildren). cand holds the
+// threads with no run left that are idle; a thread survives when it is
+// not a candidate, or is one that nothing makes the pass look at (no run
+// of it goes and it has no child), or when a child of it survives
+// (blocked, walked up from the children that survive).
+func doomedThreads(cutoff string) string {
+	return `cand AS (SELECT t.thread_id FROM threads t WHERE t.last_activity_at < ` + cutoff + `
+			AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = t.thread_id
+				AND NOT EXISTS (SELECT 1 FROM druns d WHERE d.run_id = r.run_id))),
+		blocked (thread_id) AS (
+			SELECT c.parent_thread_id FROM threads c WHERE c.parent_thread_id IS NOT NULL
+				AND (NOT EXISTS (SELECT 1 FROM cand x WHERE x.thread_id = c.thread_id)
+				     OR (NOT EXISTS (SELECT 1 FROM druns d WHERE d.thread_id = c.thread_id)
+				         AND NOT EXISTS (SELECT 1 FROM threads g WHERE g.parent_thread_id = c.thread_id)))
+			UNION
+			SELECT t.parent_thread_id FROM threads t JOIN blocked b ON t.thread_id = b.thread_id
+				WHERE t.parent_thread_id IS NOT NULL),
+		dthreads AS (SELECT c.thread_id FROM cand c
+			WHERE NOT EXISTS (SELECT 1 FROM blocked b WHERE b.thread_id = c.thread_id)
+				AND (EXISTS (SELECT 1 FROM druns d WHERE d.thread_id = c.thread_id)
+				     OR EXISTS (SELECT 1 FROM threads g WHERE g.parent_thread_id = c.thread_id)))`
 }
 
 // Records retention (FUNDUQ_AGENT_RETENTION): a key costs a stranger
@@ -268,21 +295,17 @@ func (s *Store) PruneRecordsBatch(ctx context.Context, cutoff time.Time, after s
 // longer keep an agent, as they no longer do in that pass.
 func (s *Store) PruneRecordsPreview(ctx context.Context, cutoff, runsCutoff time.Time) (PrunedRecords, error) {
 	var p PrunedRecords
-	doomedRuns := `SELECT run_id FROM runs WHERE false`
+	doomedRuns := `SELECT run_id, thread_id FROM runs WHERE false`
 	if !runsCutoff.IsZero() {
-		doomedRuns = `SELECT run_id FROM runs WHERE ` + strings.ReplaceAll(settledBefore, "$1", "$2")
+		doomedRuns = `SELECT run_id, thread_id FROM runs WHERE ` + strings.ReplaceAll(settledBefore, "$1", "$2")
 	}
 	// The agent's own checks, with the threads and runs the runs pass
 	// deletes first left out.
 	agentCheck := strings.ReplaceAll(agentUnservedBefore, "$2", "$1")
 	agentCheck = strings.Replace(agentCheck, "t.agent_name = a.name)", "t.agent_name = a.name AND NOT EXISTS (SELECT 1 FROM dthreads d WHERE d.thread_id = t.thread_id))", 1)
 	agentCheck = strings.Replace(agentCheck, "r.agent_name = a.name)", "r.agent_name = a.name AND NOT EXISTS (SELECT 1 FROM druns d WHERE d.run_id = r.run_id))", 1)
-	err := s.pool.QueryRow(ctx, `WITH druns AS (`+doomedRuns+`),
-		dthreads AS (SELECT t.thread_id FROM threads t WHERE t.last_activity_at < $2
-			AND EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = t.thread_id)
-			AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = t.thread_id
-				AND NOT EXISTS (SELECT 1 FROM druns d WHERE d.run_id = r.run_id))
-			AND NOT EXISTS (SELECT 1 FROM threads c WHERE c.parent_thread_id = t.thread_id)),
+	err := s.pool.QueryRow(ctx, `WITH RECURSIVE druns AS (`+doomedRuns+`),
+		`+doomedThreads("$2")+`,
 		doomed AS (SELECT a.provider_key, a.name FROM agents a WHERE true AND `+agentCheck+`)
 		SELECT (SELECT count(*) FROM doomed),
 		       (SELECT count(*) FROM providers p WHERE greatest(p.first_seen_at, p.updated_at) < $1

@@ -156,3 +156,95 @@ func TestPruneRacingAChildThreadOnItsParent(t *testing.T) {
 	}
 	t.Logf("admitted %d, told gone %d", admitted, gone)
 }
+
+// The dry run's count is the prune's: over a seeded random forest of
+// threads (parents and children up to ten deep, threads with old settled,
+// recent, running or paused runs, and threads left with no run at all),
+// PrunePreview equals the sum of PruneBatch's batches, of random sizes,
+// and nothing is left to preview after them.
+func TestPrunePreviewIsWhatThePruneDeletes(t *testing.T) {
+	st := storetest.Store(t)
+	ctx := context.Background()
+	seedAgent(t, st)
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 1))
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := st.Pool().Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+	}
+	old, recent := time.Now().Add(-40*24*time.Hour), time.Now().Add(-time.Hour)
+	type thread struct {
+		id    string
+		depth int
+	}
+	var threads []thread
+	for i := 0; i < 80; i++ {
+		th := thread{id: run.NewThreadID()}
+		var parent any
+		if len(threads) > 0 && rng.IntN(3) > 0 {
+			p := threads[rng.IntN(len(threads))]
+			if p.depth < 10 {
+				parent, th.depth = p.id, p.depth+1
+			}
+		}
+		activity := old
+		type seeded struct {
+			status string
+			at     time.Time
+		}
+		var runs []seeded
+		for n := rng.IntN(4); n > 0; n-- {
+			r := seeded{status: []string{"completed", "cancelled", "completed", "running", "input-required", "completed"}[rng.IntN(6)], at: old}
+			if rng.IntN(6) == 0 {
+				r.at = recent
+			}
+			if r.at.After(activity) {
+				activity = r.at
+			}
+			runs = append(runs, r)
+		}
+		exec(`INSERT INTO threads (thread_id, provider_key, agent_name, parent_thread_id, last_activity_at) VALUES ($1, $2, $3, $4, $5)`,
+			th.id, testProviderKey, testAgent, parent, activity)
+		for _, r := range runs {
+			runID := run.NewRunID()
+			exec(`INSERT INTO runs (run_id, thread_id, provider_key, agent_name, status, run_input, completed_at, last_activity_at)
+				VALUES ($1, $2, $3, $4, $5, '{}', CASE WHEN $5 IN ('completed', 'cancelled') THEN $6::timestamptz END, $6)`,
+				runID, th.id, testProviderKey, testAgent, r.status, r.at)
+			for s := 1; s <= rng.IntN(3); s++ {
+				exec(`INSERT INTO run_events (run_id, seq, event) VALUES ($1, $2, '{}')`, runID, s)
+			}
+			if rng.IntN(2) == 0 {
+				exec(`INSERT INTO thread_messages (thread_id, run_id, message_id, message, origin) VALUES ($1, $2, $3, '{}', 'caller')`,
+					th.id, runID, "m-"+runID)
+			}
+		}
+		threads = append(threads, th)
+	}
+	cutoff := time.Now().Add(-30 * 24 * time.Hour)
+	preview, err := st.PrunePreview(ctx, cutoff)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total store.Pruned
+	for {
+		limit := 1 + rng.IntN(7)
+		p, err := st.PruneBatch(ctx, cutoff, limit)
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		total = total.Add(p)
+		if p.Runs < int64(limit) {
+			break
+		}
+	}
+	if total != preview {
+		t.Fatalf("seed %d: the preview said %+v, the prune deleted %+v", seed, preview, total)
+	}
+	if p, err := st.PrunePreview(ctx, cutoff); err != nil || p != (store.Pruned{}) {
+		t.Fatalf("seed %d: after the prune the preview says %+v (%v)", seed, p, err)
+	}
+	t.Logf("pruned %+v", total)
+}
