@@ -106,8 +106,14 @@ func (s *Store) pruneBatch(ctx context.Context, cutoff time.Time, limit int) (Pr
 			*d.n = tag.RowsAffected()
 		}
 		// Threads left empty, then their parents once their last child
-		// went (a bounded walk up: one statement per level).
-		for level := 0; len(threads) > 0 && level < 16; level++ {
+		// went, walking up one statement per level until a level deletes
+		// nothing: each level holds only the parents of threads the one
+		// below deleted, so the walk ends within the chain's depth. It
+		// used to stop at 16 levels, and the ancestors above, left with
+		// no run, were never looked at again: an A2A conversation whose
+		// contexts each referenced the one before leaves a chain that
+		// deep (TestPruneDeletesADeepChainOfThreads, design.md §The doors).
+		for len(threads) > 0 {
 			rows, err := tx.Query(ctx, `DELETE FROM threads t WHERE t.thread_id = ANY($1) AND t.last_activity_at < $2
 				AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = t.thread_id)
 				AND NOT EXISTS (SELECT 1 FROM thread_messages m WHERE m.thread_id = t.thread_id)

@@ -158,7 +158,7 @@ func TestPruneRacingAChildThreadOnItsParent(t *testing.T) {
 }
 
 // The dry run's count is the prune's: over a seeded random forest of
-// threads (parents and children up to ten deep, threads with old settled,
+// threads (parents and children up to thirty deep, threads with old settled,
 // recent, running or paused runs, and threads left with no run at all),
 // PrunePreview equals the sum of PruneBatch's batches, of random sizes,
 // and nothing is left to preview after them.
@@ -186,7 +186,7 @@ func TestPrunePreviewIsWhatThePruneDeletes(t *testing.T) {
 		var parent any
 		if len(threads) > 0 && rng.IntN(3) > 0 {
 			p := threads[rng.IntN(len(threads))]
-			if p.depth < 10 {
+			if p.depth < 30 {
 				parent, th.depth = p.id, p.depth+1
 			}
 		}
@@ -247,4 +247,58 @@ func TestPrunePreviewIsWhatThePruneDeletes(t *testing.T) {
 		t.Fatalf("seed %d: after the prune the preview says %+v (%v)", seed, p, err)
 	}
 	t.Logf("pruned %+v", total)
+}
+
+// A2A contexts opened one after another, each referencing a task of the
+// one before, make a chain of child threads as deep as the conversation
+// went on. Once every run on it is old, the prune deletes the whole chain,
+// not the newest sixteen threads with the rest left empty for good (no
+// run is left on them for a later pass to find them by).
+func TestPruneDeletesADeepChainOfThreads(t *testing.T) {
+	st := storetest.Store(t)
+	ctx := context.Background()
+	seedAgent(t, st)
+	const depth = 40
+	parent := ""
+	var ids []string
+	for i := 0; i < depth; i++ {
+		r, _, err := st.CreateRun(ctx, store.NewRun{RunID: run.NewRunID(), ThreadID: run.NewThreadID(), ProviderKey: testProviderKey,
+			AgentName: testAgent, RunInput: []byte(`{}`), CreateThread: &store.NewThread{ParentThreadID: parent}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		parent = r.ThreadID
+		ids = append(ids, r.ThreadID)
+	}
+	for _, q := range []string{
+		`UPDATE runs SET status = 'completed', completed_at = now() - interval '40 days', last_activity_at = now() - interval '40 days'`,
+		`UPDATE threads SET last_activity_at = now() - interval '40 days'`,
+	} {
+		if _, err := st.Pool().Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cutoff := time.Now().Add(-30 * 24 * time.Hour)
+	preview, err := st.PrunePreview(ctx, cutoff)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total store.Pruned
+	for _, limit := range []int{500, 500} { // a second pass finds nothing more
+		p, err := st.PruneBatch(ctx, cutoff, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total = total.Add(p)
+	}
+	var left int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM threads WHERE thread_id = ANY($1)`, ids).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 || total.Threads != depth || total.Runs != depth {
+		t.Fatalf("pruned %+v, %d of the chain's %d threads left behind with no run", total, left, depth)
+	}
+	if preview != total {
+		t.Fatalf("the preview said %+v, the prune deleted %+v", preview, total)
+	}
 }
