@@ -70,6 +70,25 @@ func (s *Store) pruneBatch(ctx context.Context, cutoff time.Time, limit int) (Pr
 	var p Pruned
 	err := s.inTx(ctx, "prune settled runs", func(tx pgx.Tx) error {
 		p = Pruned{}
+		// One batch at a time, whoever prunes: two at once (an operator's
+		// broker-node prune beside the leader's pass, a deposed leader's
+		// last batch beside its successor's) could each delete one of a
+		// thread's runs, each still see the other's, both keep the thread,
+		// and leave it empty for good, as nothing looks at a thread again
+		// once no run of it is left (TestTwoPrunesAtOnceLeaveNoEmptyThread).
+		// Taken first, so this batch's reads see the other's commit; a
+		// wait for it is logged, so an operator's prune that waits says
+		// why.
+		var took bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, pruneLockKey).Scan(&took); err != nil {
+			return err
+		}
+		if !took {
+			s.log.InfoContext(ctx, "prune batch waits for another prune's batch to commit")
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, pruneLockKey); err != nil {
+				return err
+			}
+		}
 		var runs, threads []string
 		rows, err := tx.Query(ctx, `SELECT run_id, thread_id FROM runs WHERE `+settledBefore+`
 			ORDER BY coalesce(completed_at, last_activity_at), run_id LIMIT $2 FOR UPDATE SKIP LOCKED`, cutoff, limit)
@@ -143,6 +162,9 @@ func (s *Store) pruneBatch(ctx context.Context, cutoff time.Time, limit int) (Pr
 	})
 	return p, err
 }
+
+// pruneLockKey is the transaction advisory lock PruneBatch holds: "funduqrp".
+const pruneLockKey int64 = 0x66756e6475717270
 
 func dedupe(ids []string) []string {
 	seen := make(map[string]bool, len(ids))

@@ -302,3 +302,78 @@ func TestPruneDeletesADeepChainOfThreads(t *testing.T) {
 		t.Fatalf("the preview said %+v, the prune deleted %+v", preview, total)
 	}
 }
+
+// Two prunes at once — `broker-node prune` run by an operator while the
+// leader's retention pass runs, or a deposed leader's last batch beside
+// its successor's — each deleting one of a thread's two old runs: the
+// thread is left with none and must go too. Each batch used to look for
+// the thread's other runs before the other batch committed, both kept the
+// thread, and nothing ever looked at it again. The test holds the threads
+// table until both batches have deleted their run and wait, so the
+// window is hit every time.
+func TestTwoPrunesAtOnceLeaveNoEmptyThread(t *testing.T) {
+	st := storetest.Store(t)
+	ctx := context.Background()
+	seedAgent(t, st)
+	first := oldSettledThread(t, st)
+	second, _, err := st.CreateRun(ctx, store.NewRun{RunID: run.NewRunID(), ThreadID: first.ThreadID, ProviderKey: testProviderKey,
+		AgentName: testAgent, RunInput: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`UPDATE runs SET status = 'completed', completed_at = now() - interval '39 days', last_activity_at = now() - interval '39 days' WHERE run_id = $1`,
+		`UPDATE threads SET last_activity_at = now() - interval '39 days' WHERE thread_id = (SELECT thread_id FROM runs WHERE run_id = $1)`,
+	} {
+		if _, err := st.Pool().Exec(ctx, q, second.RunID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx, err := st.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `LOCK TABLE threads IN EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	cutoff := time.Now().Add(-30 * 24 * time.Hour)
+	done := make(chan error, 2)
+	var pruned [2]store.Pruned
+	for i := range pruned {
+		go func() {
+			var err error
+			pruned[i], err = st.PruneBatch(ctx, cutoff, 1)
+			done <- err
+		}()
+	}
+	// Barrier: both batches wait on a lock (the threads table, or one on
+	// the other).
+	for {
+		var waiting int
+		if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting == 2 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond) // polling a barrier, not timing an assertion
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range pruned {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	total := pruned[0].Add(pruned[1])
+	var left int
+	if err := st.Pool().QueryRow(ctx, `SELECT count(*) FROM threads WHERE thread_id = $1`, first.ThreadID).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if total.Runs != 2 || left != 0 {
+		t.Fatalf("two prunes at once deleted %+v; the thread, with no run left, is still there: %v", total, left == 1)
+	}
+}
