@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/pressly/goose/v3"
 )
@@ -21,4 +22,16 @@ func MigrateDownTo(ctx context.Context, db *sql.DB, version int64) error {
 		return fmt.Errorf("migrate down to %d: %w", version, err)
 	}
 	return nil
+}
+
+// PruneLockKey is PruneBatch's advisory lock, for a test to hold as a
+// pruner stuck in its batch would.
+const PruneLockKey = pruneLockKey
+
+// SetPruneLockWait shortens how long PruneBatch waits for another
+// pruner's batch; the returned func puts it back.
+func SetPruneLockWait(d time.Duration) (restore func()) {
+	old := pruneLockWait
+	pruneLockWait = d
+	return func() { pruneLockWait = old }
 }

@@ -78,14 +78,29 @@ func (s *Store) pruneBatch(ctx context.Context, cutoff time.Time, limit int) (Pr
 		// once no run of it is left (TestTwoPrunesAtOnceLeaveNoEmptyThread).
 		// Taken first, so this batch's reads see the other's commit; a
 		// wait for it is logged, so an operator's prune that waits says
-		// why.
+		// why, and bounded: a pruner stuck inside its batch (a deposed
+		// leader frozen mid-batch, its session still open) would otherwise
+		// hang every other pass for as long as its session lives
+		// (TestPruneBatchBehindAStuckPrunerFails). The bound is the
+		// lock_timeout of the wait alone.
 		var took bool
 		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, pruneLockKey).Scan(&took); err != nil {
 			return err
 		}
 		if !took {
-			s.log.InfoContext(ctx, "prune batch waits for another prune's batch to commit")
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, pruneLockKey); err != nil {
+			s.log.InfoContext(ctx, "prune batch waits for another prune's batch to commit", "wait_at_most", pruneLockWait.String())
+			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", max(pruneLockWait.Milliseconds(), 1))); err != nil {
+				return err
+			}
+			var pgErr *pgconn.PgError
+			_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, pruneLockKey)
+			if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+				return fmt.Errorf("%w for over %s (a broker-node prune, or a leader's retention pass, stuck in its batch)", ErrPruneBusy, pruneLockWait)
+			}
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout TO DEFAULT`); err != nil {
 				return err
 			}
 		}
@@ -165,6 +180,14 @@ func (s *Store) pruneBatch(ctx context.Context, cutoff time.Time, limit int) (Pr
 
 // pruneLockKey is the transaction advisory lock PruneBatch holds: "funduqrp".
 const pruneLockKey int64 = 0x66756e6475717270
+
+// pruneLockWait bounds a batch's wait for another pruner's (a var for the
+// tests).
+var pruneLockWait = 30 * time.Second
+
+// ErrPruneBusy: another pruner's batch held the prune lock for longer than
+// a batch waits (pruneLockWait).
+var ErrPruneBusy = errors.New("another prune's batch holds the prune lock")
 
 func dedupe(ids []string) []string {
 	seen := make(map[string]bool, len(ids))

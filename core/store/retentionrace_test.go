@@ -377,3 +377,43 @@ func TestTwoPrunesAtOnceLeaveNoEmptyThread(t *testing.T) {
 		t.Fatalf("two prunes at once deleted %+v; the thread, with no run left, is still there: %v", total, left == 1)
 	}
 }
+
+// A pruner stuck inside its batch — a deposed leader frozen mid-batch, its
+// session still open on PostgreSQL — holds the prune lock: the next
+// leader's batch waits for it a bounded while and then fails naming why
+// (the pass counts an error and tries again an Interval later), rather
+// than hanging its pass for as long as the stuck session lives.
+func TestPruneBatchBehindAStuckPrunerFails(t *testing.T) {
+	st := storetest.Store(t)
+	ctx := context.Background()
+	seedAgent(t, st)
+	oldSettledThread(t, st)
+	defer store.SetPruneLockWait(50 * time.Millisecond)()
+	tx, err := st.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, store.PruneLockKey); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := st.PruneBatch(ctx, time.Now().Add(-30*24*time.Hour), 10)
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute): // a hang guard, not a timing assertion
+		t.Fatal("the batch still waits behind the stuck pruner after a minute")
+	}
+	if !errors.Is(err, store.ErrPruneBusy) {
+		t.Fatalf("the batch behind a stuck pruner: %v, want store.ErrPruneBusy", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := st.PruneBatch(ctx, time.Now().Add(-30*24*time.Hour), 10); err != nil || p.Runs != 1 {
+		t.Fatalf("once the stuck pruner is gone: %+v %v", p, err)
+	}
+}
