@@ -74,7 +74,12 @@ func pruneCmd(ctx context.Context, args []string, environ map[string]string, std
 	if err := st.CheckSchema(ctx); err != nil {
 		return err
 	}
-	now := time.Now()
+	// PostgreSQL's clock, which wrote the times the cutoff is compared
+	// with: the operator's machine may keep another (design.md §Retention).
+	now, err := st.Now(ctx)
+	if err != nil {
+		return err
+	}
 	cutoff, agentsCutoff := now.Add(-olderThan), now.Add(-agentsOlderThan)
 	print := func(verb string, p store.Pruned) {
 		if olderThan > 0 {
@@ -113,7 +118,7 @@ func pruneCmd(ctx context.Context, args []string, environ map[string]string, std
 		return nil
 	}
 	c := &retention.Cleaner{Store: st, Retention: olderThan, AgentRetention: agentsOlderThan, Batch: *batch, Log: log,
-		Now: func() time.Time { return now }}
+		Now: func(context.Context) (time.Time, error) { return now, nil }}
 	p, err := c.Pass(ctx)
 	if err != nil {
 		if p != (store.Pruned{}) {

@@ -53,7 +53,12 @@ type Cleaner struct {
 	Pause          time.Duration // between batches of one pass (default 100ms; tests 0)
 	Log            *slog.Logger
 	Metrics        *Metrics
-	Now            func() time.Time
+	// Now is the clock a pass takes its cutoff from; nil reads
+	// PostgreSQL's (store.Now). The times it is compared with
+	// (completed_at, last_activity_at, last_served_at) are PostgreSQL's:
+	// a cutoff from a node whose clock runs fast would delete runs that
+	// settled moments ago (design.md §Retention).
+	Now func(ctx context.Context) (time.Time, error)
 }
 
 func (c *Cleaner) defaults() {
@@ -70,7 +75,7 @@ func (c *Cleaner) defaults() {
 		c.Metrics = NewMetrics(nil)
 	}
 	if c.Now == nil {
-		c.Now = time.Now
+		c.Now = c.Store.Now
 	}
 }
 
@@ -128,8 +133,12 @@ func (c *Cleaner) pause(ctx context.Context) error {
 
 // passRecords walks every provider key in batches (store.PruneRecordsBatch).
 func (c *Cleaner) passRecords(ctx context.Context) (store.Pruned, error) {
-	cutoff := c.Now().Add(-c.AgentRetention)
 	var total store.Pruned
+	now, err := c.Now(ctx)
+	if err != nil {
+		return total, c.failed(ctx, err, "records", time.Time{})
+	}
+	cutoff := now.Add(-c.AgentRetention)
 	after := ""
 	for {
 		p, err := c.Store.PruneRecordsBatch(ctx, cutoff, after, c.Batch)
@@ -156,8 +165,12 @@ func (c *Cleaner) passRecords(ctx context.Context) (store.Pruned, error) {
 
 // passRuns deletes settled runs in batches (store.PruneBatch).
 func (c *Cleaner) passRuns(ctx context.Context) (store.Pruned, error) {
-	cutoff := c.Now().Add(-c.Retention)
 	var total store.Pruned
+	now, err := c.Now(ctx)
+	if err != nil {
+		return total, c.failed(ctx, err, "runs", time.Time{})
+	}
+	cutoff := now.Add(-c.Retention)
 	for {
 		p, err := c.Store.PruneBatch(ctx, cutoff, c.Batch)
 		if err != nil {

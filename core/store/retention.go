@@ -41,6 +41,17 @@ func (p Pruned) Add(q Pruned) Pruned {
 const settledBefore = `status IN ('completed', 'failed', 'cancelled')
 	AND coalesce(completed_at, last_activity_at) < $1`
 
+// Now reads PostgreSQL's clock. Retention takes its cutoff from it: the
+// times a cutoff is compared with are PostgreSQL's, and a node's or an
+// operator's clock may differ from it.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var now time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		return time.Time{}, fmt.Errorf("read the database's clock: %w", err)
+	}
+	return now, nil
+}
+
 // PruneBatch deletes up to limit settled runs older than cutoff, and the
 // threads that leaves empty, in one transaction. Rows another transaction
 // holds are skipped (the next batch gets them). A batch that deleted fewer
