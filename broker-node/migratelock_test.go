@@ -29,9 +29,9 @@ func TestMigrateCommandReportsAHeldLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	// 00017 pending again, as before an upgrade.
-	if _, err := conn.Exec(ctx, `ALTER TABLE broker_leader DROP COLUMN funduq_key;
-		DELETE FROM goose_db_version WHERE version_id = 17`); err != nil {
+	// 00017 pending again, as before an upgrade (and 00018 after it).
+	if _, err := conn.Exec(ctx, `DROP INDEX runs_failed_idx; ALTER TABLE broker_leader DROP COLUMN funduq_key;
+		DELETE FROM goose_db_version WHERE version_id IN (17, 18)`); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := conn.Begin(ctx)

@@ -138,11 +138,24 @@ type QualityItem struct {
 	WithdrawnAt *time.Time       `json:"withdrawnAt"`
 }
 
-// RunsJSON: runs by status, the oldest queued and the longest running.
+// RunsJSON: the active runs by status, counted exactly; PostgreSQL's
+// estimate of the paused and ended ones; the oldest queued and the longest
+// running. The page polls every 1.5 s, and ended runs pile up without
+// bound (retention is off by default): counting them exactly would read
+// the whole table each time (design.md §The operator console, "What the
+// runs figures mean").
 type RunsJSON struct {
-	ByStatus       map[string]int64 `json:"byStatus"`
-	OldestQueued   *RunAgeJSON      `json:"oldestQueued"`
-	LongestRunning *RunAgeJSON      `json:"longestRunning"`
+	// ByStatus holds every one of store.ActiveStatuses, exact.
+	ByStatus map[string]int64 `json:"byStatus"`
+	// Estimated holds each of EstimatedStatuses PostgreSQL's statistics
+	// know of, as of EstimatedAt; a status absent is unknown (too rare for
+	// the sample, or no statistics yet).
+	Estimated map[string]int64 `json:"estimated"`
+	// EstimatedTotal is the estimate of all runs stored (nil: none yet).
+	EstimatedTotal *int64      `json:"estimatedTotal"`
+	EstimatedAt    *time.Time  `json:"estimatedAt"`
+	OldestQueued   *RunAgeJSON `json:"oldestQueued"`
+	LongestRunning *RunAgeJSON `json:"longestRunning"`
 }
 
 // RunAgeJSON is one run and how long it has waited or run.
@@ -175,8 +188,10 @@ type FailureJSON struct {
 	Last   time.Time `json:"last"`
 }
 
-// Statuses are the run statuses in the order the console lists them.
-var Statuses = []string{"queued", "offering", "running", "cancelling", "input-required", "completed", "failed", "cancelled"}
+// EstimatedStatuses are the run statuses the console shows PostgreSQL's
+// estimate of: the paused and the ended, which pile up (a caller may never
+// answer a pause). The active ones (store.ActiveStatuses) are exact.
+var EstimatedStatuses = []string{"input-required", "completed", "failed", "cancelled"}
 
 func (h *Handler) collect(ctx context.Context) State {
 	o := h.o
@@ -278,13 +293,26 @@ func (h *Handler) collect(ctx context.Context) State {
 		}
 	}
 
-	s.Runs.ByStatus = map[string]int64{}
+	s.Runs.ByStatus, s.Runs.Estimated = map[string]int64{}, map[string]int64{}
 	s.Failures = FailuresJSON{WindowMS: o.FailureWindow.Milliseconds(), List: []FailureJSON{}}
 	if ov, err := o.Store.RunsOverview(ctx, o.FailureWindow); err != nil {
 		fail("runs", err)
 	} else {
-		for _, st := range Statuses {
+		for _, st := range store.ActiveStatuses {
 			s.Runs.ByStatus[st] = ov.ByStatus[st]
+		}
+		for _, st := range EstimatedStatuses {
+			if n, ok := ov.Estimated[st]; ok {
+				s.Runs.Estimated[st] = n
+			}
+		}
+		if ov.EstimatedTotal >= 0 {
+			total := ov.EstimatedTotal
+			s.Runs.EstimatedTotal = &total
+		}
+		if ov.EstimatedAt != nil {
+			at := ov.EstimatedAt.UTC()
+			s.Runs.EstimatedAt = &at
 		}
 		s.Runs.OldestQueued, s.Runs.LongestRunning = ageJSON(ov.OldestQueued), ageJSON(ov.LongestRunning)
 		for _, f := range ov.Failures {

@@ -30,6 +30,10 @@ const seededRuns = 100_000
 // pages through: design.md §The doors).
 const seededAgents = 5000
 
+// seededFailed are the last runs of the seeded history, failed a month
+// ago: the console's failures of the last hour must not read them.
+const seededFailed = 1000
+
 // maxRowsRead is what one hot-path statement may read from runs, threads,
 // thread_messages, run_events and agents over the seeded history: a thread
 // holds 4 runs and 8 messages, a run 3 events; an agent holds all 100,000
@@ -48,7 +52,7 @@ const maxRowsRead = 200
 // does not lead with the predicate's columns).
 func TestHotPathQueriesUseIndexes(t *testing.T) {
 	ctx := context.Background()
-	url := storetest.URLWith(t, fmt.Sprintf("hotpath-v2-%d-%d", seededRuns, seededAgents), func(ctx context.Context, db *sql.DB) error {
+	url := storetest.URLWith(t, fmt.Sprintf("hotpath-v3-%d-%d-%d", seededRuns, seededAgents, seededFailed), func(ctx context.Context, db *sql.DB) error {
 		// No autovacuum on these tables: the first EXPLAINs must see a
 		// database that was never analyzed, as a fresh deployment is.
 		for _, tbl := range []string{"runs", "threads", "thread_messages", "run_events", "answer_requests", "agents", "providers"} {
@@ -64,8 +68,14 @@ func TestHotPathQueriesUseIndexes(t *testing.T) {
 			SELECT lpad(to_hex(k), 64, '0'), 's' || i FROM generate_series(1, $1::int / 10) k, generate_series(1, 10) i`, seededAgents); err != nil {
 			return err
 		}
-		return preseed.Seed(ctx, db, preseed.Options{Runs: seededRuns, ProviderKey: testProviderKey,
-			Fingerprint: testFingerprint, AgentName: testAgent, Prefix: "h"})
+		if err := preseed.Seed(ctx, db, preseed.Options{Runs: seededRuns, ProviderKey: testProviderKey,
+			Fingerprint: testFingerprint, AgentName: testAgent, Prefix: "h"}); err != nil {
+			return err
+		}
+		_, err := db.ExecContext(ctx, `UPDATE runs SET status = 'failed', failure_reason = 'seeded',
+				completed_at = now() - interval '30 days', last_activity_at = now() - interval '30 days'
+			WHERE run_id IN (SELECT 'h-r-' || i FROM generate_series($1::int - $2::int + 1, $1::int) i)`, seededRuns, seededFailed)
+		return err
 	})
 	rec := &recorder{}
 	cfg, err := pgxpool.ParseConfig(url)
@@ -285,6 +295,15 @@ func driveHotPaths(t *testing.T, st *store.Store, rec *recorder) {
 		}},
 		{"broker: recovery (cancels)", func() error { _, err := st.CancelRequestedActive(ctx); return err }},
 		{"broker: recovery (events)", func() error { _, err := st.EventsAfter(ctx, fresh.RunID, 0, 1<<20); return err }},
+		// The operator console reads this every 1.5 s (design.md §The
+		// operator console): its cost must not grow with the history.
+		{"console: runs overview", func() error {
+			ov, err := st.RunsOverview(ctx, time.Hour)
+			if err == nil && (len(ov.Failures) != 0 || ov.OldestQueued == nil || ov.LongestRunning == nil) {
+				err = fmt.Errorf("overview %+v: want no failure in the hour (the seeded ones are a month old), a queued and a running run", ov)
+			}
+			return err
+		}},
 	}
 	for _, r := range reads {
 		rec.setLabel(r.label)

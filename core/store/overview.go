@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,10 +30,26 @@ type FailureCount struct {
 	Last       time.Time
 }
 
-// Overview is what the operator console shows of the runs table.
+// Overview is what the operator console shows of the runs table. The
+// console reads it every 1.5 s, so nothing in it costs more as ended runs
+// pile up (retention is off by default): exact counts are read through
+// indexes that hold only active or failed runs, and the rest is
+// PostgreSQL's own estimate (design.md §The operator console, "What the
+// runs figures mean").
 type Overview struct {
-	// ByStatus counts every run by status (statuses with no run are absent).
+	// ByStatus counts the active runs exactly, by status (queued,
+	// offering, running, cancelling; a status with no run is absent).
 	ByStatus map[string]int64
+	// Estimated is PostgreSQL's estimate of the runs in each status as of
+	// its last ANALYZE of the table (EstimatedAt): the planner's row count
+	// times the status's share of the sampled rows. A status missing
+	// from it was too rare for the sample to say (or no ANALYZE has run).
+	Estimated map[string]int64
+	// EstimatedTotal is the estimate of all runs stored (-1: PostgreSQL
+	// has none yet, the table was never vacuumed or analyzed).
+	EstimatedTotal int64
+	// EstimatedAt is when the statistics were gathered (nil: never).
+	EstimatedAt *time.Time
 	// OldestQueued is the queued run that has waited longest (nil: none).
 	OldestQueued *RunAge
 	// LongestRunning is the running (or cancelling) run that started
@@ -52,6 +69,10 @@ type Overview struct {
 	Window time.Duration
 }
 
+// ActiveStatuses are the statuses ByStatus counts exactly: those
+// runs_active_idx holds.
+var ActiveStatuses = []string{"queued", "offering", "running", "cancelling"}
+
 // OverviewReasons is how many failure reasons the overview lists, and
 // OverviewReasonChars how much of each it keeps.
 const (
@@ -59,13 +80,18 @@ const (
 	OverviewReasonChars = 512
 )
 
-// RunsOverview reads the runs table for the operator console: counts by
-// status, the oldest queued and longest running run, and the failures of
-// the last window by reason. It writes nothing.
+// RunsOverview reads the runs table for the operator console: the active
+// runs by status, the oldest queued and longest running run, the failures
+// of the last window by reason, and PostgreSQL's estimate of the rest. It
+// writes nothing, and reads only active runs and the window's failures
+// (runs_active_idx, runs_failed_idx), never the ended history.
 func (s *Store) RunsOverview(ctx context.Context, window time.Duration) (Overview, error) {
-	ov := Overview{ByStatus: map[string]int64{}, Window: window}
+	ov := Overview{ByStatus: map[string]int64{}, Estimated: map[string]int64{}, Window: window}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly, IsoLevel: pgx.RepeatableRead}, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT status, count(*) FROM runs GROUP BY status`)
+		// The predicate is runs_active_idx's own, so the index serves it
+		// with or without statistics.
+		rows, err := tx.Query(ctx, `SELECT status, count(*) FROM runs
+			WHERE status IN ('queued', 'offering', 'running', 'cancelling') GROUP BY status`)
 		if err != nil {
 			return err
 		}
@@ -73,6 +99,27 @@ func (s *Store) RunsOverview(ctx context.Context, window time.Duration) (Overvie
 		var n int64
 		if _, err := pgx.ForEachRow(rows, []any{&status, &n}, func() error { ov.ByStatus[status] = n; return nil }); err != nil {
 			return err
+		}
+		// reltuples is -1 until the first VACUUM or ANALYZE (PostgreSQL
+		// 14+); the status's share is the sampled most common values'.
+		var vals []string
+		var freqs []float64
+		if err := tx.QueryRow(ctx, `
+			SELECT c.reltuples::bigint, greatest(t.last_analyze, t.last_autoanalyze),
+				coalesce(st.most_common_vals::text::text[], '{}'), coalesce(st.most_common_freqs, '{}')
+			FROM pg_class c
+			LEFT JOIN pg_stat_user_tables t ON t.relid = c.oid
+			LEFT JOIN pg_namespace ns ON ns.oid = c.relnamespace
+			LEFT JOIN pg_stats st ON st.schemaname = ns.nspname AND st.tablename = c.relname AND st.attname = 'status'
+			WHERE c.oid = 'runs'::regclass`).Scan(&ov.EstimatedTotal, &ov.EstimatedAt, &vals, &freqs); err != nil {
+			return err
+		}
+		if ov.EstimatedTotal >= 0 {
+			for i, v := range vals {
+				if i < len(freqs) {
+					ov.Estimated[v] = int64(math.Round(float64(ov.EstimatedTotal) * freqs[i]))
+				}
+			}
 		}
 		if ov.OldestQueued, err = oneRunAge(ctx, tx, `
 			SELECT run_id, provider_key, agent_name, status, queued_at, now() - queued_at
@@ -84,11 +131,13 @@ func (s *Store) RunsOverview(ctx context.Context, window time.Duration) (Overvie
 			FROM runs WHERE status IN ('running', 'cancelling') ORDER BY coalesce(started_at, queued_at), run_id LIMIT 1`); err != nil {
 			return err
 		}
+		// Through runs_failed_idx: every writer of 'failed' sets
+		// completed_at in the same UPDATE (00018_failed_runs_idx.sql).
 		rows, err = tx.Query(ctx, `
 			WITH f AS (
 				SELECT coalesce(left(failure_reason, $2), '') AS reason, failure_by_provider AS by_provider,
-					count(*) AS n, max(coalesce(completed_at, last_activity_at)) AS last
-				FROM runs WHERE status = 'failed' AND coalesce(completed_at, last_activity_at) > now() - $1::interval
+					count(*) AS n, max(completed_at) AS last
+				FROM runs WHERE status = 'failed' AND completed_at > now() - $1::interval
 				GROUP BY 1, 2)
 			SELECT reason, by_provider, n, last, count(*) OVER (), (sum(n) OVER ())::bigint
 			FROM f ORDER BY n DESC, reason, by_provider LIMIT $3`, window, OverviewReasonChars, OverviewReasons)

@@ -124,8 +124,29 @@
     more(providers, s.providers, "providers", 7);
     fill("providers", providers, "no provider is connected", 7);
 
-    const order = ["queued", "offering", "running", "cancelling", "input-required", "completed", "failed", "cancelled"];
-    fill("runs", order.map((st) => { const r = row([st, s.runs.byStatus[st] || 0]); r.dataset.status = st; return r; }), "", 2);
+    // The active runs are counted exactly; the paused and ended ones pile
+    // up without bound (retention is off by default), so the node passes on
+    // PostgreSQL's estimate instead of reading the whole table every poll
+    // (design.md §The operator console, "What the runs figures mean").
+    const R = s.runs;
+    const exact = ["queued", "offering", "running", "cancelling"].map((st) => {
+      const r = row([st, R.byStatus[st] || 0, "exact"]); r.dataset.status = st; return r;
+    });
+    const estimated = ["input-required", "completed", "failed", "cancelled"].map((st) => {
+      const n = R.estimated[st];
+      const r = row([st, n === undefined ? "–" : "≈ " + n, "estimate"], "muted");
+      r.dataset.status = st;
+      r.title = n === undefined ? "not in PostgreSQL's statistics: none analyzed yet, or too few for its sample"
+        : "PostgreSQL's estimate as of its last ANALYZE of the runs table";
+      return r;
+    });
+    fill("runs", exact.concat(estimated), "", 3);
+    $("runs-note").textContent = "Active runs (queued to cancelling) are counted exactly. Paused and ended runs are " +
+      (R.estimatedTotal === null || R.estimatedTotal === undefined
+        ? "not counted: PostgreSQL has no statistics of the runs table yet."
+        : "PostgreSQL's estimate" + (R.estimatedAt ? " as of " + new Date(R.estimatedAt).toLocaleString() : "") +
+          ", about " + R.estimatedTotal + " runs stored in all; the exact figures would cost reading every run ever stored at each refresh.") +
+      " Recent failures are counted exactly.";
     $("oldest-queued").textContent = runAge(s.runs.oldestQueued);
     $("longest-running").textContent = runAge(s.runs.longestRunning);
 
