@@ -184,27 +184,9 @@ type ProviderRow struct {
 	Online      []string // names served under the current epoch, sorted
 }
 
-// ListProviders lists every provider with the names it is served under
-// now (for a console on a standby, which has no roster of its own).
-func (s *Store) ListProviders(ctx context.Context) ([]ProviderRow, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT p.public_key, p.fingerprint, coalesce(p.display_name, ''),
-		       coalesce(array_agg(a.name ORDER BY a.name) FILTER (WHERE a.served_epoch = l.epoch AND h.epoch = l.epoch AND h.alive_until > now()), '{}')
-		FROM providers p CROSS JOIN broker_leader l CROSS JOIN broker_heartbeat h LEFT JOIN agents a ON a.provider_key = p.public_key
-		GROUP BY p.public_key, p.fingerprint, p.display_name ORDER BY p.public_key`)
-	if err != nil {
-		return nil, fmt.Errorf("list providers: %w", err)
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ProviderRow, error) {
-		var p ProviderRow
-		err := row.Scan(&p.PublicKey, &p.Fingerprint, &p.DisplayName, &p.Online)
-		return p, err
-	})
-}
-
 // OnlineProviders lists the first limit providers, by key, that the
-// current leader's roster serves agents for (as ListProviders fills
-// Online), and how many there are in all: a console on a standby reads
+// current leader's roster serves agents for, with the names each is
+// served under now (Online, sorted), and how many there are in all: a console on a standby reads
 // this every 1.5 s, and keys cost a stranger nothing (design.md §The
 // provider wire, "Admission"), so it is read a page at a time.
 func (s *Store) OnlineProviders(ctx context.Context, limit int) ([]ProviderRow, int, error) {

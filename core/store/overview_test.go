@@ -72,8 +72,12 @@ func TestRunsOverview(t *testing.T) {
 		t.Fatalf("estimated %v of %d at %v", ov.Estimated, ov.EstimatedTotal, ov.EstimatedAt)
 	}
 
-	ps, err := st.ListProviders(ctx)
-	if err != nil || len(ps) != 1 || ps[0].PublicKey != testProviderKey || len(ps[0].Online) != 0 {
+	// The provider is known, and not online (no leader serves it).
+	ps, err := st.ProvidersByKey(ctx, []string{testProviderKey, "unknown"})
+	if err != nil || len(ps) != 1 || ps[testProviderKey].Fingerprint != testFingerprint || len(ps[testProviderKey].Online) != 0 {
 		t.Fatalf("providers %+v %v", ps, err)
+	}
+	if online, total, err := st.OnlineProviders(ctx, 10); err != nil || len(online) != 0 || total != 0 {
+		t.Fatalf("online providers %+v (%d in all) %v", online, total, err)
 	}
 }
