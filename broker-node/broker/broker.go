@@ -1244,8 +1244,11 @@ type ProviderView struct {
 	// Links is how many open links the key has (more than one only while
 	// a replaced link is being torn down).
 	Links int
-	// Agents are the names its links serve now, sorted.
-	Agents []string
+	// Agents are the names its links serve now, sorted: all of them in a
+	// Snapshot, the first ones in a ProviderPage. AgentCount counts them
+	// all.
+	Agents     []string
+	AgentCount int
 	// Declared is its maxConcurrentRuns (nil: unlimited); InFlight the
 	// places taken (offers out and claimed runs).
 	Declared *int
@@ -1299,6 +1302,7 @@ func (b *Broker) Snapshot() Snapshot {
 	}
 	for _, pv := range byKey {
 		sort.Strings(pv.Agents)
+		pv.AgentCount = len(pv.Agents)
 		s.Providers = append(s.Providers, *pv)
 	}
 	sort.Slice(s.Providers, func(i, j int) bool { return s.Providers[i].Key < s.Providers[j].Key })

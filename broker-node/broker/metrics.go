@@ -123,10 +123,14 @@ func (c *laneCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.b == nil {
 		return
 	}
+	// The lanes alone, counted under the lock: a Snapshot would also sort
+	// every served agent at each scrape.
 	counts := map[string]int{}
-	for _, st := range c.b.Snapshot().Lanes {
-		counts[string(st)]++
+	c.b.mu.Lock()
+	for _, l := range c.b.lanes {
+		counts[string(l.status)]++
 	}
+	c.b.mu.Unlock()
 	for st, n := range counts {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), st)
 	}

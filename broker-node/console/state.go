@@ -110,10 +110,11 @@ func clipName(name string) string {
 	return name
 }
 
-// listAgents fills p's agents from all: the first AgentsListed, and the count.
-func (p *ProviderJSON) listAgents(all []string) {
-	p.AgentCount = len(all)
-	p.Agents = all[:min(len(all), AgentsListed):min(len(all), AgentsListed)]
+// listAgents fills p's agents from the first of them, sorted (all, or
+// at least AgentsListed), and how many there are.
+func (p *ProviderJSON) listAgents(first []string, count int) {
+	p.AgentCount = count
+	p.Agents = first[:min(len(first), AgentsListed):min(len(first), AgentsListed)]
 	if p.Agents == nil {
 		p.Agents = []string{}
 	}
@@ -239,10 +240,10 @@ func (h *Handler) collect(ctx context.Context) State {
 	}
 	if leading {
 		s.Providers.Source = "roster"
-		views := o.Broker.Snapshot().Providers
-		sort.SliceStable(views, func(i, j int) bool { return views[i].Withdrawn && !views[j].Withdrawn })
-		s.Providers.Total = len(views)
-		views = views[:min(len(views), ProvidersListed)]
+		// A page of the roster, not a Snapshot: that sorts every served
+		// agent under the broker's lock, up to the whole roster.
+		views, total := o.Broker.ProviderPage(ProvidersListed, AgentsListed)
+		s.Providers.Total = total
 		keys := make([]string, len(views))
 		for i, pv := range views {
 			keys[i] = pv.Key
@@ -253,7 +254,7 @@ func (h *Handler) collect(ctx context.Context) State {
 			in := pv.InFlight
 			p := ProviderJSON{Key: pv.Key, Fingerprint: row.Fingerprint, Name: clipName(row.DisplayName),
 				Links: pv.Links, Capacity: pv.Declared, Unlimited: pv.Declared == nil, InFlight: &in, Withdrawn: pv.Withdrawn}
-			p.listAgents(pv.Agents)
+			p.listAgents(pv.Agents, pv.AgentCount)
 			since := pv.Since.UTC()
 			p.Since = &since
 			s.Providers.List = append(s.Providers.List, p)
@@ -267,7 +268,7 @@ func (h *Handler) collect(ctx context.Context) State {
 		s.Providers.Total = total
 		for _, row := range rows {
 			p := ProviderJSON{Key: row.PublicKey, Fingerprint: row.Fingerprint, Name: clipName(row.DisplayName)}
-			p.listAgents(row.Online)
+			p.listAgents(row.Online, len(row.Online))
 			s.Providers.List = append(s.Providers.List, p)
 		}
 	}
