@@ -110,12 +110,29 @@ func (c Config) Check() error {
 func checkJWKSURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || u.Hostname() == "" || (u.Scheme != "https" && u.Scheme != "http") {
-		return fmt.Errorf("authorizer: FUNDUQ_AUTH_JWKS_URL %q is not an https URL with a host", raw)
+		return fmt.Errorf("authorizer: FUNDUQ_AUTH_JWKS_URL %q is not an https URL with a host", redactURL(raw))
 	}
-	if u.Scheme == "http" && !loopback(u.Hostname()) {
-		return fmt.Errorf("authorizer: FUNDUQ_AUTH_JWKS_URL %q is plain http: use https (http only to this machine)", raw)
+	if !keySetURL(u) {
+		return fmt.Errorf("authorizer: FUNDUQ_AUTH_JWKS_URL %q is plain http: use https (http only to this machine)", redactURL(raw))
 	}
 	return nil
+}
+
+// keySetURL reports whether a key set may be read from u: over https, or
+// over http to this machine. The configured URL and every redirect it
+// leads to are held to it (JWKS.fetch).
+func keySetURL(u *url.URL) bool {
+	return u.Hostname() != "" && (u.Scheme == "https" || (u.Scheme == "http" && loopback(u.Hostname())))
+}
+
+// redactURL hides a URL's password (a key set behind basic auth): nothing
+// secret is logged (docs/design.md §Logs).
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparseable)"
+	}
+	return u.Redacted()
 }
 
 func loopback(host string) bool {

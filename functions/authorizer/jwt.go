@@ -242,29 +242,48 @@ func (s *JWKS) keysFor(ctx context.Context, kid string) ([]publicKey, error) {
 }
 
 func (s *JWKS) fetch(ctx context.Context) (map[string][]publicKey, error) {
-	c := s.Client
-	if c == nil {
-		c = &http.Client{Timeout: 5 * time.Second}
+	c := &http.Client{Timeout: 5 * time.Second}
+	if s.Client != nil {
+		cc := *s.Client
+		c = &cc
 	}
+	// A redirect is held to the configured URL's rule (https, or http to
+	// this machine): an https key set redirected to plain http is read in
+	// clear one hop later, and anyone on that path could serve keys of
+	// their own (TestOutsideKeySetRedirectToPlainHTTPIsNotFollowed).
+	next := c.CheckRedirect
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if !keySetURL(req.URL) {
+			return fmt.Errorf("a redirect to %s, not https", req.URL.Redacted())
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	where := redactURL(s.URL) // a key set behind basic auth: its password is never logged
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL, nil)
 	if err != nil {
-		return nil, fmt.Errorf("authorizer: jwks: %w", err)
+		return nil, fmt.Errorf("authorizer: jwks %s: cannot make the request", where)
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("authorizer: jwks %s: %w", s.URL, err)
+		return nil, fmt.Errorf("authorizer: jwks %s: %w", where, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("authorizer: jwks %s: status %d", s.URL, resp.StatusCode)
+		return nil, fmt.Errorf("authorizer: jwks %s: status %d", where, resp.StatusCode)
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxJWKSBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("authorizer: jwks %s: %w", s.URL, err)
+		return nil, fmt.Errorf("authorizer: jwks %s: %w", where, err)
 	}
 	if len(b) > maxJWKSBytes {
-		return nil, fmt.Errorf("authorizer: jwks %s: larger than %d bytes", s.URL, maxJWKSBytes)
+		return nil, fmt.Errorf("authorizer: jwks %s: larger than %d bytes", where, maxJWKSBytes)
 	}
 	return parseJWKS(b)
 }
