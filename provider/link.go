@@ -134,7 +134,7 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 		c.log.Info("provider reconnected to finish its runs, registering nothing", "url", base.String(), "runs", announced, "resending", resent, "buffered", buffered)
 	} else {
 		c.log.Info("provider registered", "url", base.String(), "agents", len(c.agents), "runs", announced, "resending", resent, "buffered", buffered,
-			"pausedRounds", len(paused), "pausedRefused", len(refused))
+			"paused_rounds", len(paused), "paused_refused", len(refused))
 	}
 
 	if c.pingInterval > 0 {
@@ -515,7 +515,7 @@ func (c *Client) handleError(l *link, raw []byte) {
 		c.log.Debug("funduq refused a report of a finished run; ignored", attrs...)
 		return
 	}
-	c.log.Warn("funduq sent error", attrs...)
+	c.log.Warn("funduq sent error", append(attrs, "thread_id", rs.run.ThreadID)...)
 	rs.cancel(ErrRunNotHeld)
 }
 

@@ -314,7 +314,7 @@ func (c *Client) handleCancel(runID string) {
 		c.log.Info("cancel for a run this client is not running", "run_id", runID)
 		return
 	}
-	c.log.Info("funduq asked to cancel run", "run_id", runID)
+	c.log.Info("funduq asked to cancel run", "run_id", runID, "thread_id", rs.run.ThreadID)
 	rs.cancel(ErrCancelRequested)
 	if !rs.started {
 		c.dropFromThreadQueueLocked(rs)
