@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -111,4 +112,65 @@ func TestChatStrangerInBrowser(t *testing.T) {
 	}
 	a.CheckClean()
 	b.CheckClean()
+}
+
+// A conversation whose reply is too long for localStorage is saved
+// shortened, and stays the tab's own to show whole (f49a125). Another tab
+// that goes on with that conversation keeps its turn: the first tab,
+// saving again for any reason (the user picks another agent), wrote its
+// stale copy over it, as if the second tab had never spoken.
+func TestChatTwoTabsKeepATurnAfterAShortenedReply(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	chunk := strings.Repeat("F", 750_000)
+	var floods atomic.Int32
+	key := startProvider(t, h, 0xde, provider.Agent{Name: "one", Handler: replies("reply one")},
+		provider.Agent{Name: "flood", Handler: func(ctx context.Context, r *provider.Run) error {
+			if floods.Add(1) > 1 {
+				return replies("short")(ctx, r)
+			}
+			evs := []map[string]any{{"type": "RUN_STARTED", "threadId": r.ThreadID, "runId": r.ID},
+				{"type": "TEXT_MESSAGE_START", "messageId": "f1", "role": "assistant"},
+				{"type": "TEXT_MESSAGE_CONTENT", "messageId": "f1", "delta": chunk},
+				{"type": "TEXT_MESSAGE_CONTENT", "messageId": "f1", "delta": chunk},
+				{"type": "TEXT_MESSAGE_END", "messageId": "f1"}, {"type": "RUN_FINISHED", "threadId": r.ThreadID, "runId": r.ID}}
+			for _, ev := range evs {
+				if err := r.Emit(ctx, ev); err != nil {
+					return err
+				}
+			}
+			return nil
+		}})
+	base := startDoors(t, h)
+	b1 := browsertest.New(t)
+	b2 := b1.NewTab()
+	for _, b := range []*browsertest.Browser{b1, b2} {
+		b.Run("open the chat page", chromedp.Navigate(base+"/chat"))
+		b.Eventually("the page is ready", `document.body.dataset.ready === '1'`)
+	}
+	// Most of the quota taken already (both tabs share it), so a reply of
+	// 1.5 million characters passes it.
+	browsertest.Eval[bool](b1, `(localStorage.setItem('other', 'x'.repeat(4000000)), true)`)
+
+	selectAgent(b1, key, "flood")
+	say(b1, "flood me")
+	b1.Eventually("the long reply", `(document.querySelector('#events li:last-child .type') || {}).textContent === 'RUN_FINISHED ' && !document.getElementById('send').disabled`)
+
+	selectAgent(b2, key, "flood")
+	b2.Eventually("the first tab's conversation, in the second tab", `document.getElementById('transcript').textContent.includes('flood me')`)
+	say(b2, "more flood")
+	b2.Eventually("the second tab's turn", lastAgentText+` === 'short' && !document.getElementById('send').disabled`)
+
+	// The first tab saves again: picking another agent is enough.
+	selectAgent(b1, key, "one")
+	b1.Eventually("the other conversation", `document.getElementById('thread-info').textContent === 'a new conversation'`)
+
+	b2.Run("reload the second tab", chromedp.Reload())
+	b2.Eventually("the page is ready again", `document.body.dataset.ready === '1'`)
+	selectAgent(b2, key, "flood")
+	b2.Eventually("the conversation with flood", `document.getElementById('transcript').textContent.includes('flood me')`)
+	if got := browsertest.Eval[string](b2, `[...document.querySelectorAll('#transcript .msg.user .text')].map(e => e.textContent).join('|')`); got != "flood me|more flood" {
+		t.Errorf("the conversation with flood, after the second tab went on with it and the first tab saved: %q", got)
+	}
+	b1.CheckClean()
+	b2.CheckClean()
 }

@@ -27,6 +27,11 @@
   // (the page shows them whole until it reloads).
   const persist = () => {
     adopt();
+    // Each conversation this tab writes carries this save's stamp: a tab
+    // keeping a conversation it saved shortened (below) sees, by the
+    // stamp, that another tab has saved it since.
+    const stamp = rid("s");
+    for (const c of mine) if (saved.convs[c]) saved.convs[c].savedBy = stamp;
     for (let keep = Infinity; keep >= 1024; keep = keep === Infinity ? 65536 : keep / 4) {
       const k = keep;
       const text = JSON.stringify(saved, function (key, v) {
@@ -37,8 +42,13 @@
         localStorage.setItem(STORE, text);
         saveLen = text.length;
         // Saved whole, a conversation not going on is read back from here
-        // on; one saved shortened stays this tab's, shown whole.
-        if (k === Infinity) for (const c of mine) if (!saved.convs[c] || !saved.convs[c].active) mine.delete(c);
+        // on; one saved shortened stays this tab's, shown whole, until
+        // another tab saves it (adopt).
+        for (const c of mine) {
+          if (!saved.convs[c] || !saved.convs[c].active) {
+            if (k === Infinity) { mine.delete(c); shortened.delete(c); } else shortened.set(c, stamp);
+          }
+        }
         return;
       } catch (e) {
         // Too large, or storage refused: the next try waits as long as a
@@ -54,11 +64,22 @@
   // read them, a tab wiped what another had said since (a conversation two
   // tabs talk in at once is the last saver's).
   const mine = new Set();
+  // shortened: the conversations of mine kept only because this tab saved
+  // them shortened, each with the stamp of that save. Another tab that
+  // goes on with one saves it with its own stamp (or deletes it): it is
+  // read back then, as any other, or this tab's next save wrote its stale
+  // copy over the other tab's turns.
+  const shortened = new Map();
   const own = (o, k) => Object.prototype.hasOwnProperty.call(o, k);
   function adopt() {
     let stored;
     try { stored = JSON.parse(localStorage.getItem(STORE)); } catch (e) { return; }
     const convs = stored && typeof stored.convs === "object" && stored.convs ? stored.convs : {};
+    for (const [k, stamp] of shortened) {
+      if (own(convs, k) && convs[k] && convs[k].savedBy === stamp) continue;
+      shortened.delete(k);
+      mine.delete(k);
+    }
     for (const k of Object.keys(saved.convs)) if (!mine.has(k) && !own(convs, k)) delete saved.convs[k];
     for (const k of Object.keys(convs)) if (!mine.has(k)) saved.convs[k] = convs[k];
   }
@@ -67,11 +88,13 @@
   // drew it (and drawing it again if so).
   const touch = () => {
     const k = saved.agent || "";
-    if (!mine.has(k)) {
+    if (!mine.has(k) || shortened.has(k)) {
       const before = JSON.stringify(saved.convs[k] || null);
       adopt();
       if (JSON.stringify(saved.convs[k] || null) !== before) renderAll();
     }
+    // Changed by this tab from here on: its own until its next save.
+    shortened.delete(k);
     mine.add(k);
     return conv();
   };
