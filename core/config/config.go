@@ -432,14 +432,14 @@ func (w Waits) validate() error {
 	return errors.Join(errs...)
 }
 
-// parse fills v from environ, translating caarlos0/env's errors so each
-// names the variable (its parse errors name the Go field).
 // ParseInto fills v (a pointer to a struct whose fields carry `env` tags)
 // from environ as the Parse* functions do: an error names each variable
 // (never the Go field behind it) and hides the value of a key or secret.
 // For binaries outside this package's settings (the authorizer).
 func ParseInto(v any, environ map[string]string) error { return parse(v, environ) }
 
+// parse fills v from environ, translating caarlos0/env's errors so each
+// names the variable (its parse errors name the Go field).
 func parse(v any, environ map[string]string) error {
 	if environ == nil {
 		environ = map[string]string{} // an empty map, never the process environment
