@@ -183,7 +183,8 @@ func (k publicKey) verify(alg string, input, sig []byte) bool {
 // JWKS is a key set fetched from a URL and cached: read at first use,
 // again after TTL, and at most once per MinRefresh when a token names a
 // key id the cached set lacks (the issuer rotated its keys) or after a
-// fetch failed while keys were held (they go on verifying meanwhile).
+// fetch failed (keys held go on verifying meanwhile; with none held, the
+// failure stands coldRetry).
 type JWKS struct {
 	URL        string
 	Client     *http.Client
@@ -194,8 +195,14 @@ type JWKS struct {
 	mu      sync.Mutex
 	keys    map[string][]publicKey // by kid ("" holds every key)
 	fetched time.Time
-	failed  time.Time // the last fetch that failed while keys were held (zero: none since)
+	failed  time.Time // the last fetch that failed (zero: none since the last that succeeded)
 }
+
+// coldRetry is how long a failed fetch stands while no keys are held (a
+// cold start during an identity provider's outage): every call fails
+// either way, and without it each would wait for its own failing fetch.
+// Shorter than MinRefresh, so a provider that comes back is used soon.
+const coldRetry = 5 * time.Second
 
 func (s *JWKS) now() time.Time {
 	if s.Now != nil {
@@ -220,23 +227,31 @@ func (s *JWKS) keysFor(ctx context.Context, kid string) ([]publicKey, error) {
 	stale := s.keys == nil || now.Sub(s.fetched) >= ttl
 	_, known := s.keys[kid]
 	due := stale || (!known && now.Sub(s.fetched) >= minRefresh)
-	// With keys in hand, a failed fetch is tried again a MinRefresh later,
-	// not by every call: each would wait for its own failing fetch (up to
-	// the client's timeout on a hung provider) for as long as the outage
-	// lasts, while the keys held still verify.
-	if due && s.keys != nil && !s.failed.IsZero() && now.Sub(s.failed) < minRefresh {
+	// A failed fetch is tried again a MinRefresh later (coldRetry while no
+	// keys are held), not by every call: each would wait for its own
+	// failing fetch (up to the client's timeout on a hung provider) for
+	// as long as the outage lasts, while the keys held still verify.
+	wait := minRefresh
+	if s.keys == nil {
+		wait = min(coldRetry, minRefresh)
+	}
+	if due && !s.failed.IsZero() && now.Sub(s.failed) < wait {
 		due = false
 	}
 	if due {
 		keys, err := s.fetch(ctx)
 		switch {
-		case err != nil && s.keys == nil:
-			return nil, err
 		case err != nil:
 			s.failed = now
+			if s.keys == nil {
+				return nil, err
+			}
 		default:
 			s.keys, s.fetched, s.failed = keys, now, time.Time{}
 		}
+	}
+	if s.keys == nil {
+		return nil, errors.New("authorizer: jwks: not read yet (the last read failed)")
 	}
 	return s.keys[kid], nil
 }
@@ -285,7 +300,14 @@ func (s *JWKS) fetch(ctx context.Context) (map[string][]publicKey, error) {
 	if len(b) > maxJWKSBytes {
 		return nil, fmt.Errorf("authorizer: jwks %s: larger than %d bytes", where, maxJWKSBytes)
 	}
-	return parseJWKS(b)
+	keys, err := parseJWKS(b)
+	if err == nil && len(keys) == 0 {
+		// No signing key funduq can use: an identity provider's glitch
+		// read as a new set would refuse every token until the next read
+		// (TestOutsideEmptyKeySetKeepsTheKeysHeld), so it is a failed read.
+		err = fmt.Errorf("authorizer: jwks %s: no RS256, ES256 or EdDSA signing key", where)
+	}
+	return keys, err
 }
 
 func parseJWKS(b []byte) (map[string][]publicKey, error) {
