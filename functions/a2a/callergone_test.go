@@ -107,8 +107,8 @@ func TestCallerGoneWhileTheStreamAwaitsTheEndIsNotAFailure(t *testing.T) {
 		}
 		return false
 	})
-	if line["level"] != "INFO" || line["msg"] != "caller went away" || line["run_id"] != f.RunID {
-		t.Errorf("the stream's log line %v, want INFO \"caller went away\" naming the run", line)
+	if line["level"] != "INFO" || line["msg"] != "caller went away" || line["run_id"] != f.RunID || line["thread_id"] != *f.ThreadID {
+		t.Errorf("the stream's log line %v, want INFO \"caller went away\" naming the run and its thread (design.md §Logs)", line)
 	}
 	for _, l := range strings.Split(logs.String(), "\n") {
 		if strings.Contains(l, `"level":"ERROR"`) || strings.Contains(l, `"level":"WARN"`) {

@@ -188,7 +188,7 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 		// deadline, passing at that moment). That is the caller leaving,
 		// logged as the doors log it, not a failed read.
 		if door.CallerGone(c.r, ctx.Err()) {
-			door.LogCallerGone(c.h.log.With("run_id", rn.RunID), c.r, err)
+			door.LogCallerGone(c.h.log.With("run_id", rn.RunID, "thread_id", rn.ThreadID), c.r, err)
 			return
 		}
 		// The final status is owed and cannot be read: the stream ends
