@@ -95,21 +95,10 @@ func New(t testing.TB) *Browser {
 		cancelAlloc()
 		t.Fatalf("starting %s: %v", path, err)
 	}
-	lctx, stopConsole := context.WithCancel(tctx)
-	consoleDone := make(chan struct{})
-	go func() {
-		defer close(consoleDone)
-		for m, err := range chromedp.Console(lctx) {
-			if err != nil {
-				return
-			}
-			b.log("console %s: %s", m.Type, m.Text)
-		}
-	}()
+	stopConsole := b.logConsole(tctx)
 	b.Ctx = tctx
 	t.Cleanup(func() {
 		stopConsole()
-		<-consoleDone
 		cancelTab()
 		cancelAlloc()
 		if t.Failed() {
@@ -123,6 +112,26 @@ func New(t testing.TB) *Browser {
 	return b
 }
 
+// logConsole logs the console messages of the tab tctx into b's log until
+// the returned stop is called (it waits for the reader to end).
+func (b *Browser) logConsole(tctx context.Context) (stop func()) {
+	lctx, cancel := context.WithCancel(tctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m, err := range chromedp.Console(lctx) {
+			if err != nil {
+				return
+			}
+			b.log("console %s: %s", m.Type, m.Text)
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // NewTab opens another tab of the same browser (one profile: the tabs
 // share cookies and localStorage, as two tabs of one user do); it closes
 // when the test ends. Its console messages are logged with b's.
@@ -134,21 +143,10 @@ func (b *Browser) NewTab() *Browser {
 		cancel()
 		b.t.Fatalf("opening a tab: %v", err)
 	}
-	lctx, stopConsole := context.WithCancel(tctx)
-	consoleDone := make(chan struct{})
-	go func() {
-		defer close(consoleDone)
-		for m, err := range chromedp.Console(lctx) {
-			if err != nil {
-				return
-			}
-			b.log("console %s: %s", m.Type, m.Text)
-		}
-	}()
+	stopConsole := b.logConsole(tctx)
 	tab.Ctx = tctx
 	b.t.Cleanup(func() {
 		stopConsole()
-		<-consoleDone
 		cancel()
 	})
 	tab.parent = b
