@@ -80,9 +80,17 @@ func ParseConfig(environ map[string]string) (Config, error) {
 
 // Check refuses an incomplete or unsafe configuration, naming the
 // variable.
+// MaxLeeway is the largest FUNDUQ_AUTH_JWT_LEEWAY Check takes.
+const MaxLeeway = 10 * time.Minute
+
 func (c Config) Check() error {
 	if c.Leeway < 0 {
 		return fmt.Errorf("authorizer: FUNDUQ_AUTH_JWT_LEEWAY %s is negative (it widens a token's time claims; 0 for none)", c.Leeway)
+	}
+	// A leeway covers clocks that differ by seconds; one of hours takes
+	// tokens that expired hours ago (a "24h" meant as a token's lifetime).
+	if c.Leeway > MaxLeeway {
+		return fmt.Errorf("authorizer: FUNDUQ_AUTH_JWT_LEEWAY %s is over %s (it lets an expired token through for that long; the default is 60s)", c.Leeway, MaxLeeway)
 	}
 	if c.JWKSURL == "" {
 		if c.Issuer != "" || c.Audience != "" {

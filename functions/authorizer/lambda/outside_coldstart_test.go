@@ -52,6 +52,7 @@ func TestOutsideAuthorizerColdStartNamesTheVariable(t *testing.T) {
 		{"anonymous not a bool", "FUNDUQ_AUTH_ALLOW_ANONYMOUS", []string{"FUNDUQ_AUTH_ALLOW_ANONYMOUS=maybe"}},
 		{"leeway not a duration", "FUNDUQ_AUTH_JWT_LEEWAY", []string{"FUNDUQ_AUTH_JWT_LEEWAY=a minute"}},
 		{"leeway negative", "FUNDUQ_AUTH_JWT_LEEWAY", []string{"FUNDUQ_AUTH_JWT_LEEWAY=-5m"}},
+		{"leeway over ten minutes", "FUNDUQ_AUTH_JWT_LEEWAY", []string{"FUNDUQ_AUTH_JWT_LEEWAY=24h"}},
 		{"key set URL without a host", "FUNDUQ_AUTH_JWKS_URL", append([]string{"FUNDUQ_AUTH_JWKS_URL=https://"}, jwt...)},
 		{"key set URL in clear", "FUNDUQ_AUTH_JWKS_URL", append([]string{"FUNDUQ_AUTH_JWKS_URL=http://idp.example/jwks"}, jwt...)},
 		{"key set URL not http", "FUNDUQ_AUTH_JWKS_URL", append([]string{"FUNDUQ_AUTH_JWKS_URL=ftp://idp.example/jwks"}, jwt...)},
