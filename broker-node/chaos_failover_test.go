@@ -660,6 +660,7 @@ func readStream(ctx context.Context, method, u, body string, lastID, limit int, 
 	var runID string
 	var ev sseEv
 	n := 0
+	started := false // the resume's RUN_STARTED was read
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
@@ -673,8 +674,13 @@ func readStream(ctx context.Context, method, u, body string, lastID, limit int, 
 			ev.data += strings.TrimSpace(line[5:])
 		case line == "":
 			// A resumed stream opens with a RUN_STARTED of the door's, with
-			// no id (agui/stream.go: a stream's first event is always one).
-			if ev.data != "" && ev.id == 0 && n == 0 && lastID > 0 && strings.Contains(ev.data, `"RUN_STARTED"`) {
+			// no id (agui/stream.go: a stream's first event is always one),
+			// then, without ids, the openings of what was open at lastID
+			// (design.md §The doors, "A resume from inside a message"): a
+			// caller keeping its state has them already.
+			if ev.data != "" && ev.id == 0 && n == 0 && lastID > 0 &&
+				(!started && strings.Contains(ev.data, `"RUN_STARTED"`) || started && reopening(ev.data)) {
+				started = true
 				ev = sseEv{}
 				continue
 			}
@@ -692,6 +698,23 @@ func readStream(ctx context.Context, method, u, body string, lastID, limit int, 
 		return runID, n, fmt.Errorf("the stream did not end within %v: %w", chaosGuard, err)
 	}
 	return runID, n, sc.Err()
+}
+
+// reopening reports whether event data is one a resume sends again to
+// reopen what was open at its Last-Event-ID (agui/resume.go).
+func reopening(data string) bool {
+	var e struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal([]byte(data), &e) != nil {
+		return false
+	}
+	switch e.Type {
+	case "TEXT_MESSAGE_START", "TOOL_CALL_START", "REASONING_START", "REASONING_MESSAGE_START",
+		"STEP_STARTED", "SUBAGENT_STARTED", "THINKING_START", "THINKING_TEXT_MESSAGE_START":
+		return true
+	}
+	return false
 }
 
 // chaosLogs keeps each test's node and SDK logs in memory (cheap enough

@@ -334,7 +334,7 @@ func checkStream(t *testing.T, what string, evs []sseEvent, from int) {
 	last := from
 	for _, e := range evs {
 		if e.ID == 0 {
-			continue // synthesized by the door, not a stored event
+			continue // the door's RUN_STARTED or a resume's reopening: not a stored event
 		}
 		if e.ID != last+1 {
 			t.Fatalf("%s: id %d after %d (a gap or a repeat): %s", what, e.ID, last, describe(evs))

@@ -312,7 +312,7 @@ func checkSeen(t testing.TB, what string, evs []sseEvent, stored []eventRow) {
 	t.Helper()
 	for _, e := range evs {
 		if e.ID == 0 {
-			continue // synthesized RUN_STARTED (not a stored event)
+			continue // the door's RUN_STARTED or a resume's reopening (not stored events)
 		}
 		if e.ID > len(stored) {
 			t.Errorf("%s: saw event id %d (%s), but the record holds %d events: %s", what, e.ID, e.Data, len(stored), describe(evs))

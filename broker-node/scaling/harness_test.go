@@ -475,7 +475,7 @@ func (c *cluster) agentOnline(d *proc, key, name string) bool {
 }
 
 type sseEvent struct {
-	ID   int // 0 for an event without an id (the door's synthesized RUN_STARTED)
+	ID   int // 0 for an event without an id (the door's RUN_STARTED, a resume's reopening)
 	Type string
 	Data string
 	At   time.Time
@@ -655,7 +655,7 @@ func checkStream(t testing.TB, what string, evs []sseEvent, from int, wantEnd bo
 	last := from
 	for _, e := range evs {
 		if e.ID == 0 {
-			continue // synthesized RUN_STARTED (not a stored event)
+			continue // the door's RUN_STARTED or a resume's reopening (not stored events)
 		}
 		if e.ID != last+1 {
 			t.Errorf("%s: event id %d after %d (gap or duplicate): %s", what, e.ID, last, describe(evs))

@@ -159,7 +159,9 @@ func TestStreamFromAnotherInstance(t *testing.T) {
 }
 
 // Last-Event-ID resumes after the event named, on any instance; a stream
-// that starts past the RUN_STARTED gets a synthesized one first.
+// that starts past the RUN_STARTED gets a synthesized one first, and then,
+// without an id, the TEXT_MESSAGE_START of a message still open at that
+// id (design.md §The doors, "A resume from inside a message").
 func TestLastEventID(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe1, nil)
@@ -187,11 +189,14 @@ func TestLastEventID(t *testing.T) {
 	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
 	p.Finish(f.RunID)
 	fs := r.rest()
-	if got := typesOf(t, fs); !slices.Equal(got, []string{"RUN_STARTED", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "RUN_FINISHED"}) {
+	if got := typesOf(t, fs); !slices.Equal(got, []string{"RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "RUN_FINISHED"}) {
 		t.Fatalf("types %v", got)
 	}
-	if got := idsOf(fs); !slices.Equal(got, []string{"", "3", "4", "5"}) {
+	if got := idsOf(fs); !slices.Equal(got, []string{"", "", "3", "4", "5"}) {
 		t.Fatalf("ids %v", got)
+	}
+	if re := events(fs)[1].event(t); re["messageId"] != "m1" || re["role"] != "assistant" {
+		t.Fatalf("reopened %v", re)
 	}
 	syn := events(fs)[0].event(t)
 	if syn["runId"] != f.RunID || syn["threadId"] != *f.ThreadID {

@@ -87,7 +87,7 @@ func aguiDoorFaults(t *testing.T, seed uint64) {
 		fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
 	n := len(evs)
 
-	c := &faultCaller{t: t, cur: cur}
+	c := &faultCaller{t: t, cur: cur, msgEnd: n - 1}
 	dropAt := rng.IntN(n + 1) // after the caller read this many events; n: never
 	resumeAt := -1
 	resumeHow := rng.IntN(3)
@@ -155,18 +155,26 @@ func aguiDoorFaults(t *testing.T, seed uint64) {
 // faultCaller is one caller's view across its connections: the stored
 // event ids it read, in order.
 type faultCaller struct {
-	t     *testing.T
-	cur   *stream
-	ids   []string
-	last  int
-	fresh bool // the current connection has relayed no event yet
+	t        *testing.T
+	cur      *stream
+	ids      []string
+	last     int
+	fresh    bool // the current connection has relayed no event yet
+	opening  bool // the current connection has relayed no stored event yet
+	reopened bool // the current connection reopened m1
+	msgEnd   int  // the seq of m1's TEXT_MESSAGE_END (its START is seq 2)
 }
 
-func (c *faultCaller) connect(s *stream) { c.cur, c.fresh = s, true }
+func (c *faultCaller) connect(s *stream) {
+	c.cur, c.fresh, c.opening, c.reopened = s, true, true, false
+}
 
 // readTo reads the current connection up to the stored event with seq n:
 // each event the next seq, the connection's first one a RUN_STARTED (the
-// door's own, without an id, when the stored one is behind it).
+// door's own, without an id, when the stored one is behind it). A
+// connection resumed inside m1 has m1's TEXT_MESSAGE_START again, without
+// an id, right after that RUN_STARTED (design.md §The doors, "A resume
+// from inside a message").
 func (c *faultCaller) readTo(n int) {
 	c.t.Helper()
 	for c.last < n {
@@ -179,12 +187,21 @@ func (c *faultCaller) readTo(n int) {
 			c.t.Fatalf("a connection opened with %s, not RUN_STARTED", typ)
 		}
 		c.fresh = false
+		inside := c.last >= 2 && c.last < c.msgEnd
 		if fr.ID == "" {
-			if typ != "RUN_STARTED" {
+			switch {
+			case typ == "RUN_STARTED":
+			case typ == "TEXT_MESSAGE_START" && c.opening && inside && !c.reopened:
+				c.reopened = true
+			default:
 				c.t.Fatalf("an event without an id: %s", fr.Data)
 			}
 			continue
 		}
+		if c.opening && inside && !c.reopened {
+			c.t.Fatalf("resumed after %d, inside m1, without its TEXT_MESSAGE_START: id %s", c.last, fr.ID)
+		}
+		c.opening = false
 		c.ids = append(c.ids, fr.ID)
 		if fr.ID != strconv.Itoa(c.last+1) {
 			c.t.Fatalf("event id %s after %d (ids %v)", fr.ID, c.last, c.ids)

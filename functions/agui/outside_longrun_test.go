@@ -2,6 +2,7 @@ package agui_test
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -38,7 +39,8 @@ func TestLongRunReplaysAcrossPages(t *testing.T) {
 		}
 		st := openStream(t, "GET", srv.URL+"/runs/"+f.RunID+"/events", "", hdr)
 		var ids []string
-		for _, id := range idsOf(st.rest()) {
+		fs := st.rest()
+		for _, id := range idsOf(fs) {
 			if id != "" { // a resumed stream opens with an id-less RUN_STARTED
 				ids = append(ids, id)
 			}
@@ -46,6 +48,17 @@ func TestLongRunReplaysAcrossPages(t *testing.T) {
 		from := 0
 		if after != "" {
 			from, _ = strconv.Atoi(after)
+		}
+		// Inside m1 (its START is seq 2, its END 1003), the resume
+		// reopens it, its opening found across the pages of the run's
+		// earlier events (design.md §The doors, "A resume from inside a
+		// message").
+		var reopen []string
+		if from >= 2 && from <= 1002 {
+			reopen = []string{"TEXT_MESSAGE_START m1"}
+		}
+		if got := reopenedBy(t, fs); !slices.Equal(got, reopen) {
+			t.Errorf("after %q: reopened %q, want %q", after, got, reopen)
 		}
 		want := max(total-from, 0)
 		if len(ids) != want {

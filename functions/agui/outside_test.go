@@ -176,13 +176,45 @@ func storedIDs(t *testing.T, fs []frame) ([]string, bool) {
 	return out, len(evs) == 0 || evs[0].event(t)["type"] == "RUN_STARTED"
 }
 
+// reopenedBy lists the events without ids a resumed stream sends right
+// after its first one (a RUN_STARTED), as "TYPE id" (messageId,
+// toolCallId, stepName or subagentRunId), and fails if one comes after a
+// stored event: what the stream reopens (design.md §The doors, "A resume
+// from inside a message").
+func reopenedBy(t *testing.T, fs []frame) []string {
+	t.Helper()
+	var out []string
+	evs := events(fs)
+	for i, f := range evs {
+		if i == 0 || f.ID != "" {
+			continue
+		}
+		e := f.event(t)
+		if i > len(out)+1 {
+			if e["type"] == "CUSTOM" || e["type"] == "RUN_ERROR" {
+				continue // a stream's end (stream.go)
+			}
+			t.Fatalf("event without id after stored ones: %s", f.Data)
+		}
+		id := ""
+		for _, k := range []string{"messageId", "toolCallId", "stepName", "subagentRunId"} {
+			if v, ok := e[k].(string); ok && id == "" {
+				id = v
+			}
+		}
+		out = append(out, fmt.Sprint(e["type"], " ", id))
+	}
+	return out
+}
+
 // Resuming at every seq (D9): a run of two rounds (a pause, then its
 // answer) from a provider sending odd but legal orders. A client dropping
 // after any event and reconnecting to another door with Last-Event-ID —
 // while the run is live, and after it ended — gets every later event of
-// that round once, in order, opened by a RUN_STARTED; reconnecting at a
-// round's last event gets the next round once it exists (on the paused
-// run it ends at once). The reply folds onto the thread
+// that round once, in order, opened by a RUN_STARTED (and, inside a
+// message, that message's TEXT_MESSAGE_START again, without an id);
+// reconnecting at a round's last event gets the next round once it exists
+// (on the paused run it ends at once). The reply folds onto the thread
 // as the chunks and interleaved messages said.
 func TestOutsideResumeAtEverySeq(t *testing.T) {
 	h, p, url := echoDoor(t)
@@ -226,6 +258,22 @@ func TestOutsideResumeAtEverySeq(t *testing.T) {
 		got, started := storedIDs(t, fs)
 		if want := seqRange(after+1, end); !slices.Equal(got, want) || !started {
 			t.Fatalf("%s, resumed after %d: ids %v (opened by RUN_STARTED: %v), want %v", when, after, got, started, want)
+		}
+		// Resumed inside m2 (seq 4..8) or m3 (5..9), the RUN_STARTED is
+		// followed by their TEXT_MESSAGE_STARTs, without ids (design.md
+		// §The doors, "A resume from inside a message"), worked out by
+		// hand from oddRound. The chunks open no message the door tracks.
+		var want []string
+		switch at := after % 12; {
+		case at == 4:
+			want = []string{"TEXT_MESSAGE_START m2"}
+		case at >= 5 && at <= 7:
+			want = []string{"TEXT_MESSAGE_START m2", "TEXT_MESSAGE_START m3"}
+		case at == 8:
+			want = []string{"TEXT_MESSAGE_START m3"}
+		}
+		if got := reopenedBy(t, fs); !slices.Equal(got, want) {
+			t.Fatalf("%s, resumed after %d: reopened %q, want %q", when, after, got, want)
 		}
 	}
 	for id, rs := range resumed1 {

@@ -27,13 +27,29 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rn store.Run, a
 	defer s.Flush()
 	s.Comment("funduq run " + rn.RunID)
 	ctx := r.Context()
+	end := h.streamEnd(ctx)
+	if after > 0 && !fresh {
+		// A resume from inside a message reopens it: RUN_STARTED, then
+		// the events that opened what is open, without ids, then the
+		// events after the Last-Event-ID (design.md §The doors, "A resume
+		// from inside a message"). After the headers, as the tail's own
+		// reads, so a slow record holds no response.
+		if open := h.reopen(ctx, s, rn.RunID, after, end); len(open) > 0 {
+			s.started()
+			for _, ev := range open {
+				s.Write("data: " + string(s.shape(ev)) + "\n\n")
+			}
+			s.relayed += len(open)
+			s.Flush()
+		}
+	}
 	t := &door.Tail{O: h.tail, RunID: rn.RunID, After: after, Fresh: fresh,
 		Relay: s.relay,
 		Idle:  func() { s.Comment("keep-alive") },
 		Gone:  s.Broken,
 		Flush: s.Flush,
 	}
-	switch t.Run(ctx, h.streamEnd(ctx)) {
+	switch t.Run(ctx, end) {
 	case door.TailGone:
 		// The caller hung up; the run goes on (D9). One INFO line naming
 		// the run, as the other doors log it (design.md §Logs).
@@ -129,6 +145,20 @@ const LastEventIDHeader = door.LastEventIDHeader
 // first relayed event is anything else.
 func (s *sse) relay(seq int, ev json.RawMessage) bool {
 	typ := typeOf(ev)
+	out := s.shape(ev)
+	if s.relayed == 0 && typ != agui.TypeRunStarted {
+		s.started()
+	}
+	s.Write("id: " + strconv.Itoa(seq) + "\ndata: " + string(out) + "\n\n")
+	s.relayed++
+	return typ == agui.TypeRunFinished || typ == agui.TypeRunError
+}
+
+// shape is stored event ev as the door writes it (relay): compact, without
+// null optional members, a REASONING_MESSAGE_START with the role AG-UI
+// allows, RUN_STARTED and RUN_FINISHED with the run's own ids.
+func (s *sse) shape(ev json.RawMessage) []byte {
+	typ := typeOf(ev)
 	out := []byte(ev)
 	if agui.IsKnown(typ) {
 		if d, err := agui.DropOptionalNulls(ev); err == nil {
@@ -151,10 +181,5 @@ func (s *sse) relay(seq int, ev json.RawMessage) bool {
 	if err := json.Compact(&buf, out); err == nil {
 		out = buf.Bytes()
 	}
-	if s.relayed == 0 && typ != agui.TypeRunStarted {
-		s.started()
-	}
-	s.Write("id: " + strconv.Itoa(seq) + "\ndata: " + string(out) + "\n\n")
-	s.relayed++
-	return typ == agui.TypeRunFinished || typ == agui.TypeRunError
+	return out
 }
