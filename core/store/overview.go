@@ -45,8 +45,9 @@ type Overview struct {
 	// times the status's share of the sampled rows. A status missing
 	// from it was too rare for the sample to say (or no ANALYZE has run).
 	Estimated map[string]int64
-	// EstimatedTotal is the estimate of all runs stored (-1: PostgreSQL
-	// has none yet, the table was never vacuumed or analyzed).
+	// EstimatedTotal is the planner's estimate of all runs stored: the
+	// rows per page its statistics saw, times the pages now (-1: none,
+	// the table was never vacuumed or analyzed, or only while empty).
 	EstimatedTotal int64
 	// EstimatedAt is when the statistics were gathered (nil: never).
 	EstimatedAt *time.Time
@@ -101,11 +102,20 @@ func (s *Store) RunsOverview(ctx context.Context, window time.Duration) (Overvie
 			return err
 		}
 		// reltuples is -1 until the first VACUUM or ANALYZE (PostgreSQL
-		// 14+); the status's share is the sampled most common values'.
+		// 14+), and the count of rows then: a table analyzed empty keeps 0
+		// as it grows. So the total is the planner's own (estimate_rel_size):
+		// the rows per page then, times the pages now; none while the
+		// table has pages but its statistics saw none. The status's share
+		// is the sampled most common values'.
 		var vals []string
 		var freqs []float64
 		if err := tx.QueryRow(ctx, `
-			SELECT c.reltuples::bigint, greatest(t.last_analyze, t.last_autoanalyze),
+			SELECT CASE WHEN c.reltuples < 0 THEN -1
+					WHEN c.relpages > 0 THEN round(c.reltuples / c.relpages *
+						(pg_relation_size(c.oid) / current_setting('block_size')::bigint))::bigint
+					WHEN pg_relation_size(c.oid) = 0 THEN 0
+					ELSE -1 END,
+				greatest(t.last_analyze, t.last_autoanalyze),
 				coalesce(st.most_common_vals::text::text[], '{}'), coalesce(st.most_common_freqs, '{}')
 			FROM pg_class c
 			LEFT JOIN pg_stat_user_tables t ON t.relid = c.oid

@@ -143,8 +143,8 @@
     fill("runs", exact.concat(estimated), "", 3);
     $("runs-note").textContent = "Active runs (queued to cancelling) are counted exactly. Paused and ended runs are " +
       (R.estimatedTotal === null || R.estimatedTotal === undefined
-        ? "not counted: PostgreSQL has no statistics of the runs table yet."
-        : "PostgreSQL's estimate" + (R.estimatedAt ? " as of " + new Date(R.estimatedAt).toLocaleString() : "") +
+        ? "not counted: PostgreSQL has no statistics of the runs table yet (or none since it was empty)."
+        : "PostgreSQL's estimate" + (R.estimatedAt ? " (its sample as of " + new Date(R.estimatedAt).toLocaleString() + ")" : "") +
           ", about " + R.estimatedTotal + " runs stored in all; the exact figures would cost reading every run ever stored at each refresh.") +
       " Recent failures are counted exactly.";
     $("oldest-queued").textContent = runAge(s.runs.oldestQueued);
