@@ -22,9 +22,16 @@
 -- it was before.
 --
 -- Built CONCURRENTLY without the migration's lock_timeout, as
--- 00007_hot_path_indexes.sql is and for its reasons.
+-- 00007_hot_path_indexes.sql is and for its reasons. A concurrent build
+-- interrupted (a node stopped mid-deploy, a cancelled statement) leaves
+-- the index behind INVALID, and goose records nothing without a
+-- transaction, so this runs again: IF NOT EXISTS alone would take that
+-- index for built, and the planner never reads an invalid one. Any
+-- runs_failed_idx found here is such a leftover (this migration is not
+-- recorded yet): it is dropped, without blocking the table, and built anew.
 SET lock_timeout = 0;
 UPDATE runs SET completed_at = last_activity_at WHERE status = 'failed' AND completed_at IS NULL;
+DROP INDEX CONCURRENTLY IF EXISTS runs_failed_idx;
 CREATE INDEX CONCURRENTLY IF NOT EXISTS runs_failed_idx ON runs (completed_at) WHERE status = 'failed';
 RESET lock_timeout;
 
