@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -67,4 +68,19 @@ func TestLambdaEntry(t *testing.T) {
 	if code != 200 || json.Unmarshal([]byte(body), &resp) != nil || resp.Result.Status.State != "completed" {
 		t.Fatalf("send %d %s", code, body)
 	}
+}
+
+// doorOn is this Lambda's handler over h's storage, reading the live feed
+// under the node's Redis prefix as a deployed door does (RedisPrefix is
+// the same on both stacks); it is closed when the test ends.
+func doorOn(t *testing.T, h *nodetest.Harness) http.Handler {
+	t.Helper()
+	st := h.Cfg.Storage
+	st.RedisPrefix = h.Prefix
+	handler, closeFn, err := newHandler(config.Door{Storage: st, Identity: h.Cfg.Identity}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeFn)
+	return handler
 }

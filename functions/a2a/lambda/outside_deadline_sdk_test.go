@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
-	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/wire"
 	"github.com/funduq/funduq-go/functions/door"
 	"github.com/funduq/funduq-go/internal/lambdatest"
@@ -34,13 +33,7 @@ func TestOutsideA2AClientResumesAStreamCutAtTheLambdaDeadline(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe5, nil)
 	p.Register("echo")
-	st := h.Cfg.Storage
-	st.RedisPrefix = h.Prefix
-	handler, closeFn, err := newHandler(config.Door{Storage: st, Identity: h.Cfg.Identity}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeFn()
+	handler := doorOn(t, h)
 	// A stream that opens a task is in an invocation near its end (the
 	// door ends it door.DefaultDeadlineMargin before); anything else, the
 	// resume included, has time.

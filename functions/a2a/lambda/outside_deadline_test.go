@@ -13,7 +13,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
-	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/functions/door"
 )
@@ -47,13 +46,7 @@ func TestOutsideStreamEndsBeforeTheLambdaDeadlineSaysHowToResume(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe4, nil)
 	p.Register("echo")
-	st := h.Cfg.Storage
-	st.RedisPrefix = h.Prefix
-	handler, closeFn, err := newHandler(config.Door{Storage: st, Identity: h.Cfg.Identity}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeFn()
+	handler := doorOn(t, h)
 	path := "/a2a/" + p.Key + "/echo"
 	// open is one Lambda invocation ending at deadline (the door's input,
 	// not an assertion: it ends its stream door.DefaultDeadlineMargin

@@ -112,3 +112,18 @@ func TestAuthorizedKey(t *testing.T) {
 		t.Fatalf("seats %q", seen)
 	}
 }
+
+// doorOn is this Lambda's handler over h's storage, reading the live feed
+// under the node's Redis prefix as a deployed door does (RedisPrefix is
+// the same on both stacks); it is closed when the test ends.
+func doorOn(t *testing.T, h *nodetest.Harness) http.Handler {
+	t.Helper()
+	st := h.Cfg.Storage
+	st.RedisPrefix = h.Prefix
+	handler, closeFn, err := newHandler(config.Door{Storage: st, Identity: h.Cfg.Identity}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeFn)
+	return handler
+}

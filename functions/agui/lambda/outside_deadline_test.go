@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
-	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/functions/door"
 	"github.com/funduq/funduq-go/internal/lambdatest"
@@ -53,13 +52,7 @@ func aguiCutAtDeadline(t *testing.T, cut string) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe6, nil)
 	p.Register("echo")
-	st := h.Cfg.Storage
-	st.RedisPrefix = h.Prefix
-	handler, closeFn, err := newHandler(config.Door{Storage: st, Identity: h.Cfg.Identity}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeFn()
+	handler := doorOn(t, h)
 	// A run's POST is in an invocation near its end (the door ends its
 	// stream door.DefaultDeadlineMargin before); the resume (a GET, no
 	// body) has time.

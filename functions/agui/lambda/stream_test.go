@@ -11,7 +11,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
-	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/functions/door"
 )
 
@@ -24,15 +23,7 @@ func TestLambdaRunStreams(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe2, nil)
 	p.Register("echo")
-	// The door reads the live feed under the node's Redis prefix, as a deployed door does
-	// (RedisPrefix is the same on both stacks).
-	st := h.Cfg.Storage
-	st.RedisPrefix = h.Prefix
-	handler, closeFn, err := newHandler(config.Door{Storage: st, Identity: h.Cfg.Identity}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(closeFn)
+	handler := doorOn(t, h)
 
 	// The invocation's deadline only bounds a hang; nothing asserts on time.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
