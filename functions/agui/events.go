@@ -47,7 +47,7 @@ func (h *Handler) getEvents(w http.ResponseWriter, r *http.Request) {
 		door.WriteError(w, r, h.log, err)
 		return
 	}
-	h.stream(w, r, rn, after, false)
+	h.stream(w, r, rn, after, false, after > 0)
 }
 
 // streamEnd is when a stream must end: its own budget, or the request's

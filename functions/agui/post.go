@@ -82,12 +82,18 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 		writeSnapshot(w, out.snapshot)
 		return
 	}
-	if !out.fresh && resumeAfter > out.after {
+	resumed := !out.fresh && resumeAfter > out.after
+	if resumed {
 		// Only on a run this request did not make: a new run's ids are
 		// not the ones the client counted.
 		out.after = resumeAfter
 	}
-	h.stream(w, r, out.run, out.after, out.fresh)
+	// Only a resume inside a round reopens what is open: a stream from
+	// where this request's round began (an answer's, a retry's without
+	// Last-Event-ID) starts after a round's end, which closed everything,
+	// and reads nothing again (design.md §The doors, "A resume from inside
+	// a message").
+	h.stream(w, r, out.run, out.after, out.fresh, resumed)
 }
 
 // accept runs the door's checks in order (design.md §The doors, the first failing

@@ -21,14 +21,16 @@ import (
 // door.Tail.AwaitEnd), when the run has ended (or paused) with nothing more
 // to send, when the client goes, or before the stream's end with a comment
 // saying how to resume. fresh: this request just wrote the run, so the
-// stream starts on the live feed (door.Tail.Fresh).
-func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rn store.Run, after int, fresh bool) {
+// stream starts on the live feed (door.Tail.Fresh). resumed: after is the
+// client's Last-Event-ID, so the stream may start inside a message, which
+// it reopens (reopens).
+func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rn store.Run, after int, fresh, resumed bool) {
 	s := &sse{SSE: door.StartSSE(w), runID: rn.RunID, threadID: rn.ThreadID}
 	defer s.Flush()
 	s.Comment("funduq run " + rn.RunID)
 	ctx := r.Context()
 	end := h.streamEnd(ctx)
-	if after > 0 && !fresh {
+	if resumed && reopens(rn, after) {
 		// A resume from inside a message reopens it: RUN_STARTED, then
 		// the events that opened what is open, without ids, then the
 		// events after the Last-Event-ID (design.md §The doors, "A resume
@@ -78,6 +80,19 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rn store.Run, a
 		}{agui.TypeRunError, "no run " + rn.RunID + ": it is no longer stored (retention deleted it)", door.CodeRunNotFound})
 		s.Write("data: " + string(gone) + "\n\n")
 	}
+}
+
+// reopens reports whether a resume of run rn after seq after may start
+// inside something it reopens, so that it reads the run's events up to
+// after (openAt): after is inside the run's stored events, or at their
+// last while more can follow it. Past the last seq stored when rn was read
+// (a seq is stored before it is visible anywhere, D9, so no client had
+// it), or at the last of a run that has ended (nothing follows it), there
+// is nothing to reopen anything for, and a client's Last-Event-ID there
+// costs no read of the run (design.md §The doors, "A resume from inside a
+// message").
+func reopens(rn store.Run, after int) bool {
+	return after > 0 && (after < rn.LastSeq || after == rn.LastSeq && !rn.Status.Terminal())
 }
 
 // StreamEndedEvent is the name of the CUSTOM event a stream whose time is

@@ -26,7 +26,9 @@ import (
 type Call struct {
 	// SQL is the statement; a batch's are joined by "; ", an acquire's
 	// is "(acquire)".
-	SQL      string
+	SQL string
+	// Args are a query's arguments (none for a batch or an acquire).
+	Args     []any
 	Start    time.Time
 	Deadline time.Time // zero: the context had none
 	Ended    bool
@@ -101,8 +103,8 @@ func (w *Watch) Since(mark int) []Call {
 
 type callKey struct{}
 
-func (w *Watch) start(ctx context.Context, sql string) context.Context {
-	c := &Call{SQL: sql, Start: time.Now()}
+func (w *Watch) start(ctx context.Context, sql string, args ...any) context.Context {
+	c := &Call{SQL: sql, Args: args, Start: time.Now()}
 	c.Deadline, _ = ctx.Deadline()
 	w.mu.Lock()
 	w.calls = append(w.calls, c)
@@ -126,7 +128,7 @@ func (w *Watch) end(ctx context.Context, err error) {
 
 // TraceQueryStart implements pgx.QueryTracer.
 func (w *Watch) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	return w.start(ctx, d.SQL)
+	return w.start(ctx, d.SQL, d.Args...)
 }
 
 // TraceQueryEnd implements pgx.QueryTracer.
