@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,5 +156,48 @@ func TestOutsideResumeWhoseOpeningReadHangsEndsTyped(t *testing.T) {
 	if len(fs) != 2 || types[0] != "RUN_STARTED" || fs[0].ID != "" ||
 		!strings.Contains(fs[1].Data, `"name":"funduq.stream_ended","value":{"lastEventId":"3",`) {
 		t.Fatalf("resume after 3 with its opening read hung: %+v", fs)
+	}
+}
+
+// A provider that opens many large things and never closes them (here 24
+// text messages whose TEXT_MESSAGE_START carries 100 KiB each) costs a
+// resume inside them a bounded amount of memory: the door holds at most
+// about a page's worth of opening events at once while it reads the run
+// (design.md §The doors, "A resume from inside a message"), and still
+// sends every opening again, as stored and in order.
+func TestOutsideResumeInsideManyLargeOpensHoldsBoundedMemory(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p, srv := echoServed(t, h)
+	s, f := takenRun(t, p, srv)
+	p.Event(f.RunID, runStartedFor(f))
+	big := strings.Repeat("x", 100<<10)
+	const n = 24
+	for i := range n {
+		p.Event(f.RunID, fmt.Sprintf(`{"type":"TEXT_MESSAGE_START","messageId":"m%d","role":"assistant","name":%q}`, i, big))
+	}
+	p.Event(f.RunID, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m0","delta":"x"}`)
+	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
+	p.Finish(f.RunID)
+	s.rest()
+	h.WaitStatus(f.RunID, run.Completed)
+	sent := map[string]string{}
+	for _, fr := range events(openStream(t, "GET", srv.URL+"/runs/"+f.RunID+"/events", "", nil).rest()) {
+		sent[fr.ID] = fr.Data
+	}
+
+	var peak atomic.Int64
+	defer agui.SetReopenHeld(func(b int) { peak.Store(max(peak.Load(), int64(b))) })()
+	at := n + 2 // the TEXT_MESSAGE_CONTENT
+	fs := events(r2(t, srv, f.RunID, strconv.Itoa(at)))
+	if len(fs) != n+2 || fs[0].ID != "" || fs[n+1].ID != strconv.Itoa(at+1) {
+		t.Fatalf("resume after %d: %d events, want RUN_STARTED, %d openings, RUN_FINISHED", at, len(fs), n)
+	}
+	for i := range n {
+		if fs[1+i].ID != "" || fs[1+i].Data != sent[strconv.Itoa(2+i)] {
+			t.Fatalf("opening %d: id %q, %.80s…; want seq %d's event without an id", i, fs[1+i].ID, fs[1+i].Data, 2+i)
+		}
+	}
+	if limit := int64(agui.ReopenHeldBudget + len(big) + 1024); peak.Load() > limit {
+		t.Errorf("the resume held %d bytes of opening events at once; want at most %d", peak.Load(), limit)
 	}
 }

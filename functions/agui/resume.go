@@ -3,6 +3,8 @@ package agui
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -16,16 +18,20 @@ import (
 // resumePage is how many stored events one read of openAt takes.
 const resumePage = 500
 
-// openAt is the stored events that opened what is still open at seq
-// after (a message, tool call, reasoning span or message, step or
-// subagent), in their stored order. A resume after that seq sends them
+// openAt is what is still open at seq after (a message, tool call,
+// reasoning span or message, step or subagent): the stored events that
+// opened it, in their stored order. A resume after that seq sends them
 // again, without ids, right after its RUN_STARTED: AG-UI clients
 // (@ag-ui/client verifies each stream on its own) refuse an event of
 // something the stream did not open, and the stream still resumes strictly
 // after the Last-Event-ID, so a client that kept its state gets no event
 // twice (design.md §The doors, "A resume from inside a message"). It reads
-// the run's events up to after, and only for a resume.
-func (h *Handler) openAt(ctx context.Context, runID string, after int) ([]json.RawMessage, error) {
+// the run's events up to after, and only for a resume. It holds at most
+// ReopenHeldBudget bytes of the opening events: past that it keeps only
+// their seqs, and stream reads each such one again as it sends it, so a
+// provider that opens many large things and never closes them costs a
+// resume no more memory than a page of the tail.
+func (h *Handler) openAt(ctx context.Context, runID string, after int) ([]opened, error) {
 	var o openSet
 	for from := 0; from < after; {
 		sctx, cancel := door.Step(ctx)
@@ -42,6 +48,9 @@ func (h *Handler) openAt(ctx context.Context, runID string, after int) ([]json.R
 			break
 		}
 	}
+	if f := reopenHeld.Load(); f != nil {
+		(*f)(o.peak)
+	}
 	return o.openings(), nil
 }
 
@@ -50,18 +59,52 @@ func (h *Handler) openAt(ctx context.Context, runID string, after int) ([]json.R
 // storage faults): until it answers, the client goes, or the stream's end
 // (then nothing is reopened and the tail ends the stream at after, naming
 // it). What it reopens is said in a comment.
-func (h *Handler) reopen(ctx context.Context, s *sse, runID string, after int, end time.Time) []json.RawMessage {
+func (h *Handler) reopen(ctx context.Context, s *sse, runID string, after int, end time.Time) []opened {
+	var open []opened
+	if !h.retrying(ctx, s, runID, end, func() (err error) {
+		open, err = h.openAt(ctx, runID, after)
+		return err
+	}) {
+		return nil
+	}
+	if len(open) > 0 {
+		s.Comment(fmt.Sprintf("resumed inside a message: %d event(s) without ids reopen what was open after seq %d", len(open), after))
+	}
+	return open
+}
+
+// opening is the stored event op names: as openAt held it, or read again
+// (retrying as reopen does). ok is false when the stream is to stop
+// (the client went, or its end came); ev is nil when the run no longer
+// holds the event (retention deleted it: the tail says so).
+func (h *Handler) opening(ctx context.Context, s *sse, runID string, op opened, end time.Time) (ev json.RawMessage, ok bool) {
+	if op.ev != nil {
+		return op.ev, true
+	}
+	ok = h.retrying(ctx, s, runID, end, func() error {
+		sctx, cancel := door.Step(ctx)
+		defer cancel()
+		evs, err := h.o.Store.EventsBetween(sctx, runID, op.seq-1, op.seq, 1)
+		if err == nil && len(evs) == 1 {
+			ev = evs[0].Event
+		}
+		return err
+	})
+	return ev, ok
+}
+
+// retrying runs read until it succeeds, again at the tail's polling pace
+// (keep-alives at its heartbeat) while storage fails; false when it gave
+// up: the client went, or the stream's end came.
+func (h *Handler) retrying(ctx context.Context, s *sse, runID string, end time.Time, read func() error) bool {
 	beat := time.Now()
 	for {
-		open, err := h.openAt(ctx, runID, after)
+		err := read()
 		if err == nil {
-			if len(open) > 0 {
-				s.Comment(fmt.Sprintf("resumed inside a message: %d event(s) without ids reopen what was open after seq %d", len(open), after))
-			}
-			return open
+			return true
 		}
 		if ctx.Err() != nil || s.Broken() || (!end.IsZero() && !time.Now().Before(end)) {
-			return nil
+			return false
 		}
 		h.log.WarnContext(ctx, "resume: reading stored events failed", "run_id", runID, "err", err)
 		if time.Since(beat) >= cmp.Or(h.tail.Heartbeat, door.DefaultHeartbeat) {
@@ -76,14 +119,31 @@ func (h *Handler) reopen(ctx context.Context, s *sse, runID string, after int, e
 // openSet tracks what a run's events have opened and not yet closed, as
 // @ag-ui/client's verifier does: each open thing with the seq of the event
 // that opened it, and that event as stored.
-type openSet struct{ open map[openKey]opened }
+type openSet struct {
+	open map[openKey]opened
+	// held is the bytes of the opening events the set holds, peak the
+	// most it held at once.
+	held, peak int
+}
 
 type opened struct {
 	seq int
 	ev  json.RawMessage
 }
 
+// openKey names one open thing. Ids are the provider's, of any length up
+// to an event's: a long one is kept as its hash, so what a resume holds
+// per open thing is bounded whatever the provider names it.
 type openKey struct{ kind, id, owner string }
+
+// keyID is id as an openKey holds it.
+func keyID(id string) string {
+	if len(id) <= 64 {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
 
 // openers and closers map an event type to the kind of thing it opens or
 // closes. The legacy THINKING_* events carry no id: one of each is open at
@@ -128,18 +188,19 @@ func (o *openSet) see(seq int, ev json.RawMessage) {
 		// A run's (or round's) start and end close everything, as the
 		// verifier's reset does.
 		clear(o.open)
+		o.held = 0
 		return
 	}
 	key := func(kind string) openKey {
 		switch kind {
 		case "text", "reasoning", "reasoning_message":
-			return openKey{kind: kind, id: e.MessageID}
+			return openKey{kind: kind, id: keyID(e.MessageID)}
 		case "tool":
-			return openKey{kind: kind, id: e.ToolCallID}
+			return openKey{kind: kind, id: keyID(e.ToolCallID)}
 		case "step":
-			return openKey{kind: kind, id: e.StepName, owner: e.SubagentRunID}
+			return openKey{kind: kind, id: keyID(e.StepName), owner: keyID(e.SubagentRunID)}
 		case "subagent":
-			return openKey{kind: kind, id: e.SubagentRunID}
+			return openKey{kind: kind, id: keyID(e.SubagentRunID)}
 		}
 		return openKey{kind: kind}
 	}
@@ -148,19 +209,28 @@ func (o *openSet) see(seq int, ev json.RawMessage) {
 			o.open = map[openKey]opened{}
 		}
 		if _, dup := o.open[key(kind)]; !dup {
-			o.open[key(kind)] = opened{seq, slices.Clone(ev)}
+			op := opened{seq: seq}
+			if o.held+len(ev) <= ReopenHeldBudget {
+				// Past the budget only the seq: the event is read
+				// again as it is sent (Handler.opening).
+				op.ev = slices.Clone(ev)
+				o.held += len(ev)
+				o.peak = max(o.peak, o.held)
+			}
+			o.open[key(kind)] = op
 		}
 	} else if kind, ok := closers[e.Type]; ok {
+		o.held -= len(o.open[key(kind)].ev)
 		delete(o.open, key(kind))
 	}
 }
 
-// openings is the events that opened what is still open, in seq order.
-func (o *openSet) openings() []json.RawMessage {
-	ops := slices.SortedFunc(maps.Values(o.open), func(a, b opened) int { return a.seq - b.seq })
-	evs := make([]json.RawMessage, len(ops))
-	for i, op := range ops {
-		evs[i] = op.ev
-	}
-	return evs
+// openings is what is still open, in the seq order of the events that
+// opened it.
+func (o *openSet) openings() []opened {
+	return slices.SortedFunc(maps.Values(o.open), func(a, b opened) int { return a.seq - b.seq })
 }
+
+// ReopenHeldBudget is how many bytes of opening events a resume's reading
+// of the run holds at once (openAt).
+const ReopenHeldBudget = 1 << 20

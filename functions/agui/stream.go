@@ -38,10 +38,16 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rn store.Run, a
 		// reads, so a slow record holds no response.
 		if open := h.reopen(ctx, s, rn.RunID, after, end); len(open) > 0 {
 			s.started()
-			for _, ev := range open {
-				s.Write("data: " + string(s.shape(ev)) + "\n\n")
+			s.relayed++
+			for _, op := range open {
+				ev, ok := h.opening(ctx, s, rn.RunID, op, end)
+				if !ok {
+					break // the client went, or the stream's end: the tail says which
+				}
+				if ev != nil {
+					s.Write("data: " + string(s.shape(ev)) + "\n\n")
+				}
 			}
-			s.relayed += len(open)
 			s.Flush()
 		}
 	}
