@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +15,6 @@ import (
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/wire"
 	"github.com/funduq/funduq-go/internal/nodejs"
-	"github.com/funduq/funduq-go/internal/syncbuf"
 )
 
 // The door's streams (message/stream, tasks/resubscribe) and blocking
@@ -41,28 +38,8 @@ func TestA2AClientStreams(t *testing.T) {
 
 	ctx, stop := context.WithTimeout(context.Background(), time.Minute)
 	defer stop()
-	cmd := exec.CommandContext(ctx, node, "streams.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "FUNDUQ_DOOR="+srv.URL, "FUNDUQ_PROVIDER="+p.Key,
-		"FUNDUQ_SEAT="+seat.PublicKeyHex(), "FUNDUQ_STRAY="+stray.PublicKeyHex(), "NODE_ENV=test")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr syncbuf.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("node stderr:\n%s", stderr.String())
-		}
-	})
+	js := nodejs.Start(ctx, t, node, dir, "streams.mjs", "FUNDUQ_DOOR="+srv.URL, "FUNDUQ_PROVIDER="+p.Key,
+		"FUNDUQ_SEAT="+seat.PublicKeyHex(), "FUNDUQ_STRAY="+stray.PublicKeyHex())
 
 	// The agent's steps, on the run it was last offered.
 	var cur wire.RunFrame
@@ -139,7 +116,7 @@ func TestA2AClientStreams(t *testing.T) {
 	}
 
 	done := false
-	sc := bufio.NewScanner(stdout)
+	sc := bufio.NewScanner(js.Stdout)
 	for sc.Scan() {
 		line := sc.Text()
 		if line == "DONE" {
@@ -157,11 +134,11 @@ func TestA2AClientStreams(t *testing.T) {
 		if step == nil {
 			t.Fatalf("unknown step %q", line)
 		}
-		if _, err := io.WriteString(stdin, "OK "+step(arg)+"\n"); err != nil {
+		if _, err := io.WriteString(js.Stdin, "OK "+step(arg)+"\n"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := cmd.Wait(); err != nil || !done {
-		t.Fatalf("node streams.mjs: %v (done %v)\n%s", err, done, stderr.String())
+	if err := js.Cmd.Wait(); err != nil || !done {
+		t.Fatalf("node streams.mjs: %v (done %v)\n%s", err, done, js.Stderr.String())
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +15,6 @@ import (
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/wire"
 	"github.com/funduq/funduq-go/internal/nodejs"
-	"github.com/funduq/funduq-go/internal/syncbuf"
 )
 
 // reply completes a run with text as the assistant's message.
@@ -62,32 +59,12 @@ func TestA2AClientEndToEnd(t *testing.T) {
 
 	ctx, stop := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer stop()
-	cmd := exec.CommandContext(ctx, node, "run.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "FUNDUQ_DOOR="+srv.URL, "FUNDUQ_PROVIDER="+echo.Key, "FUNDUQ_ASKER="+asker.Key, "NODE_ENV=test")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr syncbuf.Buffer // read on failure while the process may still write
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("node stderr:\n%s", stderr.String())
-		}
-	})
+	js := nodejs.Start(ctx, t, node, dir, "run.mjs", "FUNDUQ_DOOR="+srv.URL, "FUNDUQ_PROVIDER="+echo.Key, "FUNDUQ_ASKER="+asker.Key)
 	finish := make(chan string, 1)
 	var report []byte
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		sc := bufio.NewScanner(stdout)
+		sc := bufio.NewScanner(js.Stdout)
 		for sc.Scan() {
 			line := sc.Text()
 			if id, ok := strings.CutPrefix(line, "FINISH "); ok {
@@ -96,7 +73,7 @@ func TestA2AClientEndToEnd(t *testing.T) {
 			}
 			report = append(report[:0], line...)
 		}
-		_, _ = io.Copy(io.Discard, stdout)
+		_, _ = io.Copy(io.Discard, js.Stdout)
 	})
 
 	// The echo agent: two answered turns, then a turn it holds until the
@@ -117,7 +94,7 @@ func TestA2AClientEndToEnd(t *testing.T) {
 	if cf.RunID != held.RunID {
 		t.Fatalf("cancel frame %+v", cf)
 	}
-	if _, err := io.WriteString(stdin, "ASKED\n"); err != nil {
+	if _, err := io.WriteString(js.Stdin, "ASKED\n"); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -130,7 +107,7 @@ func TestA2AClientEndToEnd(t *testing.T) {
 		}
 		echo.Finish(held.RunID)
 	case <-time.After(guard):
-		t.Fatalf("the client did not ask to finish; stderr:\n%s", stderr.String())
+		t.Fatalf("the client did not ask to finish; stderr:\n%s", js.Stderr.String())
 	}
 	// The asking agent pauses, then answers the same run.
 	f := asker.Offer()
@@ -142,10 +119,10 @@ func TestA2AClientEndToEnd(t *testing.T) {
 	asker.Accept(f2.RunID)
 	reply(asker, f2, "approved")
 
-	waitErr := cmd.Wait()
+	waitErr := js.Cmd.Wait()
 	wg.Wait()
 	if waitErr != nil {
-		t.Fatalf("node run.mjs: %v\n%s", waitErr, stderr.String())
+		t.Fatalf("node run.mjs: %v\n%s", waitErr, js.Stderr.String())
 	}
 	var rep struct {
 		Blocking           struct{ TaskID, ContextID string }

@@ -6,8 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +15,6 @@ import (
 	"github.com/funduq/funduq-go/functions/door"
 	"github.com/funduq/funduq-go/internal/lambdatest"
 	"github.com/funduq/funduq-go/internal/nodejs"
-	"github.com/funduq/funduq-go/internal/syncbuf"
 )
 
 // A stream cut at the Lambda deadline, as the official A2A JavaScript
@@ -46,22 +43,7 @@ func TestOutsideA2AClientResumesAStreamCutAtTheLambdaDeadline(t *testing.T) {
 
 	ctx, stop := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer stop()
-	cmd := exec.CommandContext(ctx, node, "deadline.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "FUNDUQ_DOOR="+srv.URL, "FUNDUQ_PROVIDER="+p.Key, "NODE_ENV=test")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr syncbuf.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	js := nodejs.Start(ctx, t, node, dir, "deadline.mjs", "FUNDUQ_DOOR="+srv.URL, "FUNDUQ_PROVIDER="+p.Key)
 
 	var cur wire.RunFrame
 	text := func(s string) string { b, _ := json.Marshal(s); return string(b) }
@@ -82,7 +64,7 @@ func TestOutsideA2AClientResumesAStreamCutAtTheLambdaDeadline(t *testing.T) {
 		},
 	}
 	done := false
-	sc := bufio.NewScanner(stdout)
+	sc := bufio.NewScanner(js.Stdout)
 	for sc.Scan() {
 		line := sc.Text()
 		if line == "DONE" {
@@ -100,11 +82,11 @@ func TestOutsideA2AClientResumesAStreamCutAtTheLambdaDeadline(t *testing.T) {
 			t.Fatalf("unknown step %q", line)
 		}
 		step(arg)
-		if _, err := io.WriteString(stdin, "OK\n"); err != nil {
+		if _, err := io.WriteString(js.Stdin, "OK\n"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := cmd.Wait(); err != nil || !done {
-		t.Fatalf("node deadline.mjs: %v (done %v)\n%s", err, done, stderr.String())
+	if err := js.Cmd.Wait(); err != nil || !done {
+		t.Fatalf("node deadline.mjs: %v (done %v)\n%s", err, done, js.Stderr.String())
 	}
 }

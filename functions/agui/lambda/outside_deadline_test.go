@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +14,6 @@ import (
 	"github.com/funduq/funduq-go/functions/door"
 	"github.com/funduq/funduq-go/internal/lambdatest"
 	"github.com/funduq/funduq-go/internal/nodejs"
-	"github.com/funduq/funduq-go/internal/syncbuf"
 )
 
 // A run's stream cut at the Lambda deadline while the run goes on, as the
@@ -85,24 +82,9 @@ func aguiCutAtDeadline(t *testing.T, cut string) {
 
 	ctx, stop := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer stop()
-	cmd := exec.CommandContext(ctx, node, "deadline.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "FUNDUQ_DOOR="+srv.URL, "FUNDUQ_PROVIDER="+p.Key, "FUNDUQ_CUT="+cut, "NODE_ENV=test")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr syncbuf.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	js := nodejs.Start(ctx, t, node, dir, "deadline.mjs", "FUNDUQ_DOOR="+srv.URL, "FUNDUQ_PROVIDER="+p.Key, "FUNDUQ_CUT="+cut)
 	done := false
-	sc := bufio.NewScanner(stdout)
+	sc := bufio.NewScanner(js.Stdout)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
@@ -127,7 +109,7 @@ func aguiCutAtDeadline(t *testing.T, cut string) {
 			p.Event(ids[0], string(fin))
 			p.Finish(ids[0])
 			h.WaitStatus(ids[0], run.Completed)
-			if _, err := io.WriteString(stdin, "OK\n"); err != nil {
+			if _, err := io.WriteString(js.Stdin, "OK\n"); err != nil {
 				t.Fatal(err)
 			}
 		case strings.HasPrefix(line, "REQ "):
@@ -136,7 +118,7 @@ func aguiCutAtDeadline(t *testing.T, cut string) {
 			t.Logf("node: %s", line)
 		}
 	}
-	if err := cmd.Wait(); err != nil || !done {
-		t.Fatalf("node deadline.mjs: %v (done %v)\n%s", err, done, stderr.String())
+	if err := js.Cmd.Wait(); err != nil || !done {
+		t.Fatalf("node deadline.mjs: %v (done %v)\n%s", err, done, js.Stderr.String())
 	}
 }
