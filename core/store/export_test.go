@@ -35,3 +35,22 @@ func SetPruneLockWait(d time.Duration) (restore func()) {
 	pruneLockWait = d
 	return func() { pruneLockWait = old }
 }
+
+// MigrateUpTo takes db's schema up to version (0: only goose's version
+// table), for tests that compare a schema stepped down with one migrated
+// up to the same version.
+func MigrateUpTo(ctx context.Context, db *sql.DB, version int64) error {
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrationsFS())
+	if err != nil {
+		return fmt.Errorf("migrate up: %w", err)
+	}
+	if version == 0 {
+		_, err = p.GetDBVersion(ctx)
+	} else {
+		_, err = p.UpTo(ctx, version)
+	}
+	if err != nil {
+		return fmt.Errorf("migrate up to %d: %w", version, err)
+	}
+	return nil
+}

@@ -136,8 +136,8 @@ func TestMigrationGivesUpOnAHeldLock(t *testing.T) {
 // CREATE INDEX CONCURRENTLY (00007) waits for every transaction with an
 // older snapshot, holding nothing an ordinary query needs; under the
 // migration's lock_timeout it would give up after it and leave an INVALID
-// index that the migration's IF NOT EXISTS then keeps. So those
-// statements run without the bound: with a long REPEATABLE READ
+// index, which the migration then has to set aside and build again on
+// every attempt. So those statements run without the bound: with a long REPEATABLE READ
 // transaction open, the build waits past the lock timeout, and it
 // completes with valid indexes once the transaction ends.
 func TestConcurrentIndexBuildsWaitWithoutTheLockTimeout(t *testing.T) {

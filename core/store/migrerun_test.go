@@ -2,8 +2,11 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -75,6 +78,81 @@ func schemaDiff(want, got []string) string {
 		}
 	}
 	return b.String()
+}
+
+// migrationFile is one migration as goose reads it: its version, whether
+// it runs outside a transaction, and its statements in each direction.
+type migrationFile struct {
+	name     string
+	version  int64
+	noTx     bool
+	up, down []string
+}
+
+// migrationFiles reads the embedded migrations' sources and splits them
+// into statements as goose does: a statement ends at a line ending in
+// ';', or at StatementEnd; comment lines outside a StatementBegin block
+// are no part of one.
+func migrationFiles(t *testing.T) []migrationFile {
+	t.Helper()
+	names, err := filepath.Glob("migrations/*.sql")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("migrations: %v %v", names, err)
+	}
+	slices.Sort(names)
+	var out []migrationFile
+	for _, path := range names {
+		src, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := migrationFile{name: filepath.Base(path)}
+		if _, err := fmt.Sscanf(m.name, "%d_", &m.version); err != nil {
+			t.Fatalf("%s: %v", m.name, err)
+		}
+		var into *[]string
+		var buf strings.Builder
+		block := false
+		for _, line := range strings.Split(string(src), "\n") {
+			trimmed := strings.TrimSpace(line)
+			switch trimmed {
+			case "-- +goose NO TRANSACTION":
+				m.noTx = true
+				continue
+			case "-- +goose Up":
+				into = &m.up
+				continue
+			case "-- +goose Down":
+				into = &m.down
+				continue
+			case "-- +goose StatementBegin":
+				block = true
+				continue
+			case "-- +goose StatementEnd":
+				block = false
+				*into = append(*into, strings.TrimSpace(buf.String()))
+				buf.Reset()
+				continue
+			}
+			if !block && (trimmed == "" && buf.Len() == 0 || strings.HasPrefix(trimmed, "--")) {
+				continue
+			}
+			if into == nil {
+				t.Fatalf("%s: a statement before -- +goose Up: %q", m.name, line)
+			}
+			buf.WriteString(line)
+			buf.WriteByte('\n')
+			if !block && strings.HasSuffix(trimmed, ";") {
+				*into = append(*into, strings.TrimSpace(buf.String()))
+				buf.Reset()
+			}
+		}
+		if block || strings.TrimSpace(buf.String()) != "" {
+			t.Fatalf("%s: an unterminated statement: %q", m.name, buf.String())
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // connectApp opens a connection of its own to url, closed when the test
@@ -380,4 +458,228 @@ func TestHotPathIndexMigrationInterruptedThenRerun(t *testing.T) {
 			})
 		}
 	}
+}
+
+// schemaAt is the schema a clean migration up to version leaves.
+func schemaAt(t *testing.T, version int64) []string {
+	t.Helper()
+	st := storetest.Store(t)
+	schemaBackTo(t, st, version)
+	return schemaOf(t, st.Pool())
+}
+
+// interruptions are the ways a run of stmts can stop: after each of its
+// first k statements (k from 0 to all, the last a run cut short before
+// goose recorded it), and within each statement that runs CONCURRENTLY,
+// cancelled while it waits (holdSnapshot only for a build).
+type interruption struct {
+	k      int        // statements that ran to their end
+	cut    bool       // statement k+1 was cancelled part way
+	holder holderKind // how, when cut
+}
+
+func (i interruption) String() string {
+	if !i.cut {
+		return fmt.Sprintf("after %d", i.k)
+	}
+	return fmt.Sprintf("in %d %s", i.k+1, i.holder)
+}
+
+func interruptionsOf(stmts []string) []interruption {
+	var out []interruption
+	for k := 0; k <= len(stmts); k++ {
+		out = append(out, interruption{k: k})
+		if k == len(stmts) || !strings.Contains(stmts[k], "CONCURRENTLY") {
+			continue
+		}
+		out = append(out, interruption{k: k, cut: true, holder: holdTables})
+		if strings.HasPrefix(stmts[k], "CREATE") {
+			out = append(out, interruption{k: k, cut: true, holder: holdSnapshot})
+		}
+	}
+	return out
+}
+
+// interrupt runs what i says of stmts by hand on a session of its own, as
+// goose would have before it was stopped.
+func interrupt(t *testing.T, url string, stmts []string, i interruption) {
+	t.Helper()
+	ctx := context.Background()
+	conn := connectApp(t, url, "by-hand")
+	for _, stmt := range stmts[:i.k] {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			t.Fatalf("by hand: %q: %v", stmt, err)
+		}
+	}
+	if !i.cut {
+		return
+	}
+	stmt := stmts[i.k]
+	var tables []string
+	rows, err := conn.Query(ctx, `SELECT format('%I', relname) FROM pg_class
+		WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'p')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tables, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	cancelled, err := cancelInWait(t, url, tables, i.holder, `pid = $1`, int(conn.PgConn().PID()),
+		func() {
+			go func() {
+				_, err := conn.Exec(ctx, stmt)
+				ended <- err
+			}()
+		}, ended)
+	if !cancelled {
+		// Nothing for it to wait for here (an index not there to drop,
+		// or there already): it ran to its end, as in "after k+1".
+		if err != nil {
+			t.Fatalf("by hand: %q: %v", stmt, err)
+		}
+		t.Logf("statement %d ended without waiting: nothing to interrupt", i.k+1)
+		return
+	}
+	if err := <-ended; err == nil || !strings.Contains(err.Error(), "57014") {
+		t.Fatalf("%q cancelled: %v; want query_canceled (57014)", stmt, err)
+	}
+}
+
+// Every migration that runs outside a transaction (goose NO TRANSACTION)
+// is stopped part way in every way it can be — after each of its
+// statements, and within each concurrent index build or drop, cancelled
+// for real while it waits — on a database with history; goose, having
+// recorded nothing, runs it again with the rest. The schema must then
+// be the one a clean migration leaves: every column, every index as
+// defined and valid, every constraint validated. So must its Down, cut
+// short the same ways and run again, leave the schema before it, and a
+// migration up from there the clean one.
+func TestNoTransactionMigrationsRerunToTheCleanSchema(t *testing.T) {
+	ctx := context.Background()
+	want := cleanSchema(t)
+	files := migrationFiles(t)
+	found := 0
+	for _, m := range files {
+		if !m.noTx {
+			continue
+		}
+		found++
+		t.Run(m.name, func(t *testing.T) {
+			before := schemaAt(t, m.version-1)
+			for _, i := range interruptionsOf(m.up) {
+				t.Run("up "+i.String(), func(t *testing.T) {
+					st, url, pool := freshStore(t)
+					schemaBackTo(t, st, m.version-1)
+					interrupt(t, url, m.up, i)
+					if err := store.Migrate(ctx, url, nil); err != nil {
+						t.Fatalf("migrate again: %v", err)
+					}
+					if d := schemaDiff(want, schemaOf(t, pool)); d != "" {
+						t.Errorf("%s stopped %s of its %d statements, then migrated: the schema differs from a clean migration's:%s",
+							m.name, i, len(m.up), d)
+					}
+					checkIdempotencyEnforced(t, st, url, "after the rerun")
+				})
+			}
+			// Stopped twice: a build cut short, then the rerun stopped
+			// in any way, then migrated.
+			for _, first := range interruptionsOf(m.up) {
+				if !first.cut || first.holder != holdTables || !strings.HasPrefix(m.up[first.k], "CREATE") {
+					continue
+				}
+				for _, i := range interruptionsOf(m.up) {
+					t.Run("up "+first.String()+", rerun "+i.String(), func(t *testing.T) {
+						st, url, pool := freshStore(t)
+						schemaBackTo(t, st, m.version-1)
+						interrupt(t, url, m.up, first)
+						interrupt(t, url, m.up, i)
+						if err := store.Migrate(ctx, url, nil); err != nil {
+							t.Fatalf("migrate again: %v", err)
+						}
+						if d := schemaDiff(want, schemaOf(t, pool)); d != "" {
+							t.Errorf("%s stopped %s, rerun stopped %s, then migrated: the schema differs from a clean migration's:%s",
+								m.name, first, i, d)
+						}
+						checkIdempotencyEnforced(t, st, url, "after the rerun")
+					})
+				}
+			}
+			for _, i := range interruptionsOf(m.down) {
+				t.Run("down "+i.String(), func(t *testing.T) {
+					st, url, pool := freshStore(t)
+					schemaBackTo(t, st, m.version)
+					interrupt(t, url, m.down, i)
+					schemaBackTo(t, st, m.version-1)
+					if d := schemaDiff(before, schemaOf(t, pool)); d != "" {
+						t.Errorf("%s's Down stopped %s of its %d statements, then run again: the schema differs from a clean migration to %d's:%s",
+							m.name, i, len(m.down), m.version-1, d)
+					}
+					if err := store.Migrate(ctx, url, nil); err != nil {
+						t.Fatalf("migrate up again: %v", err)
+					}
+					if d := schemaDiff(want, schemaOf(t, pool)); d != "" {
+						t.Errorf("migrated up after that: the schema differs from a clean migration's:%s", d)
+					}
+				})
+			}
+		})
+	}
+	if found == 0 {
+		t.Fatal("no migration runs outside a transaction: the splitter read none")
+	}
+}
+
+// Every Down works (README "The schema" steps a release back with goose
+// down-to): a database with history stepped down one migration at a time
+// to nothing has, at each version, the schema a clean migration up to that
+// version has; migrated up again, the clean one.
+func TestMigrationsStepDownAndUpAgain(t *testing.T) {
+	ctx := context.Background()
+	want := cleanSchema(t)
+	st, url, pool := freshStore(t)
+	down, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer down.Close()
+	upURL := storetest.EmptyURL(t)
+	up, err := sql.Open("pgx", upURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	upPool, err := pgxpool.New(ctx, upURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer upPool.Close()
+	versions := []int64{0}
+	for _, m := range migrationFiles(t) {
+		versions = append(versions, m.version)
+	}
+	upAt := map[int64][]string{}
+	for _, v := range versions {
+		if err := store.MigrateUpTo(ctx, up, v); err != nil {
+			t.Fatalf("up to %d: %v", v, err)
+		}
+		upAt[v] = schemaOf(t, upPool)
+	}
+	for i := len(versions) - 2; i >= 0; i-- {
+		v := versions[i]
+		if err := store.MigrateDownTo(ctx, down, v); err != nil {
+			t.Fatalf("down to %d: %v", v, err)
+		}
+		if d := schemaDiff(upAt[v], schemaOf(t, pool)); d != "" {
+			t.Errorf("stepped down to %d: the schema differs from a migration up to it:%s", v, d)
+		}
+	}
+	if err := store.Migrate(ctx, url, nil); err != nil {
+		t.Fatalf("migrate up again: %v", err)
+	}
+	if d := schemaDiff(want, schemaOf(t, pool)); d != "" {
+		t.Errorf("down to 0 and up again: the schema differs from a clean migration's:%s", d)
+	}
+	seedAgent(t, st) // down to 0 dropped every table and its rows
+	checkIdempotencyEnforced(t, st, url, "down to 0 and up again")
 }
