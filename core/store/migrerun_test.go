@@ -683,3 +683,65 @@ func TestMigrationsStepDownAndUpAgain(t *testing.T) {
 	seedAgent(t, st) // down to 0 dropped every table and its rows
 	checkIdempotencyEnforced(t, st, url, "down to 0 and up again")
 }
+
+// A database that ran 00007 as released before this fix, was interrupted
+// in its unique build and ran it again, recorded 00007 with an INVALID
+// runs_idempotency_uq that enforces nothing; the fixed 00007 never runs
+// there again. Today migrate and CheckSchema pass over it and leave it
+// so; the remedy design.md §Open questions names ("A database that
+// recorded 00007 with an invalid index") rebuilds it, and the schema is
+// then the clean one.
+func TestRecordedHotPathMigrationWithAnInvalidIndex(t *testing.T) {
+	ctx := context.Background()
+	want := cleanSchema(t)
+	st, url, pool := freshStore(t)
+	schemaBackTo(t, st, 6)
+	released := []string{
+		`SET lock_timeout = 0`,
+		`CREATE INDEX CONCURRENTLY IF NOT EXISTS thread_messages_run_idx ON thread_messages (run_id, id)`,
+		`CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS runs_idempotency_all_uq ON runs (provider_key, agent_name, idempotency_key)`,
+		`DROP INDEX CONCURRENTLY IF EXISTS runs_idempotency_uq`,
+		`ALTER INDEX runs_idempotency_all_uq RENAME TO runs_idempotency_uq`,
+		`DROP INDEX CONCURRENTLY IF EXISTS runs_agent_status_idx`,
+		`CREATE INDEX CONCURRENTLY IF NOT EXISTS threads_agent_thread_idx ON threads (provider_key, agent_name, thread_id)`,
+		`DROP INDEX CONCURRENTLY IF EXISTS threads_agent_idx`,
+		`RESET lock_timeout`,
+	}
+	interrupt(t, url, released, interruption{k: 2, cut: true, holder: holdTables})
+	interrupt(t, url, released, interruption{k: len(released)})
+	if _, err := pool.Exec(ctx, `INSERT INTO goose_db_version (version_id, is_applied) VALUES (7, true)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(ctx, url, nil); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	if err := st.CheckSchema(ctx); err != nil {
+		t.Fatalf("check schema: %v", err)
+	}
+	var invalid []string
+	rows, err := pool.Query(ctx, `SELECT indexrelid::regclass::text FROM pg_index WHERE NOT indisvalid`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if invalid, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(invalid, []string{"runs_idempotency_uq"}) {
+		t.Fatalf("invalid indexes after migrate: %v; today it leaves runs_idempotency_uq so", invalid)
+	}
+
+	// The remedy: no duplicate keys were written meanwhile (else the
+	// rebuild fails naming one), so the index is rebuilt in place.
+	var dups int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT FROM runs WHERE idempotency_key IS NOT NULL
+		GROUP BY provider_key, agent_name, idempotency_key HAVING count(*) > 1) d`).Scan(&dups); err != nil || dups != 0 {
+		t.Fatalf("duplicate keys: %d %v", dups, err)
+	}
+	if _, err := pool.Exec(ctx, `REINDEX INDEX CONCURRENTLY runs_idempotency_uq`); err != nil {
+		t.Fatal(err)
+	}
+	if d := schemaDiff(want, schemaOf(t, pool)); d != "" {
+		t.Errorf("after REINDEX INDEX CONCURRENTLY: the schema differs from a clean migration's:%s", d)
+	}
+	checkIdempotencyEnforced(t, st, url, "after the rebuild")
+}
