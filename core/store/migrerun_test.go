@@ -23,8 +23,9 @@ import (
 // schemaOf is what a migration makes of the database, one sorted line per
 // object: every table's columns (type, nullability, default), every index
 // (its definition, valid and ready), every constraint (its definition,
-// validated), every trigger and function. Two databases migrated to the
-// same version must have the same lines.
+// validated), every trigger, function, enum and domain, and every
+// relation by kind. Two databases migrated to the same version must have
+// the same lines.
 func schemaOf(t *testing.T, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
 }) []string {
@@ -46,10 +47,14 @@ func schemaOf(t *testing.T, q interface {
 		FROM pg_constraint WHERE connamespace = 'public'::regnamespace
 		UNION ALL
 		SELECT format('trigger %s', pg_get_triggerdef(oid)) FROM pg_trigger
-		WHERE NOT tgisinternal AND tgrelid::regclass::text NOT LIKE 'pg\_%'
+		WHERE NOT tgisinternal AND tgrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'public'::regnamespace)
 		UNION ALL
 		SELECT format('function %s', pg_get_functiondef(oid)) FROM pg_proc
 		WHERE pronamespace = 'public'::regnamespace
+		UNION ALL
+		SELECT format('type %s kind=%s %s', t.typname, t.typtype, coalesce((SELECT string_agg(enumlabel, ',' ORDER BY enumsortorder)
+			FROM pg_enum WHERE enumtypid = t.oid), '')) FROM pg_type t
+		WHERE t.typnamespace = 'public'::regnamespace AND t.typtype IN ('e', 'd')
 		UNION ALL
 		SELECT format('relation %s kind=%s', relname, relkind) FROM pg_class
 		WHERE relnamespace = 'public'::regnamespace AND relkind NOT IN ('i', 'I')`)
@@ -89,8 +94,8 @@ type migrationFile struct {
 	up, down []string
 }
 
-// migrationFiles reads the embedded migrations' sources and splits them
-// into statements as goose does: a statement ends at a line ending in
+// migrationFiles reads the migration files (the ones store embeds) and
+// splits them into statements as goose does: a statement ends at a line ending in
 // ';', or at StatementEnd; comment lines outside a StatementBegin block
 // are no part of one.
 func migrationFiles(t *testing.T) []migrationFile {
@@ -178,14 +183,14 @@ type holderKind int
 
 const (
 	// holdTables: a transaction holding ROW EXCLUSIVE (what every writer
-	// holds) on every table. CREATE INDEX CONCURRENTLY waits for it
+	// holds) on the statement's table. CREATE INDEX CONCURRENTLY waits for it
 	// after entering its index in the catalog, before building it: the
 	// index is left INVALID and not ready (no insert maintains it, a
 	// unique one enforces nothing). DROP INDEX CONCURRENTLY waits for it
 	// after marking the index INVALID.
 	holdTables holderKind = iota
 	// holdSnapshot: a REPEATABLE READ transaction that took its snapshot
-	// and holds no lock. CREATE INDEX CONCURRENTLY builds the index,
+	// while the build waited for a writer, and holds no lock. CREATE INDEX CONCURRENTLY builds the index,
 	// marks it ready, and waits for that snapshot before marking it
 	// valid: the index is left ready (a unique one enforces) but INVALID.
 	holdSnapshot
@@ -284,8 +289,7 @@ func cancelInWait(t *testing.T, url string, tables []string, h holderKind, which
 	return true, nil
 }
 
-// idemKey is the Idempotency-Key seeded runs carry, and the one
-// checkIdempotencyEnforced races on.
+// idemKey is the Idempotency-Key checkIdempotencyEnforced races on.
 const idemKey = "idem-race"
 
 // seedHistory writes what a deployment holds before the migrations under
