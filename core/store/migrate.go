@@ -86,7 +86,55 @@ func MigrateDB(ctx context.Context, db *sql.DB, log *slog.Logger) error {
 	if embedded := newestEmbedded(p); applied > embedded {
 		return fmt.Errorf("migrate: %w", newerSchema(applied, embedded))
 	}
+	warnInvalidIndexes(ctx, log, db)
 	return nil
+}
+
+// InvalidIndexes names the indexes of the database that PostgreSQL marks
+// invalid and no build is working on: left by a concurrent build or drop
+// that was interrupted. The planner never reads such an index, and a
+// unique one may enforce nothing; migrate does not repair one a recorded
+// migration left (design.md §Open questions, "A database that recorded
+// 00007 with an invalid index"), so the node and migrate name them.
+func InvalidIndexes(ctx context.Context, db *sql.DB) ([]string, error) {
+	rows, err := db.QueryContext(ctx, `
+		SELECT i.indexrelid::regclass::text FROM pg_index i
+		JOIN pg_class c ON c.oid = i.indexrelid
+		WHERE NOT i.indisvalid AND c.relnamespace = current_schema()::regnamespace
+		  AND i.indexrelid NOT IN (SELECT index_relid FROM pg_stat_progress_create_index WHERE index_relid IS NOT NULL)
+		ORDER BY 1`)
+	if err != nil {
+		return nil, fmt.Errorf("read invalid indexes: %w", err)
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, fmt.Errorf("read invalid indexes: %w", err)
+		}
+		names = append(names, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read invalid indexes: %w", err)
+	}
+	return names, nil
+}
+
+// warnInvalidIndexes logs, at ERROR, the invalid indexes InvalidIndexes
+// finds and how to rebuild them; a failed read is a warning: the schema
+// itself is current.
+func warnInvalidIndexes(ctx context.Context, log *slog.Logger, db *sql.DB) {
+	names, err := InvalidIndexes(ctx, db)
+	if err != nil {
+		log.WarnContext(ctx, "could not check the indexes' validity", "err", err)
+		return
+	}
+	if len(names) > 0 {
+		log.ErrorContext(ctx, "the database holds invalid indexes (left by an interrupted concurrent build): "+
+			"queries do not read them and a unique one may not enforce its key; "+
+			"rebuild each with REINDEX INDEX CONCURRENTLY <name> (design.md §Deployment)", "indexes", names)
+	}
 }
 
 // ErrSchemaNewer: the database is at a migration past this binary's
@@ -142,5 +190,6 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 	if applied != embedded {
 		return fmt.Errorf("the database schema is at version %d, this binary needs %d: run `broker-node migrate`", applied, embedded)
 	}
+	warnInvalidIndexes(ctx, s.log, db)
 	return nil
 }
