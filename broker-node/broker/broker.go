@@ -731,6 +731,12 @@ const ErrReplaced = wire.ReplacedMessage
 // DeleteAgent takes name offline (if this link serves it) and deletes its
 // record, refusing an agent with any history.
 func (b *Broker) DeleteAgent(ctx context.Context, l Link, name string) error {
+	if !wire.AgentNamePattern.MatchString(name) {
+		// No register takes such a name, so none is served or stored
+		// under it; asking PostgreSQL about it (a NUL it cannot hold) was
+		// refused as data, and the provider was told to try again.
+		return &RegisterError{fmt.Sprintf("agent %q is not registered", name)}
+	}
 	b.rosterMu.Lock()
 	defer b.rosterMu.Unlock()
 	b.mu.Lock()
@@ -950,6 +956,15 @@ func stranger(l Link, ln *lane) bool { return ln != nil && ln.agent.Key != l.Key
 // An ack for a run the broker does not hold is answered "ack refused"
 // (D15), as is every ack the lane does not take.
 func (b *Broker) Ack(l Link, runID string, v wire.Verdict, reason string) {
+	if v == wire.Refused && strings.ContainsRune(reason, 0) {
+		// A refusal is recorded verbatim, and PostgreSQL's text holds no
+		// NUL: its end could never be written (it failed the run as a
+		// malformed event, told nobody). Refused as a defect of the frame,
+		// whatever run it names, so a stranger learns nothing of the run;
+		// the offer stays out for the provider's next answer.
+		b.refuse(l, kindAck, runID, refusedNULReason)
+		return
+	}
 	ln, ls, reg := b.laneFor(l, runID)
 	if stranger(l, ln) {
 		b.refuse(l, kindAck, runID, refusedUnknown)

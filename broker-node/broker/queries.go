@@ -40,7 +40,9 @@ func (b *Broker) ThreadMessages(ctx context.Context, l Link, threadID string, li
 	}
 	defer b.queries.give()
 	t, err := b.st.GetThread(ctx, threadID)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && t.ProviderKey != l.Key()) {
+	// A thread id PostgreSQL refuses as data (a NUL) names no thread
+	// stored: it is answered as any other, not as a read to ask again.
+	if errors.Is(err, store.ErrNotFound) || refusedData(err) || (err == nil && t.ProviderKey != l.Key()) {
 		return nil, ErrNoSuchThread
 	}
 	if err != nil {

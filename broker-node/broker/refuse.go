@@ -18,6 +18,7 @@ const (
 	refusedEnded     = "the run has ended"
 	refusedNotStored = "the store did not take the events it came with"
 	refusedSeqTaken  = "its seq is already taken by another event of this round; a seq names one event (a resend repeats it)"
+	refusedNULReason = "its reason holds a NUL character (\\u0000), which funduq cannot store; answer the offer again"
 )
 
 // The kinds of report.

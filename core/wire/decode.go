@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"reflect"
 	"strings"
 	"unicode/utf8"
@@ -103,7 +104,17 @@ func decodeReport(raw []byte, kind string, f any, runID *string) *FrameError {
 	if errors.As(err, &te) && te.Field != "" {
 		field, want := clip(te.Field, 64), jsonKind(te.Type.Kind())
 		if want == "a number" && strings.HasPrefix(te.Value, "number") {
-			return &FrameError{Message: fmt.Sprintf("%s refused: %s is out of range", kind, field), RunID: *runID}
+			// The only number field a report has is an integer (an
+			// event's seq): a fraction or an exponent is refused as
+			// such, not as a range it may well be within.
+			num := strings.TrimPrefix(te.Value, "number ")
+			if f, _, err := big.ParseFloat(num, 10, 64, big.ToNearestEven); err == nil && f.IsInt() {
+				if _, acc := f.Int64(); acc != big.Exact {
+					return &FrameError{Message: fmt.Sprintf("%s refused: %s is out of range", kind, field), RunID: *runID}
+				}
+			}
+			return &FrameError{Message: fmt.Sprintf("%s refused: %s must be an integer written without a fraction or exponent (got %s)",
+				kind, field, clip(num, 32)), RunID: *runID}
 		}
 		return &FrameError{Message: fmt.Sprintf("%s refused: %s must be %s (got %s)", kind, field, want, te.Value), RunID: *runID}
 	}
