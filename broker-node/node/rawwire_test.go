@@ -1,10 +1,15 @@
 package node_test
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,6 +33,9 @@ type rawProv struct {
 	pongs  chan string
 	done   chan struct{}
 	err    error // the read's end, once done is closed
+	// stall, once closed, stops the reader taking anything more off the
+	// socket (after the message it may be reading) until quit closes.
+	stall, quit chan struct{}
 }
 
 type rawFrame struct {
@@ -57,11 +65,15 @@ func rawDial(t *testing.T, h *nodetest.Harness, seed byte, d *websocket.Dialer) 
 	if d == nil {
 		d = websocket.DefaultDialer
 	}
-	ws, _, err := d.Dial("ws"+strings.TrimPrefix(h.URL, "http")+"/ws/provider", nil)
+	ws, resp, err := d.Dial("ws"+strings.TrimPrefix(h.URL, "http")+"/ws/provider", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &rawProv{t: t, ws: ws, key: key, frames: make(chan rawFrame, 4096), pongs: make(chan string, 16), done: make(chan struct{})}
+	if ext := resp.Header.Get("Sec-WebSocket-Extensions"); ext != "" {
+		t.Fatalf("funduq took up the extension %q; the wire has none", ext)
+	}
+	p := &rawProv{t: t, ws: ws, key: key, frames: make(chan rawFrame, 4096), pongs: make(chan string, 16), done: make(chan struct{}),
+		stall: make(chan struct{}), quit: make(chan struct{})}
 	ws.SetPongHandler(func(s string) error { p.pongs <- s; return nil })
 	nonce := fmt.Sprintf("%032x", time.Now().UnixNano())
 	proof := s.Sign(identity.ProviderConnectPayload(tr.FunduqPublicKey, tr.Ticket, nonce))
@@ -69,12 +81,22 @@ func rawDial(t *testing.T, h *nodetest.Harness, seed byte, d *websocket.Dialer) 
 	go func() {
 		defer close(p.done)
 		for {
+			select {
+			case <-p.stall:
+				<-p.quit
+				return
+			default:
+			}
 			kind, b, err := ws.ReadMessage()
 			if err != nil {
 				p.err = err
 				return
 			}
-			p.frames <- rawFrame{kind, b}
+			select {
+			case p.frames <- rawFrame{kind, b}:
+			case <-p.quit:
+				return
+			}
 		}
 	}()
 	var w struct{ Type, FunduqPublicKey, Answer string }
@@ -85,7 +107,7 @@ func rawDial(t *testing.T, h *nodetest.Harness, seed byte, d *websocket.Dialer) 
 	if err := identity.Verify(pub, identity.FunduqConnectPayload(tr.Ticket, nonce), w.Answer); err != nil {
 		t.Fatalf("welcome answer: %v", err)
 	}
-	t.Cleanup(func() { _ = ws.Close(); <-p.done })
+	t.Cleanup(func() { close(p.quit); _ = ws.Close(); <-p.done })
 	return p
 }
 
@@ -268,6 +290,294 @@ func TestRawRefusalReasonWithANULIsRefused(t *testing.T) {
 	if r := h.WaitStatus(id, run.Failed); r.FailureReason != "nope" {
 		t.Errorf("the run failed %q, want the provider's reason", r.FailureReason)
 	}
+	if q := h.Quality(p.key); charges(q) != 0 {
+		t.Errorf("counted %+v", q)
+	}
+}
+
+// writeWire writes one WebSocket frame as the test spells it, masked as a
+// client's must be: fin, rsv1 and the opcode as given, so the test can send
+// what gorilla's writer never would (a control frame inside a fragmented
+// message, reserved bits).
+func (p *rawProv) writeWire(fin, rsv1 bool, opcode byte, payload []byte) {
+	p.t.Helper()
+	b0 := opcode
+	if fin {
+		b0 |= 0x80
+	}
+	if rsv1 {
+		b0 |= 0x40
+	}
+	hdr := []byte{b0}
+	switch n := len(payload); {
+	case n < 126:
+		hdr = append(hdr, 0x80|byte(n))
+	case n < 1<<16:
+		hdr = append(hdr, 0x80|126, byte(n>>8), byte(n))
+	default:
+		hdr = append(hdr, 0x80|127)
+		hdr = binary.BigEndian.AppendUint64(hdr, uint64(n))
+	}
+	var mask [4]byte
+	_, _ = rand.Read(mask[:])
+	hdr = append(hdr, mask[:]...)
+	body := make([]byte, len(payload))
+	for i := range payload {
+		body[i] = payload[i] ^ mask[i%4]
+	}
+	if _, err := p.ws.UnderlyingConn().Write(append(hdr, body...)); err != nil {
+		p.t.Fatalf("write: %v", err)
+	}
+}
+
+// What a WebSocket peer may do that our SDK never shows is taken or
+// answered, never dropped unseen (D15): permessage-deflate offered is not
+// taken up; a text message in many fragments, and one with a ping between
+// its fragments, is read as one frame; a binary message is refused with an
+// error frame and changes nothing; a ping's payload comes back in its
+// pong, and an unsolicited pong is no frame at all; a frame of exactly
+// FUNDUQ_MAX_FRAME_BYTES is read, one byte more is refused naming the
+// setting, and the link stays open through all of it.
+func TestRawWebSocketFramingIsTakenOrAnswered(t *testing.T) {
+	h := nodetest.Start(t, func(c *configBroker) { c.MaxFrame, c.MaxEventBytes = 4096, 1024 })
+	// A 64-byte write buffer makes gorilla send each message as
+	// fragments of at most that much.
+	p := rawDial(t, h, 0x75, &websocket.Dialer{WriteBufferSize: 64, EnableCompression: true})
+	p.text(`{"type":"register","agents":[{"name":"frag","description":"` + strings.Repeat("d", 300) + `"}]}`)
+	var reg wire.Registered
+	p.expect(wire.TypeRegistered, &reg)
+	if len(reg.Names) != 1 || reg.Names[0] != "frag" {
+		t.Fatalf("registered %+v", reg)
+	}
+	// A deleteAgent split by hand, a ping between its two halves.
+	del := []byte(`{"type":"deleteAgent","name":"other"}`)
+	p.writeWire(false, false, websocket.TextMessage, del[:10])
+	p.writeWire(true, false, websocket.PingMessage, []byte("mid"))
+	p.writeWire(true, false, 0 /* continuation */, del[10:])
+	var e wire.Error
+	p.expect(wire.TypeError, &e)
+	if e.Name != "other" || !strings.Contains(e.Message, "not registered") {
+		t.Errorf("the fragmented deleteAgent answered %+v", e)
+	}
+	if got := <-p.pongs; got != "mid" {
+		t.Errorf("pong %q to the ping between fragments", got)
+	}
+	if err := p.ws.WriteMessage(websocket.BinaryMessage, []byte(`{"type":"deleteAgent","name":"frag"}`)); err != nil {
+		t.Fatal(err)
+	}
+	e = wire.Error{}
+	p.expect(wire.TypeError, &e)
+	if !strings.Contains(e.Message, "not a text message") || e.Name != "" {
+		t.Errorf("a binary frame answered %+v", e)
+	}
+	if err := p.ws.WriteControl(websocket.PingMessage, []byte("payload"), time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-p.pongs; got != "payload" {
+		t.Errorf("pong %q, want the ping's payload", got)
+	}
+	if err := p.ws.WriteControl(websocket.PongMessage, []byte("unasked"), time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.barrier("b1"); len(got) != 0 {
+		t.Errorf("an unsolicited pong answered %v", got)
+	}
+	pad := func(n int) string {
+		base := `{"type":"deleteAgent","name":"pad","x":""}`
+		return `{"type":"deleteAgent","name":"pad","x":"` + strings.Repeat("p", n-len(base)) + `"}`
+	}
+	p.text(pad(4096))
+	e = wire.Error{}
+	p.expect(wire.TypeError, &e)
+	if e.Name != "pad" || !strings.Contains(e.Message, "not registered") {
+		t.Errorf("a frame of exactly the limit answered %+v; want it read", e)
+	}
+	p.text(pad(4097))
+	e = wire.Error{}
+	p.expect(wire.TypeError, &e)
+	if !strings.Contains(e.Message, "FUNDUQ_MAX_FRAME_BYTES") || e.Name != "" {
+		t.Errorf("a frame one byte over the limit answered %+v", e)
+	}
+	// Nothing of that changed what the link serves.
+	id, _ := h.Door(p.key, "frag", "", "hi")
+	if got := p.offer(); got != id {
+		t.Fatalf("offered %s, want %s", got, id)
+	}
+}
+
+// A frame with a reserved bit set, as a peer compressing without having
+// agreed permessage-deflate sends, is a protocol error: funduq closes the
+// link with 1002 and says why, rather than reading it as text.
+func TestRawReservedBitClosesWithAReason(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := rawDial(t, h, 0x76, nil)
+	p.register("echo")
+	p.writeWire(true, true, websocket.TextMessage, []byte(`{"type":"deleteAgent","name":"echo"}`))
+	<-p.done
+	var ce *websocket.CloseError
+	if !errors.As(p.err, &ce) || ce.Code != websocket.CloseProtocolError || ce.Text == "" {
+		t.Fatalf("the link ended %v; want 1002 with a reason", p.err)
+	}
+}
+
+// Any close frame is a goodbye (D5), whatever its code: a provider closing
+// with an application code (4000) while it holds a run has left it, and the
+// run fails at once, counted abandoned, rather than waiting the link grace.
+func TestRawCloseWithAnApplicationCodeIsAGoodbye(t *testing.T) {
+	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = time.Hour })
+	p := rawDial(t, h, 0x77, nil)
+	p.register("echo")
+	id, _ := h.Door(p.key, "echo", "", "hi")
+	if got := p.offer(); got != id {
+		t.Fatalf("offered %s, want %s", got, id)
+	}
+	p.text(`{"type":"ack","runId":"` + id + `"}`)
+	h.WaitStatus(id, run.Running)
+	if err := p.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(4000, "going"), time.Now().Add(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	failedHoldingIt(t, h, id, p.key)
+}
+
+// A provider that stops reading its socket (its TCP window full) holds
+// nobody else up: another key's run is offered and completed meanwhile,
+// and a run offered to the stalled key waits for it. funduq ends the
+// stalled link by itself — its send queue full or a write timed out —
+// as a lost link (D5: no goodbye), so the run it holds is held for the link
+// grace, and the key back on a new link carries it on and is offered what
+// waited, with nothing counted.
+func TestRawStalledReaderHoldsNobodyElseUp(t *testing.T) {
+	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = time.Hour })
+	// A receive buffer of a few KB: the window fills after a few frames.
+	small := &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 2048) })
+		return errors.Join(err, serr)
+	}}
+	a := rawDial(t, h, 0x78, &websocket.Dialer{NetDialContext: small.DialContext, ReadBufferSize: 256})
+	a.register("slow")
+	b := rawDial(t, h, 0x79, nil)
+	b.register("fast")
+	held, thread := h.Door(a.key, "slow", "", strings.Repeat("long ", 4000))
+	if got := a.offer(); got != held {
+		t.Fatalf("offered %s, want %s", got, held)
+	}
+	a.text(`{"type":"ack","runId":"` + held + `"}`)
+	h.WaitStatus(held, run.Running)
+	// a's reader stops: nothing more is taken off its socket. It asks for
+	// its thread (20 KB an answer) until funduq stops taking its frames
+	// or ends the link.
+	close(a.stall)
+	q := fmt.Sprintf(`{"type":"query","queryId":"q","method":"thread_messages","params":{"threadId":%q}}`, thread)
+	go func() {
+		for {
+			_ = a.ws.SetWriteDeadline(time.Now().Add(time.Second))
+			if a.ws.WriteMessage(websocket.TextMessage, []byte(q)) != nil {
+				return
+			}
+		}
+	}()
+	waiting, _ := h.Door(a.key, "slow", "", "later")
+	// b is served meanwhile.
+	id, bthread := h.Door(b.key, "fast", "", "hi")
+	if got := b.offer(); got != id {
+		t.Fatalf("offered %s, want %s", got, id)
+	}
+	b.text(`{"type":"ack","runId":"` + id + `"}`)
+	rawComplete(b, id, bthread)
+	h.WaitStatus(id, run.Completed)
+	h.Eventually("funduq ends the stalled link", func() bool { return h.Node.Broker.Snapshot().Links == 1 })
+	h.Settle()
+	if r := h.Run(held); r.Status != run.Running {
+		t.Fatalf("the run the stalled link held is %s (%s) inside the link grace", r.Status, r.FailureReason)
+	}
+	a2 := rawDial(t, h, 0x78, nil)
+	a2.register("slow")
+	if got := a2.offer(); got != waiting {
+		t.Fatalf("offered %s, want the run that waited, %s", got, waiting)
+	}
+	a2.text(`{"type":"ack","runId":"` + waiting + `"}`)
+	rawComplete(a2, held, thread)
+	h.WaitStatus(held, run.Completed)
+	h.Settle()
+	if q := h.Quality(a.key); charges(q) != 0 {
+		t.Errorf("counted %+v against the stalled key", q)
+	}
+}
+
+// rawComplete streams a short successful answer for runID and finishes.
+func rawComplete(p *rawProv, runID, threadID string) {
+	p.t.Helper()
+	for _, ev := range []string{
+		fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, threadID, runID),
+		`{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`,
+		`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hello"}`,
+		`{"type":"TEXT_MESSAGE_END","messageId":"m1"}`,
+		fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, threadID, runID),
+	} {
+		p.text(`{"type":"event","runId":"` + runID + `","event":` + ev + `}`)
+	}
+	p.text(`{"type":"finish","runId":"` + runID + `"}`)
+}
+
+// A provider that loses its link mid-run and resends on a new one (D5, D7):
+// an event resent as it was is stored once and answered nothing; another
+// event under a seq the run already stored is refused naming the run and
+// not stored. The same event written with its members in another order is
+// refused too today — the store compares the text as sent (design.md §Open
+// questions, "A resend written differently") — and the run completes with
+// each event once.
+func TestRawResendAfterAReconnect(t *testing.T) {
+	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = time.Hour })
+	p := rawDial(t, h, 0x7a, nil)
+	p.register("echo")
+	id, thread := h.Door(p.key, "echo", "", "hi")
+	if got := p.offer(); got != id {
+		t.Fatalf("offered %s, want %s", got, id)
+	}
+	p.text(`{"type":"ack","runId":"` + id + `"}`)
+	frame := func(seq int, ev string) string {
+		return fmt.Sprintf(`{"type":"event","runId":%q,"seq":%d,"event":%s}`, id, seq, ev)
+	}
+	started := fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, id)
+	opened := `{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`
+	p.text(frame(1, started))
+	p.text(frame(2, opened))
+	if got := p.barrier("stored"); len(got) != 0 {
+		t.Fatalf("answered %v", got)
+	}
+	_ = p.ws.Close() // lost: no close frame
+	h.Eventually("the link is gone", func() bool { return h.Node.Broker.Snapshot().Links == 0 })
+
+	p2 := rawDial(t, h, 0x7a, nil)
+	p2.register("echo")
+	p2.text(frame(1, started)) // a resend: taken, stored once
+	p2.text(frame(2, `{"type":"TEXT_MESSAGE_START","messageId":"m2","role":"assistant"}`))
+	p2.text(frame(2, `{"role":"assistant","type":"TEXT_MESSAGE_START","messageId":"m1"}`))
+	for _, what := range []string{"another event", "the same event written differently"} {
+		var e struct{ Message, RunID string }
+		p2.expect(wire.TypeError, &e)
+		if e.RunID != id || !strings.Contains(e.Message, "seq is already taken") {
+			t.Errorf("%s under a stored seq answered %+v", what, e)
+		}
+	}
+	p2.text(frame(3, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hello"}`))
+	p2.text(frame(4, `{"type":"TEXT_MESSAGE_END","messageId":"m1"}`))
+	p2.text(frame(5, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, thread, id)))
+	p2.text(`{"type":"finish","runId":"` + id + `"}`)
+	h.WaitStatus(id, run.Completed)
+	if got := p2.barrier("end"); len(got) != 0 {
+		t.Errorf("answered %v", got)
+	}
+	var types []string
+	for _, e := range h.Events(id) {
+		types = append(types, fmt.Sprint(e["type"]))
+	}
+	if want := "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END RUN_FINISHED"; strings.Join(types, " ") != want {
+		t.Errorf("stored %v, want %s", types, want)
+	}
+	h.Settle()
 	if q := h.Quality(p.key); charges(q) != 0 {
 		t.Errorf("counted %+v", q)
 	}
