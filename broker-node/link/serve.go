@@ -123,6 +123,7 @@ func (s *Server) serve(ws *websocket.Conn, res handshake.Result, release func())
 	c := newConn(ws, res.PublicKey, log)
 	c.place = wsconn.NewPlace(s.Pending, release)
 	c.Ping = s.PingInterval
+	c.MaxQueued = wsconn.QueueBytes(s.MaxFrame)
 	if err := s.Broker.Attach(c, res.MaxConcurrentRuns); err != nil {
 		c.CloseWith(websocket.CloseTryAgainLater, "this funduq node is not the leader; reconnect")
 		done := make(chan struct{})
@@ -324,7 +325,14 @@ func (s *Server) register(ctx context.Context, c *Conn, f wire.Register) {
 
 func (s *Server) answerQuery(ctx context.Context, c *Conn, q wire.Query) {
 	res := wire.QueryResult{Type: wire.TypeQueryResult, QueryID: q.QueryID}
-	defer func() { s.send(c, res) }()
+	defer func() {
+		// An answer the provider asked for: bounded by what it reads
+		// (wsconn.SendAnswer), so one that asks and never reads is cut
+		// off rather than held thousands of answers.
+		if b, err := wire.Marshal(res); err == nil {
+			_ = c.SendAnswer(b)
+		}
+	}()
 	if q.Method != "thread_messages" {
 		res.Error = fmt.Sprintf("unknown query method %q", wsconn.Clip(q.Method, 64))
 		return

@@ -3,6 +3,7 @@ package wsconn
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -14,8 +15,13 @@ var ErrClosed = errors.New("link closed")
 const (
 	// sendQueue bounds frames waiting for the writer; a peer that stops
 	// reading for that long is cut off rather than buffered forever.
-	sendQueue    = 4096
-	writeTimeout = 10 * time.Second
+	sendQueue = 4096
+	// sendQueueBytes is the least byte bound on those frames for an
+	// answer the peer asked for (SendAnswer, QueueBytes): a count alone let
+	// a peer that asks for large answers (a thread's messages, up to the
+	// frame limit each) and reads none make the leader hold thousands.
+	sendQueueBytes = 64 << 20
+	writeTimeout   = 10 * time.Second
 	// closeGrace is how long a close waits for a SendNow caller's write
 	// before it cuts the write short.
 	closeGrace = 250 * time.Millisecond
@@ -37,6 +43,12 @@ const (
 	MaxFrame = 8 << 20
 )
 
+// QueueBytes is the byte bound on a link's send queue for links whose
+// largest frame is maxFrame (a query's answer is bounded by the frame
+// limit): room for eight answers, a link's queries at once, and a frame
+// more, and never less than sendQueueBytes.
+func QueueBytes(maxFrame int64) int64 { return max(sendQueueBytes, 9*Limit(maxFrame)) }
+
 // Limit is the read limit for a configured frame size: n, or MaxFrame
 // when n is not positive.
 func Limit(n int64) int64 {
@@ -53,6 +65,9 @@ type Conn struct {
 	WS  *websocket.Conn
 	mu  sync.Mutex
 	out [][]byte // frames waiting to be written, in order; allocated as they come
+	// queued is the bytes of out and of the frames a drain took from it
+	// and has not written yet.
+	queued atomic.Int64
 	// writing is held by whoever writes frames: the writer goroutine, or a
 	// SendNow caller that found the link idle. Taken and given back under
 	// mu, and given back only with out empty, so no frame is left behind.
@@ -78,6 +93,10 @@ type Conn struct {
 	// WriteTimeout overrides the bound on one frame's write (tests); set
 	// before the link is used.
 	WriteTimeout time.Duration
+	// MaxQueued bounds the bytes waiting for the writer that an answer
+	// may join (SendAnswer; 0: QueueBytes(MaxFrame)); set before the link
+	// is used.
+	MaxQueued int64
 }
 
 // New wraps ws; slowMsg is the close reason for a peer whose queue fills.
@@ -98,19 +117,35 @@ func (c *Conn) Closed() <-chan struct{} { return c.closed }
 
 // Send queues frame for the writer. It never blocks: a full queue closes the
 // link (the provider is not reading).
-func (c *Conn) Send(frame []byte) error {
+func (c *Conn) Send(frame []byte) error { return c.send(frame, false) }
+
+// SendAnswer is Send for a frame the peer asked for (a query's answer): it
+// also closes the link, as a peer that is not reading, when the bytes
+// waiting would pass MaxQueued with it. What funduq sends of its own
+// accord (offers, cancels) is bounded by the count alone, so a burst of
+// offers to a provider coming back is not taken for a peer not reading;
+// what a peer asks for is bounded by what it reads.
+func (c *Conn) SendAnswer(frame []byte) error { return c.send(frame, true) }
+
+func (c *Conn) send(frame []byte, asked bool) error {
 	select {
 	case <-c.closed:
 		return ErrClosed
 	default:
 	}
+	bound := c.MaxQueued
+	if bound <= 0 {
+		bound = QueueBytes(MaxFrame)
+	}
 	c.mu.Lock()
-	if len(c.out) >= sendQueue {
+	// An answer alone in the queue is always taken, however large.
+	if len(c.out) >= sendQueue || asked && len(c.out) > 0 && c.queued.Load()+int64(len(frame)) > bound {
 		c.mu.Unlock()
 		c.cutOff(websocket.CloseTryAgainLater, c.slowMsg)
 		return ErrClosed
 	}
 	c.out = append(c.out, frame)
+	c.queued.Add(int64(len(frame)))
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
@@ -140,6 +175,7 @@ func (c *Conn) SendNow(frame []byte) error {
 	}
 	c.writing = true
 	c.out = append(c.out, frame)
+	c.queued.Add(int64(len(frame)))
 	c.mu.Unlock()
 	if !c.drain() {
 		return ErrClosed
@@ -160,19 +196,25 @@ func (c *Conn) acquire() bool {
 
 // drain writes the queue until it is empty, then gives the writing turn
 // back; the caller holds it. It reports false when a write failed (the
-// link is then closed).
+// link is then closed). A link cut off because its peer stopped reading
+// is not drained further: what waits is dropped, and the close follows.
 func (c *Conn) drain() bool {
 	for {
 		c.mu.Lock()
 		fs := c.out
 		c.out = nil
-		if len(fs) == 0 {
+		if len(fs) == 0 || c.CutOff() {
+			c.queued.Store(0)
 			c.releaseLocked()
 			c.mu.Unlock()
 			return true
 		}
 		c.mu.Unlock()
-		for _, f := range fs {
+		for i, f := range fs {
+			if i > 0 && c.CutOff() {
+				break // the next round drops the rest
+			}
+			c.queued.Add(-int64(len(f)))
 			_ = c.WS.SetWriteDeadline(time.Now().Add(c.writeTimeout()))
 			if err := c.WS.WriteMessage(websocket.TextMessage, f); err != nil {
 				c.cutOff(websocket.CloseAbnormalClosure, "write failed")
@@ -334,6 +376,13 @@ func (c *Conn) Writer(done chan<- struct{}) {
 			fs := c.out
 			c.out = nil
 			c.mu.Unlock()
+			if c.cut {
+				// The peer stopped reading: the backlog would hold the
+				// writer (and the link's goroutine, and a node stopping)
+				// for a write timeout per frame to a peer reading a
+				// little now and then. Only the close goes, saying why.
+				fs = nil
+			}
 			for _, f := range fs {
 				_ = c.WS.SetWriteDeadline(time.Now().Add(c.writeTimeout()))
 				if c.WS.WriteMessage(websocket.TextMessage, f) != nil {
