@@ -582,3 +582,39 @@ func TestRawResendAfterAReconnect(t *testing.T) {
 		t.Errorf("counted %+v", q)
 	}
 }
+
+// A close frame whose code no peer may send (1005 is "no code", never on
+// the wire, RFC 6455 §7.4.1) is a protocol error, not a goodbye: funduq
+// answers 1002 saying which code, and the link is lost, as one dropped
+// without a close frame is — the run it holds waits the link grace for
+// its key (D5) rather than failing at once, and nothing is counted.
+func TestRawCloseWithAnInvalidCodeIsALostLink(t *testing.T) {
+	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = time.Hour })
+	p := rawDial(t, h, 0x7d, nil)
+	p.register("echo")
+	id, thread := h.Door(p.key, "echo", "", "hi")
+	if got := p.offer(); got != id {
+		t.Fatalf("offered %s, want %s", got, id)
+	}
+	p.text(`{"type":"ack","runId":"` + id + `"}`)
+	h.WaitStatus(id, run.Running)
+	p.writeWire(true, false, websocket.CloseMessage, []byte{0x03, 0xed}) // 1005
+	<-p.done
+	var ce *websocket.CloseError
+	if !errors.As(p.err, &ce) || ce.Code != websocket.CloseProtocolError || !strings.Contains(ce.Text, "1005") {
+		t.Fatalf("the link ended %v; want 1002 naming the code", p.err)
+	}
+	h.Eventually("the link is gone", func() bool { return h.Node.Broker.Snapshot().Links == 0 })
+	h.Settle()
+	if r := h.Run(id); r.Status != run.Running {
+		t.Fatalf("the run is %s (%s); want it held for the link grace", r.Status, r.FailureReason)
+	}
+	back := rawDial(t, h, 0x7d, nil)
+	back.register("echo")
+	rawComplete(back, id, thread)
+	h.WaitStatus(id, run.Completed)
+	h.Settle()
+	if q := h.Quality(p.key); charges(q) != 0 {
+		t.Errorf("counted %+v", q)
+	}
+}
