@@ -618,3 +618,32 @@ func TestRawCloseWithAnInvalidCodeIsALostLink(t *testing.T) {
 		t.Errorf("counted %+v", q)
 	}
 }
+
+// Today's reading of a frame's keys, an open question (design.md §Open
+// questions, "Keys differing in case"): encoding/json matches a frame's
+// members to the wire's fields ignoring case, the last match winning, so
+// an event naming "runId" one run and "RUNID" another is stored to the
+// second, and a finish naming only "RunId" finishes its run — where the
+// reference reads exactly "runId" (an unknown run; a finish without one).
+// Both runs are the sender's own (a stranger's is refused as unknown
+// whatever the key), so this confuses nobody else.
+func TestRawKeysDifferingInCaseAreReadAsTheField(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := rawDial(t, h, 0x7e, nil)
+	p.register("echo")
+	id, thread := h.Door(p.key, "echo", "", "hi")
+	if got := p.offer(); got != id {
+		t.Fatalf("offered %s, want %s", got, id)
+	}
+	p.text(`{"type":"ack","runId":"` + id + `"}`)
+	p.text(fmt.Sprintf(`{"type":"event","runId":"run_nope","RUNID":%q,"event":{"type":"RUN_STARTED","threadId":%q,"runId":%q}}`, id, thread, id))
+	p.text(fmt.Sprintf(`{"type":"event","RunId":%q,"event":{"type":"RUN_FINISHED","threadId":%q,"runId":%q}}`, id, thread, id))
+	p.text(fmt.Sprintf(`{"type":"finish","RUNID":%q}`, id))
+	if got := p.barrier("b"); len(got) != 0 {
+		t.Fatalf("answered %v", got)
+	}
+	h.WaitStatus(id, run.Completed)
+	if evs := h.Events(id); len(evs) != 2 {
+		t.Fatalf("stored %v", evs)
+	}
+}
