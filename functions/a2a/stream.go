@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -146,11 +147,24 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 		// it is not (design.md §The doors, "A stream's time is up").
 		out.fail(streamEnded(v, taskID, t.After))
 	}
+	unreachable := func() {
+		// The record the stream must read stayed out of reach (the
+		// door's PostgreSQL is away): the stream ends with the error a
+		// request now gets, naming where to resume once storage is back,
+		// rather than retry with keep-alives until its budget (design.md
+		// §Doors under storage faults).
+		out.comment(fmt.Sprintf("storage unreachable: resume shortly with %s (id %s) and %s: %d",
+			methodName(v, OpSubscribe), taskID, LastEventIDHeader, t.After))
+		out.fail(storageAway(v, taskID, t.After))
+	}
 	switch t.Run(ctx, end) {
 	case door.TailGone:
 		return
 	case door.TailBudget:
 		budget()
+		return
+	case door.TailStorage:
+		unreachable()
 		return
 	case door.TailUnknown:
 		// Retention deleted the task while it was read: the stream ends
@@ -178,6 +192,9 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 			return
 		case door.TailBudget:
 			budget()
+			return
+		case door.TailStorage:
+			unreachable()
 			return
 		}
 		cur, err = t.Settle(ctx)
@@ -240,4 +257,16 @@ func streamEnded(v Version, taskID string, after int) *RPCError {
 	return &RPCError{Code: CodeStreamEnded,
 		Message: fmt.Sprintf("this stream's time is up; task %s goes on: resume with %s and %s: %d", taskID, method, LastEventIDHeader, after),
 		Data:    map[string]any{"reason": "stream_ended", "taskId": taskID, "lastEventId": strconv.Itoa(after), "resume": method}}
+}
+
+// storageAway is a stream's last item when the record it must read stayed
+// out of reach (door.TailStorage): the error a request gets while storage
+// is away (-32043), its data naming the task and the Last-Event-ID to
+// resume from with tasks/resubscribe (SubscribeToTask on 1.0).
+func storageAway(v Version, taskID string, after int) *RPCError {
+	method := methodName(v, OpSubscribe)
+	return &RPCError{Code: CodeUnavailable,
+		Message: fmt.Sprintf("storage is unreachable; task %s goes on: resume shortly with %s and %s: %d", taskID, method, LastEventIDHeader, after),
+		Data:    map[string]any{"reason": door.CodeUnavailable, "taskId": taskID, "lastEventId": strconv.Itoa(after), "resume": method},
+		status:  http.StatusServiceUnavailable, retryAfter: 1}
 }

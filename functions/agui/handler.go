@@ -34,7 +34,8 @@ func New(o Options) (*Handler, error) {
 	}
 	// Unset pacing takes door.TailOptions' defaults.
 	tail := door.TailOptions{Store: o.Store, Feed: o.Feed, Log: o.Log, LiveBlock: o.LiveBlock,
-		PollInterval: o.PollInterval, DBCheck: o.DBCheck, Heartbeat: o.Heartbeat, SettleWait: o.SettleWait}
+		PollInterval: o.PollInterval, DBCheck: o.DBCheck, Heartbeat: o.Heartbeat, SettleWait: o.SettleWait,
+		GiveUp: o.StorageGiveUp}
 	h := &Handler{o: o, log: o.Log, tail: tail}
 	h.mux = http.NewServeMux()
 	h.mux.HandleFunc("/agui/{provider}/{name}", door.Only(http.MethodPost, h.post))

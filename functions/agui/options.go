@@ -56,6 +56,11 @@ type Options struct {
 	// event, waits for the broker to record the run's outcome before it
 	// ends (see the stream's settle step).
 	SettleWait time.Duration
+	// StorageGiveUp is how long a stream that cannot go on without the
+	// record (a resume's opening read, a first read the live feed cannot
+	// stand in for) keeps trying to read it before it ends typed
+	// (door.TailOptions.GiveUp; default door.StorageGiveUp).
+	StorageGiveUp time.Duration
 	// Now is the clock for presenter freshness and KYOK token expiry.
 	Now func() time.Time
 }

@@ -104,7 +104,9 @@ func TestPruneWhileACallerReadsTheRun(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe1, nil)
 	p.Register("echo")
-	srv := startDoor(t, h, nil)
+	// The record stays locked until the test has deleted the run: the
+	// stream's reads must not give up on storage meanwhile.
+	srv := startDoor(t, h, func(o *agui.Options) { o.StorageGiveUp = time.Minute })
 	runID, thread, _ := h.CompletedRun(p, "echo", "old")
 
 	// The record is locked while the door reads it; what retention

@@ -117,8 +117,9 @@ func TestOutsideResumeBeyondTheEndReadsNothingBefore(t *testing.T) {
 }
 
 // A resume whose reading of the events before its Last-Event-ID meets a
-// hung PostgreSQL (frozen at that read) waits for it as the tail waits for
-// the record, and when the stream's time is up ends typed: its
+// hung PostgreSQL (frozen at that read) retries it as the tail retries the
+// record, and when its storage give-up or the stream's time comes first
+// ends typed: its
 // RUN_STARTED, then funduq.stream_ended naming the same Last-Event-ID to
 // resume from — never an event after the id without the opening it needs
 // (a half-opened stream the client refuses), nor a stream that hangs past

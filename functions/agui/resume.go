@@ -56,32 +56,34 @@ func (h *Handler) openAt(ctx context.Context, runID string, after int) ([]opened
 
 // reopen is openAt for stream s, read again at the tail's polling pace
 // while storage fails, as the tail reads it (design.md §Doors under
-// storage faults): until it answers, the client goes, or the stream's end
-// (then nothing is reopened and the tail ends the stream at after, naming
-// it). What it reopens is said in a comment.
-func (h *Handler) reopen(ctx context.Context, s *sse, runID string, after int, end time.Time) []opened {
+// storage faults): until it answers, the client goes, the stream's end, or
+// the record stays out of reach for the tail's GiveUp (door.TailStorage:
+// nothing can be sent before it is read). What it reopens is said in a
+// comment; end is non-zero when the stream is to stop.
+func (h *Handler) reopen(ctx context.Context, s *sse, runID string, after int, end time.Time) ([]opened, door.TailEnd) {
 	var open []opened
-	if !h.retrying(ctx, s, runID, end, func() (err error) {
+	if e := h.retrying(ctx, s, runID, end, func() (err error) {
 		open, err = h.openAt(ctx, runID, after)
 		return err
-	}) {
-		return nil
+	}); e != 0 {
+		return nil, e
 	}
 	if len(open) > 0 {
 		s.Comment(fmt.Sprintf("resumed inside a message: %d event(s) without ids reopen what was open after seq %d", len(open), after))
 	}
-	return open
+	return open, 0
 }
 
 // opening is the stored event op names: as openAt held it, or read again
-// (retrying as reopen does). ok is false when the stream is to stop
-// (the client went, or its end came); ev is nil when the run no longer
-// holds the event (retention deleted it: the tail says so).
-func (h *Handler) opening(ctx context.Context, s *sse, runID string, op opened, end time.Time) (ev json.RawMessage, ok bool) {
+// (retrying as reopen does). stop is non-zero when the stream is to stop
+// (the client went, its end came, or storage stayed away); ev is nil when
+// the run no longer holds the event (retention deleted it: the tail says
+// so).
+func (h *Handler) opening(ctx context.Context, s *sse, runID string, op opened, end time.Time) (ev json.RawMessage, stop door.TailEnd) {
 	if op.ev != nil {
-		return op.ev, true
+		return op.ev, 0
 	}
-	ok = h.retrying(ctx, s, runID, end, func() error {
+	stop = h.retrying(ctx, s, runID, end, func() error {
 		sctx, cancel := door.Step(ctx)
 		defer cancel()
 		evs, err := h.o.Store.EventsBetween(sctx, runID, op.seq-1, op.seq, 1)
@@ -90,21 +92,31 @@ func (h *Handler) opening(ctx context.Context, s *sse, runID string, op opened, 
 		}
 		return err
 	})
-	return ev, ok
+	return ev, stop
 }
 
 // retrying runs read until it succeeds, again at the tail's polling pace
-// (keep-alives at its heartbeat) while storage fails; false when it gave
-// up: the client went, or the stream's end came.
-func (h *Handler) retrying(ctx context.Context, s *sse, runID string, end time.Time, read func() error) bool {
+// (keep-alives at its heartbeat) while storage fails. It returns 0 when
+// read succeeded; else why it gave up: door.TailGone (the client went),
+// door.TailBudget (the stream's end came) or door.TailStorage (reads kept
+// failing for the tail's GiveUp from the start of the first, as the tail
+// gives up on a record it cannot go on without).
+func (h *Handler) retrying(ctx context.Context, s *sse, runID string, end time.Time, read func() error) door.TailEnd {
 	beat := time.Now()
-	for {
+	giveUp := cmp.Or(h.tail.GiveUp, door.StorageGiveUp)
+	for first := time.Now(); ; {
 		err := read()
 		if err == nil {
-			return true
+			return 0
 		}
-		if ctx.Err() != nil || s.Broken() || (!end.IsZero() && !time.Now().Before(end)) {
-			return false
+		switch {
+		case ctx.Err() != nil || s.Broken():
+			return door.TailGone
+		case !end.IsZero() && !time.Now().Before(end):
+			return door.TailBudget
+		case time.Since(first) >= giveUp:
+			h.log.WarnContext(ctx, "resume: the record stayed out of reach; ending the stream", "run_id", runID, "err", err)
+			return door.TailStorage
 		}
 		h.log.WarnContext(ctx, "resume: reading stored events failed", "run_id", runID, "err", err)
 		if time.Since(beat) >= cmp.Or(h.tail.Heartbeat, door.DefaultHeartbeat) {

@@ -30,19 +30,23 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rn store.Run, a
 	s.Comment("funduq run " + rn.RunID)
 	ctx := r.Context()
 	end := h.streamEnd(ctx)
+	var stop door.TailEnd
 	if resumed && reopens(rn, after) {
 		// A resume from inside a message reopens it: RUN_STARTED, then
 		// the events that opened what is open, without ids, then the
 		// events after the Last-Event-ID (design.md §The doors, "A resume
 		// from inside a message"). After the headers, as the tail's own
-		// reads, so a slow record holds no response.
-		if open := h.reopen(ctx, s, rn.RunID, after, end); len(open) > 0 {
+		// reads, so a slow record holds no response: the headers go out
+		// first, or the client would wait on them as long as the read.
+		s.Flush()
+		var open []opened
+		if open, stop = h.reopen(ctx, s, rn.RunID, after, end); len(open) > 0 {
 			s.started()
 			s.relayed++
 			for _, op := range open {
-				ev, ok := h.opening(ctx, s, rn.RunID, op, end)
-				if !ok {
-					break // the client went, or the stream's end: the tail says which
+				var ev json.RawMessage
+				if ev, stop = h.opening(ctx, s, rn.RunID, op, end); stop != 0 {
+					break
 				}
 				if ev != nil {
 					s.Write("data: " + string(s.shape(ev)) + "\n\n")
@@ -57,7 +61,10 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rn store.Run, a
 		Gone:  s.Broken,
 		Flush: s.Flush,
 	}
-	switch t.Run(ctx, end) {
+	if stop == 0 {
+		stop = t.Run(ctx, end)
+	}
+	switch stop {
 	case door.TailGone:
 		// The caller hung up; the run goes on (D9). One INFO line naming
 		// the run, as the other doors log it (design.md §Logs).
@@ -71,7 +78,18 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rn store.Run, a
 		// which @ag-ui/client's HttpAgent resolves as a completed run. Its
 		// last event says it is not, typed, for the client's onCustomEvent
 		// (design.md §The doors, "A stream's time is up").
-		s.streamEnded(t.After)
+		s.streamEnded(t.After, "stream_ended")
+	case door.TailStorage:
+		// The record this stream must read stayed out of reach (the
+		// door's PostgreSQL is away): it ends now, typed as a stream
+		// whose time is up, reason storage_unavailable, naming where to
+		// resume once storage is back — rather than retry with
+		// keep-alives until its budget (design.md §Doors under storage
+		// faults). Inside a reopening, the resume point stays the
+		// Last-Event-ID: the openings sent carry no id.
+		s.Comment(fmt.Sprintf("storage unreachable: reconnect shortly with GET /runs/%s/events and %s: %d",
+			rn.RunID, LastEventIDHeader, t.After))
+		s.streamEnded(t.After, door.CodeUnavailable)
 	case door.TailUnknown:
 		// Retention deleted the run while it was read: the stream ends
 		// with funduq's RUN_ERROR (no id: not a stored event) saying what
@@ -110,7 +128,7 @@ const StreamEndedEvent = "funduq.stream_ended"
 // a stored event, so a resume from the Last-Event-ID it names does not
 // skip or repeat one), after a RUN_STARTED if the stream has had no event
 // yet (a stream's first event is a RUN_STARTED).
-func (s *sse) streamEnded(after int) {
+func (s *sse) streamEnded(after int, reason string) {
 	if s.relayed == 0 {
 		s.started()
 	}
@@ -119,7 +137,7 @@ func (s *sse) streamEnded(after int) {
 		Name  string `json:"name"`
 		Value any    `json:"value"`
 	}{agui.TypeCustom, StreamEndedEvent, map[string]string{
-		"reason":      "stream_ended",
+		"reason":      reason,
 		"runId":       s.runID,
 		"threadId":    s.threadID,
 		"lastEventId": strconv.Itoa(after),

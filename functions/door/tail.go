@@ -33,6 +33,9 @@ type TailOptions struct {
 	Heartbeat time.Duration
 	// SettleWait bounds Settle.
 	SettleWait time.Duration
+	// GiveUp is how long a tail that cannot go on without the record
+	// keeps trying to read it before it ends with TailStorage.
+	GiveUp time.Duration
 }
 
 // Defaults of TailOptions.
@@ -43,7 +46,13 @@ const (
 	DefaultHeartbeat    = 15 * time.Second
 	DefaultSettleWait   = 5 * time.Second
 	tailFeedRetry       = 5 * time.Second
-	tailBacklogPage     = 500
+	// StorageGiveUp (TailOptions.GiveUp's default) is how long a stream
+	// waits on a record it cannot go on without, from the start of the
+	// first read that failed: the budget of a request's own look-ups (two
+	// storage bounds), so a hung read is tried twice and a refused one a
+	// dozen times (D13 "fail fast"; design.md §Doors under storage faults).
+	StorageGiveUp   = 2 * StorageTimeout
+	tailBacklogPage = 500
 )
 
 func (o TailOptions) withDefaults() TailOptions {
@@ -61,6 +70,9 @@ func (o TailOptions) withDefaults() TailOptions {
 	}
 	if o.SettleWait <= 0 {
 		o.SettleWait = DefaultSettleWait
+	}
+	if o.GiveUp <= 0 {
+		o.GiveUp = StorageGiveUp
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
@@ -86,6 +98,14 @@ const (
 	// is unknown (design.md §The doors), rather than wait on a record
 	// that will never settle.
 	TailUnknown
+	// TailStorage: the tail cannot go on without the record — it has not
+	// read it yet (and its feed carried nothing), or only the record can
+	// carry it (no feed, a failing feed, a gap, a stale end) — and the
+	// record stayed out of reach for GiveUp with nothing relayed
+	// meanwhile. The stream ends typed, naming After to resume from,
+	// rather than retry until its budget (the Lambda deadline) with
+	// keep-alives alone (design.md §Doors under storage faults).
+	TailStorage
 )
 
 // Tail follows one run's events after seq After.
@@ -163,9 +183,18 @@ func (t *Tail) Run(ctx context.Context, end time.Time) TailEnd {
 	if !checkDB {
 		nextDBCheck = t.lastActive.Add(o.DBCheck)
 	}
-	for {
+	// read: the record was read (or, Fresh, just written by this request)
+	// in this Run. stuckSince: when the first of the failed reads of the
+	// record since the tail last relayed or read it began; zero while it
+	// reads.
+	read := t.Fresh
+	var stuckSince time.Time
+	for progress := t.After; ; {
 		if ctx.Err() != nil || t.gone() {
 			return TailGone
+		}
+		if t.After != progress {
+			progress, stuckSince = t.After, time.Time{}
 		}
 		if t.Flush != nil {
 			if t.Flush(); t.gone() {
@@ -183,13 +212,29 @@ func (t *Tail) Run(ctx context.Context, end time.Time) TailEnd {
 			}
 			checkDB = false
 			nextDBCheck = now.Add(o.DBCheck)
+			if err == nil {
+				read, stuckSince = true, time.Time{}
+			} else if stuckSince.IsZero() {
+				stuckSince = now
+			}
 			if err != nil {
 				if ctx.Err() != nil {
 					return TailGone
 				}
 				o.Log.WarnContext(ctx, "tail: reading stored events failed", "run_id", t.RunID, "err", err)
-				if o.Feed == nil || now.Before(feedDownUntil) || gapAt == t.After {
+				recordOnly := o.Feed == nil || now.Before(feedDownUntil) || gapAt == t.After || staleEndAt == t.After
+				if (recordOnly || !read) && !stuckSince.IsZero() && time.Since(stuckSince) >= o.GiveUp {
+					o.Log.WarnContext(ctx, "tail: the record stayed out of reach; ending the stream", "run_id", t.RunID, "after", t.After)
+					return TailStorage
+				}
+				if recordOnly {
 					checkDB = true
+				} else if !read {
+					// Not read yet: what the feed holds is relayed
+					// meanwhile, and the record tried again at the
+					// polling pace, so a stream that must read it gives
+					// up within GiveUp, not a DBCheck later.
+					nextDBCheck = time.Now().Add(o.PollInterval)
 				} else {
 					// The record is out of reach for this door, not for
 					// the broker: what the feed holds is stored (D9), so
@@ -204,6 +249,9 @@ func (t *Tail) Run(ctx context.Context, end time.Time) TailEnd {
 		wait := min(o.LiveBlock, time.Until(t.lastActive.Add(o.Heartbeat)))
 		if !end.IsZero() {
 			wait = min(wait, time.Until(end))
+		}
+		if !read {
+			wait = min(wait, time.Until(nextDBCheck))
 		}
 		wait = max(wait, time.Millisecond)
 		useFeed := o.Feed != nil && !time.Now().Before(feedDownUntil) && staleEndAt != t.After && !checkDB

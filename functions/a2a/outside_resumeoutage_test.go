@@ -1,0 +1,111 @@
+package a2a_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/functions/a2a"
+	"github.com/funduq/funduq-go/internal/pgwatch"
+	"github.com/funduq/funduq-go/internal/testservers"
+)
+
+// A tasks/resubscribe whose stream must read the record to go on — its
+// tail's first read, the live feed holding nothing more (or gone) — while
+// the door's PostgreSQL is unreachable from that read on, cut (connections
+// closed, new ones refused) or hung, ends with JSON-RPC -32043 naming the
+// task and the Last-Event-ID to resubscribe with once storage is back
+// (design.md §Doors under storage faults; D13 "fail fast"), after relaying
+// what the feed held. It used to keep the stream open with keep-alives
+// until its budget (the Lambda deadline less its margin). The budget here
+// is far longer, so an end on it (-32048) or no end is the defect. A
+// tasks/get while the storage is away is answered -32043 with 503.
+func TestOutsideResubscribeMeetingAnOutageEndsTyped(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		expire, freeze bool
+	}{
+		{"cut, the feed relays what it holds", false, false},
+		{"cut, the feed gone", true, false},
+		{"hung, the feed gone", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := nodetest.Start(t, nil)
+			p := h.Connect(0xe1, nil)
+			p.Register("echo")
+			deps := doorDeps(t, h)
+			deps.Store.Close()
+			var w *pgwatch.Watch
+			var px *testservers.Proxy
+			deps.Store, w, px = pgwatch.OpenStore(t, h.Cfg.Storage.DatabaseURL, 4)
+			srv := startDoorWith(t, deps, func(o *a2a.Options) { o.StreamBudget = time.Minute })
+			c := newClient(t, srv, p.Key, "echo", "")
+			task := c.send(c.message("m1", "hi", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
+			id, _ := task["id"].(string)
+			f := p.Offer()
+			p.Accept(f.RunID)
+			p.Event(f.RunID, runStarted(*f.ThreadID, f.RunID))
+			p.Event(f.RunID, `{"type":"TEXT_MESSAGE_START","messageId":"r","role":"assistant"}`)
+			p.Event(f.RunID, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"r","delta":"one"}`)
+			h.Eventually("the events are stored", func() bool { return h.Run(f.RunID).LastSeq == 3 })
+			if tc.expire {
+				o, err := redis.ParseURL(h.Cfg.RedisURL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rdb := redis.NewClient(o)
+				defer rdb.Close()
+				if err := rdb.Del(context.Background(), h.Prefix+"run:"+f.RunID+":events").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			var once sync.Once
+			cut := make(chan struct{})
+			w.OnStart(func(sql string) {
+				// The tail's first read: the events after its position.
+				if strings.Contains(strings.Join(strings.Fields(sql), " "), "seq > $2 ORDER BY seq LIMIT") {
+					once.Do(func() {
+						if tc.freeze {
+							px.Freeze()
+						} else {
+							px.Close()
+						}
+						close(cut)
+					})
+				}
+			})
+			items := c.stream(c.body("tasks/resubscribe", map[string]any{"id": id}),
+				map[string]string{a2a.LastEventIDHeader: "1"}).rest()
+			<-cut
+			if len(items) < 2 {
+				t.Fatalf("resubscribe: %+v", items)
+			}
+			last := "1"
+			for _, it := range items[1 : len(items)-1] {
+				if it.Resp.Error != nil {
+					t.Fatalf("an error before the stream's end: %+v", it.Resp.Error)
+				}
+				if it.ID != "" {
+					last = it.ID
+				}
+			}
+			e := items[len(items)-1].Resp.Error
+			if e == nil || e.Code != a2a.CodeUnavailable || e.Data["reason"] != "storage_unavailable" ||
+				e.Data["taskId"] != id || e.Data["lastEventId"] != last || e.Data["resume"] != "tasks/resubscribe" {
+				t.Fatalf("the stream ended with %+v (result %v); want error %d naming task %s and Last-Event-ID %s",
+					e, items[len(items)-1].Resp.Result, a2a.CodeUnavailable, id, last)
+			}
+			r := c.call("tasks/get", map[string]any{"id": id})
+			if r.Status != http.StatusServiceUnavailable || r.Error == nil || r.Error.Code != a2a.CodeUnavailable {
+				t.Fatalf("tasks/get while storage is away: %d %+v", r.Status, r.Error)
+			}
+		})
+	}
+}
