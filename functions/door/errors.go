@@ -66,6 +66,7 @@ const (
 	CodeMethodNotAllowed   = apierr.CodeMethodNotAllowed
 	CodeThreadQueueFull    = "thread_queue_full"
 	CodeTooManyMessages    = "too_many_messages"
+	CodeCrossOrigin        = "cross_origin_refused"
 )
 
 // WriteError writes err as the error envelope. An *Error is written as it

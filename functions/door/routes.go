@@ -16,13 +16,31 @@ import (
 // too: the mux does not clean its path, so an authority-form target (no
 // path) would get its plain-text 404 and a ".." would reach the handler
 // of the prefix it climbs out of; no route serves CONNECT.
+//
+// A browser's cross-origin request that is not safe (a POST) is refused
+// 403 CodeCrossOrigin before anything is read: the doors send no CORS
+// headers, so no page of another origin may call them, yet a form or a
+// text/plain fetch is a "simple" request no preflight stops, and the doors
+// read any body as JSON — a page on any site could start runs through the
+// browser of someone running the local doors (design.md §The doors).
+// Programs send neither Sec-Fetch-Site nor Origin and pass, as does the
+// chat page, served from the doors' own origin.
 func ServeClean(mux http.Handler, w http.ResponseWriter, r *http.Request) {
 	if r.URL.EscapedPath() != cleanPath(r.URL.EscapedPath()) {
 		NoRoute(w, r)
 		return
 	}
+	if crossOrigin.Check(r) != nil {
+		WriteError(w, r, nil, Refuse(http.StatusForbidden, CodeCrossOrigin,
+			"a browser's cross-origin %s is refused: funduq's doors serve no page of another origin", r.Method))
+		return
+	}
 	mux.ServeHTTP(w, r)
 }
+
+// crossOrigin is Go's check of a browser request's Sec-Fetch-Site (else
+// its Origin against its Host), as the console uses it.
+var crossOrigin = http.NewCrossOriginProtection()
 
 // cleanPath is the path ServeMux routes: rooted, without empty, "." or
 // ".." segments, a trailing slash kept.
