@@ -119,6 +119,10 @@ type call struct {
 	v     Version
 	req   Request
 	agent store.Agent
+	// wrote is the task this request just wrote, when it streams it
+	// (message/stream of a new task): what its stream can show without
+	// reading the record.
+	wrote *accepted
 }
 
 func (h *Handler) rpc(w http.ResponseWriter, r *http.Request) {

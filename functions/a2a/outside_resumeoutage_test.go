@@ -109,3 +109,72 @@ func TestOutsideResubscribeMeetingAnOutageEndsTyped(t *testing.T) {
 		})
 	}
 }
+
+// A message/stream whose task is written, and whose door's PostgreSQL is
+// cut right after (at the stream's first read of the record), shows the
+// task as written — its id, the caller's message — and follows it on the
+// live feed, the agent's reply included, rather than answer -32043
+// "storage unavailable, retry" about a task that exists and runs: the
+// caller, anonymous, would retry and make a second task (a messageId
+// opening a context is not matched, D17), and the first would reach
+// nobody. With the record still away at the end, the stream's last item
+// is -32043 naming the task (the final status cannot be read), as any
+// stream's whose end cannot be read.
+func TestOutsideStreamOfATaskJustWrittenRidesOutAnOutage(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	deps := doorDeps(t, h)
+	deps.Store.Close()
+	var w *pgwatch.Watch
+	var px *testservers.Proxy
+	deps.Store, w, px = pgwatch.OpenStore(t, h.Cfg.Storage.DatabaseURL, 4)
+	srv := startDoorWith(t, deps, func(o *a2a.Options) {
+		o.StreamBudget = time.Minute
+		o.Tail.SettleWait = 300 * time.Millisecond
+	})
+	c := newClient(t, srv, p.Key, "echo", "")
+	var once sync.Once
+	w.OnStart(func(sql string) {
+		if strings.HasPrefix(strings.TrimSpace(sql), "SELECT") && strings.Contains(sql, "FROM thread_messages") {
+			once.Do(px.Close)
+		}
+	})
+	st := c.stream(c.body("message/stream", map[string]any{"message": c.message("m1", "hi", nil)}), nil)
+	first, ok := st.next()
+	if !ok || first.Resp.Error != nil || first.Resp.Result["kind"] != "task" {
+		t.Fatalf("the stream's first item: %+v (error %+v)", first.Resp.Result, first.Resp.Error)
+	}
+	id, _ := first.Resp.Result["id"].(string)
+	f := p.Offer()
+	if f.RunID != id {
+		t.Fatalf("offered %s, the stream shows %s", f.RunID, id)
+	}
+	p.Accept(f.RunID)
+	p.Event(f.RunID, runStarted(*f.ThreadID, f.RunID))
+	p.Event(f.RunID, `{"type":"TEXT_MESSAGE_START","messageId":"r","role":"assistant"}`)
+	p.Event(f.RunID, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"r","delta":"one"}`)
+	p.Event(f.RunID, `{"type":"TEXT_MESSAGE_END","messageId":"r"}`)
+	p.Event(f.RunID, runFinished(*f.ThreadID, f.RunID))
+	p.Finish(f.RunID)
+	rest := st.rest()
+	var text string
+	for _, it := range rest {
+		if a, _ := it.Resp.Result["artifact"].(map[string]any); a != nil {
+			parts, _ := a["parts"].([]any)
+			for _, pt := range parts {
+				if m, _ := pt.(map[string]any); m != nil {
+					s, _ := m["text"].(string)
+					text += s
+				}
+			}
+		}
+	}
+	last := rest[len(rest)-1]
+	if text != "one" || last.Resp.Error == nil || last.Resp.Error.Code != a2a.CodeUnavailable || last.Resp.Error.Data["taskId"] != id {
+		t.Fatalf("after the task: reply %q, last item %+v (error %+v)", text, last.Resp.Result, last.Resp.Error)
+	}
+	if n := count(t, h, "runs"); n != 1 {
+		t.Fatalf("%d runs, want 1", n)
+	}
+}

@@ -298,6 +298,9 @@ func (c *call) send(streaming bool) {
 			// event reads as that event, as on tasks/resubscribe.
 			after = max(after, min(resume, acc.run.LastSeq))
 		}
+		if acc.fresh {
+			c.wrote = &acc
+		}
 		c.stream(acc.run, after, p.HistoryLength)
 		return
 	}

@@ -86,6 +86,23 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 	// event is read once.
 	view, fold, now, err := c.h.projectRecheck(pctx, rn, after, !door.Settled(rn.Status))
 	cancel()
+	fresh := false
+	if err != nil && c.wrote != nil && door.Unavailable(err) && ctx.Err() == nil {
+		// The task this request just wrote, its storage gone since: the
+		// stream shows it as written — the run and the caller's messages,
+		// no event yet — and follows the live feed (door.Tail.Fresh),
+		// rather than answer "storage unavailable, retry" about a task
+		// that exists and runs: a retry without an Idempotency-Key would
+		// make a second one, and this one would reach nobody (design.md
+		// §Doors under storage faults).
+		c.h.log.WarnContext(ctx, "a2a: reading the task just written failed; streaming it as written", "run_id", rn.RunID, "err", err)
+		fold = newFold(after, false)
+		msgs := make([]store.RunMessage, 0, len(c.wrote.msgs))
+		for _, m := range c.wrote.msgs {
+			msgs = append(msgs, store.RunMessage{MessageID: m.MessageID, Message: m.Message, Origin: "caller"})
+		}
+		view, now, err, fresh = fold.view(rn, msgs), nil, nil, true
+	}
 	if err != nil {
 		c.fail(err)
 		return
@@ -119,7 +136,7 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 		shown = ts
 		return ts
 	}
-	t := &door.Tail{O: c.h.o.Tail, RunID: rn.RunID, After: after,
+	t := &door.Tail{O: c.h.o.Tail, RunID: rn.RunID, After: after, Fresh: fresh,
 		Gone: out.Broken,
 		Idle: func() { out.comment("keep-alive") },
 		Relay: func(seq int, ev json.RawMessage) bool {
@@ -211,7 +228,12 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 		// The final status is owed and cannot be read: the stream ends
 		// with the error a request now gets (storage unavailable, retry),
 		// never silently, which a client would read as the task's end
-		// (design.md §Doors under storage faults).
+		// (design.md §Doors under storage faults). Storage trouble names
+		// the task and where to resubscribe from, as a tail's give-up does.
+		if door.Unavailable(err) {
+			out.fail(storageAway(v, taskID, t.After))
+			return
+		}
 		out.fail(c.h.toRPC(c.r, err))
 		return
 	}

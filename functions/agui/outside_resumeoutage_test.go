@@ -174,3 +174,27 @@ func TestOutsideResumeSendsItsHeadersBeforeItsOpeningRead(t *testing.T) {
 		t.Fatalf("the resume after the lock: %v", got)
 	}
 }
+
+// A request whose storage connection is cut under its query (the socket
+// closed with no message from PostgreSQL: a backend killed, a proxy or
+// route cut, a failover) is answered 503 storage_unavailable with
+// Retry-After, as one whose backend was terminated (design.md §Doors under
+// storage faults): pgx reports only "unexpected EOF", which the door took
+// for its own failure and answered 500 internal_error.
+func TestOutsideRequestWhoseConnectionIsCutIsStorageTrouble(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	srv, w, px := watchedDoor(t, h)
+	thread := doneThread(t, h, p, aguiURL(srv, p.Key, "echo"))
+	var once sync.Once
+	w.OnStart(func(sql string) {
+		if strings.Contains(sql, "FROM thread_messages") {
+			once.Do(px.Close)
+		}
+	})
+	status, hdr, m := jsonCall(t, "GET", srv.URL+"/threads/"+thread, "", nil)
+	if status != 503 || hdr.Get("Retry-After") == "" || errCode(m) != "storage_unavailable" {
+		t.Fatalf("GET /threads with its connection cut: %d Retry-After %q %v; want 503 storage_unavailable", status, hdr.Get("Retry-After"), m)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -190,6 +191,13 @@ func Unavailable(err error) bool {
 	}
 	var ne net.Error
 	if errors.As(err, &ne) {
+		return true
+	}
+	// The connection ended under the call (its socket closed with no
+	// message: a backend killed, a proxy or route cut, a failover): pgx
+	// says only "unexpected EOF", which is no driver's refusal of the
+	// query but storage gone away — 503, not a 500 saying funduq failed.
+	if errors.Is(err, io.ErrUnexpectedEOF) {
 		return true
 	}
 	var pgErr *pgconn.PgError
