@@ -17,21 +17,23 @@ import (
 )
 
 // A tasks/resubscribe whose stream must read the record to go on — its
-// tail's first read, the live feed holding nothing more (or gone) — while
-// the door's PostgreSQL is unreachable from that read on, cut (connections
-// closed, new ones refused) or hung, ends with JSON-RPC -32043 naming the
-// task and the Last-Event-ID to resubscribe with once storage is back
-// (design.md §Doors under storage faults; D13 "fail fast"), after relaying
-// what the feed held. It used to keep the stream open with keep-alives
-// until its budget (the Lambda deadline less its margin). The budget here
-// is far longer, so an end on it (-32048) or no end is the defect. A
-// tasks/get while the storage is away is answered -32043 with 503.
+// tail's first read, the run's live feed gone — while the door's
+// PostgreSQL is unreachable from that read on, cut (connections closed,
+// new ones refused) or hung, ends with JSON-RPC -32043 naming the task and
+// the Last-Event-ID to resubscribe with once storage is back (design.md
+// §Doors under storage faults; D13 "fail fast"). It used to keep the
+// stream open with keep-alives until its budget (the Lambda deadline less
+// its margin); the budget here is far longer, so an end on it (-32048) or
+// no end is the defect. While the feed carries the run the stream rides it
+// instead — the reply comes in whole — and ends -32043 naming the task
+// only when the final status cannot be read. A tasks/get while the
+// storage is away is answered -32043 with 503.
 func TestOutsideResubscribeMeetingAnOutageEndsTyped(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
 		expire, freeze bool
 	}{
-		{"cut, the feed relays what it holds", false, false},
+		{"cut, the stream rides the feed", false, false},
 		{"cut, the feed gone", true, false},
 		{"hung, the feed gone", true, true},
 	} {
@@ -44,7 +46,10 @@ func TestOutsideResubscribeMeetingAnOutageEndsTyped(t *testing.T) {
 			var w *pgwatch.Watch
 			var px *testservers.Proxy
 			deps.Store, w, px = pgwatch.OpenStore(t, h.Cfg.Storage.DatabaseURL, 4)
-			srv := startDoorWith(t, deps, func(o *a2a.Options) { o.StreamBudget = time.Minute })
+			srv := startDoorWith(t, deps, func(o *a2a.Options) {
+				o.StreamBudget = time.Minute
+				o.Tail.SettleWait = 300 * time.Millisecond
+			})
 			c := newClient(t, srv, p.Key, "echo", "")
 			task := c.send(c.message("m1", "hi", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
 			id, _ := task["id"].(string)
@@ -81,13 +86,24 @@ func TestOutsideResubscribeMeetingAnOutageEndsTyped(t *testing.T) {
 					})
 				}
 			})
-			items := c.stream(c.body("tasks/resubscribe", map[string]any{"id": id}),
-				map[string]string{a2a.LastEventIDHeader: "1"}).rest()
+			st := c.stream(c.body("tasks/resubscribe", map[string]any{"id": id}),
+				map[string]string{a2a.LastEventIDHeader: "1"})
+			riding := !tc.expire
+			if riding {
+				// The reply's end, stored and published while the door's
+				// storage is away.
+				<-cut
+				p.Event(f.RunID, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"r","delta":" two"}`)
+				p.Event(f.RunID, `{"type":"TEXT_MESSAGE_END","messageId":"r"}`)
+				p.Event(f.RunID, runFinished(*f.ThreadID, f.RunID))
+				p.Finish(f.RunID)
+			}
+			items := st.rest()
 			<-cut
 			if len(items) < 2 {
 				t.Fatalf("resubscribe: %+v", items)
 			}
-			last := "1"
+			last, text := "1", ""
 			for _, it := range items[1 : len(items)-1] {
 				if it.Resp.Error != nil {
 					t.Fatalf("an error before the stream's end: %+v", it.Resp.Error)
@@ -95,6 +111,23 @@ func TestOutsideResubscribeMeetingAnOutageEndsTyped(t *testing.T) {
 				if it.ID != "" {
 					last = it.ID
 				}
+				if a, _ := it.Resp.Result["artifact"].(map[string]any); a != nil {
+					parts, _ := a["parts"].([]any)
+					for _, pt := range parts {
+						if m, _ := pt.(map[string]any); m != nil {
+							s, _ := m["text"].(string)
+							text += s
+						}
+					}
+				}
+			}
+			if riding {
+				// The RUN_FINISHED (seq 6) is relayed as the final status,
+				// which cannot be read: the resume point is after it.
+				if text != "one two" {
+					t.Fatalf("riding the feed, the reply came as %q", text)
+				}
+				last = "6"
 			}
 			e := items[len(items)-1].Resp.Error
 			if e == nil || e.Code != a2a.CodeUnavailable || e.Data["reason"] != "storage_unavailable" ||

@@ -98,8 +98,8 @@ const (
 	// is unknown (design.md §The doors), rather than wait on a record
 	// that will never settle.
 	TailUnknown
-	// TailStorage: the tail cannot go on without the record — it has not
-	// read it yet (and its feed carried nothing), or only the record can
+	// TailStorage: the tail cannot go on without the record — it has
+	// neither read it nor relayed anything from its feed yet, or only the record can
 	// carry it (no feed, a failing feed, a gap, a stale end) — and the
 	// record stayed out of reach for GiveUp with nothing relayed
 	// meanwhile. The stream ends typed, naming After to resume from,
@@ -183,8 +183,8 @@ func (t *Tail) Run(ctx context.Context, end time.Time) TailEnd {
 	if !checkDB {
 		nextDBCheck = t.lastActive.Add(o.DBCheck)
 	}
-	// read: the record was read (or, Fresh, just written by this request)
-	// in this Run. stuckSince: when the first of the failed reads of the
+	// read: the record was read (or, Fresh, just written by this
+	// request), or the feed relayed an event, in this Run. stuckSince: when the first of the failed reads of the
 	// record since the tail last relayed or read it began; zero while it
 	// reads.
 	read := t.Fresh
@@ -194,7 +194,9 @@ func (t *Tail) Run(ctx context.Context, end time.Time) TailEnd {
 			return TailGone
 		}
 		if t.After != progress {
-			progress, stuckSince = t.After, time.Time{}
+			// Relayed: the record, or the feed in seq order, carries the
+			// stream, which goes on as one that read the record.
+			progress, stuckSince, read = t.After, time.Time{}, true
 		}
 		if t.Flush != nil {
 			if t.Flush(); t.gone() {
