@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/functions/a2a"
 	"github.com/funduq/funduq-go/internal/pgwatch"
 	"github.com/funduq/funduq-go/internal/testservers"
@@ -207,6 +208,50 @@ func TestOutsideStreamOfATaskJustWrittenRidesOutAnOutage(t *testing.T) {
 	if text != "one" || last.Resp.Error == nil || last.Resp.Error.Code != a2a.CodeUnavailable || last.Resp.Error.Data["taskId"] != id {
 		t.Fatalf("after the task: reply %q, last item %+v (error %+v)", text, last.Resp.Result, last.Resp.Error)
 	}
+	if n := count(t, h, "runs"); n != 1 {
+		t.Fatalf("%d runs, want 1", n)
+	}
+}
+
+// A non-blocking message/send whose task is written, and whose door's
+// PostgreSQL is cut right after (at its read of the task to answer it), is
+// answered with the task as written — its id, submitted, the caller's
+// message — not -32043 "retry" about a task that exists and runs: an
+// anonymous caller's retry would make a second task (D17). The task runs,
+// and tasks/get reads it once storage is back.
+func TestOutsideSendOfATaskJustWrittenAnswersItThroughAnOutage(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	deps := doorDeps(t, h)
+	deps.Store.Close()
+	var w *pgwatch.Watch
+	var px *testservers.Proxy
+	deps.Store, w, px = pgwatch.OpenStore(t, h.Cfg.Storage.DatabaseURL, 4)
+	srv := startDoorWith(t, deps, nil)
+	c := newClient(t, srv, p.Key, "echo", "")
+	var once sync.Once
+	w.OnStart(func(sql string) {
+		if strings.HasPrefix(strings.TrimSpace(sql), "SELECT") && strings.Contains(sql, "FROM thread_messages") {
+			once.Do(px.Close)
+		}
+	})
+	r := c.call("message/send", map[string]any{"message": c.message("m1", "hi", nil), "configuration": map[string]any{"blocking": false}})
+	if r.Error != nil || r.Result["kind"] != "task" {
+		t.Fatalf("the send with its storage cut after the write: %d %+v (result %v)", r.Status, r.Error, r.Result)
+	}
+	id, _ := r.Result["id"].(string)
+	hist, _ := r.Result["history"].([]any)
+	if stateOf(r.Result) != "submitted" || len(hist) != 1 {
+		t.Fatalf("the task as written: %q, history %v", stateOf(r.Result), hist)
+	}
+	f := p.Offer()
+	if f.RunID != id {
+		t.Fatalf("offered %s, answered %s", f.RunID, id)
+	}
+	p.Accept(f.RunID)
+	p.Complete(f.RunID, *f.ThreadID)
+	h.WaitStatus(id, run.Completed)
 	if n := count(t, h, "runs"); n != 1 {
 		t.Fatalf("%d runs, want 1", n)
 	}

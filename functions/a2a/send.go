@@ -260,6 +260,16 @@ type accepted struct {
 	msgs []store.Message
 }
 
+// callerMessages are the caller's messages this request wrote with its
+// run, as a task view reads them.
+func (acc accepted) callerMessages() []store.RunMessage {
+	msgs := make([]store.RunMessage, 0, len(acc.msgs))
+	for _, m := range acc.msgs {
+		msgs = append(msgs, store.RunMessage{MessageID: m.MessageID, Message: m.Message, Origin: "caller"})
+	}
+	return msgs
+}
+
 func (c *call) send(streaming bool) {
 	p, perr := ParseSendParams(c.req.Params)
 	if perr != nil {
@@ -311,6 +321,15 @@ func (c *call) send(streaming bool) {
 		ctx, cancel = context.WithTimeout(c.r.Context(), 2*door.StorageTimeout)
 		view, _, err = c.h.project(ctx, rn, -1)
 		cancel()
+		if err != nil && acc.fresh && door.Unavailable(err) && c.r.Context().Err() == nil {
+			// The task this request just wrote, its storage gone since:
+			// answered as written, not "storage unavailable, retry" about
+			// a task that exists and runs, whose retry by an anonymous
+			// caller would make a second one (as a stream shows it,
+			// design.md §Doors under storage faults).
+			c.h.log.WarnContext(ctx, "a2a: reading the task just written failed; answering it as written", "run_id", rn.RunID, "err", err)
+			view, err = newFold(-1, false).view(rn, acc.callerMessages()), nil
+		}
 		if err != nil {
 			c.fail(err)
 			return

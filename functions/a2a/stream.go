@@ -97,11 +97,7 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 		// §Doors under storage faults).
 		c.h.log.WarnContext(ctx, "a2a: reading the task just written failed; streaming it as written", "run_id", rn.RunID, "err", err)
 		fold = newFold(after, false)
-		msgs := make([]store.RunMessage, 0, len(c.wrote.msgs))
-		for _, m := range c.wrote.msgs {
-			msgs = append(msgs, store.RunMessage{MessageID: m.MessageID, Message: m.Message, Origin: "caller"})
-		}
-		view, now, err, fresh = fold.view(rn, msgs), nil, nil, true
+		view, now, err, fresh = fold.view(rn, c.wrote.callerMessages()), nil, nil, true
 	}
 	if err != nil {
 		c.fail(err)
