@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"reflect"
 	"strings"
@@ -82,6 +83,13 @@ type DoorLimits struct {
 	// for this long (the reference's stale_hidden_window_seconds, a week):
 	// its record is kept, and listed again once it is registered.
 	AgentsHiddenAfter time.Duration `env:"FUNDUQ_AGENTS_HIDDEN_AFTER" envDefault:"168h"`
+	// TrustedOrigins are the web origins (scheme://host[:port], comma
+	// separated) whose pages a browser may POST from to the AG-UI and A2A
+	// doors, for a deployment that answers CORS in front of them (API
+	// Gateway's CORS settings). Every other browser's cross-origin POST is
+	// refused 403 cross_origin_refused (design.md §The doors); programs and
+	// same-origin pages need none.
+	TrustedOrigins []string `env:"FUNDUQ_TRUSTED_ORIGINS" envSeparator:","`
 }
 
 func (l DoorLimits) validate() error {
@@ -97,6 +105,12 @@ func (l DoorLimits) validate() error {
 	} {
 		if v.n <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive, got %d", v.name, v.n))
+		}
+	}
+	cop := http.NewCrossOriginProtection()
+	for _, o := range l.TrustedOrigins {
+		if err := cop.AddTrustedOrigin(o); err != nil {
+			errs = append(errs, fmt.Errorf("FUNDUQ_TRUSTED_ORIGINS: %q is not an origin (scheme://host[:port], no path): %w", o, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ func TestLimitDefaults(t *testing.T) {
 	}
 	wd := config.DoorLimits{MaxBody: 1 << 20, MaxKyokBody: 8 << 20, MaxMessages: 1000, MaxJSONDepth: 64, MaxQueuedPerThread: 32,
 		AgentsHiddenAfter: 7 * 24 * time.Hour}
-	if d.DoorLimits != wd || config.DefaultDoorLimits() != wd {
+	if !reflect.DeepEqual(d.DoorLimits, wd) || !reflect.DeepEqual(config.DefaultDoorLimits(), wd) {
 		t.Fatalf("door limits %+v, want %+v", d.DoorLimits, wd)
 	}
 }
@@ -77,6 +78,27 @@ func TestAgentRetention(t *testing.T) {
 		e["FUNDUQ_AGENT_RETENTION"] = v
 		if _, err := config.ParseBroker(e, config.Host{}); err == nil || !strings.Contains(err.Error(), "FUNDUQ_AGENT_RETENTION") {
 			t.Errorf("%s: err %v, want one naming FUNDUQ_AGENT_RETENTION", v, err)
+		}
+	}
+}
+
+// FUNDUQ_TRUSTED_ORIGINS names origins, comma separated; anything else
+// (a path, no scheme) is refused at start naming the variable, not taken
+// as an origin no browser ever sends.
+func TestTrustedOriginsAreOrigins(t *testing.T) {
+	e := good()
+	e["FUNDUQ_TRUSTED_ORIGINS"] = "https://app.example,http://localhost:3000"
+	d, err := config.ParseDoor(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"https://app.example", "http://localhost:3000"}; !reflect.DeepEqual(d.TrustedOrigins, want) {
+		t.Fatalf("trusted origins %q, want %q", d.TrustedOrigins, want)
+	}
+	for _, bad := range []string{"app.example", "https://app.example/chat", "https://app.example,*"} {
+		e["FUNDUQ_TRUSTED_ORIGINS"] = bad
+		if _, err := config.ParseDoor(e); err == nil || !strings.Contains(err.Error(), "FUNDUQ_TRUSTED_ORIGINS") {
+			t.Errorf("FUNDUQ_TRUSTED_ORIGINS=%s: err %v, want one naming it", bad, err)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package a2a
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -69,6 +70,9 @@ type Handler struct {
 	o   Options
 	log *slog.Logger
 	mux *http.ServeMux
+	// origins are the browser pages outside the doors' own origin that
+	// may POST here (o.Limits.TrustedOrigins).
+	origins *http.CrossOriginProtection
 }
 
 // New builds the door.
@@ -82,7 +86,11 @@ func New(o Options) (*Handler, error) {
 	}
 	o.Tail.Store, o.Tail.Feed, o.Tail.Log = o.Store, o.Feed, o.Log
 	o.PublicURL = strings.TrimRight(o.PublicURL, "/")
-	h := &Handler{o: o, log: o.Log, mux: http.NewServeMux()}
+	origins, err := door.OriginGuard(o.Limits.TrustedOrigins)
+	if err != nil {
+		return nil, fmt.Errorf("a2a door: %w", err)
+	}
+	h := &Handler{o: o, log: o.Log, mux: http.NewServeMux(), origins: origins}
 	h.mux.HandleFunc("/a2a/{provider}/{name}", door.Only(http.MethodPost, h.rpc))
 	h.mux.HandleFunc("/a2a/{provider}/{name}/rpc", door.Only(http.MethodPost, h.rpc))
 	h.mux.HandleFunc("/a2a/{provider}/{name}/.well-known/agent-card.json", door.Only(http.MethodGet, h.card))
@@ -108,7 +116,9 @@ func ForDeps(d *door.Deps, log *slog.Logger) http.Handler {
 	return h
 }
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { door.ServeClean(h.mux, w, r) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	door.ServeClean(h.mux, h.origins, w, r)
+}
 
 // call is one JSON-RPC request in flight.
 type call struct {

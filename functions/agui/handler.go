@@ -1,6 +1,7 @@
 package agui
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 
@@ -24,6 +25,9 @@ type Handler struct {
 	log  *slog.Logger
 	mux  *http.ServeMux
 	tail door.TailOptions // the stream's pacing, from o
+	// origins are the browser pages outside the doors' own origin that
+	// may POST here (o.Limits.TrustedOrigins).
+	origins *http.CrossOriginProtection
 }
 
 // New builds the door.
@@ -36,7 +40,11 @@ func New(o Options) (*Handler, error) {
 	tail := door.TailOptions{Store: o.Store, Feed: o.Feed, Log: o.Log, LiveBlock: o.LiveBlock,
 		PollInterval: o.PollInterval, DBCheck: o.DBCheck, Heartbeat: o.Heartbeat, SettleWait: o.SettleWait,
 		GiveUp: o.StorageGiveUp}
-	h := &Handler{o: o, log: o.Log, tail: tail}
+	origins, err := door.OriginGuard(o.Limits.TrustedOrigins)
+	if err != nil {
+		return nil, fmt.Errorf("agui door: %w", err)
+	}
+	h := &Handler{o: o, log: o.Log, tail: tail, origins: origins}
 	h.mux = http.NewServeMux()
 	h.mux.HandleFunc("/agui/{provider}/{name}", door.Only(http.MethodPost, h.post))
 	h.mux.HandleFunc("/threads/{threadId}", door.Only(http.MethodGet, h.getThread))
@@ -50,4 +58,6 @@ func New(o Options) (*Handler, error) {
 // mounts several doors on one mux.
 func Patterns() []string { return []string{"/agui/", "/threads/", "/runs/"} }
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { door.ServeClean(h.mux, w, r) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	door.ServeClean(h.mux, h.origins, w, r)
+}

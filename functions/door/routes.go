@@ -1,6 +1,7 @@
 package door
 
 import (
+	"fmt"
 	"net/http"
 	"path"
 	"strings"
@@ -24,13 +25,17 @@ import (
 // read any body as JSON — a page on any site could start runs through the
 // browser of someone running the local doors (design.md §The doors).
 // Programs send neither Sec-Fetch-Site nor Origin and pass, as does the
-// chat page, served from the doors' own origin.
-func ServeClean(mux http.Handler, w http.ResponseWriter, r *http.Request) {
+// chat page, served from the doors' own origin, and a page of an origin
+// origins trusts (OriginGuard; nil trusts none).
+func ServeClean(mux http.Handler, origins *http.CrossOriginProtection, w http.ResponseWriter, r *http.Request) {
 	if r.URL.EscapedPath() != cleanPath(r.URL.EscapedPath()) {
 		NoRoute(w, r)
 		return
 	}
-	if crossOrigin.Check(r) != nil {
+	if origins == nil {
+		origins = crossOrigin
+	}
+	if origins.Check(r) != nil {
 		WriteError(w, r, nil, Refuse(http.StatusForbidden, CodeCrossOrigin,
 			"a browser's cross-origin %s is refused: funduq's doors serve no page of another origin", r.Method))
 		return
@@ -41,6 +46,20 @@ func ServeClean(mux http.Handler, w http.ResponseWriter, r *http.Request) {
 // crossOrigin is Go's check of a browser request's Sec-Fetch-Site (else
 // its Origin against its Host), as the console uses it.
 var crossOrigin = http.NewCrossOriginProtection()
+
+// OriginGuard is ServeClean's check trusting the pages of trusted
+// (config.DoorLimits.TrustedOrigins, validated by the configuration) as
+// well: a deployment that answers CORS in front of the doors names the
+// origins it answers for.
+func OriginGuard(trusted []string) (*http.CrossOriginProtection, error) {
+	cop := http.NewCrossOriginProtection()
+	for _, o := range trusted {
+		if err := cop.AddTrustedOrigin(o); err != nil {
+			return nil, fmt.Errorf("trusted origin %q: %w", o, err)
+		}
+	}
+	return cop, nil
+}
 
 // cleanPath is the path ServeMux routes: rooted, without empty, "." or
 // ".." segments, a trailing slash kept.

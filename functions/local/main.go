@@ -109,7 +109,11 @@ func Mux(d *door.Deps, log *slog.Logger) (http.Handler, error) {
 		}
 	}
 	mux.HandleFunc("/", door.NoRoute)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { door.ServeClean(mux, w, r) }), nil
+	origins, err := door.OriginGuard(d.Limits.TrustedOrigins)
+	if err != nil {
+		return nil, err
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { door.ServeClean(mux, origins, w, r) }), nil
 }
 
 // processMetrics serves the Go runtime and process collectors (goroutines,
