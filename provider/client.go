@@ -91,7 +91,9 @@ var (
 	// holds the run, so nothing the handler emits will be recorded; Emit
 	// returns it from then on.
 	ErrRunNotHeld = errors.New("provider: funduq does not hold this run")
-	// ErrRunFinished: Emit on a run whose finish has been sent.
+	// ErrRunFinished: Emit on a run whose terminal event (RUN_FINISHED or
+	// RUN_ERROR) was emitted or whose handler has returned; the event was
+	// not sent (funduq would refuse it).
 	ErrRunFinished = errors.New("provider: run already finished")
 	// ErrDetachedRun: Emit on a Run that was not delivered by a Client.
 	ErrDetachedRun = errors.New("provider: run is not attached to a client")

@@ -447,8 +447,9 @@ func (c *Client) popLocked(l *link, of *outFrame) {
 // JSON). Events are delivered in the order emitted, each with the next seq.
 // While the link is down they are buffered and resent after the next
 // register; when MaxBufferedFrames of the run's frames are waiting, Emit waits
-// for room until ctx ends. Emit returns ErrRunFinished after the handler has
-// returned, ErrRunNotHeld once funduq refused one of the run's reports, and
+// for room until ctx ends. Emit returns ErrRunFinished after the run's
+// terminal event (RUN_FINISHED or RUN_ERROR: funduq stores nothing of a
+// round after its end) and after the handler has returned, ErrRunNotHeld once funduq refused one of the run's reports, and
 // ErrEventTooLarge once funduq closed a link over one of its events. An
 // event that funduq's AG-UI check would refuse (core/agui Validate: a known
 // type missing a required field, a field of the wrong type, text PostgreSQL
@@ -466,7 +467,11 @@ func (r *Run) Emit(ctx context.Context, event any) error {
 	c := rs.c
 	c.mu.Lock()
 	for {
-		if rs.done {
+		if rs.done || rs.terminal {
+			// funduq stores nothing of a round after its terminal event
+			// and refuses what follows it, so it is refused here, at the
+			// call, before its refusal on the link could be taken for
+			// funduq no longer holding the run (ErrRunNotHeld).
 			c.mu.Unlock()
 			return ErrRunFinished
 		}
