@@ -121,7 +121,9 @@ type Backoff struct {
 type Config struct {
 	// BaseURL is the funduq broker node's http(s) URL. Tickets are fetched
 	// from {BaseURL}/tickets; the link is {BaseURL with http→ws,
-	// https→wss}/ws/provider (a path prefix is kept).
+	// https→wss}/ws/provider (a path prefix is kept; a query or fragment
+	// is dropped). It may not carry userinfo: a proxy's credentials go in
+	// HTTPClient and Dialer.
 	BaseURL string
 	// Signer is the provider's identity; the provider is its public key.
 	Signer *identity.Signer
@@ -339,12 +341,24 @@ func parseBaseURL(raw string) (*url.URL, error) {
 	if raw == "" {
 		return nil, errors.New("provider: Config.BaseURL is required")
 	}
+	// The errors do not repeat raw: it may hold a password.
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("provider: Config.BaseURL: %w", err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("provider: Config.BaseURL does not parse: %w", err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return nil, fmt.Errorf("provider: Config.BaseURL must be an http(s) URL with a host, got %q", raw)
+		return nil, fmt.Errorf("provider: Config.BaseURL must be an http(s) URL with a host, got %q", u.Redacted())
+	}
+	if u.User != nil {
+		// The link's dialer refuses a URL with userinfo, so such a client
+		// could never connect (it retried forever, logging the password
+		// with every attempt). Credentials for a proxy in front of funduq
+		// go in HTTPClient and Dialer.
+		return nil, fmt.Errorf("provider: Config.BaseURL must not carry userinfo (%s); give a proxy's credentials to HTTPClient and Dialer", u.Redacted())
 	}
 	u.RawQuery, u.Fragment = "", ""
 	return u, nil

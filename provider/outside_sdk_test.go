@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -190,5 +191,86 @@ func TestOutsideEmitAfterTerminalEvent(t *testing.T) {
 	}
 	if bytes.Contains(logs.Bytes(), []byte("already reported its end")) {
 		t.Errorf("the late event was sent and refused:\n%s", logs.String())
+	}
+}
+
+// What the client logs, at every level, through a failed run and a lost
+// node, names the key (provider_key) and never its seed.
+func TestOutsideLogsHoldNoSecret(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	seed := nodetest.SeedHex(0x54)
+	s := outsideSigner(t, 0x54)
+	var logs syncbuf.Buffer
+	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c, err := provider.New(outsideConfig(h, s, log, provider.Agent{Name: "a", Handler: func(ctx context.Context, r *provider.Run) error {
+		if err := started(ctx, r); err != nil {
+			return err
+		}
+		return errors.New("it failed")
+	}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := serve(t, c)
+	id, _ := h.Door(s.PublicKeyHex(), "a", "", "go")
+	h.WaitStatus(id, run.Failed)
+	h.Shutdown()
+	// A failed reconnect is logged with the URL it tried and its error.
+	h.Eventually("a failed reconnect is logged", func() bool { return bytes.Contains(logs.Bytes(), []byte("reconnecting")) })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	out := logs.Bytes()
+	if bytes.Contains(out, []byte(seed)) {
+		t.Errorf("the logs hold the key's seed:\n%s", out)
+	}
+	for _, rec := range logs.Records() {
+		if rec["provider_key"] != s.PublicKeyHex() {
+			t.Errorf("a record without provider_key: %v", rec)
+		}
+	}
+}
+
+// A BaseURL carrying userinfo (a proxy's basic auth) can never connect:
+// the WebSocket dialer refuses such a URL ("malformed ws or wss URL"), so
+// Run retried forever, logging the password with every attempt. New
+// refuses it, naming the field without repeating the password.
+func TestOutsideBaseURLWithUserinfoIsRefusedByNew(t *testing.T) {
+	const password = "pr0xy-s3cret"
+	s := outsideSigner(t, 0x55)
+	h := func(context.Context, *provider.Run) error { return nil }
+	for _, raw := range []string{
+		"http://agent:" + password + "@127.0.0.1:1",
+		"https://agent:" + password + "@funduq.example/prefix",
+		"ftp://agent:" + password + "@funduq.example",
+		"http://agent:" + password + "@funduq.example/%zz",
+	} {
+		_, err := provider.New(provider.Config{BaseURL: raw, Signer: s, Agents: []provider.Agent{{Name: "a", Handler: h}}})
+		if err == nil {
+			t.Errorf("New(%q) = nil, want an error", raw)
+			continue
+		}
+		if !strings.Contains(err.Error(), "BaseURL") || strings.Contains(err.Error(), password) {
+			t.Errorf("New(%q) = %v, want an error naming BaseURL without the password", raw, err)
+		}
+	}
+}
+
+// BaseURL as authors write it: a trailing slash or a query does not keep
+// the client from registering with a real node.
+func TestOutsideBaseURLShapesConnect(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	for i, suffix := range []string{"/", "?from=env", "/#frag"} {
+		s := outsideSigner(t, byte(0x60+i))
+		cfg := outsideConfig(h, s, nil, provider.Agent{Name: "a", Handler: func(context.Context, *provider.Run) error { return nil }})
+		cfg.BaseURL = h.URL + suffix
+		c, err := provider.New(cfg)
+		if err != nil {
+			t.Fatalf("New(%q): %v", cfg.BaseURL, err)
+		}
+		stop := serve(t, c)
+		if err := stop(); err != nil {
+			t.Fatalf("%q: Run = %v", cfg.BaseURL, err)
+		}
 	}
 }
