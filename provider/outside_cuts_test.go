@@ -1,0 +1,180 @@
+package provider_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/provider"
+)
+
+// cutter is a TCP proxy in front of a node whose connections the test
+// cuts at will: the provider link dropped at a random moment.
+type cutter struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns map[net.Conn]bool
+	cuts  atomic.Int32
+	wg    sync.WaitGroup
+}
+
+func newCutter(t *testing.T, target string) *cutter {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cutter{ln: ln, conns: make(map[net.Conn]bool)}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				in.Close()
+				continue
+			}
+			c.mu.Lock()
+			c.conns[in], c.conns[out] = true, true
+			c.mu.Unlock()
+			pipe := func(dst, src net.Conn) {
+				defer c.wg.Done()
+				_, _ = io.Copy(dst, src)
+				dst.Close()
+				src.Close()
+				c.mu.Lock()
+				delete(c.conns, dst)
+				delete(c.conns, src)
+				c.mu.Unlock()
+			}
+			c.wg.Add(2)
+			go pipe(in, out)
+			go pipe(out, in)
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); c.cut(); c.wg.Wait() })
+	return c
+}
+
+func (c *cutter) url() string { return "http://" + c.ln.Addr().String() }
+
+// cut drops every connection through the proxy now.
+func (c *cutter) cut() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.conns) > 0 {
+		c.cuts.Add(1)
+	}
+	for conn := range c.conns {
+		conn.Close()
+	}
+}
+
+// Runs stream through a link cut at seeded random moments (mid-offer,
+// mid-stream, between an event and the finish, during the handshake):
+// every run completes, its handler ran once, and its caller sees every
+// event once, in the order emitted; nothing is counted against the key.
+// The node keeps a lost link's runs for the default FUNDUQ_LINK_GRACE
+// (its fake clock never runs it out); with none (0) a run held by a lost
+// link fails provider_left_holding_it at once, as configured.
+func TestOutsideLinkCutAtRandomMoments(t *testing.T) {
+	for seed := uint64(1); seed <= 8; seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { linkCutsAtRandom(t, seed) })
+	}
+}
+
+func linkCutsAtRandom(t *testing.T, seed uint64) {
+	h := nodetest.Start(t, func(c *config.Broker) { c.LinkGrace = 5 * time.Second; c.ProviderGrace = 30 * time.Second })
+	proxy := newCutter(t, strings.TrimPrefix(h.URL, "http://"))
+	s := outsideSigner(t, 0x70+byte(seed))
+	const runs, each = 6, 20
+	var mu sync.Mutex
+	starts := make(map[string]int)
+	cfg := outsideConfig(h, s, nil, provider.Agent{Name: "stream", Handler: func(ctx context.Context, r *provider.Run) error {
+		mu.Lock()
+		starts[r.ID]++
+		mu.Unlock()
+		if err := started(ctx, r); err != nil {
+			return err
+		}
+		for i := range each {
+			if err := r.Emit(ctx, map[string]any{"type": "CUSTOM", "name": "n", "value": i}); err != nil {
+				return err
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return finished(ctx, r)
+	}})
+	cfg.BaseURL = proxy.url()
+	c, err := provider.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, c)
+
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	stopCuts := make(chan struct{})
+	cutsDone := make(chan struct{})
+	go func() {
+		defer close(cutsDone)
+		for {
+			select {
+			case <-stopCuts:
+				return
+			case <-time.After(time.Duration(rng.IntN(40)) * time.Millisecond):
+				proxy.cut()
+			}
+		}
+	}()
+	ids := make([]string, runs)
+	for i := range ids {
+		ids[i], _ = h.Door(s.PublicKeyHex(), "stream", "", fmt.Sprint("go ", i))
+	}
+	for _, id := range ids {
+		h.Eventually("run "+id+" ends", func() bool { return h.Run(id).Status.Terminal() })
+	}
+	close(stopCuts)
+	<-cutsDone
+	t.Logf("%d cuts", proxy.cuts.Load())
+	for _, id := range ids {
+		if st := h.Run(id).Status; st != run.Completed {
+			t.Errorf("run %s: %s (%s), want completed", id, st, h.Run(id).FailureReason)
+			continue
+		}
+		evs := h.Events(id)
+		var got []string
+		for _, e := range evs {
+			got = append(got, fmt.Sprint(e["type"], e["value"]))
+		}
+		want := []string{"RUN_STARTED<nil>"}
+		for i := range each {
+			want = append(want, fmt.Sprint("CUSTOM", i))
+		}
+		want = append(want, "RUN_FINISHED<nil>")
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("run %s stored\n%v\nwant\n%v", id, got, want)
+		}
+		mu.Lock()
+		if starts[id] != 1 {
+			t.Errorf("run %s: handler started %d times", id, starts[id])
+		}
+		mu.Unlock()
+	}
+	if q := h.Quality(s.PublicKeyHex()); q.Abandoned != 0 || q.Unanswered != 0 {
+		t.Errorf("quality %+v", q)
+	}
+}
