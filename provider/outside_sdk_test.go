@@ -228,6 +228,9 @@ func TestOutsideLogsHoldNoSecret(t *testing.T) {
 		if rec["provider_key"] != s.PublicKeyHex() {
 			t.Errorf("a record without provider_key: %v", rec)
 		}
+		if rec["run_id"] != nil && rec["thread_id"] == nil {
+			t.Errorf("a record naming a run without its thread: %v", rec)
+		}
 	}
 }
 
