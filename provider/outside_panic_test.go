@@ -2,6 +2,7 @@ package provider_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -43,4 +44,44 @@ func TestOutsidePanicInsideEmit(t *testing.T) {
 	}
 	id2, _ := h.Door(s.PublicKeyHex(), "a", "", "fine")
 	h.WaitStatus(id2, run.Completed)
+}
+
+// A caller's cancel reaches the handler as its context's cause
+// (ErrCancelRequested); what it emits after it is still stored (a cancel is
+// a request), and the run ends cancelled once the handler returns.
+func TestOutsideCancelReachesTheHandler(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	s := outsideSigner(t, 0x5d)
+	cause := make(chan error, 1)
+	c, err := provider.New(outsideConfig(h, s, nil, provider.Agent{Name: "a", Handler: func(ctx context.Context, r *provider.Run) error {
+		if err := started(ctx, r); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		if err := r.EmitText(context.Background(), "bye", "stopping"); err != nil {
+			return err
+		}
+		return ctx.Err()
+	}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, c)
+	id, _ := h.Door(s.PublicKeyHex(), "a", "", "long")
+	h.Eventually("RUN_STARTED stored", func() bool { return len(h.Events(id)) == 1 })
+	if _, err := h.Store.RequestCancel(context.Background(), id, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-cause; !errors.Is(got, provider.ErrCancelRequested) {
+		t.Fatalf("handler's context cause = %v, want ErrCancelRequested", got)
+	}
+	h.WaitStatus(id, run.Cancelled)
+	var types []string
+	for _, e := range h.Events(id) {
+		types = append(types, e["type"].(string))
+	}
+	if strings.Join(types, " ") != "RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END RUN_ERROR" {
+		t.Fatalf("stored %v", types)
+	}
 }
