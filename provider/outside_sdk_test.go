@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -276,4 +277,36 @@ func TestOutsideBaseURLShapesConnect(t *testing.T) {
 			t.Fatalf("%q: Run = %v", cfg.BaseURL, err)
 		}
 	}
+}
+
+// An author who logs or prints the Config (a common debugging line) does
+// not print the key's seed: not with fmt's verbs, not through slog.
+func TestOutsideConfigPrintsNoSeed(t *testing.T) {
+	seed := nodetest.SeedHex(0x5e)
+	s := outsideSigner(t, 0x5e)
+	cfg := provider.Config{BaseURL: "http://127.0.0.1:1", Signer: s,
+		Agents: []provider.Agent{{Name: "a", Handler: func(context.Context, *provider.Run) error { return nil }}}}
+	c, err := provider.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncbuf.Buffer
+	slog.New(slog.NewJSONHandler(&logs, nil)).Info("config", "cfg", cfg, "client", c)
+	slog.New(slog.NewTextHandler(&logs, nil)).Info("config", "cfg", cfg, "client", c)
+	out := logs.String() + fmt.Sprintf("%v %+v %#v %v %+v", cfg, cfg, cfg, c, c)
+	// The seed's hex, and its bytes as fmt prints a slice.
+	if strings.Contains(out, seed) || strings.Contains(out, seed[:16]) {
+		t.Fatalf("the seed was printed:\n%s", out)
+	}
+	if strings.Contains(out, fmt.Sprint(seedBytes(seed))[1:40]) {
+		t.Fatalf("the seed's bytes were printed:\n%s", out)
+	}
+}
+
+func seedBytes(h string) []byte {
+	b := make([]byte, len(h)/2)
+	for i := range b {
+		fmt.Sscanf(h[2*i:2*i+2], "%02x", &b[i])
+	}
+	return b
 }
