@@ -39,6 +39,9 @@ const (
 	// MaxRetainedRuns bounds how many finished runs are kept for resending;
 	// beyond it the oldest is forgotten first.
 	MaxRetainedRuns = 10000
+	// MaxProviderNameBytes is the longest Config.ProviderName funduq
+	// registers (a fixed limit of the broker: no setting raises it).
+	MaxProviderNameBytes = 256
 
 	handshakeTimeout = 10 * time.Second
 	writeTimeout     = 10 * time.Second
@@ -133,7 +136,8 @@ type Config struct {
 	// MaxConcurrentRuns is the declared capacity, sent in hello. nil declares
 	// no limit, and then the client never declines for room.
 	MaxConcurrentRuns *int
-	// ProviderName is an optional display label for the key.
+	// ProviderName is an optional display label for the key, at most
+	// MaxProviderNameBytes.
 	ProviderName string
 	// Agents is the full roster this client serves (at least one).
 	Agents []Agent
@@ -261,6 +265,11 @@ func New(cfg Config) (*Client, error) {
 	}
 	if strings.ContainsRune(cfg.ProviderName, 0) {
 		return nil, errors.New("provider: Config.ProviderName holds a NUL character, which funduq cannot store")
+	}
+	if n := len(cfg.ProviderName); n > MaxProviderNameBytes {
+		// funduq refuses such a register for good: refused here rather
+		// than registered in vain by Run forever.
+		return nil, fmt.Errorf("provider: Config.ProviderName is %d bytes, over funduq's limit of %d", n, MaxProviderNameBytes)
 	}
 	agents, regs, err := checkAgents(cfg.Agents)
 	if err != nil {
