@@ -178,3 +178,89 @@ func linkCutsAtRandom(t *testing.T, seed uint64) {
 		t.Errorf("quality %+v", q)
 	}
 }
+
+// A declared capacity held through seeded link cuts: never more runs at
+// once than declared, every run handled once and completed, nothing
+// counted against the key (misdeclared included).
+func TestOutsideCapacityThroughLinkCuts(t *testing.T) {
+	for seed := uint64(1); seed <= 4; seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { capacityThroughCuts(t, seed) })
+	}
+}
+
+func capacityThroughCuts(t *testing.T, seed uint64) {
+	h := nodetest.Start(t, func(c *config.Broker) { c.LinkGrace = 5 * time.Second; c.ProviderGrace = 30 * time.Second })
+	proxy := newCutter(t, strings.TrimPrefix(h.URL, "http://"))
+	s := outsideSigner(t, 0xa0+byte(seed))
+	const limit, runs, each = 2, 8, 10
+	var mu sync.Mutex
+	starts := map[string]int{}
+	active, peak := 0, 0
+	cfg := outsideConfig(h, s, nil, provider.Agent{Name: "cap", Handler: func(ctx context.Context, r *provider.Run) error {
+		mu.Lock()
+		starts[r.ID]++
+		active++
+		peak = max(peak, active)
+		mu.Unlock()
+		defer func() { mu.Lock(); active--; mu.Unlock() }()
+		if err := started(ctx, r); err != nil {
+			return err
+		}
+		for i := range each {
+			if err := r.Emit(ctx, map[string]any{"type": "CUSTOM", "name": "n", "value": i}); err != nil {
+				return err
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return finished(ctx, r)
+	}})
+	cfg.BaseURL = proxy.url()
+	cfg.MaxConcurrentRuns = nodetest.Limit(limit)
+	c, err := provider.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, c)
+	rng := rand.New(rand.NewPCG(seed, 0xca9))
+	stopCuts, cutsDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(cutsDone)
+		for {
+			select {
+			case <-stopCuts:
+				return
+			case <-time.After(time.Duration(rng.IntN(40)) * time.Millisecond):
+				proxy.cut()
+			}
+		}
+	}()
+	ids := make([]string, runs)
+	for i := range ids {
+		ids[i], _ = h.Door(s.PublicKeyHex(), "cap", "", fmt.Sprint("go ", i))
+	}
+	for _, id := range ids {
+		h.Eventually("run "+id+" ends", func() bool { return h.Run(id).Status.Terminal() })
+	}
+	close(stopCuts)
+	<-cutsDone
+	t.Logf("%d cuts", proxy.cuts.Load())
+	for _, id := range ids {
+		if r := h.Run(id); r.Status != run.Completed {
+			t.Errorf("run %s: %s (%s)", id, r.Status, r.FailureReason)
+		}
+		if n := len(h.Events(id)); n != each+2 {
+			t.Errorf("run %s: %d events stored, want %d", id, n, each+2)
+		}
+		mu.Lock()
+		if starts[id] != 1 {
+			t.Errorf("run %s: handler started %d times", id, starts[id])
+		}
+		mu.Unlock()
+	}
+	if peak > limit {
+		t.Errorf("%d runs at once, declared %d", peak, limit)
+	}
+	if q := h.Quality(s.PublicKeyHex()); q.Abandoned != 0 || q.Unanswered != 0 || q.Misdeclared != 0 || q.AnsweredLate != 0 {
+		t.Errorf("quality %+v", q)
+	}
+}
