@@ -264,3 +264,101 @@ func capacityThroughCuts(t *testing.T, seed uint64) {
 		t.Errorf("quality %+v", q)
 	}
 }
+
+// SerializePerThread through seeded link cuts: runs of one thread are
+// handled one at a time in the order they were made, each once, and all
+// complete.
+func TestOutsideSerializePerThreadThroughLinkCuts(t *testing.T) {
+	for seed := uint64(1); seed <= 4; seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { serializedThroughCuts(t, seed) })
+	}
+}
+
+func serializedThroughCuts(t *testing.T, seed uint64) {
+	h := nodetest.Start(t, func(c *config.Broker) { c.LinkGrace = 5 * time.Second; c.ProviderGrace = 30 * time.Second })
+	proxy := newCutter(t, strings.TrimPrefix(h.URL, "http://"))
+	s := outsideSigner(t, 0xb0+byte(seed))
+	const threads, perThread, each = 2, 4, 8
+	var mu sync.Mutex
+	order := map[string][]string{} // thread → run ids in handling order
+	busy := map[string]bool{}
+	var overlap []string
+	cfg := outsideConfig(h, s, nil, provider.Agent{Name: "ser", Handler: func(ctx context.Context, r *provider.Run) error {
+		mu.Lock()
+		if busy[r.ThreadID] {
+			overlap = append(overlap, r.ID)
+		}
+		busy[r.ThreadID] = true
+		order[r.ThreadID] = append(order[r.ThreadID], r.ID)
+		mu.Unlock()
+		defer func() { mu.Lock(); busy[r.ThreadID] = false; mu.Unlock() }()
+		if err := started(ctx, r); err != nil {
+			return err
+		}
+		for i := range each {
+			if err := r.Emit(ctx, map[string]any{"type": "CUSTOM", "name": "n", "value": i}); err != nil {
+				return err
+			}
+			time.Sleep(time.Millisecond)
+		}
+		return finished(ctx, r)
+	}})
+	cfg.BaseURL = proxy.url()
+	cfg.SerializePerThread = true
+	c, err := provider.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, c)
+	rng := rand.New(rand.NewPCG(seed, 0x5e7))
+	stopCuts, cutsDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(cutsDone)
+		for {
+			select {
+			case <-stopCuts:
+				return
+			case <-time.After(time.Duration(rng.IntN(40)) * time.Millisecond):
+				proxy.cut()
+			}
+		}
+	}()
+	made := map[string][]string{}
+	var all []string
+	tids := make([]string, threads)
+	for i := range perThread {
+		for j := range tids {
+			id, th := h.Door(s.PublicKeyHex(), "ser", tids[j], fmt.Sprint("turn ", i))
+			tids[j] = th
+			made[th] = append(made[th], id)
+			all = append(all, id)
+		}
+	}
+	for _, id := range all {
+		h.Eventually("run "+id+" ends", func() bool { return h.Run(id).Status.Terminal() })
+	}
+	close(stopCuts)
+	<-cutsDone
+	t.Logf("%d cuts", proxy.cuts.Load())
+	for _, id := range all {
+		if r := h.Run(id); r.Status != run.Completed {
+			t.Errorf("run %s: %s (%s)", id, r.Status, r.FailureReason)
+		}
+		if n := len(h.Events(id)); n != each+2 {
+			t.Errorf("run %s: %d events stored, want %d", id, n, each+2)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(overlap) > 0 {
+		t.Errorf("runs handled while another of their thread was: %v", overlap)
+	}
+	for th, ids := range made {
+		if fmt.Sprint(order[th]) != fmt.Sprint(ids) {
+			t.Errorf("thread %s handled %v, made %v", th, order[th], ids)
+		}
+	}
+	if q := h.Quality(s.PublicKeyHex()); q.Abandoned != 0 || q.Unanswered != 0 || q.Misdeclared != 0 {
+		t.Errorf("quality %+v", q)
+	}
+}
