@@ -101,7 +101,8 @@ var (
 	// ErrDetachedRun: Emit on a Run that was not delivered by a Client.
 	ErrDetachedRun = errors.New("provider: run is not attached to a client")
 	// ErrInvalidEvent: Emit was given an event funduq would refuse as
-	// malformed AG-UI (which fails the run); it was not sent.
+	// malformed (not valid AG-UI, a repeated key, nested too deeply),
+	// which fails the run; it was not sent.
 	ErrInvalidEvent = errors.New("provider: not a valid AG-UI event")
 	// ErrEventTooLarge is the cause of a run context cancelled, and Emit's
 	// error, once funduq closed the link over one of the run's events

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/funduq/funduq-go/core/agui"
+	"github.com/funduq/funduq-go/core/strictjson"
 	"github.com/funduq/funduq-go/core/wire"
 )
 
@@ -449,12 +450,14 @@ func (c *Client) popLocked(l *link, of *outFrame) {
 // register; when MaxBufferedFrames of the run's frames are waiting, Emit waits
 // for room until ctx ends. Emit returns ErrRunFinished after the run's
 // terminal event (RUN_FINISHED or RUN_ERROR: funduq stores nothing of a
-// round after its end) and after the handler has returned, ErrRunNotHeld once funduq refused one of the run's reports, and
-// ErrEventTooLarge once funduq closed a link over one of its events. An
-// event that funduq's AG-UI check would refuse (core/agui Validate: a known
-// type missing a required field, a field of the wrong type, text PostgreSQL
-// cannot store) is not sent: Emit returns an error wrapping ErrInvalidEvent
-// naming the field, and the run goes on.
+// round after its end) and after the handler has returned, ErrRunNotHeld
+// once funduq refused one of the run's reports, and ErrEventTooLarge once
+// funduq closed a link over one of its events. An event that funduq would
+// refuse as malformed (core/agui Validate: a known type missing a required
+// field, a field of the wrong type, text PostgreSQL cannot store; and its
+// strict read of the frame: an object repeating a key, more than 63 levels
+// of nesting) is not sent: Emit returns an error wrapping ErrInvalidEvent
+// saying why, and the run goes on.
 func (r *Run) Emit(ctx context.Context, event any) error {
 	if r == nil || r.rs == nil {
 		return ErrDetachedRun
@@ -526,6 +529,13 @@ func encodeEvent(event any) ([]byte, string, error) {
 	// (design.md §The provider link); the same check here refuses it at
 	// the call, where its author sees which field, and sends nothing.
 	if _, err := agui.Validate(raw); err != nil {
+		return nil, "", fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
+	// funduq reads every frame strictly (no repeated key, at most
+	// strictjson.DefaultMaxDepth levels) and fails the run over an event
+	// that breaks it; the event sits one level inside its frame. A map
+	// cannot repeat a key, but json.RawMessage can.
+	if err := strictjson.Check(raw, strictjson.DefaultMaxDepth-1); err != nil {
 		return nil, "", fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
 	return raw, typ, nil
