@@ -2,6 +2,7 @@ package provider_test
 
 import (
 	"context"
+	"errors"
 	"log"
 	"os"
 	"os/signal"
@@ -39,7 +40,10 @@ func Example() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := client.Run(ctx); err != nil {
+	// ErrReplaced: a newer process of this key serves the agents now (a
+	// rolling deploy); exiting 0 keeps a supervisor from restarting this
+	// one into taking them back.
+	if err := client.Run(ctx); err != nil && !errors.Is(err, provider.ErrReplaced) {
 		log.Fatal(err)
 	}
 }
