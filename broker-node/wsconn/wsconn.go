@@ -16,8 +16,8 @@ const (
 	// sendQueue bounds frames waiting for the writer; a peer that stops
 	// reading for that long is cut off rather than buffered forever.
 	sendQueue = 4096
-	// sendQueueBytes is the least byte bound on those frames for an
-	// answer the peer asked for (SendAnswer, QueueBytes): a count alone let
+	// sendQueueBytes is the least byte bound on the answers among those
+	// frames, what the peer asked for (SendAnswer, QueueBytes): a count alone let
 	// a peer that asks for large answers (a thread's messages, up to the
 	// frame limit each) and reads none make the leader hold thousands.
 	sendQueueBytes = 64 << 20
@@ -43,7 +43,7 @@ const (
 	MaxFrame = 8 << 20
 )
 
-// QueueBytes is the byte bound on a link's send queue for links whose
+// QueueBytes is the byte bound on the answers in a link's send queue for links whose
 // largest frame is maxFrame (a query's answer is bounded by the frame
 // limit): room for eight answers, a link's queries at once, and a frame
 // more, and never less than sendQueueBytes.
@@ -64,10 +64,12 @@ func Limit(n int64) int64 {
 type Conn struct {
 	WS  *websocket.Conn
 	mu  sync.Mutex
-	out [][]byte // frames waiting to be written, in order; allocated as they come
-	// queued is the bytes of out and of the frames a drain took from it
-	// and has not written yet.
-	queued atomic.Int64
+	out []outFrame // frames waiting to be written, in order; allocated as they come
+	// answers is the bytes of the answers (SendAnswer) in out and of those
+	// a drain took from it and has not written yet: what the byte bound
+	// counts. Offers and cancels are not in it, so funduq's own burst is
+	// never taken for a peer not reading what it asked for.
+	answers atomic.Int64
 	// writing is held by whoever writes frames: the writer goroutine, or a
 	// SendNow caller that found the link idle. Taken and given back under
 	// mu, and given back only with out empty, so no frame is left behind.
@@ -93,10 +95,25 @@ type Conn struct {
 	// WriteTimeout overrides the bound on one frame's write (tests); set
 	// before the link is used.
 	WriteTimeout time.Duration
-	// MaxQueued bounds the bytes waiting for the writer that an answer
-	// may join (SendAnswer; 0: QueueBytes(MaxFrame)); set before the link
-	// is used.
+	// MaxQueued bounds the bytes of answers waiting for the writer that
+	// an answer may join (SendAnswer; 0: QueueBytes(MaxFrame)); set before
+	// the link is used.
 	MaxQueued int64
+}
+
+// outFrame is one frame waiting for the writer; answer marks one
+// SendAnswer queued, counted in Conn.answers until written.
+type outFrame struct {
+	b      []byte
+	answer bool
+}
+
+// size is what the frame counts in Conn.answers.
+func (f outFrame) size() int64 {
+	if f.answer {
+		return int64(len(f.b))
+	}
+	return 0
 }
 
 // New wraps ws; slowMsg is the close reason for a peer whose queue fills.
@@ -120,11 +137,12 @@ func (c *Conn) Closed() <-chan struct{} { return c.closed }
 func (c *Conn) Send(frame []byte) error { return c.send(frame, false) }
 
 // SendAnswer is Send for a frame the peer asked for (a query's answer): it
-// also closes the link, as a peer that is not reading, when the bytes
-// waiting would pass MaxQueued with it. What funduq sends of its own
-// accord (offers, cancels) is bounded by the count alone, so a burst of
-// offers to a provider coming back is not taken for a peer not reading;
-// what a peer asks for is bounded by what it reads.
+// also closes the link, as a peer that is not reading, when the answers
+// waiting would pass MaxQueued in bytes with it. What funduq sends of its
+// own accord (offers, cancels) is bounded by the count alone and is not
+// in those bytes, so a burst of offers to a provider coming back is not
+// taken for a peer not reading; what a peer asks for is bounded by what
+// it reads.
 func (c *Conn) SendAnswer(frame []byte) error { return c.send(frame, true) }
 
 func (c *Conn) send(frame []byte, asked bool) error {
@@ -138,14 +156,16 @@ func (c *Conn) send(frame []byte, asked bool) error {
 		bound = QueueBytes(MaxFrame)
 	}
 	c.mu.Lock()
-	// An answer alone in the queue is always taken, however large.
-	if len(c.out) >= sendQueue || asked && len(c.out) > 0 && c.queued.Load()+int64(len(frame)) > bound {
+	// An answer with no other waiting is always taken, however large.
+	f := outFrame{b: frame, answer: asked}
+	waiting := c.answers.Load()
+	if len(c.out) >= sendQueue || asked && waiting > 0 && waiting+f.size() > bound {
 		c.mu.Unlock()
 		c.cutOff(websocket.CloseTryAgainLater, c.slowMsg)
 		return ErrClosed
 	}
-	c.out = append(c.out, frame)
-	c.queued.Add(int64(len(frame)))
+	c.out = append(c.out, f)
+	c.answers.Add(f.size())
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
@@ -174,8 +194,7 @@ func (c *Conn) SendNow(frame []byte) error {
 		return c.Send(frame)
 	}
 	c.writing = true
-	c.out = append(c.out, frame)
-	c.queued.Add(int64(len(frame)))
+	c.out = append(c.out, outFrame{b: frame})
 	c.mu.Unlock()
 	if !c.drain() {
 		return ErrClosed
@@ -204,7 +223,7 @@ func (c *Conn) drain() bool {
 		fs := c.out
 		c.out = nil
 		if len(fs) == 0 || c.CutOff() {
-			c.queued.Store(0)
+			c.answers.Store(0)
 			c.releaseLocked()
 			c.mu.Unlock()
 			return true
@@ -214,9 +233,9 @@ func (c *Conn) drain() bool {
 			if i > 0 && c.CutOff() {
 				break // the next round drops the rest
 			}
-			c.queued.Add(-int64(len(f)))
+			c.answers.Add(-f.size())
 			_ = c.WS.SetWriteDeadline(time.Now().Add(c.writeTimeout()))
-			if err := c.WS.WriteMessage(websocket.TextMessage, f); err != nil {
+			if err := c.WS.WriteMessage(websocket.TextMessage, f.b); err != nil {
 				c.cutOff(websocket.CloseAbnormalClosure, "write failed")
 				_ = c.WS.Close()
 				c.mu.Lock()
@@ -385,7 +404,7 @@ func (c *Conn) Writer(done chan<- struct{}) {
 			}
 			for _, f := range fs {
 				_ = c.WS.SetWriteDeadline(time.Now().Add(c.writeTimeout()))
-				if c.WS.WriteMessage(websocket.TextMessage, f) != nil {
+				if c.WS.WriteMessage(websocket.TextMessage, f.b) != nil {
 					_ = c.WS.Close()
 					return
 				}
