@@ -326,11 +326,15 @@ func (s *Server) register(ctx context.Context, c *Conn, f wire.Register) {
 func (s *Server) answerQuery(ctx context.Context, c *Conn, q wire.Query) {
 	res := wire.QueryResult{Type: wire.TypeQueryResult, QueryID: q.QueryID}
 	defer func() {
-		// An answer the provider asked for: bounded by what it reads
-		// (wsconn.SendAnswer), so one that asks and never reads is cut
-		// off rather than held thousands of answers.
+		// An answer the provider asked for: bounded by what it reads. It
+		// waits, holding its query slot, for the answers before it to be
+		// written (wsconn.SendAnswerWhenRoom): the slots bound the answers
+		// being read, not those waiting, so a provider asking for many
+		// long threads at once and reading them at its network's pace was
+		// cut off as not reading. One that never reads is cut off by the
+		// write timeout, holding at most the bound and a slot's answer each.
 		if b, err := wire.Marshal(res); err == nil {
-			_ = c.SendAnswer(b)
+			_ = c.SendAnswerWhenRoom(b)
 		}
 	}()
 	if q.Method != "thread_messages" {

@@ -118,3 +118,40 @@ func TestAnswersOffersAndCloseRace(t *testing.T) {
 		}
 	}
 }
+
+// An answer that finds no room under the bound waits for the writer
+// rather than cutting the link off: a peer that asked for more than its
+// network carries at once, and reads it all, gets every answer.
+func TestAnswersWaitForRoom(t *testing.T) {
+	p := newPair(t, 0)
+	p.c.MaxQueued = 16 << 20
+	answer := []byte(strings.Repeat("a", 4<<20))
+	const answers = 24 // 96 MiB, six times the bound
+	errs := make(chan error, answers)
+	for i := 0; i < answers; i++ {
+		go func() { errs <- p.c.SendAnswerWhenRoom(answer) }()
+	}
+	readN(t, p, answers) // the peer reads only now, all of them
+	for i := 0; i < answers; i++ {
+		if err := <-errs; err != nil {
+			t.Fatalf("an answer: %v (cut off: %v); want every answer sent", err, p.c.CutOff())
+		}
+	}
+}
+
+// A peer that reads nothing is still cut off, by the write timeout, and
+// every answer waiting for room returns then: none is held for ever.
+func TestAnswersWaitingEndWhenTheLinkIsCutOff(t *testing.T) {
+	p := newPair(t, 200*time.Millisecond)
+	p.c.MaxQueued = 16 << 20
+	answer := []byte(strings.Repeat("a", 4<<20))
+	var wg sync.WaitGroup
+	for i := 0; i < 24; i++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = p.c.SendAnswerWhenRoom(answer) }()
+	}
+	wg.Wait()
+	if !p.c.CutOff() {
+		t.Fatal("every answer returned, the link not cut off; want the peer that reads nothing cut off")
+	}
+}

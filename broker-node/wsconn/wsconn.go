@@ -70,6 +70,12 @@ type Conn struct {
 	// counts. Offers and cancels are not in it, so funduq's own burst is
 	// never taken for a peer not reading what it asked for.
 	answers atomic.Int64
+	// room, when not nil, is closed (under mu) when an answer is written:
+	// a SendAnswerWhenRoom caller waits on it.
+	room chan struct{}
+	// answerMu is held by a SendAnswerWhenRoom caller from its check for
+	// room to its answer queued, so no other answer takes that room.
+	answerMu sync.Mutex
 	// writing is held by whoever writes frames: the writer goroutine, or a
 	// SendNow caller that found the link idle. Taken and given back under
 	// mu, and given back only with out empty, so no frame is left behind.
@@ -145,16 +151,66 @@ func (c *Conn) Send(frame []byte) error { return c.send(frame, false) }
 // it reads.
 func (c *Conn) SendAnswer(frame []byte) error { return c.send(frame, true) }
 
+// SendAnswerWhenRoom is SendAnswer for a caller that can wait (a query's
+// own goroutine, holding one of its link's query slots): while the answers
+// waiting leave no room for frame under MaxQueued, it waits for the writer
+// to write some, or for the link to close (ErrClosed). A provider that asks
+// for more than its network carries at once is slowed, not cut off; one
+// that reads nothing is cut off by the write timeout, the answers held
+// meanwhile bounded by MaxQueued and the link's query slots.
+func (c *Conn) SendAnswerWhenRoom(frame []byte) error {
+	c.answerMu.Lock()
+	defer c.answerMu.Unlock()
+	for {
+		c.mu.Lock()
+		waiting := c.answers.Load()
+		if waiting == 0 || waiting+int64(len(frame)) <= c.answerBound() {
+			c.mu.Unlock()
+			// Only answerMu's holder adds answers, so the room is there.
+			return c.SendAnswer(frame)
+		}
+		if c.room == nil {
+			c.room = make(chan struct{})
+		}
+		room := c.room
+		c.mu.Unlock()
+		select {
+		case <-room:
+		case <-c.closed:
+			return ErrClosed
+		}
+	}
+}
+
+// written gives back an answer's bytes once the writer wrote it, and
+// wakes a SendAnswerWhenRoom caller waiting for room.
+func (c *Conn) written(f outFrame) {
+	if !f.answer {
+		return
+	}
+	c.answers.Add(-f.size())
+	c.mu.Lock()
+	if c.room != nil {
+		close(c.room)
+		c.room = nil
+	}
+	c.mu.Unlock()
+}
+
+func (c *Conn) answerBound() int64 {
+	if c.MaxQueued > 0 {
+		return c.MaxQueued
+	}
+	return QueueBytes(MaxFrame)
+}
+
 func (c *Conn) send(frame []byte, asked bool) error {
 	select {
 	case <-c.closed:
 		return ErrClosed
 	default:
 	}
-	bound := c.MaxQueued
-	if bound <= 0 {
-		bound = QueueBytes(MaxFrame)
-	}
+	bound := c.answerBound()
 	c.mu.Lock()
 	// An answer with no other waiting is always taken, however large.
 	f := outFrame{b: frame, answer: asked}
@@ -233,7 +289,7 @@ func (c *Conn) drain() bool {
 			if i > 0 && c.CutOff() {
 				break // the next round drops the rest
 			}
-			c.answers.Add(-f.size())
+			c.written(f)
 			_ = c.WS.SetWriteDeadline(time.Now().Add(c.writeTimeout()))
 			if err := c.WS.WriteMessage(websocket.TextMessage, f.b); err != nil {
 				c.cutOff(websocket.CloseAbnormalClosure, "write failed")
