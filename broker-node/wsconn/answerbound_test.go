@@ -67,12 +67,13 @@ func TestAnswerBytesAreGivenBackAsWritten(t *testing.T) {
 	}
 }
 
-// Answers, offers and a close from many goroutines at once, a reading
+// Answers (waiting for room), offers and a close from many goroutines at once, a reading
 // peer: under -race, nothing is torn, the link ends as closed (not cut
 // off), and what arrived before the close arrived whole.
 func TestAnswersOffersAndCloseRace(t *testing.T) {
 	for run := 0; run < 5; run++ {
 		p := newPair(t, 0)
+		p.c.MaxQueued = 256 << 10 // answers wait for room often
 		frame := []byte(strings.Repeat("r", 64<<10))
 		readErr := make(chan error, 1)
 		go func() {
@@ -100,7 +101,7 @@ func TestAnswersOffersAndCloseRace(t *testing.T) {
 					}
 					switch (g + i) % 3 {
 					case 0:
-						_ = p.c.SendAnswer(frame)
+						_ = p.c.SendAnswerWhenRoom(frame)
 					case 1:
 						_ = p.c.SendNow(frame)
 					default:
@@ -153,5 +154,49 @@ func TestAnswersWaitingEndWhenTheLinkIsCutOff(t *testing.T) {
 	wg.Wait()
 	if !p.c.CutOff() {
 		t.Fatal("every answer returned, the link not cut off; want the peer that reads nothing cut off")
+	}
+}
+
+// A link cut off while offers, answers waiting for room and inline writes
+// race it: under -race, every sender returns (none waits for room on a
+// closed link, none holds the writing turn), and the peer's read ends.
+func TestCutOffRacesEverySender(t *testing.T) {
+	p := newPair(t, 0)
+	p.c.MaxQueued = 64 << 10
+	frame := []byte(strings.Repeat("c", 4<<10)) // 32 MiB sent in all, past what the sockets hold
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 2000; i++ {
+				var err error
+				switch g % 4 {
+				case 0:
+					err = p.c.SendAnswerWhenRoom(frame)
+				case 1:
+					err = p.c.SendNow(frame)
+				default:
+					err = p.c.Send(frame) // 8 000 in all: past the count
+				}
+				if err != nil {
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	if !p.c.CutOff() {
+		t.Fatal("every sender returned, the link not cut off; want the peer that reads nothing cut off")
+	}
+	for {
+		_ = p.client.SetReadDeadline(time.Now().Add(guard))
+		if _, _, err := p.client.ReadMessage(); err != nil {
+			var ne interface{ Timeout() bool }
+			if errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("the peer's read: %v; want the link's end", err)
+			}
+			return
+		}
 	}
 }
