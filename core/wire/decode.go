@@ -108,10 +108,8 @@ func decodeReport(raw []byte, kind string, f any, runID *string) *FrameError {
 			// event's seq): a fraction or an exponent is refused as
 			// such, not as a range it may well be within.
 			num := strings.TrimPrefix(te.Value, "number ")
-			if f, _, err := big.ParseFloat(num, 10, 64, big.ToNearestEven); err == nil && f.IsInt() {
-				if _, acc := f.Int64(); acc != big.Exact {
-					return &FrameError{Message: fmt.Sprintf("%s refused: %s is out of range", kind, field), RunID: *runID}
-				}
+			if integerOutOfRange(num) {
+				return &FrameError{Message: fmt.Sprintf("%s refused: %s is out of range", kind, field), RunID: *runID}
 			}
 			return &FrameError{Message: fmt.Sprintf("%s refused: %s must be an integer written without a fraction or exponent (got %s)",
 				kind, field, clip(num, 32)), RunID: *runID}
@@ -119,6 +117,29 @@ func decodeReport(raw []byte, kind string, f any, runID *string) *FrameError {
 		return &FrameError{Message: fmt.Sprintf("%s refused: %s must be %s (got %s)", kind, field, want, te.Value), RunID: *runID}
 	}
 	return &FrameError{Message: kind + " refused: the frame does not decode", RunID: *runID}
+}
+
+// maxNumberParsed bounds the JSON number literals integerOutOfRange does
+// arithmetic on: big.ParseFloat's work grows as the square of the digits,
+// and a frame may hold megabytes of them.
+const maxNumberParsed = 64
+
+// integerOutOfRange reports whether the JSON number literal num, which
+// did not decode as an int64, is an integer past the int64 range rather
+// than a fraction or an integer written with one or an exponent. A literal
+// longer than maxNumberParsed is read by its characters alone: one without
+// a fraction or an exponent is out of range, any other is refused as
+// written with one.
+func integerOutOfRange(num string) bool {
+	if len(num) > maxNumberParsed {
+		return !strings.ContainsAny(num, ".eE")
+	}
+	f, _, err := big.ParseFloat(num, 10, 64, big.ToNearestEven)
+	if err != nil || !f.IsInt() {
+		return false
+	}
+	_, acc := f.Int64()
+	return acc != big.Exact
 }
 
 // jsonKind names a Go kind as the JSON value it decodes from.
