@@ -12,29 +12,19 @@ import (
 	"time"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
-	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/functions/a2a"
 	"github.com/funduq/funduq-go/functions/door"
 	"github.com/funduq/funduq-go/provider"
 )
 
+// a2aDoor serves a real A2A door on the harness's stores.
 func a2aDoor(t *testing.T, h *nodetest.Harness) *httptest.Server {
-	t.Helper()
-	deps, err := door.Connect(config.Door{Storage: h.Cfg.Storage, Identity: h.Cfg.Identity},
-		door.ConnectOptions{RedisPrefix: h.Prefix, MaxConns: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hd, err := a2a.New(a2a.Options{Store: deps.Store, Feed: deps.Feed, Funduq: deps.Funduq, TokenSecret: deps.TokenSecret,
-		Tail: door.TailOptions{Heartbeat: 15 * time.Second, LiveBlock: 500 * time.Millisecond,
-			PollInterval: 50 * time.Millisecond, DBCheck: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(hd)
-	t.Cleanup(func() { srv.CloseClientConnections(); srv.Close(); deps.Close() })
-	return srv
+	return doorOn(t, h, func(deps *door.Deps) (http.Handler, error) {
+		return a2a.New(a2a.Options{Store: deps.Store, Feed: deps.Feed, Funduq: deps.Funduq, TokenSecret: deps.TokenSecret,
+			Tail: door.TailOptions{Heartbeat: 15 * time.Second, LiveBlock: 500 * time.Millisecond,
+				PollInterval: 50 * time.Millisecond, DBCheck: time.Second}})
+	})
 }
 
 func a2aCall(t *testing.T, url, body string) map[string]any {

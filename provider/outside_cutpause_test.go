@@ -67,18 +67,7 @@ func cutAroundInterrupt(t *testing.T, seed uint64) {
 	serve(t, c)
 
 	rng := rand.New(rand.NewPCG(seed, 0xa5c))
-	stopCuts, cutsDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(cutsDone)
-		for {
-			select {
-			case <-stopCuts:
-				return
-			case <-time.After(time.Duration(rng.IntN(40)) * time.Millisecond):
-				proxy.cut()
-			}
-		}
-	}()
+	stopCuts := proxy.cutAtRandom(t, rng)
 	ids := make([]string, runs)
 	threads := make([]string, runs)
 	for i := range ids {
@@ -92,9 +81,7 @@ func cutAroundInterrupt(t *testing.T, seed uint64) {
 	for _, id := range ids {
 		h.Eventually("run "+id+" ends", func() bool { return h.Run(id).Status.Terminal() })
 	}
-	close(stopCuts)
-	<-cutsDone
-	t.Logf("%d cuts", proxy.cuts.Load())
+	stopCuts()
 	var want []string
 	for _, round := range []string{"ask", "answer"} {
 		want = append(want, "RUN_STARTED<nil>")

@@ -84,6 +84,29 @@ func (c *cutter) cut() {
 	}
 }
 
+// cutAtRandom cuts every connection through the proxy at moments drawn
+// from rng (0–40 ms apart) until the returned stop, which waits for the
+// cutting to end and logs how many cuts there were.
+func (c *cutter) cutAtRandom(t *testing.T, rng *rand.Rand) (stop func()) {
+	stopCuts, cutsDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(cutsDone)
+		for {
+			select {
+			case <-stopCuts:
+				return
+			case <-time.After(time.Duration(rng.IntN(40)) * time.Millisecond):
+				c.cut()
+			}
+		}
+	}()
+	return func() {
+		close(stopCuts)
+		<-cutsDone
+		t.Logf("%d cuts", c.cuts.Load())
+	}
+}
+
 // Runs stream through a link cut at seeded random moments (mid-offer,
 // mid-stream, between an event and the finish, during the handshake):
 // every run completes, its handler ran once, and its caller sees every
@@ -127,19 +150,7 @@ func linkCutsAtRandom(t *testing.T, seed uint64) {
 	serve(t, c)
 
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	stopCuts := make(chan struct{})
-	cutsDone := make(chan struct{})
-	go func() {
-		defer close(cutsDone)
-		for {
-			select {
-			case <-stopCuts:
-				return
-			case <-time.After(time.Duration(rng.IntN(40)) * time.Millisecond):
-				proxy.cut()
-			}
-		}
-	}()
+	stopCuts := proxy.cutAtRandom(t, rng)
 	ids := make([]string, runs)
 	for i := range ids {
 		ids[i], _ = h.Door(s.PublicKeyHex(), "stream", "", fmt.Sprint("go ", i))
@@ -147,9 +158,7 @@ func linkCutsAtRandom(t *testing.T, seed uint64) {
 	for _, id := range ids {
 		h.Eventually("run "+id+" ends", func() bool { return h.Run(id).Status.Terminal() })
 	}
-	close(stopCuts)
-	<-cutsDone
-	t.Logf("%d cuts", proxy.cuts.Load())
+	stopCuts()
 	for _, id := range ids {
 		if st := h.Run(id).Status; st != run.Completed {
 			t.Errorf("run %s: %s (%s), want completed", id, st, h.Run(id).FailureReason)
@@ -222,18 +231,7 @@ func capacityThroughCuts(t *testing.T, seed uint64) {
 	}
 	serve(t, c)
 	rng := rand.New(rand.NewPCG(seed, 0xca9))
-	stopCuts, cutsDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(cutsDone)
-		for {
-			select {
-			case <-stopCuts:
-				return
-			case <-time.After(time.Duration(rng.IntN(40)) * time.Millisecond):
-				proxy.cut()
-			}
-		}
-	}()
+	stopCuts := proxy.cutAtRandom(t, rng)
 	ids := make([]string, runs)
 	for i := range ids {
 		ids[i], _ = h.Door(s.PublicKeyHex(), "cap", "", fmt.Sprint("go ", i))
@@ -241,9 +239,7 @@ func capacityThroughCuts(t *testing.T, seed uint64) {
 	for _, id := range ids {
 		h.Eventually("run "+id+" ends", func() bool { return h.Run(id).Status.Terminal() })
 	}
-	close(stopCuts)
-	<-cutsDone
-	t.Logf("%d cuts", proxy.cuts.Load())
+	stopCuts()
 	for _, id := range ids {
 		if r := h.Run(id); r.Status != run.Completed {
 			t.Errorf("run %s: %s (%s)", id, r.Status, r.FailureReason)
@@ -311,18 +307,7 @@ func serializedThroughCuts(t *testing.T, seed uint64) {
 	}
 	serve(t, c)
 	rng := rand.New(rand.NewPCG(seed, 0x5e7))
-	stopCuts, cutsDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(cutsDone)
-		for {
-			select {
-			case <-stopCuts:
-				return
-			case <-time.After(time.Duration(rng.IntN(40)) * time.Millisecond):
-				proxy.cut()
-			}
-		}
-	}()
+	stopCuts := proxy.cutAtRandom(t, rng)
 	made := map[string][]string{}
 	var all []string
 	tids := make([]string, threads)
@@ -337,9 +322,7 @@ func serializedThroughCuts(t *testing.T, seed uint64) {
 	for _, id := range all {
 		h.Eventually("run "+id+" ends", func() bool { return h.Run(id).Status.Terminal() })
 	}
-	close(stopCuts)
-	<-cutsDone
-	t.Logf("%d cuts", proxy.cuts.Load())
+	stopCuts()
 	for _, id := range all {
 		if r := h.Run(id); r.Status != run.Completed {
 			t.Errorf("run %s: %s (%s)", id, r.Status, r.FailureReason)

@@ -21,15 +21,24 @@ import (
 
 // aguiDoor serves a real AG-UI door on the harness's stores.
 func aguiDoor(t *testing.T, h *nodetest.Harness) *httptest.Server {
+	return doorOn(t, h, func(deps *door.Deps) (http.Handler, error) {
+		return agui.New(agui.Options{Store: deps.Store, Feed: deps.Feed, Funduq: deps.Funduq, TokenSecret: deps.TokenSecret,
+			Heartbeat: 15 * time.Second, LiveBlock: 500 * time.Millisecond, PollInterval: 50 * time.Millisecond, DBCheck: time.Second})
+	})
+}
+
+// doorOn serves the door build makes on a door's connections to the
+// harness's stores, closed when the test ends.
+func doorOn(t *testing.T, h *nodetest.Harness, build func(*door.Deps) (http.Handler, error)) *httptest.Server {
 	t.Helper()
 	deps, err := door.Connect(config.Door{Storage: h.Cfg.Storage, Identity: h.Cfg.Identity},
 		door.ConnectOptions{RedisPrefix: h.Prefix, MaxConns: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	hd, err := agui.New(agui.Options{Store: deps.Store, Feed: deps.Feed, Funduq: deps.Funduq, TokenSecret: deps.TokenSecret,
-		Heartbeat: 15 * time.Second, LiveBlock: 500 * time.Millisecond, PollInterval: 50 * time.Millisecond, DBCheck: time.Second})
+	hd, err := build(deps)
 	if err != nil {
+		deps.Close()
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(hd)
