@@ -20,12 +20,18 @@ import (
 // a proxy the test may freeze, its storage calls recorded.
 func watchedDoor(t *testing.T, h *nodetest.Harness) (*httptest.Server, *pgwatch.Watch, *testservers.Proxy) {
 	t.Helper()
+	return watchedDoorWith(t, h, nil)
+}
+
+// watchedDoorWith is watchedDoor with the door's options changed by mut.
+func watchedDoorWith(t *testing.T, h *nodetest.Harness, mut func(*a2a.Options)) (*httptest.Server, *pgwatch.Watch, *testservers.Proxy) {
+	t.Helper()
 	deps := doorDeps(t, h)
 	deps.Store.Close()
 	var w *pgwatch.Watch
 	var px *testservers.Proxy
 	deps.Store, w, px = pgwatch.OpenStore(t, h.Cfg.Storage.DatabaseURL, 4)
-	srv := startDoorWith(t, deps, nil)
+	srv := startDoorWith(t, deps, mut)
 	return srv, w, px
 }
 

@@ -13,8 +13,6 @@ import (
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/functions/a2a"
-	"github.com/funduq/funduq-go/internal/pgwatch"
-	"github.com/funduq/funduq-go/internal/testservers"
 )
 
 // A tasks/resubscribe whose stream must read the record to go on — its
@@ -42,15 +40,7 @@ func TestOutsideResubscribeMeetingAnOutageEndsTyped(t *testing.T) {
 			h := nodetest.Start(t, nil)
 			p := h.Connect(0xe1, nil)
 			p.Register("echo")
-			deps := doorDeps(t, h)
-			deps.Store.Close()
-			var w *pgwatch.Watch
-			var px *testservers.Proxy
-			deps.Store, w, px = pgwatch.OpenStore(t, h.Cfg.Storage.DatabaseURL, 4)
-			srv := startDoorWith(t, deps, func(o *a2a.Options) {
-				o.StreamBudget = time.Minute
-				o.Tail.SettleWait = 300 * time.Millisecond
-			})
+			srv, w, px := watchedDoorWith(t, h, riding)
 			c := newClient(t, srv, p.Key, "echo", "")
 			task := c.send(c.message("m1", "hi", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
 			id, _ := task["id"].(string)
@@ -144,6 +134,12 @@ func TestOutsideResubscribeMeetingAnOutageEndsTyped(t *testing.T) {
 	}
 }
 
+// riding gives a stream time to ride out an outage on the live feed.
+func riding(o *a2a.Options) {
+	o.StreamBudget = time.Minute
+	o.Tail.SettleWait = 300 * time.Millisecond
+}
+
 // A message/stream whose task is written, and whose door's PostgreSQL is
 // cut right after (at the stream's first read of the record), shows the
 // task as written — its id, the caller's message — and follows it on the
@@ -158,15 +154,7 @@ func TestOutsideStreamOfATaskJustWrittenRidesOutAnOutage(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe1, nil)
 	p.Register("echo")
-	deps := doorDeps(t, h)
-	deps.Store.Close()
-	var w *pgwatch.Watch
-	var px *testservers.Proxy
-	deps.Store, w, px = pgwatch.OpenStore(t, h.Cfg.Storage.DatabaseURL, 4)
-	srv := startDoorWith(t, deps, func(o *a2a.Options) {
-		o.StreamBudget = time.Minute
-		o.Tail.SettleWait = 300 * time.Millisecond
-	})
+	srv, w, px := watchedDoorWith(t, h, riding)
 	c := newClient(t, srv, p.Key, "echo", "")
 	var once sync.Once
 	w.OnStart(func(sql string) {
@@ -223,12 +211,7 @@ func TestOutsideSendOfATaskJustWrittenAnswersItThroughAnOutage(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe1, nil)
 	p.Register("echo")
-	deps := doorDeps(t, h)
-	deps.Store.Close()
-	var w *pgwatch.Watch
-	var px *testservers.Proxy
-	deps.Store, w, px = pgwatch.OpenStore(t, h.Cfg.Storage.DatabaseURL, 4)
-	srv := startDoorWith(t, deps, nil)
+	srv, w, px := watchedDoor(t, h)
 	c := newClient(t, srv, p.Key, "echo", "")
 	var once sync.Once
 	w.OnStart(func(sql string) {
