@@ -84,6 +84,13 @@ var (
 	// registered every agent this client serves (design.md D5); the runs
 	// this client held were finished first.
 	ErrReplaced = errors.New("provider: replaced by a newer process of the same key")
+	// ErrRegisterRefused: Run stopped because funduq refused register for
+	// a reason retrying cannot fix: past one of the broker's register
+	// limits (FUNDUQ_MAX_AGENTS_PER_REGISTER,
+	// FUNDUQ_MAX_AGENT_DESCRIPTION_BYTES, FUNDUQ_MAX_AGENT_CARD_BYTES,
+	// FUNDUQ_MAX_REGISTER_BYTES, FUNDUQ_MAX_FRAME_BYTES). The error Run
+	// returns wraps it and quotes funduq's reason; nothing was registered.
+	ErrRegisterRefused = errors.New("provider: funduq refused register for good")
 	// ErrNotRegistered: the frame after register was not registered.
 	ErrNotRegistered = errors.New("provider: register was not answered with registered")
 	// ErrCancelRequested is the cause of a run context cancelled because
@@ -216,9 +223,12 @@ type Client struct {
 	connected atomic.Bool
 	// replaced: funduq said a newer process of this key took over every
 	// agent this client serves; it finishes what it holds and stops.
-	replaced  atomic.Bool
-	ready     chan struct{}
-	readyOnce sync.Once
+	replaced atomic.Bool
+	// registerRefused: funduq refused register for good (ErrRegisterRefused);
+	// as when replaced, the client finishes what it holds and stops.
+	registerRefused atomic.Bool
+	ready           chan struct{}
+	readyOnce       sync.Once
 
 	// handlers counts handler and thread-queue goroutines; Run waits for it.
 	handlers sync.WaitGroup
@@ -412,7 +422,8 @@ func (c *Client) Run(ctx context.Context) error {
 	attempt := 0
 	followed := false // the last attempt went to a leader a standby named
 	c.replaced.Store(false)
-	stopped := error(nil)
+	c.registerRefused.Store(false)
+	stopped, refusedErr := error(nil), error(nil)
 	for ctx.Err() == nil {
 		base := c.base
 		if redirect != nil {
@@ -429,6 +440,22 @@ func (c *Client) Run(ctx context.Context) error {
 			// (design.md §Two processes of one key).
 			c.log.Info("provider replaced by a newer process of its key; stopping")
 			stopped = ErrReplaced
+			break
+		}
+		if errors.Is(err, ErrRegisterRefused) {
+			// The same register would be refused again: stop, so that the
+			// author's process exits saying why rather than serving
+			// nothing while it looks alive. Nothing was registered on
+			// this link, so no run was offered on it; runs held from an
+			// earlier link (a broker restarted with lower limits) are
+			// finished and reported first on links that register
+			// nothing, as a replaced client's are (D5).
+			refusedErr = err
+			c.registerRefused.Store(true)
+		}
+		if refusedErr != nil && c.holdsNothing() {
+			c.log.Error("funduq refused register for good; stopping", "err", refusedErr)
+			stopped = refusedErr
 			break
 		}
 		if registered {

@@ -318,12 +318,45 @@ func (c *Client) handshake(conn *websocket.Conn, tr wire.TicketResponse, fk ed25
 		var e wire.Error
 		_ = json.Unmarshal(raw, &e)
 		c.log.Error("funduq refused register", "message", e.Message, "name", e.Name)
+		if refusedForGood(e.Message) {
+			return fmt.Errorf("%w: %s", ErrRegisterRefused, e.Message)
+		}
 		return fmt.Errorf("%w: funduq answered error %q", ErrNotRegistered, e.Message)
 	default:
 		return fmt.Errorf("%w: got %q", ErrNotRegistered, typ)
 	}
 	_ = conn.SetReadDeadline(time.Time{})
 	return nil
+}
+
+// registerLimits are the broker settings a register can be refused past.
+// funduq names the setting in such a refusal (design.md §The provider wire,
+// "Admission", and "The frame limit"), and the same register is refused
+// past it again however often it is sent: only the operator raising the
+// setting or the author shrinking the agents helps. The served-agents cap
+// (FUNDUQ_MAX_SERVED_AGENTS) is not one: it frees as other providers leave,
+// and funduq says "retry later".
+var registerLimits = []string{
+	"(FUNDUQ_MAX_AGENTS_PER_REGISTER)",
+	"(FUNDUQ_MAX_AGENT_DESCRIPTION_BYTES)",
+	"(FUNDUQ_MAX_AGENT_CARD_BYTES)",
+	"(FUNDUQ_MAX_REGISTER_BYTES)",
+	"(FUNDUQ_MAX_FRAME_BYTES)",
+}
+
+// refusedForGood reports whether funduq's error answering a register names
+// one of registerLimits. The error frame carries no code (core/wire.Error),
+// so the setting it names is what tells (design.md §Open questions); any
+// other refusal is retried as before. The refusals New can foresee (a name
+// off the pattern, a duplicate, a NUL, a card that is not an object, a long
+// ProviderName) never reach funduq.
+func refusedForGood(msg string) bool {
+	for _, s := range registerLimits {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // readHandshakeFrame reads one text frame within handshakeTimeout.

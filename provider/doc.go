@@ -37,7 +37,24 @@
 // to reconnecting: told that a newer process of the same key registered
 // every agent it serves (a rolling deploy), the client registers nothing
 // again; it reconnects without registering only to finish the runs it
-// holds, and Run returns ErrReplaced once none is left.
+// holds, and Run returns ErrReplaced once none is left. Another: a register
+// funduq refuses past one of its register limits, settings of the broker
+// the client cannot know before it asks (FUNDUQ_MAX_AGENTS_PER_REGISTER,
+// FUNDUQ_MAX_AGENT_DESCRIPTION_BYTES, FUNDUQ_MAX_AGENT_CARD_BYTES,
+// FUNDUQ_MAX_REGISTER_BYTES, FUNDUQ_MAX_FRAME_BYTES), would be refused
+// again however often it is sent. The client registers nothing more,
+// finishes and reports the runs it holds from an earlier link (as a
+// replaced client does), and Run returns an error wrapping
+// ErrRegisterRefused that quotes funduq's reason, e.g.
+//
+//	provider: funduq refused register for good: agents[0].description is 20000 bytes, over the limit of 16384 (FUNDUQ_MAX_AGENT_DESCRIPTION_BYTES)
+//
+// Shrink the agent, or have the operator raise the setting, and start
+// again. What New can check itself (an agent name, a duplicate, a card
+// that is not a JSON object, a ProviderName over MaxProviderNameBytes) it
+// refuses before anything is sent. Any other refusal of a register (the
+// served-agents cap, FUNDUQ_MAX_SERVED_AGENTS, which frees as others
+// leave) is retried with backoff as before.
 //
 // A handler asks its caller a question by pausing the run: it emits a
 // RUN_FINISHED whose outcome is an interrupt,

@@ -42,7 +42,9 @@ func Example() {
 	defer stop()
 	// ErrReplaced: a newer process of this key serves the agents now (a
 	// rolling deploy); exiting 0 keeps a supervisor from restarting this
-	// one into taking them back.
+	// one into taking them back. Any other error ends the process non-zero,
+	// ErrRegisterRefused among them: funduq refused the agents past one of
+	// its limits, which the error names.
 	if err := client.Run(ctx); err != nil && !errors.Is(err, provider.ErrReplaced) {
 		log.Fatal(err)
 	}

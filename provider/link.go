@@ -61,9 +61,10 @@ func (l *link) fail(err error) {
 // ctx ends. registered says whether the ceremony completed; redirect is a
 // leader a standby named, for the next attempt.
 func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, redirect *url.URL, err error) {
-	// A client told it was replaced registers nothing: it only finishes
-	// the runs it holds, and funduq takes its reports for them (D5).
-	finishOnly := c.replaced.Load()
+	// A client told it was replaced, or whose register funduq refused for
+	// good, registers nothing: it only finishes the runs it holds, and
+	// funduq takes its reports for them (D5).
+	finishOnly := c.replaced.Load() || c.registerRefused.Load()
 	var paused []*runState
 	var early [][]byte
 	refused := make(map[string]bool)

@@ -172,6 +172,12 @@ func run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 			logger.Info("echo-agent stopped: replaced by a newer process of its key")
 			return 0
 		}
+		if errors.Is(err, provider.ErrRegisterRefused) {
+			// Sending the same register again would be refused again:
+			// the agent, or the broker's limit err names, must change.
+			logger.Error("echo-agent stopped: funduq refused its register", "err", err)
+			return 1
+		}
 		logger.Error("echo-agent stopped", "err", err)
 		return 1
 	}
