@@ -19,7 +19,9 @@ type Link interface {
 	// SendNow sends a frame whose latency counts (a run offered): it is
 	// written by the caller at once when the link is idle, so it may block
 	// on a peer that stopped reading, until the link's write timeout or
-	// its close; otherwise it is queued as by Send.
+	// its close; otherwise it is queued as by Send, except that it does
+	// not count against the bound on frames waiting (wsconn.Conn.SendNow:
+	// a burst of offers is funduq's own, one per run).
 	SendNow(frame []byte) error
 	// Close ends the link with a reason (the broker closes every link
 	// when it stops leading).

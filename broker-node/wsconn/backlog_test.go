@@ -67,3 +67,29 @@ func TestCutOffLinkDropsItsBacklog(t *testing.T) {
 	}
 	t.Logf("read %d of %d frames, then the close", read, sent-1)
 }
+
+// Offers queued behind a write (SendNow while another holds the writing
+// turn) are funduq's own, one per run: a burst of them past the frame
+// bound to a provider whose network is slower than the lanes does not cut
+// it off. Frames the peer's own frames call for (Send) are still bounded.
+func TestOffersDoNotCountTowardTheFrameBound(t *testing.T) {
+	p := newPair(t, 0)
+	// A frame far past any socket buffer holds the writer on the network.
+	if err := p.c.Send([]byte(strings.Repeat("z", 64<<20))); err != nil {
+		t.Fatal(err)
+	}
+	offer := []byte(strings.Repeat("o", 1<<10))
+	for i := range 6000 {
+		if err := p.c.SendNow(offer); err != nil || p.c.CutOff() {
+			t.Fatalf("offer %d queued behind a write: %v; want the link open", i+1, err)
+		}
+	}
+	var err error
+	sent := 0
+	for ; sent < 8192 && err == nil; sent++ {
+		err = p.c.Send([]byte("refusal"))
+	}
+	if !errors.Is(err, wsconn.ErrClosed) || !p.c.CutOff() {
+		t.Fatalf("%d frames the peer called for, queued and unread: %v; want the link cut off", sent, err)
+	}
+}

@@ -13,8 +13,11 @@ import (
 var ErrClosed = errors.New("link closed")
 
 const (
-	// sendQueue bounds frames waiting for the writer; a peer that stops
-	// reading for that long is cut off rather than buffered forever.
+	// sendQueue bounds the frames waiting for the writer that the peer's
+	// own frames called for (answers, refusals, notices); a peer that stops
+	// reading for that long is cut off rather than buffered forever. Offers
+	// (SendNow) are not counted: they are funduq's own, one per run at a
+	// time, and a burst of them to an honest reader is not its fault.
 	sendQueue = 4096
 	// sendQueueBytes is the least byte bound on the answers among those
 	// frames, what the peer asked for (SendAnswer, QueueBytes): a count alone let
@@ -65,6 +68,8 @@ type Conn struct {
 	WS  *websocket.Conn
 	mu  sync.Mutex
 	out []outFrame // frames waiting to be written, in order; allocated as they come
+	// counted is how many of out count against sendQueue (not offers).
+	counted int
 	// answers is the bytes of the answers (SendAnswer) in out and of those
 	// a drain took from it and has not written yet: what the byte bound
 	// counts. Offers and cancels are not in it, so funduq's own burst is
@@ -108,10 +113,12 @@ type Conn struct {
 }
 
 // outFrame is one frame waiting for the writer; answer marks one
-// SendAnswer queued, counted in Conn.answers until written.
+// SendAnswer queued, counted in Conn.answers until written; offer one
+// SendNow queued, not counted against sendQueue.
 type outFrame struct {
 	b      []byte
 	answer bool
+	offer  bool
 }
 
 // size is what the frame counts in Conn.answers.
@@ -140,16 +147,16 @@ func (c *Conn) Closed() <-chan struct{} { return c.closed }
 
 // Send queues frame for the writer. It never blocks: a full queue closes the
 // link (the provider is not reading).
-func (c *Conn) Send(frame []byte) error { return c.send(frame, false) }
+func (c *Conn) Send(frame []byte) error { return c.send(outFrame{b: frame}) }
 
 // SendAnswer is Send for a frame the peer asked for (a query's answer): it
 // also closes the link, as a peer that is not reading, when the answers
 // waiting would pass MaxQueued in bytes with it. What funduq sends of its
-// own accord (offers, cancels) is bounded by the count alone and is not
-// in those bytes, so a burst of offers to a provider coming back is not
-// taken for a peer not reading; what a peer asks for is bounded by what
-// it reads.
-func (c *Conn) SendAnswer(frame []byte) error { return c.send(frame, true) }
+// own accord is not in those bytes (cancels count against the frame
+// bound; offers, SendNow, not even that), so a burst of offers to a
+// provider coming back is not taken for a peer not reading; what a peer
+// asks for is bounded by what it reads.
+func (c *Conn) SendAnswer(frame []byte) error { return c.send(outFrame{b: frame, answer: true}) }
 
 // SendAnswerWhenRoom is SendAnswer for a caller that can wait (a query's
 // own goroutine, holding one of its link's query slots): while the answers
@@ -204,7 +211,7 @@ func (c *Conn) answerBound() int64 {
 	return QueueBytes(MaxFrame)
 }
 
-func (c *Conn) send(frame []byte, asked bool) error {
+func (c *Conn) send(f outFrame) error {
 	select {
 	case <-c.closed:
 		return ErrClosed
@@ -213,14 +220,16 @@ func (c *Conn) send(frame []byte, asked bool) error {
 	bound := c.answerBound()
 	c.mu.Lock()
 	// An answer with no other waiting is always taken, however large.
-	f := outFrame{b: frame, answer: asked}
 	waiting := c.answers.Load()
-	if len(c.out) >= sendQueue || asked && waiting > 0 && waiting+f.size() > bound {
+	if !f.offer && c.counted >= sendQueue || f.answer && waiting > 0 && waiting+f.size() > bound {
 		c.mu.Unlock()
 		c.cutOff(websocket.CloseTryAgainLater, c.slowMsg)
 		return ErrClosed
 	}
 	c.out = append(c.out, f)
+	if !f.offer {
+		c.counted++
+	}
 	c.answers.Add(f.size())
 	c.mu.Unlock()
 	select {
@@ -233,6 +242,11 @@ func (c *Conn) send(frame []byte, asked bool) error {
 // SendNow is Send for a frame whose latency counts (a run offered): when
 // nothing is being written or waits, the caller writes it at once rather
 // than waking the writer, and then writes whatever was queued meanwhile.
+// Queued, it does not count against the bound on frames waiting: offers
+// are funduq's own, at most one per run at a time, so a burst of them to
+// a provider coming back to thousands of queued runs (no
+// maxConcurrentRuns) is never taken for a peer not reading. A peer that
+// reads nothing is cut off by the write timeout instead.
 // It may then block on the network when the peer stopped reading: for at
 // most the write timeout, or until the link is closed (a close cuts the
 // write short after closeGrace); a failed write closes the link and
@@ -247,10 +261,10 @@ func (c *Conn) SendNow(frame []byte) error {
 	c.mu.Lock()
 	if c.writing || len(c.out) > 0 {
 		c.mu.Unlock()
-		return c.Send(frame)
+		return c.send(outFrame{b: frame, offer: true})
 	}
 	c.writing = true
-	c.out = append(c.out, outFrame{b: frame})
+	c.out = append(c.out, outFrame{b: frame, offer: true})
 	c.mu.Unlock()
 	if !c.drain() {
 		return ErrClosed
@@ -277,7 +291,7 @@ func (c *Conn) drain() bool {
 	for {
 		c.mu.Lock()
 		fs := c.out
-		c.out = nil
+		c.out, c.counted = nil, 0
 		if len(fs) == 0 || c.CutOff() {
 			c.answers.Store(0)
 			c.releaseLocked()
@@ -295,7 +309,7 @@ func (c *Conn) drain() bool {
 				c.cutOff(websocket.CloseAbnormalClosure, "write failed")
 				_ = c.WS.Close()
 				c.mu.Lock()
-				c.out = nil
+				c.out, c.counted = nil, 0
 				c.releaseLocked()
 				c.mu.Unlock()
 				return false
@@ -449,7 +463,7 @@ func (c *Conn) Writer(done chan<- struct{}) {
 			}
 			c.mu.Lock()
 			fs := c.out
-			c.out = nil
+			c.out, c.counted = nil, 0
 			c.mu.Unlock()
 			if c.cut {
 				// The peer stopped reading: the backlog would hold the
