@@ -178,6 +178,17 @@ func (p *rawProv) register(names ...string) {
 	p.expect(wire.TypeRegistered, nil)
 }
 
+// startRun starts a run of agent through the door and expects its offer
+// as the link's next frame.
+func (p *rawProv) startRun(h *nodetest.Harness, agent string) (id, thread string) {
+	p.t.Helper()
+	id, thread = h.Door(p.key, agent, "", "hi")
+	if got := p.offer(); got != id {
+		p.t.Fatalf("offered %s, want %s", got, id)
+	}
+	return id, thread
+}
+
 func (p *rawProv) offer() string {
 	p.t.Helper()
 	var r struct{ RunID string }
@@ -208,10 +219,7 @@ func TestRawUnstorableNamesAreAnsweredAsUnknown(t *testing.T) {
 		t.Errorf("thread_messages of a thread id with a NUL answered %+v; want no such thread", q)
 	}
 	// The agent is still served: the refusal changed nothing.
-	id, _ := h.Door(p.key, "echo", "", "hi")
-	if got := p.offer(); got != id {
-		t.Fatalf("offered %s, want %s", got, id)
-	}
+	p.startRun(h, "echo")
 }
 
 // A provider's seq is an integer (design.md D7, an extension of funduq's):
@@ -223,10 +231,7 @@ func TestRawSeqShapes(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := rawDial(t, h, 0x73, nil)
 	p.register("echo")
-	id, thread := h.Door(p.key, "echo", "", "hi")
-	if got := p.offer(); got != id {
-		t.Fatalf("offered %s, want %s", got, id)
-	}
+	id, thread := p.startRun(h, "echo")
 	p.text(`{"type":"ack","runId":"` + id + `"}`)
 	p.text(fmt.Sprintf(`{"type":"event","runId":%q,"event":{"type":"RUN_STARTED","threadId":%q,"runId":%q}}`, id, thread, id))
 	for _, seq := range []string{"1.0", "1e0", "1.5", "-1e3"} {
@@ -276,10 +281,7 @@ func TestRawRefusalReasonWithANULIsRefused(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := rawDial(t, h, 0x74, nil)
 	p.register("echo")
-	id, _ := h.Door(p.key, "echo", "", "hi")
-	if got := p.offer(); got != id {
-		t.Fatalf("offered %s, want %s", got, id)
-	}
+	id, _ := p.startRun(h, "echo")
 	p.text(`{"type":"ack","runId":"` + id + `","accepted":false,"reason":"no\u0000pe"}`)
 	var e struct{ Message, RunID string }
 	p.expect(wire.TypeError, &e)
@@ -399,10 +401,7 @@ func TestRawWebSocketFramingIsTakenOrAnswered(t *testing.T) {
 		t.Errorf("a frame one byte over the limit answered %+v", e)
 	}
 	// Nothing of that changed what the link serves.
-	id, _ := h.Door(p.key, "frag", "", "hi")
-	if got := p.offer(); got != id {
-		t.Fatalf("offered %s, want %s", got, id)
-	}
+	p.startRun(h, "frag")
 }
 
 // A frame with a reserved bit set, as a peer compressing without having
@@ -427,10 +426,7 @@ func TestRawCloseWithAnApplicationCodeIsAGoodbye(t *testing.T) {
 	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = time.Hour })
 	p := rawDial(t, h, 0x77, nil)
 	p.register("echo")
-	id, _ := h.Door(p.key, "echo", "", "hi")
-	if got := p.offer(); got != id {
-		t.Fatalf("offered %s, want %s", got, id)
-	}
+	id, _ := p.startRun(h, "echo")
 	p.text(`{"type":"ack","runId":"` + id + `"}`)
 	h.WaitStatus(id, run.Running)
 	if err := p.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(4000, "going"), time.Now().Add(time.Second)); err != nil {
@@ -532,10 +528,7 @@ func TestRawResendAfterAReconnect(t *testing.T) {
 	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = time.Hour })
 	p := rawDial(t, h, 0x7a, nil)
 	p.register("echo")
-	id, thread := h.Door(p.key, "echo", "", "hi")
-	if got := p.offer(); got != id {
-		t.Fatalf("offered %s, want %s", got, id)
-	}
+	id, thread := p.startRun(h, "echo")
 	p.text(`{"type":"ack","runId":"` + id + `"}`)
 	frame := func(seq int, ev string) string {
 		return fmt.Sprintf(`{"type":"event","runId":%q,"seq":%d,"event":%s}`, id, seq, ev)
@@ -592,10 +585,7 @@ func TestRawCloseWithAnInvalidCodeIsALostLink(t *testing.T) {
 	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = time.Hour })
 	p := rawDial(t, h, 0x7d, nil)
 	p.register("echo")
-	id, thread := h.Door(p.key, "echo", "", "hi")
-	if got := p.offer(); got != id {
-		t.Fatalf("offered %s, want %s", got, id)
-	}
+	id, thread := p.startRun(h, "echo")
 	p.text(`{"type":"ack","runId":"` + id + `"}`)
 	h.WaitStatus(id, run.Running)
 	p.writeWire(true, false, websocket.CloseMessage, []byte{0x03, 0xed}) // 1005
@@ -631,10 +621,7 @@ func TestRawKeysDifferingInCaseAreReadAsTheField(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := rawDial(t, h, 0x7e, nil)
 	p.register("echo")
-	id, thread := h.Door(p.key, "echo", "", "hi")
-	if got := p.offer(); got != id {
-		t.Fatalf("offered %s, want %s", got, id)
-	}
+	id, thread := p.startRun(h, "echo")
 	p.text(`{"type":"ack","runId":"` + id + `"}`)
 	p.text(fmt.Sprintf(`{"type":"event","runId":"run_nope","RUNID":%q,"event":{"type":"RUN_STARTED","threadId":%q,"runId":%q}}`, id, thread, id))
 	p.text(fmt.Sprintf(`{"type":"event","RunId":%q,"event":{"type":"RUN_FINISHED","threadId":%q,"runId":%q}}`, id, thread, id))
