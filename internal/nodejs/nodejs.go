@@ -7,11 +7,15 @@ package nodejs
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Require returns the path of the program name (node, npm), skipping t
@@ -30,7 +34,12 @@ func Require(t testing.TB, name string) string {
 
 // Project returns node and the absolute path of dir with its npm packages
 // installed: npm ci runs (once, from the lock file) only when the package
-// pkg is missing from dir/node_modules.
+// pkg is missing from dir/node_modules. Tests of several packages (go test
+// runs them as processes side by side) and parallel tests share a folder,
+// and npm ci empties node_modules before it installs: so the look and the
+// install hold an exclusive lock on the folder, and whoever comes second
+// finds the packages there rather than removing them from under a running
+// script.
 func Project(t testing.TB, dir, pkg string) (node, abs string) {
 	t.Helper()
 	node = Require(t, "node")
@@ -38,6 +47,15 @@ func Project(t testing.TB, dir, pkg string) (node, abs string) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(abs))
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "funduq-npm-"+hex.EncodeToString(sum[:8])+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close() // and with it the lock
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatalf("lock %s's npm packages: %v", dir, err)
 	}
 	if _, err := os.Stat(filepath.Join(abs, "node_modules", pkg, "package.json")); err != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
