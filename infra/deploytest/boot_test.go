@@ -134,7 +134,7 @@ esac
 		for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
 			k, v, ok := strings.Cut(line, "=")
 			if !ok {
-				t.Fatalf("broker.env: a line that is no KEY=value: %q", line)
+				t.Fatalf("broker.env: a line that is no KEY=value: %q (the boot exited %d)\n%s", line, r.code, r.stderr)
 			}
 			r.env[k] = v
 		}
