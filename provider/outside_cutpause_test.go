@@ -5,13 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/funduq/funduq-go/broker-node/nodetest"
-	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/provider"
 )
@@ -31,9 +28,8 @@ func TestOutsideLinkCutAroundAnInterrupt(t *testing.T) {
 }
 
 func cutAroundInterrupt(t *testing.T, seed uint64) {
-	h := nodetest.Start(t, func(c *config.Broker) { c.LinkGrace = 5 * time.Second; c.ProviderGrace = 30 * time.Second })
+	h, proxy := cutNode(t)
 	srv := aguiDoor(t, h)
-	proxy := newCutter(t, strings.TrimPrefix(h.URL, "http://"))
 	s := outsideSigner(t, 0x80+byte(seed))
 	const runs, each = 3, 10
 	var mu sync.Mutex

@@ -84,6 +84,25 @@ func (c *cutter) cut() {
 	}
 }
 
+// cutNode starts a node that keeps a lost link's runs for 5 s and its
+// provider's for 30 s, and a proxy to it that the test cuts.
+func cutNode(t *testing.T) (*nodetest.Harness, *cutter) {
+	t.Helper()
+	h := nodetest.Start(t, func(c *config.Broker) { c.LinkGrace = 5 * time.Second; c.ProviderGrace = 30 * time.Second })
+	return h, newCutter(t, strings.TrimPrefix(h.URL, "http://"))
+}
+
+// startedOnce fails t unless the handler started run id exactly once
+// (starts, guarded by mu, counts its starts).
+func startedOnce(t *testing.T, mu *sync.Mutex, starts map[string]int, id string) {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	if starts[id] != 1 {
+		t.Errorf("run %s: handler started %d times", id, starts[id])
+	}
+}
+
 // cutAtRandom cuts every connection through the proxy at moments drawn
 // from rng (0–40 ms apart) until the returned stop, which waits for the
 // cutting to end and logs how many cuts there were.
@@ -121,8 +140,7 @@ func TestOutsideLinkCutAtRandomMoments(t *testing.T) {
 }
 
 func linkCutsAtRandom(t *testing.T, seed uint64) {
-	h := nodetest.Start(t, func(c *config.Broker) { c.LinkGrace = 5 * time.Second; c.ProviderGrace = 30 * time.Second })
-	proxy := newCutter(t, strings.TrimPrefix(h.URL, "http://"))
+	h, proxy := cutNode(t)
 	s := outsideSigner(t, 0x70+byte(seed))
 	const runs, each = 6, 20
 	var mu sync.Mutex
@@ -177,11 +195,7 @@ func linkCutsAtRandom(t *testing.T, seed uint64) {
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("run %s stored\n%v\nwant\n%v", id, got, want)
 		}
-		mu.Lock()
-		if starts[id] != 1 {
-			t.Errorf("run %s: handler started %d times", id, starts[id])
-		}
-		mu.Unlock()
+		startedOnce(t, &mu, starts, id)
 	}
 	if q := h.Quality(s.PublicKeyHex()); q.Abandoned != 0 || q.Unanswered != 0 {
 		t.Errorf("quality %+v", q)
@@ -198,8 +212,7 @@ func TestOutsideCapacityThroughLinkCuts(t *testing.T) {
 }
 
 func capacityThroughCuts(t *testing.T, seed uint64) {
-	h := nodetest.Start(t, func(c *config.Broker) { c.LinkGrace = 5 * time.Second; c.ProviderGrace = 30 * time.Second })
-	proxy := newCutter(t, strings.TrimPrefix(h.URL, "http://"))
+	h, proxy := cutNode(t)
 	s := outsideSigner(t, 0xa0+byte(seed))
 	const limit, runs, each = 2, 8, 10
 	var mu sync.Mutex
@@ -247,11 +260,7 @@ func capacityThroughCuts(t *testing.T, seed uint64) {
 		if n := len(h.Events(id)); n != each+2 {
 			t.Errorf("run %s: %d events stored, want %d", id, n, each+2)
 		}
-		mu.Lock()
-		if starts[id] != 1 {
-			t.Errorf("run %s: handler started %d times", id, starts[id])
-		}
-		mu.Unlock()
+		startedOnce(t, &mu, starts, id)
 	}
 	if peak > limit {
 		t.Errorf("%d runs at once, declared %d", peak, limit)
@@ -271,8 +280,7 @@ func TestOutsideSerializePerThreadThroughLinkCuts(t *testing.T) {
 }
 
 func serializedThroughCuts(t *testing.T, seed uint64) {
-	h := nodetest.Start(t, func(c *config.Broker) { c.LinkGrace = 5 * time.Second; c.ProviderGrace = 30 * time.Second })
-	proxy := newCutter(t, strings.TrimPrefix(h.URL, "http://"))
+	h, proxy := cutNode(t)
 	s := outsideSigner(t, 0xb0+byte(seed))
 	const threads, perThread, each = 2, 4, 8
 	var mu sync.Mutex

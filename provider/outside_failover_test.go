@@ -92,11 +92,7 @@ func failoverMidStream(t *testing.T, seed uint64) {
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("run %s stored\n%v\nwant\n%v", id, got, want)
 		}
-		mu.Lock()
-		if starts[id] != 1 {
-			t.Errorf("run %s: handler started %d times", id, starts[id])
-		}
-		mu.Unlock()
+		startedOnce(t, &mu, starts, id)
 	}
 	if q := b.Quality(s.PublicKeyHex()); q.Abandoned != 0 || q.Unanswered != 0 {
 		t.Errorf("quality %+v", q)
