@@ -46,6 +46,16 @@ commands:
             FUNDUQ_AGENT_RETENTION does; --dry-run prints what it would delete (prune --help)
 `
 
+const migrateUsage = `usage: broker-node migrate
+
+Applies the embedded database migrations to FUNDUQ_DATABASE_URL and exits, under a
+PostgreSQL advisory lock (nodes migrating together take turns); on a schema already
+current it applies nothing. Reads FUNDUQ_DATABASE_URL (required),
+FUNDUQ_MIGRATE_LOCK_TIMEOUT (5s: the longest a statement waits for a lock; past it, and
+after two retries, it exits 1 naming the sessions in long transactions) and
+FUNDUQ_LOG_LEVEL.
+`
+
 // errUsage: the command line was wrong (usage already printed).
 var errUsage = errors.New("usage")
 
@@ -63,6 +73,10 @@ func run(args []string, environ map[string]string, stdout, stderr io.Writer) int
 	case "migrate":
 		// It has no flags: one an operator expects (--dry-run, say) must
 		// not be ignored while the schema is migrated.
+		if len(args) == 2 && (args[1] == "-h" || args[1] == "--help") {
+			fmt.Fprint(stdout, migrateUsage)
+			return 0
+		}
 		if len(args) > 1 {
 			fmt.Fprintf(stderr, "broker-node migrate: unexpected argument %q (migrate takes none)\n\n%s", args[1], usage)
 			return 2

@@ -96,6 +96,23 @@ func TestMigrateRefusesArguments(t *testing.T) {
 	}
 }
 
+// Every command answers -h and --help with its usage on stdout and exit 0,
+// reading no setting: an operator who types `broker-node migrate --help`
+// (as `lease --help` and `prune --help` answer) was refused "unexpected
+// argument" with exit 2 instead.
+func TestCommandsAnswerHelp(t *testing.T) {
+	for _, args := range [][]string{
+		{"--help"}, {"-h"}, {"migrate", "--help"}, {"migrate", "-h"},
+		{"lease", "--help"}, {"prune", "--help"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(args, map[string]string{}, &out, &errb)
+		if code != 0 || !strings.Contains(out.String(), "usage: broker-node "+strings.TrimPrefix(strings.TrimPrefix(args[0], "--help"), "-h")) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 0 and its usage on stdout", args, code, out.String(), errb.String())
+		}
+	}
+}
+
 func TestCommandErrors(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
