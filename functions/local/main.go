@@ -47,6 +47,9 @@ import (
 var redisPrefix string
 
 func main() {
+	if code, done := commandLine(os.Args[1:], os.Stdout, os.Stderr); done {
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Environ(), os.Stderr, nil)
 	stop()
@@ -206,3 +209,35 @@ func run(ctx context.Context, environ []string, stderr io.Writer, ready func(add
 	log.Info("doors stopped")
 	return 0
 }
+
+// commandLine handles the arguments before any setting is read: done says
+// it answered them (with that exit code) and the doors must not start.
+func commandLine(args []string, stdout, stderr io.Writer) (code int, done bool) {
+	switch {
+	case len(args) == 0:
+		return 0, false
+	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help"):
+		fmt.Fprint(stdout, usage)
+		return 0, true
+	default:
+		fmt.Fprintf(stderr, "doors: unexpected argument %q (the settings are environment variables)\n\n%s", args[0], usage)
+		return 2, true
+	}
+}
+
+const usage = `usage: go run ./functions/local    (or the built binary, .funduq/bin/doors)
+
+Serves every caller door on one port, as API Gateway mounts them in a deployment:
+POST /agui/{provider}/{name}, GET /threads/{threadId}, GET /runs/{runId}/events (AG-UI),
+POST /a2a/{provider}/{name} and its agent card (A2A), POST /kyok/v1/chat/completions,
+GET /agents, GET /health, GET /metrics, and the chat page at /chat.
+
+Settings (environment; README "Configuration" lists the doors' limits):
+  FUNDUQ_DATABASE_URL   PostgreSQL DSN (required; migrated by broker-node migrate)
+  FUNDUQ_REDIS_URL      Redis URL (required)
+  FUNDUQ_IDENTITY_KEY   funduq's Ed25519 seed, 64 hex, the broker nodes' (required)
+  FUNDUQ_TOKEN_SECRET   the KYOK token secret, the broker nodes' (required)
+  FUNDUQ_DOORS_ADDR     listen address (127.0.0.1:8701)
+  FUNDUQ_REDIS_PREFIX   prefix of funduq's Redis keys, the broker nodes' (funduq:)
+  FUNDUQ_LOG_LEVEL      debug, info, warn, error (info)
+`

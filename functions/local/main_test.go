@@ -104,3 +104,30 @@ func TestLocalDoorsBadConfig(t *testing.T) {
 		t.Fatalf("code %d: %s", code, out.String())
 	}
 }
+
+// -h and --help print the usage and the settings on stdout and exit 0,
+// reading no setting; any other argument is refused (exit 2) before
+// anything starts. `go run ./functions/local --help` used to answer only
+// "configuration: FUNDUQ_DATABASE_URL: required and not set; …".
+func TestLocalDoorsCommandLine(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		out  string
+		err  string
+	}{
+		{[]string{"--help"}, 0, "FUNDUQ_DOORS_ADDR", ""},
+		{[]string{"-h"}, 0, "usage: ", ""},
+		{[]string{"serve"}, 2, "", `unexpected argument "serve"`},
+	} {
+		var out, errb strings.Builder
+		code, done := commandLine(tc.args, &out, &errb)
+		if !done || code != tc.code || !strings.Contains(out.String(), tc.out) || !strings.Contains(errb.String(), tc.err) {
+			t.Errorf("%v: done %v exit %d, stdout %q, stderr %q; want exit %d, stdout with %q, stderr with %q",
+				tc.args, done, code, out.String(), errb.String(), tc.code, tc.out, tc.err)
+		}
+	}
+	if _, done := commandLine(nil, io.Discard, io.Discard); done {
+		t.Error("no argument: want the doors to serve")
+	}
+}
