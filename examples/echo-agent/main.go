@@ -121,6 +121,9 @@ func echo(ctx context.Context, run *provider.Run) error {
 }
 
 func main() {
+	if code, done := commandLine(os.Args[1:], os.Stdout, os.Stderr); done {
+		os.Exit(code)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Getenv, os.Stdout, os.Stderr)
 	stop()
@@ -184,3 +187,33 @@ func run(ctx context.Context, getenv func(string) string, stdout, stderr io.Writ
 	logger.Info("echo-agent stopped")
 	return 0
 }
+
+// commandLine handles the arguments before anything else: done says it
+// answered them (with that exit code) and the agent must not start.
+func commandLine(args []string, stdout, stderr io.Writer) (code int, done bool) {
+	switch {
+	case len(args) == 0:
+		return 0, false
+	case len(args) == 1 && (args[0] == "-h" || args[0] == "--help"):
+		fmt.Fprint(stdout, usage)
+		return 0, true
+	default:
+		fmt.Fprintf(stderr, "echo-agent: unexpected argument %q (the settings are environment variables)\n\n%s", args[0], usage)
+		return 2, true
+	}
+}
+
+const usage = `usage: go run ./examples/echo-agent
+
+Serves one agent that answers every run with "echo: " and the last user message. Prints its
+public key (the <providerKey> callers address) and fingerprint, logs JSON to stderr, and
+stops cleanly on SIGINT or SIGTERM.
+
+Settings (environment):
+  FUNDUQ_BROKER_URL           broker node URL (http://127.0.0.1:8700)
+  FUNDUQ_AGENT_KEY_FILE       file holding the Ed25519 seed as 64 hex characters
+                              (./echo-agent.key; created with mode 0600 when absent)
+  FUNDUQ_PUBLIC_KEY           optional pin of funduq's public key (64 hex)
+  FUNDUQ_AGENT_NAME           agent name (echo)
+  FUNDUQ_MAX_CONCURRENT_RUNS  declared capacity (unset: unlimited)
+`

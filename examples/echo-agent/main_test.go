@@ -226,3 +226,30 @@ func TestEchoEndToEnd(t *testing.T) {
 		}
 	}
 }
+
+// -h and --help print the settings on stdout and exit 0 without creating a
+// key or dialling anything; any other argument is refused (exit 2).
+// `go run ./examples/echo-agent --help` used to create ./echo-agent.key
+// and serve the agent.
+func TestEchoAgentCommandLine(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		out  string
+		err  string
+	}{
+		{[]string{"--help"}, 0, "FUNDUQ_AGENT_KEY_FILE", ""},
+		{[]string{"-h"}, 0, "FUNDUQ_BROKER_URL", ""},
+		{[]string{"http://127.0.0.1:8700"}, 2, "", `unexpected argument "http://127.0.0.1:8700"`},
+	} {
+		var out, errb bytes.Buffer
+		code, done := commandLine(tc.args, &out, &errb)
+		if !done || code != tc.code || !strings.Contains(out.String(), tc.out) || !strings.Contains(errb.String(), tc.err) {
+			t.Errorf("%v: done %v exit %d, stdout %q, stderr %q; want exit %d, stdout with %q, stderr with %q",
+				tc.args, done, code, out.String(), errb.String(), tc.code, tc.out, tc.err)
+		}
+	}
+	if _, done := commandLine(nil, &bytes.Buffer{}, &bytes.Buffer{}); done {
+		t.Error("no argument: want the agent to serve")
+	}
+}
