@@ -148,3 +148,27 @@ func TestDevUpNamesAMissingDatabase(t *testing.T) {
 		t.Errorf("dev-up made a PostgreSQL of its own:\n%s", out.String())
 	}
 }
+
+// scripts/test -h and --help print its usage and exit 0 without starting
+// anything: it used to pass --help on to go test, after installing
+// chromium with apt-get when it was missing, and so set about the whole
+// suite. A stand-in go on PATH tells whether it was reached.
+func TestTestScriptAnswersHelp(t *testing.T) {
+	bin := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bin, "go"), []byte("#!/bin/sh\necho 'stand-in go ran:' \"$@\"\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, arg := range []string{"--help", "-h"} {
+		t.Run(arg, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "./test", arg)
+			cmd.Env = append(withoutFunduqEnv(os.Environ()), "PATH="+bin+":"+os.Getenv("PATH"),
+				"FUNDUQ_TEST_CHROMIUM=/bin/true", "FUNDUQ_TEST_FUZZTIME=0", "FUNDUQ_STATE_DIR="+t.TempDir())
+			out, err := cmd.CombinedOutput()
+			if err != nil || strings.Contains(string(out), "stand-in go ran") || !strings.Contains(string(out), "scripts/test [go test flags") {
+				t.Fatalf("exit: %v; want 0 with the usage and go never run; output:\n%s", err, out)
+			}
+		})
+	}
+}
