@@ -79,6 +79,28 @@ func TestLeaseNamesTheDevStacksSettings(t *testing.T) {
 	}
 }
 
+// So is one who types scripts/migrate there (the README's way to migrate
+// by hand).
+func TestMigrateNamesTheDevStacksSettings(t *testing.T) {
+	state := t.TempDir()
+	env := filepath.Join(state, "dev.env")
+	if err := os.WriteFile(env, []byte("export FUNDUQ_DATABASE_URL=postgres://x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "./migrate")
+	cmd.Env = append(withoutFunduqEnv(os.Environ()), "FUNDUQ_STATE_DIR="+state)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+		t.Fatalf("exit: %v, want status 2; output:\n%s", err, out)
+	}
+	if want := "source " + env; !strings.Contains(string(out), want) {
+		t.Errorf("the refusal does not say %q:\n%s", want, out)
+	}
+}
+
 // withoutFunduqEnv is env less every FUNDUQ_ variable.
 func withoutFunduqEnv(env []string) []string {
 	var out []string
