@@ -47,3 +47,19 @@ func TestWriteError(t *testing.T) {
 	}
 	_ = http.StatusOK
 }
+
+// A refused body's message names what is wrong once, in words a caller can
+// act on: a repeated key used to read "the body repeats a key in one
+// object: an object repeats a key: \"threadId\"".
+func TestCheckBodyMessages(t *testing.T) {
+	for _, c := range []struct{ body, want string }{
+		{`{"threadId":"a","threadId":"b"}`, `the body repeats a key in one object: "threadId"`},
+		{"{\"a\":\"\xff\"}", "the body is not valid UTF-8"},
+		{`{"a":`, "the body is not valid JSON"},
+	} {
+		e := door.CheckBody([]byte(c.body), 64)
+		if e == nil || e.Status != http.StatusBadRequest || e.Code != door.CodeMalformedJSON || e.Message != c.want {
+			t.Errorf("CheckBody(%q) = %+v; want 400 %s %q", c.body, e, door.CodeMalformedJSON, c.want)
+		}
+	}
+}

@@ -51,7 +51,8 @@ func CheckBody(body []byte, maxDepth int) *Error {
 	case errors.Is(err, strictjson.ErrInvalidUTF8):
 		msg = "the body is not valid UTF-8"
 	case errors.Is(err, strictjson.ErrDuplicateKey):
-		msg = "the body repeats a key in one object: " + err.Error()
+		// err is ErrDuplicateKey's text then the key: say it once.
+		msg = "the body repeats a key in one object: " + strings.TrimPrefix(err.Error(), strictjson.ErrDuplicateKey.Error()+": ")
 	case errors.Is(err, strictjson.ErrTooDeep):
 		msg = "the body is " + err.Error()
 	}
