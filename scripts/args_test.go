@@ -16,10 +16,11 @@ import (
 	"time"
 )
 
-// A mistyped number on a script's command line is refused before anything
-// starts, with exit status 2 and the flag named, instead of running with an
-// empty or shifted setting (scripts/chaos --seeds 4..6 once ran no seed at
-// all and reported a failure of the chaos test).
+// A mistyped number (or flag) on a script's command line is refused before
+// anything starts, with exit status 2 and the flag named, instead of running
+// with an empty or shifted setting (scripts/chaos --seeds 4..6 once ran no
+// seed at all and reported a failure of the chaos test; scripts/dev-up
+// --chek printed its usage without saying what was wrong).
 func TestScriptsRefuseMistypedNumbers(t *testing.T) {
 	for _, tc := range []struct {
 		script string
@@ -34,6 +35,7 @@ func TestScriptsRefuseMistypedNumbers(t *testing.T) {
 		{"chaos", []string{"--seed", "3", "--runs", "0"}, "--runs"},
 		{"chaos", []string{"--runs", "-1"}, "--runs"},
 		{"fuzz", []string{"--time"}, "--time"},
+		{"dev-up", []string{"--chek"}, "--chek"},
 	} {
 		t.Run(tc.script+" "+strings.Join(tc.args, " "), func(t *testing.T) {
 			// The guard is against a script that starts its work anyway:
