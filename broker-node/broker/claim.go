@@ -37,9 +37,10 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 		return
 	}
 	a := l.admit(batch)
-	if a.stop != "" || l.readBack {
-		// A refused event fails the run after what precedes it is stored:
-		// the claim goes alone, then the batch as any other.
+	if a.stop != "" || l.readBack || finish && a.mayResend(l.lastPSeq) {
+		// A refused event fails the run after what precedes it is stored;
+		// an event repeated in the batch is a resend only the store tells
+		// (relay): the claim goes alone, then the batch as any other.
 		l.claimAlone(ctx, ls, from, batch, a, finish)
 		return
 	}

@@ -22,8 +22,13 @@ type lane struct {
 	// (the row's addressed_run_id, store.Run.AddressedRunID); "" for an
 	// ordinary turn.
 	addressed string
-	readBack  bool      // taken at takeover from an earlier leader's rows
-	queuedAt  time.Time // broker clock: when this round entered dispatch
+	readBack  bool // taken at takeover from an earlier leader's rows
+	// heldBack: held by an older epoch's provider and read back at
+	// takeover (adoptLater), its round's stored events observed: a resend
+	// of them is only known by the store, so events riding with the
+	// finish are stored before the end is decided (relay).
+	heldBack bool
+	queuedAt time.Time // broker clock: when this round entered dispatch
 	// roundQueuedAt is the round's queued_at as its row says (zero when
 	// the lane came from a notice's payload, until its end is written):
 	// what tells this round from the next one of the same run (ended.go).

@@ -98,7 +98,7 @@ func (b *Broker) adoptLater(ctx context.Context, r store.Run) {
 		after = evs[len(evs)-1].Seq
 	}
 	b.mu.Lock()
-	l.orphan, l.adoptKey = true, r.ProviderKey
+	l.orphan, l.adoptKey, l.heldBack = true, r.ProviderKey, true
 	// Its provider is presumed to be running it still: the place is kept
 	// for it until it re-adopts the run or the grace ends.
 	l.reserved = r.ProviderKey

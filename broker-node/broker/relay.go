@@ -108,15 +108,33 @@ func (a admitted) split(j int, base int64) (before, rest admitted) {
 	return before, rest
 }
 
+// mayResend reports whether an event of a may repeat one stored before it
+// (a resend after a reconnect, D7): its provider seq is not above the
+// highest seen before it, from base on. Only the store tells a resend, so
+// such a batch is stored before the run's end is decided from what it
+// took in (relay): folded in, a resend would repeat the agent's reply on
+// its thread.
+func (a admitted) mayResend(base int64) bool {
+	for _, e := range a.evs {
+		if e.ProviderSeq != nil {
+			if *e.ProviderSeq <= base {
+				return true
+			}
+			base = *e.ProviderSeq
+		}
+	}
+	return false
+}
+
 // relay writes a batch of events from the run's holder, admitted as a, and
 // publishes what was stored. Every event is stored before it is published
 // (D9). With finish, the run ends right behind them: in the same write
-// when that is safe — every event well-formed, and the lane has seen every
-// event this round stored (not read back at takeover, where a resend is
-// only known by the store). An event that is malformed or breaks the run's
-// limits fails the run after the events before it are stored.
+// when that is safe — every event well-formed, none a possible resend
+// (mayResend), and the lane has seen every event this round stored (not
+// read back at takeover, where a resend is only known by the store). An event that is malformed or breaks the
+// run's limits fails the run after the events before it are stored.
 func (l *lane) relay(ctx context.Context, link *linkState, batch []eventCmd, a admitted, finish bool) {
-	if finish && !l.readBack && a.stop == "" {
+	if finish && !l.readBack && !l.heldBack && a.stop == "" && !a.mayResend(l.lastPSeq) {
 		l.endWith(ctx, false, a)
 		link.release(batch...)
 		return
