@@ -640,6 +640,15 @@ func (c *chaosCaller) follow(doors []string, key string) {
 // readStream reads an SSE stream until it ends, or until limit events were
 // read (limit > 0). It returns the run id the door named.
 func readStream(ctx context.Context, method, u, body string, lastID, limit int, into *[]sseEv) (string, int, error) {
+	return readStreamEach(ctx, method, u, body, lastID, limit, into, nil)
+}
+
+// readStreamEach is readStream calling each (when not nil) once the door
+// answered 200 (with 0) and after each event read (with their count).
+func readStreamEach(ctx context.Context, method, u, body string, lastID, limit int, into *[]sseEv, each func(n int)) (string, int, error) {
+	if each == nil {
+		each = func(int) {}
+	}
 	req, _ := http.NewRequestWithContext(ctx, method, u, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
@@ -655,6 +664,7 @@ func readStream(ctx context.Context, method, u, body string, lastID, limit int, 
 		b, _ := io.ReadAll(resp.Body)
 		return "", 0, fmt.Errorf("%s %s: %d %s", method, u, resp.StatusCode, b)
 	}
+	each(0)
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<16), 1<<22)
 	var runID string
@@ -687,6 +697,7 @@ func readStream(ctx context.Context, method, u, body string, lastID, limit int, 
 			if ev.data != "" {
 				*into = append(*into, ev)
 				n++
+				each(n)
 				if limit > 0 && n == limit {
 					return runID, n, nil
 				}

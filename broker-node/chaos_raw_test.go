@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +24,13 @@ import (
 // while before it reconnects, and then resends every event of every run it
 // holds or finished lately with its own seq (D7) and the finish again.
 // It never declines: it declares no limit.
+//
+// With pauses set, each run's first round ends paused on an interrupt (q1)
+// and the offer carrying the answer starts its second round, numbered from
+// seq 1 again. A paused round whose finish was written is resent on a new
+// link before register, as design.md §D7 asks of a provider that cannot
+// tell whether funduq had it (a registered link's report would be taken for
+// the answer's round); every other round is resent after register as above.
 type rawProv struct {
 	signer    *identity.Signer
 	base      string
@@ -35,6 +43,7 @@ type rawProv struct {
 	gap       time.Duration
 	reconnect time.Duration
 	events    int // content events per run
+	pauses    bool
 
 	mu     sync.Mutex
 	cond   *sync.Cond
@@ -42,6 +51,7 @@ type rawProv struct {
 	runs   map[string]*rawRun
 	offers map[string]int // run frames received per run
 	errs   []string       // error frames received
+	odd    []string       // offers that fit no round of the run
 	stop   bool
 	links  int // links opened
 	wg     sync.WaitGroup
@@ -52,6 +62,9 @@ type rawRun struct {
 	script     [][]byte // the events, in order; seq i+1
 	sent       int      // events written to some link
 	finished   bool     // finish written to some link
+	paused     bool     // this round ends on an interrupt
+	past       [][]byte // the earlier rounds' events
+	answers    int      // offers carrying the answer that began a round
 }
 
 type rawLink struct {
@@ -153,6 +166,17 @@ func (p *rawProv) connect() (*rawLink, error) {
 	_ = ws.SetReadDeadline(time.Now().Add(3 * time.Second))
 	for _, want := range []string{wire.TypeWelcome, wire.TypeRegistered} {
 		_, data, err := ws.ReadMessage()
+		// A paused round resent before register may be refused ("unknown
+		// run": the run paused already or was answered, design.md §D7).
+		for err == nil && want == wire.TypeRegistered {
+			if typ, _ := wire.PeekType(data); typ != wire.TypeError {
+				break
+			}
+			p.mu.Lock()
+			p.errs = append(p.errs, string(data))
+			p.mu.Unlock()
+			_, data, err = ws.ReadMessage()
+		}
 		if err != nil {
 			l.kill()
 			return nil, err
@@ -162,6 +186,7 @@ func (p *rawProv) connect() (*rawLink, error) {
 			return nil, fmt.Errorf("got %s, want %s: %s", typ, want, data)
 		}
 		if want == wire.TypeWelcome {
+			p.resendPaused(l)
 			p.write(l, wire.Register{Type: wire.TypeRegister, Agents: []wire.Registration{{Name: p.agent}}})
 		}
 	}
@@ -188,7 +213,9 @@ func (p *rawProv) serve(l *rawLink) {
 	p.links++
 	var resend []*rawRun
 	for _, r := range p.runs {
-		resend = append(resend, r)
+		if !r.paused || !r.finished { // a paused round went before register
+			resend = append(resend, r)
+		}
 	}
 	p.mu.Unlock()
 	for _, r := range resend {
@@ -234,30 +261,59 @@ func (p *rawProv) serve(l *rawLink) {
 }
 
 // offered answers a run frame: a run it already holds (offered again after
-// a takeover, D7) is accepted again and carries on; a new one gets its
-// script.
+// a takeover, D7) is accepted again and carries on, or, when it finished
+// that round, is sent the round again; a new one gets its script.
 func (p *rawProv) offered(l *rawLink, f wire.RunFrame) {
+	var in struct {
+		Resume json.RawMessage `json:"resume"`
+	}
+	_ = json.Unmarshal(f.RunInput, &in)
+	answer := len(in.Resume) > 0 && string(in.Resume) != "null"
 	p.mu.Lock()
 	p.offers[f.RunID]++
 	r, known := p.runs[f.RunID]
-	if !known {
+	switch {
+	case !known && answer:
+		p.odd = append(p.odd, f.RunID+": an answer's round offered for a run never offered before")
+		p.mu.Unlock()
+		return
+	case !known:
 		thread := ""
 		if f.ThreadID != nil {
 			thread = *f.ThreadID
 		}
-		r = &rawRun{id: f.RunID, thread: thread}
-		r.script = append(r.script, fmt.Appendf(nil, `{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, f.RunID),
-			[]byte(`{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`))
-		for i := range p.events {
-			r.script = append(r.script, fmt.Appendf(nil, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"raw-%d "}`, i))
-		}
-		r.script = append(r.script, []byte(`{"type":"TEXT_MESSAGE_END","messageId":"m1"}`),
-			fmt.Appendf(nil, `{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, thread, f.RunID))
+		r = &rawRun{id: f.RunID, thread: thread, paused: p.pauses}
+		r.script = rawRound(thread, f.RunID, 1, p.events, r.paused)
 		p.runs[f.RunID] = r
+	case answer && r.paused:
+		if !r.finished {
+			p.odd = append(p.odd, f.RunID+": answered before its paused round's finish was written")
+		}
+		r.answers++
+		r.past = append(r.past, r.script...)
+		r.script = rawRound(r.thread, r.id, 2, p.events, false)
+		r.sent, r.finished, r.paused = 0, false, false
+		known = false
+	case answer != (len(r.past) > 0):
+		p.odd = append(p.odd, fmt.Sprintf("%s: offered again with answer %v in round %d", f.RunID, answer, 1+min(len(r.past), 1)))
+	}
+	// A round offered again that it finished is answered from its frames
+	// (as our SDK does): funduq may have stored none of them (written to
+	// a leader that refused them as it went away).
+	var again []any
+	if known && r.finished {
+		for i, ev := range r.script {
+			seq := int64(i + 1)
+			again = append(again, wire.Event{Type: wire.TypeEvent, RunID: r.id, Event: ev, ProviderSeq: &seq})
+		}
+		again = append(again, wire.Finish{Type: wire.TypeFinish, RunID: r.id})
 	}
 	p.mu.Unlock()
 	if known {
 		p.write(l, wire.Ack{Type: wire.TypeAck, RunID: f.RunID})
+		for _, fr := range again {
+			p.write(l, fr)
+		}
 		return
 	}
 	p.wg.Add(1)
@@ -272,6 +328,50 @@ func (p *rawProv) offered(l *rawLink, f wire.RunFrame) {
 		}
 		p.script(r)
 	}()
+}
+
+func (r *rawRun) answersOr() any {
+	if r == nil {
+		return "no run, so no"
+	}
+	return r.answers
+}
+
+// rawRound is the events of a run's round n, ending paused on interrupt q1
+// or finished.
+func rawRound(thread, id string, n, events int, paused bool) [][]byte {
+	msg := fmt.Sprintf("m%d", n)
+	evs := [][]byte{fmt.Appendf(nil, `{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, id),
+		fmt.Appendf(nil, `{"type":"TEXT_MESSAGE_START","messageId":%q,"role":"assistant"}`, msg)}
+	for i := range events {
+		evs = append(evs, fmt.Appendf(nil, `{"type":"TEXT_MESSAGE_CONTENT","messageId":%q,"delta":"raw-%d "}`, msg, i))
+	}
+	evs = append(evs, fmt.Appendf(nil, `{"type":"TEXT_MESSAGE_END","messageId":%q}`, msg))
+	if paused {
+		return append(evs, fmt.Appendf(nil, `{"type":"RUN_FINISHED","threadId":%q,"runId":%q,"outcome":{"type":"interrupt","interrupts":[{"id":"q1","reason":"confirm"}]}}`, thread, id))
+	}
+	return append(evs, fmt.Appendf(nil, `{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, thread, id))
+}
+
+// resendPaused writes, on a link not yet registered, every paused round
+// whose finish was written: its events with their seq, then the finish.
+func (p *rawProv) resendPaused(l *rawLink) {
+	p.mu.Lock()
+	var frames []any
+	for _, r := range p.runs {
+		if !r.paused || !r.finished {
+			continue
+		}
+		for i, ev := range r.script {
+			seq := int64(i + 1)
+			frames = append(frames, wire.Event{Type: wire.TypeEvent, RunID: r.id, Event: ev, ProviderSeq: &seq})
+		}
+		frames = append(frames, wire.Finish{Type: wire.TypeFinish, RunID: r.id})
+	}
+	p.mu.Unlock()
+	for _, f := range frames {
+		p.write(l, f)
+	}
 }
 
 // script sends r's events in bursts to whichever link is current, and then
@@ -326,7 +426,7 @@ func (p *rawProv) expected(id string) ([][]byte, bool) {
 	if !ok {
 		return nil, false
 	}
-	return r.script, true
+	return append(slices.Clip(r.past), r.script...), true
 }
 
 // dropLink drops the current link without a close frame, as a transport
