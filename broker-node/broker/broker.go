@@ -606,6 +606,7 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 		}
 	}
 	ls.names = seen
+	ls.registeredOnce = ls.registeredOnce || len(seen) > 0
 	ls.bare = nil // registered: no longer pending (WhenBare)
 	ls.interjections = map[string]bool{}
 	for _, a := range agents {
@@ -930,11 +931,11 @@ func (b *Broker) HoldsRuns(l Link) bool {
 
 // ---- reports from links ----
 
-func (b *Broker) laneFor(l Link, runID string) (*lane, *linkState, bool) {
+func (b *Broker) laneFor(l Link, runID string) (_ *lane, _ *linkState, registered, offerable bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ls := b.links[l]
-	return b.lanes[runID], ls, registeredLocked(ls)
+	return b.lanes[runID], ls, registeredLocked(ls), ls != nil && ls.registeredOnce
 }
 
 // registeredLocked reports whether ls has registered agents now, as a
@@ -965,12 +966,12 @@ func (b *Broker) Ack(l Link, runID string, v wire.Verdict, reason string) {
 		b.refuse(l, kindAck, runID, refusedNULReason)
 		return
 	}
-	ln, ls, reg := b.laneFor(l, runID)
+	ln, ls, reg, offerable := b.laneFor(l, runID)
 	if stranger(l, ln) {
 		b.refuse(l, kindAck, runID, refusedUnknown)
 		return
 	}
-	if ln == nil || ls == nil || !ln.q.push(verdictCmd{ls, v, reason, reg}) {
+	if ln == nil || ls == nil || !ln.q.push(verdictCmd{ls, v, reason, reg, offerable}) {
 		b.refuse(l, kindAck, runID, b.noLaneReason(l, runID))
 	}
 }
@@ -1010,6 +1011,7 @@ func (b *Broker) event(l Link, runID string, c eventCmd) {
 	b.mu.Lock()
 	ln, ls, lctx := b.lanes[runID], b.links[l], b.ctx
 	c.registered = registeredLocked(ls)
+	c.offerable = ls != nil && ls.registeredOnce
 	b.mu.Unlock()
 	if stranger(l, ln) {
 		b.refuse(l, kindEvent, runID, refusedUnknown)
@@ -1101,7 +1103,7 @@ func (b *Broker) EventsWaiting() (total, most int) {
 // Finish hands a provider's finish to the run's lane; a finish for a run
 // the broker does not hold is answered "finish refused" (D15).
 func (b *Broker) Finish(l Link, runID string) {
-	ln, ls, reg := b.laneFor(l, runID)
+	ln, ls, reg, offerable := b.laneFor(l, runID)
 	if stranger(l, ln) {
 		b.refuse(l, kindFinish, runID, refusedUnknown)
 		return
@@ -1113,7 +1115,7 @@ func (b *Broker) Finish(l Link, runID string) {
 	// Held in the link's backlog until the lane has taken or refused it,
 	// as an event is until it is stored: a query read after it is not
 	// answered before (design.md §The provider wire).
-	c := finishCmd{link: ls, ord: ls.backlog.hold(), registered: reg}
+	c := finishCmd{link: ls, ord: ls.backlog.hold(), registered: reg, offerable: offerable}
 	if !ln.q.push(c) {
 		c.handled()
 		b.refuse(l, kindFinish, runID, b.noLaneReason(l, runID))

@@ -150,13 +150,17 @@ func (l *lane) tookClaim(ctx context.Context, ls *linkState, from run.Status) {
 // before a takeover or a lost link, it re-adopts it (D7). It returns ""
 // when ls holds the run, or the reason the report is refused. registered
 // is whether ls had registered agents when the report was read
-// (keyAnswers).
-func (l *lane) claimByReport(ctx context.Context, ls *linkState, registered bool) string {
+// (keyAnswers). offerable is whether ls had registered at some time when
+// the report was read: one read before cannot answer an offer to ls, nor
+// be ls's late ack, whenever the lane gets to it — it is a resend of an
+// earlier round (design.md D7); taken, a paused round resent before
+// register would answer the round its caller's answer opened.
+func (l *lane) claimByReport(ctx context.Context, ls *linkState, registered, offerable bool) string {
 	b := l.b
 	if l.keyAnswers(ls, registered) {
 		l.answeredBy(ctx, ls)
 	}
-	if l.offer != nil && l.offer.link == ls {
+	if l.offer != nil && l.offer.link == ls && offerable {
 		l.offer.timer.Stop()
 		from := l.offer.recorded()
 		l.offer = nil
@@ -237,7 +241,7 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState, registered bool
 			l.onCancel(ctx) // as for a claimed run: the record says cancelling, then the frame
 		}
 		return ""
-	case !l.orphan && l.offeredTo == nil && (b.served[l.agent] != nil && b.served[l.agent].key == ls.key ||
+	case !l.orphan && l.offeredTo == nil && (b.served[l.agent] != nil && b.served[l.agent].key == ls.key && (offerable || b.served[l.agent] != ls) ||
 		l.reserved == ls.key && registered && !ls.withdrawn):
 		// The key serving the agent, or — while its offer's link is lost
 		// and its place kept — a registered link of that key: the key's

@@ -23,6 +23,9 @@ type (
 		// registered: the link had registered agents when this was read
 		// (lane.keyAnswers).
 		registered bool
+		// offerable: the link had registered at some time when this was
+		// read (claimByReport).
+		offerable bool
 	}
 	lapseCmd struct{ offer uint64 } // the offer's deliver_timeout passed
 	// offeringDueCmd: the offer has been out Settings.OfferingAfter.
@@ -39,6 +42,9 @@ type (
 		// registered: the link had registered agents when this was read
 		// (lane.keyAnswers).
 		registered bool
+		// offerable: the link had registered at some time when this was
+		// read (claimByReport).
+		offerable bool
 	}
 	finishCmd struct { // the provider's stream ended
 		link *linkState
@@ -46,6 +52,9 @@ type (
 		// registered: the link had registered agents when this was read
 		// (lane.keyAnswers).
 		registered bool
+		// offerable: the link had registered at some time when this was
+		// read (claimByReport).
+		offerable bool
 	}
 	cancelCmd struct{} // someone asked for a cancel
 	goneCmd   struct { // the link the run was offered to or claimed by closed

@@ -216,7 +216,7 @@ func (l *lane) handle(ctx context.Context, c command) {
 	case offeringDueCmd:
 		l.onOfferingDue(ctx, c)
 	case eventCmd:
-		if why := l.claimByReport(ctx, c.link, c.registered); why != "" {
+		if why := l.claimByReport(ctx, c.link, c.registered, c.offerable); why != "" {
 			l.refuseLive(ctx, c, why)
 			break
 		}
@@ -239,7 +239,7 @@ func (l *lane) handle(ctx context.Context, c command) {
 		l.onEvents(ctx, c.link, l.cutAfterEnd(batch), finish)
 		fin.handled()
 	case finishCmd:
-		if why := l.claimByReport(ctx, c.link, c.registered); why != "" {
+		if why := l.claimByReport(ctx, c.link, c.registered, c.offerable); why != "" {
 			l.refuseLive(ctx, c, why)
 		} else {
 			l.endByFunnel(ctx)

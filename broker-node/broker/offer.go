@@ -208,7 +208,7 @@ func (l *lane) onVerdict(ctx context.Context, c verdictCmd) {
 		// run — read as a report (D15): it re-adopts a run held across a
 		// takeover (D7), and claims one nobody holds when it comes from
 		// the key serving the agent (the late-ack rule, D15).
-		if why := l.claimByReport(ctx, c.link, c.registered); why != "" {
+		if why := l.claimByReport(ctx, c.link, c.registered, c.offerable); why != "" {
 			l.refuseLive(ctx, c, why)
 		}
 		return

@@ -208,7 +208,7 @@ func (l *lane) relay(ctx context.Context, link *linkState, batch []eventCmd, a a
 	default:
 		// link stored the events before it: it holds the run, and answers
 		// no offer (none is out).
-		if why := l.claimByReport(ctx, link, false); why != "" {
+		if why := l.claimByReport(ctx, link, false, true); why != "" {
 			l.b.refuse(link.link, kindFinish, l.id, why)
 			return
 		}

@@ -52,6 +52,9 @@ type linkState struct {
 	key      string
 	declared *int            // maxConcurrentRuns from the hello; nil = unlimited
 	names    map[string]bool // the roster this link registered
+	// registeredOnce: it has registered agents at some time, so an offer
+	// may have reached it (what it reported before cannot answer one).
+	registeredOnce bool
 	// interjections lists the names that take a run addressed at their
 	// thread's live run (registration's takesInterjections).
 	interjections map[string]bool
