@@ -11,7 +11,9 @@ import (
 	"io/fs"
 	"log/slog"
 	"sort"
+	"sync"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -188,8 +190,54 @@ func (s *Store) CheckSchema(ctx context.Context) error {
 		return newerSchema(applied, embedded)
 	}
 	if applied != embedded {
-		return fmt.Errorf("the database schema is at version %d, this binary needs %d: run `broker-node migrate`", applied, embedded)
+		return &SchemaBehindError{Applied: applied, Needed: embedded}
 	}
 	warnInvalidIndexes(ctx, s.log, db)
+	return nil
+}
+
+// SchemaBehindError: the database lacks migrations this binary embeds
+// (Applied < Needed; 0 for a database nobody migrated).
+type SchemaBehindError struct{ Applied, Needed int64 }
+
+func (e *SchemaBehindError) Error() string {
+	return fmt.Sprintf("the database schema is at version %d, this binary needs %d: run `broker-node migrate`", e.Applied, e.Needed)
+}
+
+// embeddedVersion is the newest migration this binary embeds, read from
+// the files' names as goose reads them.
+var embeddedVersion = sync.OnceValue(func() int64 {
+	names, _ := fs.Glob(migrationsFS(), "*.sql")
+	var newest int64
+	for _, n := range names {
+		if v, err := goose.NumericComponent(n); err == nil && v > newest {
+			newest = v
+		}
+	}
+	return newest
+})
+
+// CheckSchemaReached is the doors' check (design.md §Deployment, "The
+// doors need the migrated schema"): it fails with a *SchemaBehindError
+// when the database lacks a migration this binary embeds, and accepts a
+// newer schema, which a deploy's migration makes before the doors of its
+// release replace the older ones (and a rollback's doors run over until
+// the schema is stepped down). One query, and it creates nothing: unlike
+// goose's own reading of the version (CheckSchema), it leaves a database
+// without a version table as it found it. Any other error is the query's
+// (storage unreachable, a role that may not read the table).
+func (s *Store) CheckSchemaReached(ctx context.Context) error {
+	var applied int64
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(max(version_id), 0) FROM goose_db_version`).Scan(&applied)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table: never migrated
+		err, applied = nil, 0
+	}
+	if err != nil {
+		return fmt.Errorf("read the schema version: %w", err)
+	}
+	if needed := embeddedVersion(); applied < needed {
+		return &SchemaBehindError{Applied: applied, Needed: needed}
+	}
 	return nil
 }

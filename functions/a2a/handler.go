@@ -291,6 +291,8 @@ func (h *Handler) toRPC(r *http.Request, err error) *RPCError {
 			e.Code = CodeTaskNotCancelable
 		case door.CodeIdentityKeyMismatch:
 			e.Code, e.status = CodeMisconfigured, http.StatusServiceUnavailable
+		case door.CodeSchemaNotMigrated:
+			e.Code, e.status, e.retryAfter = CodeUnavailable, http.StatusServiceUnavailable, de.RetryAfter
 		default:
 			e.Code = CodeInternalError
 		}
@@ -321,6 +323,20 @@ func (h *Handler) toRPC(r *http.Request, err error) *RPCError {
 		h.log.ErrorContext(r.Context(), "a2a: internal error", "path", r.URL.Path, "err", err)
 	}
 	return &RPCError{Code: CodeInternalError, Message: "internal error"}
+}
+
+// WriteRefusal answers a refusal made in front of the door
+// (door.SchemaGate) as the door answers its own: a JSON-RPC call as a
+// JSON-RPC response to its id (toRPC), an agent card's GET in the
+// envelope.
+func (h *Handler) WriteRefusal(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Method != http.MethodPost {
+		door.WriteError(w, r, h.log, err)
+		return
+	}
+	body, _ := io.ReadAll(http.MaxBytesReader(w, r.Body, h.o.MaxBody))
+	req, _ := ParseRequest(body)
+	h.writeRPC(w, req.ID, nil, h.toRPC(r, err))
 }
 
 // streamEnd is when a stream must end (door.StreamEnd); zero for none.

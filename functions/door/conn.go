@@ -37,6 +37,10 @@ type Deps struct {
 	Prefix string
 	// Limits bound what one request may carry (config.DoorLimits).
 	Limits config.DoorLimits
+	// Schema, when set, holds the doors' requests until the database
+	// carries the schema they need (SchemaGate.Guard); Connect leaves it
+	// nil.
+	Schema *SchemaGate
 }
 
 // ConnectOptions tune Connect.

@@ -1,6 +1,7 @@
 package door
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -29,7 +30,23 @@ func NewLambdaHandler(cfg config.Door, log *slog.Logger, build Build) (h http.Ha
 		deps.Close()
 		return nil, nil, err
 	}
-	return h, deps.Close, nil
+	// One read of the schema version a cold start: a schema behind this
+	// binary is answered 503 schema_not_migrated, not a 500 a request
+	// (design.md §Deployment); storage unreachable now is read again on
+	// the next request.
+	deps.Schema = NewSchemaGate(deps.Store, log)
+	_ = deps.Schema.Check(context.Background())
+	return deps.Schema.Guard(h), deps.Close, nil
+}
+
+// lambdaConfig reads a door's configuration from environ; an error names
+// the program, as the broker node's do ("broker-node: configuration: …").
+func lambdaConfig(name string, environ []string) (config.Door, error) {
+	cfg, err := config.ParseDoor(config.FromList(environ))
+	if err != nil {
+		return config.Door{}, fmt.Errorf("%s door: %w", name, err)
+	}
+	return cfg, nil
 }
 
 // RunLambda is a door's Lambda main: configuration read once from the
@@ -37,7 +54,7 @@ func NewLambdaHandler(cfg config.Door, log *slog.Logger, build Build) (h http.Ha
 // Gateway REST API whose Lambda proxy integration streams
 // (WrapAPIGateway). It does not return.
 func RunLambda(name string, build Build) {
-	cfg, err := config.ParseDoor(config.FromList(os.Environ()))
+	cfg, err := lambdaConfig(name, os.Environ())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

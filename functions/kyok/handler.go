@@ -126,7 +126,10 @@ type apiError struct {
 	// carries X-Should-Retry: false, which the official OpenAI clients
 	// obey over their default retry of every 5xx.
 	Final bool
-	Err   error // logs only
+	// RetryAfter, when positive, is the Retry-After a 503 or 429 carries
+	// (1 otherwise).
+	RetryAfter int
+	Err        error // logs only
 }
 
 func refuse(status int, code, msg string) *apiError {
@@ -152,7 +155,7 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, e *apiError
 		body["refusal"] = e.Refusal
 	}
 	if e.Status == http.StatusServiceUnavailable || e.Status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Retry-After", strconv.Itoa(max(e.RetryAfter, 1)))
 	}
 	if e.Final {
 		w.Header().Set("X-Should-Retry", "false")
@@ -165,6 +168,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
+}
+
+// WriteRefusal answers a refusal made in front of the door
+// (door.SchemaGate) in this door's envelope: a door refusal as it says,
+// storage trouble as storageDown.
+func (h *Handler) WriteRefusal(w http.ResponseWriter, r *http.Request, err error) {
+	if de, ok := door.Refusal(err); ok {
+		h.writeError(w, r, &apiError{Status: de.Status, Code: de.Code, Message: de.Message, RetryAfter: de.RetryAfter, Err: de.Err})
+		return
+	}
+	h.writeError(w, r, storageDown(err))
 }
 
 // storageDown maps a store failure to 503.

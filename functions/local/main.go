@@ -35,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/functions/a2a"
 	"github.com/funduq/funduq-go/functions/agui"
 	"github.com/funduq/funduq-go/functions/chat"
@@ -75,11 +76,15 @@ func Mux(d *door.Deps, log *slog.Logger) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The doors that read the schema wait for it (d.Schema: run checked it
+	// at start, or could not reach PostgreSQL then); health, the chat page
+	// and metrics answer regardless.
+	guard := d.Schema.Guard
 	doors := []mount{
-		{name: "agui", patterns: agui.Patterns(), handler: ag},
-		{name: "a2a", patterns: a2a.Patterns(), handler: a2a.ForDeps(d, log)},
-		{name: "kyok", patterns: kyok.Patterns(), handler: kd},
-		{name: "agents", patterns: []string{"GET /agents"}, handler: door.Agents(d.Store, log, d.Limits.AgentsHiddenAfter)},
+		{name: "agui", patterns: agui.Patterns(), handler: guard(ag)},
+		{name: "a2a", patterns: a2a.Patterns(), handler: guard(a2a.ForDeps(d, log))},
+		{name: "kyok", patterns: kyok.Patterns(), handler: guard(kd)},
+		{name: "agents", patterns: []string{"GET /agents"}, handler: guard(door.Agents(d.Store, log, d.Limits.AgentsHiddenAfter))},
 		{name: "health", patterns: []string{"GET /health"}, handler: health(d)},
 		{name: "chat", patterns: chat.Patterns(), handler: chat.Handler()},
 		{name: "metrics", patterns: []string{"GET /metrics"}, handler: processMetrics()},
@@ -163,7 +168,7 @@ func health(d *door.Deps) http.Handler {
 func run(ctx context.Context, environ []string, stderr io.Writer, ready func(addr string)) int {
 	cfg, err := config.ParseLocalDoors(config.FromList(environ))
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintf(stderr, "doors: %v\n", err)
 		return 2
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
@@ -173,6 +178,21 @@ func run(ctx context.Context, environ []string, stderr io.Writer, ready func(add
 		return 1
 	}
 	defer deps.Close()
+	// A schema older than this binary needs is refused as a broker node
+	// refuses it; PostgreSQL unreachable now is not: the doors start and
+	// read the version on a request (design.md §Deployment).
+	check, cancelCheck := context.WithTimeout(ctx, door.StorageTimeout)
+	err = deps.Store.CheckSchemaReached(check)
+	cancelCheck()
+	var behind *store.SchemaBehindError
+	switch {
+	case errors.As(err, &behind):
+		fmt.Fprintf(stderr, "doors: %v\n", err)
+		return 1
+	case err != nil:
+		log.Warn("doors: could not read the database schema version; the doors read it again on a request", "err", err)
+		deps.Schema = door.NewSchemaGate(deps.Store, log)
+	}
 	mux, err := Mux(deps, log)
 	if err != nil {
 		log.Error("doors: build", "err", err)
