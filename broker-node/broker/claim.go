@@ -241,13 +241,16 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState, registered, off
 			l.onCancel(ctx) // as for a claimed run: the record says cancelling, then the frame
 		}
 		return ""
-	case !l.orphan && l.offeredTo == nil && (b.served[l.agent] != nil && b.served[l.agent].key == ls.key && (offerable || b.served[l.agent] != ls) ||
-		l.reserved == ls.key && registered && !ls.withdrawn):
+	case !l.orphan && l.offeredTo == nil && registered && (b.served[l.agent] != nil && b.served[l.agent].key == ls.key ||
+		l.reserved == ls.key && !ls.withdrawn):
 		// The key serving the agent, or — while its offer's link is lost
 		// and its place kept — a registered link of that key: the key's
 		// report takes the kept place over (design.md D5), as it would
 		// have answered the offer a moment before the loss (D15). A link
-		// that registered nothing is resending (D7) and is refused.
+		// that had registered nothing when the report was read is
+		// resending (D7) and is refused, whichever link of the key serves
+		// the agent: taken, a paused round resent before register would
+		// be the round an answer reopened, the answer swallowed.
 		if l.reserved == ls.key {
 			l.reserved = "" // the place kept since its offer's link was lost (keepPlace)
 		} else {
