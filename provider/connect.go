@@ -299,9 +299,13 @@ func (c *Client) handshake(conn *websocket.Conn, tr wire.TicketResponse, fk ed25
 			break
 		}
 		// The expected answer to a paused round funduq has (its run
-		// reopened or ended since): it is not resent again.
+		// reopened or ended since): it is not resent again. Held by
+		// another link of the key is no such answer: a lost link funduq
+		// has not seen go yet, whose run passes to this one.
 		c.log.Debug("funduq refused a resent paused round; ignored", "run_id", e.RunID, "message", e.Message)
-		refused[e.RunID] = true
+		if !strings.Contains(e.Message, "held by another link") {
+			refused[e.RunID] = true
+		}
 	}
 	switch typ {
 	case wire.TypeRegistered:

@@ -24,14 +24,17 @@
 // seq once. A finish is confirmed by two sync queries answered after it on
 // the link it was written to, the second a second after the first (a
 // leader that took the finish and died before storing it never answers
-// that one), or by an error frame naming the run. A run that finished
-// paused (an interrupt outcome) is the exception: funduq may have reopened
-// it since, and on a registered link its stale round could be taken for
-// the answer's, so its unconfirmed round is resent on the next link before
-// register instead. There funduq takes it only for a run it still holds for
-// the lost link (the round pauses the run, nothing counted against the
-// key); a run it reopened or already paused refuses it ("unknown run"),
-// which the client takes quietly. Finished runs are kept
+// that one), or by an error frame naming the run. A run whose round ended
+// paused (an interrupt outcome) is the exception, finished or still held
+// (its finish not written, or its handler not returned after the
+// RUN_FINISHED): funduq pauses a run on a lost link's stored RUN_FINISHED
+// and may have reopened it since, and on a registered link its stale round
+// could be taken for the answer's, so its round is resent on the next link
+// before register instead, never after. There funduq takes it only for a
+// run it still holds for the lost link (the round pauses the run, nothing
+// counted against the key); a run it reopened or already paused refuses it
+// ("unknown run"), which the client takes quietly, and what the old round
+// would still send (its finish) is not sent. Finished runs are kept
 // for Config.Retention either way: a run offered again after it finished is
 // accepted and answered from its frames, not handled twice. One exception
 // to reconnecting: told that a newer process of the same key registered

@@ -67,11 +67,12 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 	finishOnly := c.replaced.Load() || c.registerRefused.Load()
 	var paused []*runState
 	var early [][]byte
+	var held map[*runState][]*outFrame
 	refused := make(map[string]bool)
 	if !finishOnly {
 		c.mu.Lock()
 		c.pruneRetainedLocked()
-		paused, early = c.pausedRoundsLocked()
+		paused, early, held = c.pausedRoundsLocked()
 		c.mu.Unlock()
 	}
 	conn, err := c.connect(ctx, base, !finishOnly, early, refused)
@@ -99,13 +100,18 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 	// broker that took over re-adopts a held run (D7), even a quiet one
 	// with no frame to resend, and takes a run it put back to queued
 	// (its claim never committed) from the report; it stores each event
-	// seq once and drops reports for runs it does not hold. A run that
-	// finished paused (interrupt outcome) is not announced here: funduq
-	// may have reopened it since, and would take the stale report as the
-	// answer to the new round. Its round went out before register instead
-	// (pausedRoundsLocked); an offer of the same round is still answered
-	// from its frames (handleRun).
+	// seq once and drops reports for runs it does not hold. A run whose
+	// round paused (interrupt outcome) is not announced here, whether it
+	// finished or is still held: funduq may have paused it on the lost
+	// link's stored RUN_FINISHED and reopened it since, and would take the
+	// stale report as the answer to the new round. Its round went out
+	// before register instead (pausedRoundsLocked); an offer of the same
+	// round is still answered from its frames (handleRun).
 	for _, rs := range paused {
+		if sent, ok := held[rs]; ok {
+			c.earlySentLocked(l, rs, sent, refused[rs.run.ID])
+			continue
+		}
 		switch {
 		case refused[rs.run.ID]:
 			rs.confirmed = true
@@ -122,6 +128,9 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 		}
 	}
 	for _, rs := range c.runs {
+		if _, early := held[rs]; early || rs.detached {
+			continue // its round went out before register, or funduq ended it
+		}
 		c.resendLocked(l, rs)
 		announced++
 	}

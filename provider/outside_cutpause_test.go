@@ -18,10 +18,6 @@ import (
 // (two calls per run, the second with the resume), each round's events are
 // stored once in order, and the run completes.
 func TestOutsideLinkCutAroundAnInterrupt(t *testing.T) {
-	t.Skip(`design.md §Open questions, "A paused round resent after the answer": under link cuts our ` +
-		`SDK's resend of an unconfirmed paused round can be taken as the answered run's new round ` +
-		`(2 of 60 runs on a loaded machine: the run paused again on the old interrupt, the handler ` +
-		`never called with the resume); remove this skip once a round is on the wire`)
 	for seed := uint64(1); seed <= 4; seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { cutAroundInterrupt(t, seed) })
 	}

@@ -320,3 +320,80 @@ func TestRefusedPausedRoundIsNotResentAgain(t *testing.T) {
 		t.Fatalf("sent %q before register after funduq refused the round, want nothing", got)
 	}
 }
+
+// A run whose round paused is still held when its link drops — the handler
+// emitted RUN_FINISHED with an interrupt and has not returned, so the
+// finish is not written. funduq pauses such a run at once on the stored
+// RUN_FINISHED, and an answer may reopen it: the round goes out before
+// register, never after, where the key's report would be taken for the new
+// round (the late ack, D15). Refused there, what the old round still sends
+// (its finish) is not sent, and the new round is handled afresh.
+func TestHeldPausedRoundGoesBeforeRegister(t *testing.T) {
+	f := newFakeFunduq(t)
+	f.setHooks(func(f *fakeFunduq) {
+		f.afterRegister = func(n int, p *peer) bool {
+			if n != 2 {
+				return false
+			}
+			for range p.early {
+				_ = p.write(wire.Error{Type: wire.TypeError, RunID: "r-1", Message: "event refused: unknown run"})
+			}
+			_ = p.write(wire.Registered{Type: wire.TypeRegistered, Names: []string{"a"}})
+			return true
+		}
+	})
+	g := newGates()
+	release := make(chan struct{})
+	returned := make(chan struct{})
+	ask := Agent{Name: "a", Handler: func(ctx context.Context, run *Run) error {
+		g.started <- run
+		if run.LastUserText() != "hi" {
+			return run.Emit(ctx, map[string]any{"type": "RUN_FINISHED", "threadId": run.ThreadID, "runId": run.ID})
+		}
+		defer close(returned)
+		if err := run.Emit(ctx, map[string]any{"type": "RUN_FINISHED", "threadId": run.ThreadID, "runId": run.ID,
+			"outcome": map[string]any{"type": "interrupt", "interrupts": []any{map[string]any{"id": "i-1", "reason": "approval"}}}}); err != nil {
+			return err
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}}
+	c, _ := startClient(t, baseConfig(t, f, ask))
+	p1 := f.registeredPeer(t)
+	p1.send(t, runFrame("r-1", "a", "t-1", "hi"))
+	p1.expectAck(t, "r-1")
+	g.waitStarted(t)
+	expectFrames(t, p1, "event r-1 #1 RUN_FINISHED")
+	p1.drop()
+	p2 := f.registeredPeer(t)
+	if got, want := p2.earlyFrames(t), []string{"event r-1 #1 RUN_FINISHED"}; !slices.Equal(got, want) {
+		t.Fatalf("sent %q before register, want the held paused round %q", got, want)
+	}
+	// The answer reopened the run: its new round is offered and handled,
+	// and the first frame after register answers that offer.
+	p2.send(t, runFrame("r-1", "a", "t-1", "yes"))
+	expectFrames(t, p2, "ack r-1 true")
+	if r := g.waitStarted(t); r.LastUserText() != "yes" {
+		t.Fatalf("handler called with %q, want the answer", r.LastUserText())
+	}
+	expectFrames(t, p2, "event r-1 #1 RUN_FINISHED", "finish r-1")
+	// The old round's handler returns: its finish is not sent. r-2's
+	// frames come behind anything queued before its offer.
+	close(release)
+	<-returned
+	for {
+		c.mu.Lock()
+		idle, wait := c.inFlight == 0, c.changed
+		c.mu.Unlock()
+		if idle {
+			break
+		}
+		<-wait
+	}
+	p2.send(t, runFrame("r-2", "a", "t-2", "next"))
+	expectFrames(t, p2, "ack r-2 true", "event r-2 #1 RUN_FINISHED", "finish r-2")
+	g.waitStarted(t)
+}

@@ -47,6 +47,12 @@ type runState struct {
 	terminal bool         // RUN_FINISHED or RUN_ERROR was emitted
 	tooLarge bool         // funduq closed a link over one of its events (endOversizedRun)
 	paused   bool         // the last RUN_FINISHED has an interrupt outcome
+	// detached: funduq refused the paused round resent before a register
+	// (it paused the run already, or reopened it), or reopened the run
+	// while the round was still held here: nothing more of the round is
+	// sent (its finish would be taken for the new round's), unless the
+	// same round is offered again.
+	detached bool
 	// confirmed: funduq showed it had the run's finish (sync.go), so a
 	// reconnect does not resend the run; a re-offer still is answered
 	// from its frames.
@@ -107,12 +113,22 @@ func (c *Client) handleRun(l *link, raw []byte) {
 	}
 	input := compactJSON(d.RunInput)
 	if rs := c.runs[d.RunID]; rs != nil {
-		// Offered again (e.g. by a broker that took over while the answer
-		// was in flight): it is already ours, so the answer is the same,
-		// with what it reported so far in case that was lost.
-		c.log.Info("run offered again; already accepted", "run_id", d.RunID, "thread_id", d.ThreadID)
-		c.resendLocked(l, rs)
-		return
+		if !rs.paused || bytes.Equal(rs.input, input) {
+			// Offered again (e.g. by a broker that took over while the
+			// answer was in flight): it is already ours, so the answer is
+			// the same, with what it reported so far in case that was lost.
+			c.log.Info("run offered again; already accepted", "run_id", d.RunID, "thread_id", d.ThreadID)
+			rs.detached = false
+			c.resendLocked(l, rs)
+			return
+		}
+		// Another input for a run whose round paused here and is still
+		// held (its finish not written, or its handler not returned):
+		// funduq paused it (on a lost link's stored RUN_FINISHED) and an
+		// answer reopened it. The old round is over; what is left of it is
+		// not sent, or it would be taken for the new round's.
+		c.log.Info("paused run reopened while its round was still held here; the new round is handled afresh", "run_id", d.RunID, "thread_id", d.ThreadID)
+		c.detachLocked(rs)
 	}
 	c.pruneRetainedLocked()
 	if rs := c.retained[d.RunID]; rs != nil {
@@ -383,6 +399,25 @@ func callHandler(ctx context.Context, h Handler, run *Run) (err error) {
 	return h(ctx, run)
 }
 
+// detachLocked ends what rs, a held run whose paused round funduq has
+// ended and reopened, sends: its unwritten frames leave the outbox, its
+// finish will not be queued, and the run id is free for the new round.
+// c.mu must be held.
+func (c *Client) detachLocked(rs *runState) {
+	rs.detached = true
+	rs.confirmed = true
+	var mine []*outFrame
+	for _, of := range c.outbox {
+		if of.rs == rs {
+			mine = append(mine, of)
+		}
+	}
+	c.dropFromOutboxLocked(mine)
+	if c.runs[rs.run.ID] == rs {
+		delete(c.runs, rs.run.ID)
+	}
+}
+
 // finishLocked queues the run's finish and frees its place. c.mu must be held.
 func (c *Client) finishLocked(rs *runState) {
 	if rs.done {
@@ -391,6 +426,17 @@ func (c *Client) finishLocked(rs *runState) {
 	rs.done = true
 	c.inFlight--
 	data := []byte(`{"type":"finish","runId":` + rs.qid + `}`)
+	if rs.detached {
+		// funduq has the round ended (design.md D7): the finish is kept
+		// for a re-offer of the same round, not sent.
+		c.logFrameLocked(rs, data)
+		if c.runs[rs.run.ID] == rs {
+			delete(c.runs, rs.run.ID)
+			c.retainLocked(rs)
+		}
+		c.notifyLocked()
+		return
+	}
 	c.outbox = append(c.outbox, &outFrame{rs: rs, data: data, finish: true})
 	rs.pending++
 	c.logFrameLocked(rs, data)

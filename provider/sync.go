@@ -118,18 +118,24 @@ func (c *Client) refusedFinishedLocked(rs *runState) {
 	}
 }
 
-// pausedRoundsLocked returns the runs that finished paused (interrupt
-// outcome) without funduq confirming their finish, and their frames (the
-// round's events with their seqs, then its finish), which the next link
-// writes after the handshake's proof and before its register (design.md
-// D7). The run may have
-// been reopened since, so the round is not announced on a registered link,
-// where a report of the key's could be taken as the new round's. Before
-// register it is taken only by a run still held for this key's lost link,
-// which it re-adopts and pauses; a run funduq has reopened (or paused
-// already) has it refused, the expected answer, and the new round is
-// offered after register as usual. c.mu must be held.
-func (c *Client) pausedRoundsLocked() (runs []*runState, frames [][]byte) {
+// pausedRoundsLocked returns the runs whose round ended paused (interrupt
+// outcome) that funduq may not have whole, and their frames (the round's
+// events with their seqs, then its finish), which the next link writes
+// after the handshake's proof and before its register (design.md D7):
+// finished runs whose finish funduq has not confirmed, and runs still held
+// whose RUN_FINISHED with an interrupt is queued or written — their finish
+// not written yet, or their handler not returned. funduq pauses a run on a
+// lost link's stored RUN_FINISHED without waiting for its finish, so either
+// may have been reopened since, and on a registered link a report of the
+// key is taken for the new round (the late ack, D15). Before register it
+// is taken only by a run still held for this key's lost link, which it
+// re-adopts and pauses; a run funduq has reopened (or paused already) has
+// it refused, the expected answer, and the new round is offered after
+// register as usual. held gives, for each run still held, the frames of
+// its own in the outbox now: they go out with the round, so a link that
+// registers takes them out of the outbox (earlySentLocked). A held run
+// funduq refused (detached) is left out. c.mu must be held.
+func (c *Client) pausedRoundsLocked() (runs []*runState, frames [][]byte, held map[*runState][]*outFrame) {
 	for _, rs := range c.retainedOrder {
 		if c.retained[rs.run.ID] != rs || !rs.paused || rs.confirmed || rs.pending > 0 {
 			continue
@@ -137,5 +143,69 @@ func (c *Client) pausedRoundsLocked() (runs []*runState, frames [][]byte) {
 		runs = append(runs, rs)
 		frames = append(frames, rs.log...)
 	}
-	return runs, frames
+	held = make(map[*runState][]*outFrame)
+	for _, rs := range c.runs {
+		if rs.paused && !rs.detached {
+			held[rs] = nil
+			runs = append(runs, rs)
+			frames = append(frames, rs.log...)
+		}
+	}
+	if len(held) > 0 {
+		for _, of := range c.outbox {
+			if _, ok := held[of.rs]; ok {
+				held[of.rs] = append(held[of.rs], of)
+			}
+		}
+	}
+	return runs, frames, held
+}
+
+// earlySentLocked takes the frames of rs, a run still held, that went out
+// before l's register (pausedRoundsLocked) out of the outbox: they are
+// written. refused says funduq refused the round (it paused the run
+// already, or reopened it): rs is detached, and what it reports later (its
+// finish) is not sent, since on the registered link it would be taken for
+// the new round. A round funduq took (it re-adopted the run) is the held
+// run's as before; its finish, once written, awaits confirmation. c.mu
+// must be held.
+func (c *Client) earlySentLocked(l *link, rs *runState, sent []*outFrame, refused bool) {
+	c.dropFromOutboxLocked(sent)
+	if refused {
+		rs.detached = true
+		rs.confirmed = true
+	}
+	if rs.done && rs.pending == 0 {
+		// Its finish went out too, as the writer's pop would have it.
+		delete(c.runs, rs.run.ID)
+		c.retainLocked(rs)
+		if !refused {
+			c.awaitConfirmLocked(l, rs)
+		}
+	}
+}
+
+// dropFromOutboxLocked takes frames out of the outbox. c.mu must be held.
+func (c *Client) dropFromOutboxLocked(frames []*outFrame) {
+	if len(frames) == 0 {
+		return
+	}
+	drop := make(map[*outFrame]bool, len(frames))
+	for _, of := range frames {
+		drop[of] = true
+	}
+	kept := c.outbox[:0]
+	for _, of := range c.outbox {
+		if drop[of] {
+			of.rs.pending--
+			if c.tried == of {
+				c.tried = nil
+			}
+			continue
+		}
+		kept = append(kept, of)
+	}
+	clear(c.outbox[len(kept):])
+	c.outbox = kept
+	c.notifyLocked()
 }
