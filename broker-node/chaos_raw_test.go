@@ -27,10 +27,11 @@ import (
 //
 // With pauses set, each run's first round ends paused on an interrupt (q1)
 // and the offer carrying the answer starts its second round, numbered from
-// seq 1 again. A paused round whose finish was written is resent on a new
-// link before register, as design.md §D7 asks of a provider that cannot
-// tell whether funduq had it (a registered link's report would be taken for
-// the answer's round); every other round is resent after register as above.
+// seq 1 again. A paused round whose RUN_FINISHED was written is resent on
+// a new link before register, with its finish, as design.md §D7 asks of a
+// provider that cannot tell whether funduq had it (a registered link's
+// report would be taken for the answer's round); every other round is
+// resent after register as above.
 type rawProv struct {
 	signer    *identity.Signer
 	base      string
@@ -354,14 +355,18 @@ func rawRound(thread, id string, n, events int, paused bool) [][]byte {
 }
 
 // resendPaused writes, on a link not yet registered, every paused round
-// whose finish was written: its events with their seq, then the finish.
+// whose RUN_FINISHED was written, its finish written or not: its events
+// with their seq, then the finish (design.md §D7: funduq may have paused
+// the run on that event at the lost link and an answer reopened it since,
+// so sent after register the round would be taken for the answer's).
 func (p *rawProv) resendPaused(l *rawLink) {
 	p.mu.Lock()
 	var frames []any
 	for _, r := range p.runs {
-		if !r.paused || !r.finished {
+		if !r.paused || !r.finished && r.sent < len(r.script) {
 			continue
 		}
+		r.sent, r.finished = len(r.script), true // its finish is written here
 		for i, ev := range r.script {
 			seq := int64(i + 1)
 			frames = append(frames, wire.Event{Type: wire.TypeEvent, RunID: r.id, Event: ev, ProviderSeq: &seq})
@@ -387,6 +392,10 @@ func (p *rawProv) script(r *rawRun) {
 			return
 		}
 		l := p.cur
+		if r.finished { // a paused round whose finish went before a register
+			p.mu.Unlock()
+			return
+		}
 		if r.sent == len(r.script) {
 			r.finished = true
 			p.mu.Unlock()
