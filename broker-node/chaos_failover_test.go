@@ -75,7 +75,12 @@ const (
 	chaosSpan  = 1500 * time.Millisecond // runs start within it
 )
 
-func TestFailoverChaos(t *testing.T) {
+func TestFailoverChaos(t *testing.T) { forFailoverSeeds(t, "TestFailoverChaos", failoverChaos) }
+
+// forFailoverSeeds runs one failover chaos test per seed of
+// -failover.seeds, else $FUNDUQ_FAILOVER_SEEDS, else 1-3, and says how to
+// rerun a failed one.
+func forFailoverSeeds(t *testing.T, name string, test func(*testing.T, uint64)) {
 	spec := *failoverSeeds
 	if spec == "" {
 		spec = os.Getenv("FUNDUQ_FAILOVER_SEEDS")
@@ -89,9 +94,9 @@ func TestFailoverChaos(t *testing.T) {
 	}
 	for _, seed := range list {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			failoverChaos(t, seed)
+			test(t, seed)
 			if t.Failed() {
-				t.Logf("FAILED seed %d; rerun with: FUNDUQ_FAILOVER_SEEDS=%d go test -race -count=1 -run 'TestFailoverChaos' ./broker-node/", seed, seed)
+				t.Logf("FAILED seed %d; rerun with: FUNDUQ_FAILOVER_SEEDS=%d go test -race -count=1 -run '^%s$' ./broker-node/", seed, seed, name)
 			}
 		})
 	}

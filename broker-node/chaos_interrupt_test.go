@@ -32,30 +32,11 @@ import (
 	"github.com/funduq/funduq-go/core/identity"
 	runstatus "github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
-	"github.com/funduq/funduq-go/internal/seeds"
 	"github.com/funduq/funduq-go/provider"
 )
 
 func TestFailoverChaosAroundAnInterrupt(t *testing.T) {
-	spec := *failoverSeeds
-	if spec == "" {
-		spec = os.Getenv("FUNDUQ_FAILOVER_SEEDS")
-	}
-	if spec == "" {
-		spec = "1-3"
-	}
-	list, err := seeds.Parse(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, seed := range list {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			failoverChaosAroundAnInterrupt(t, seed)
-			if t.Failed() {
-				t.Logf("FAILED seed %d; rerun with: FUNDUQ_FAILOVER_SEEDS=%d go test -race -count=1 -run 'TestFailoverChaosAroundAnInterrupt' ./broker-node/", seed, seed)
-			}
-		})
-	}
+	forFailoverSeeds(t, "TestFailoverChaosAroundAnInterrupt", failoverChaosAroundAnInterrupt)
 }
 
 // pauseCaller is one caller whose run pauses and who answers it.
