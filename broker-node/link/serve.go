@@ -39,6 +39,9 @@ type Server struct {
 	// PingInterval overrides how often a link is pinged (0:
 	// wsconn.PingEvery). The pings go on while the link is not read.
 	PingInterval time.Duration
+	// WriteTimeout overrides the bound on one frame's write to a link
+	// (0: wsconn's 10 s; tests).
+	WriteTimeout time.Duration
 	// RegisterDeadline is how long a link may stay open after welcome
 	// without a register answered "registered" (config
 	// FUNDUQ_REGISTER_DEADLINE); 0: no deadline.
@@ -123,6 +126,7 @@ func (s *Server) serve(ws *websocket.Conn, res handshake.Result, release func())
 	c := newConn(ws, res.PublicKey, log)
 	c.place = wsconn.NewPlace(s.Pending, release)
 	c.Ping = s.PingInterval
+	c.WriteTimeout = s.WriteTimeout
 	c.MaxQueued = wsconn.QueueBytes(s.MaxFrame)
 	if err := s.Broker.Attach(c, res.MaxConcurrentRuns); err != nil {
 		c.CloseWith(websocket.CloseTryAgainLater, "this funduq node is not the leader; reconnect")

@@ -97,6 +97,9 @@ type Options struct {
 	// LinkPingInterval overrides how often provider links are pinged
 	// (wsconn.PingEvery; tests).
 	LinkPingInterval time.Duration
+	// LinkWriteTimeout overrides the bound on one frame's write to a
+	// provider link (10 s; tests).
+	LinkWriteTimeout time.Duration
 	// QueryTimeout overrides a provider query's 10 s time limit (tests).
 	QueryTimeout time.Duration
 	// WatchdogClock times systemd's watchdog pings and is the time each
@@ -179,7 +182,7 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 		Help: "Links (/ws/provider, /ws/kyok) in the handshake or welcomed and not registered yet."},
 		func() float64 { return float64(pending.Count()) }))
 	n.links = &link.Server{Broker: b, Funduq: signer, Tickets: n.tickets, Log: log,
-		NotLeading: http.HandlerFunc(n.notLeading), MaxFrame: cfg.MaxFrame, PingInterval: o.LinkPingInterval,
+		NotLeading: http.HandlerFunc(n.notLeading), MaxFrame: cfg.MaxFrame, PingInterval: o.LinkPingInterval, WriteTimeout: o.LinkWriteTimeout,
 		RegisterDeadline: cfg.RegisterDeadline, Clock: o.Clock, QueryTimeout: o.QueryTimeout, Pending: pending}
 	n.kyok = &kyokrelay.Relay{Store: st, Redis: rdb, Prefix: prefix, Funduq: signer, Tickets: n.tickets, Log: log,
 		NotLeading: http.HandlerFunc(n.notLeading), GapTimeout: o.KyokGap, Block: o.KyokBlock,

@@ -1,8 +1,8 @@
 package node_test
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"testing"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/funduq/funduq-go/broker-node/node"
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/wire"
 )
@@ -36,7 +37,14 @@ func (c slowConn) Read(b []byte) (int, error) {
 // bound (9 × the frame limit) and the honest provider was cut off as "not
 // reading its link", its queries unanswered.
 func TestRawSlowReaderOfManyLongThreadsIsNotCutOff(t *testing.T) {
-	h := nodetest.Start(t, nil)
+	// Not the time limits, which are not what this is about: on a loaded
+	// machine (under -race, beside other packages' tests) this reader took
+	// in ~1.4 MB/s, so a 7 MiB answer's write passed its 10 s and the link
+	// was cut for that, and the reads of 7 MiB at once passed the queries'
+	// 10 s ("could not read the thread right now").
+	h := nodetest.StartWith(t, nil, func(o *node.Options) {
+		o.QueryTimeout, o.LinkWriteTimeout = 5*time.Minute, 5*time.Minute
+	})
 	d := &websocket.Dialer{NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 		return slowConn{c}, err
@@ -57,17 +65,15 @@ func TestRawSlowReaderOfManyLongThreadsIsNotCutOff(t *testing.T) {
 	answered := 0
 	for answered < queries {
 		f := p.next()
-		var m struct {
-			Type   string
-			Error  string
-			Result []json.RawMessage
-		}
-		_ = json.Unmarshal(f.data, &m)
-		if m.Type != wire.TypeQueryResult {
+		// Read as bytes, not decoded: decoding 7 MiB a frame under -race
+		// kept this reader from its socket long enough for the leader's
+		// write of the next answer to pass its time limit.
+		head := f.data[:min(len(f.data), 64)]
+		if !bytes.Contains(head, []byte(`"type":"`+wire.TypeQueryResult+`"`)) {
 			continue // the run's offer
 		}
-		if m.Error != "" || len(m.Result) != 8 {
-			t.Fatalf("answer %d: error %q, %d messages; want the thread's 8", answered+1, m.Error, len(m.Result))
+		if n := bytes.Count(f.data, []byte(`"role"`)); n != 8 || bytes.Contains(f.data, []byte(`"error"`)) {
+			t.Fatalf("answer %d: %d messages in %.200s; want the thread's 8", answered+1, n, f.data)
 		}
 		answered++
 	}
