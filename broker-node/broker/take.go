@@ -151,11 +151,32 @@ func (b *Broker) Notify(ctx context.Context, n intake.Notice) {
 		l := b.lanes[n.RunID]
 		b.mu.Unlock()
 		if l != nil {
-			l.q.push(cancelCmd{})
+			if b.cancelStands(ctx, n.RunID) {
+				l.q.push(cancelCmd{})
+			}
 			return
 		}
 		b.takeByID(ctx, n.RunID) // a queued run not yet taken is taken cancelled
 	}
+}
+
+// cancelStands reports whether a cancel notice still speaks for the run's
+// row. A notice can arrive after the round it was asked of paused and an
+// answer reopened the run, which clears the request (store.ReopenRun): it
+// must not cancel the answer's round (design.md D1). A row that cannot
+// be read is taken as asking: a lost cancel is worse than a late one.
+func (b *Broker) cancelStands(ctx context.Context, runID string) bool {
+	r, err := b.st.GetRun(ctx, runID)
+	if err != nil {
+		b.log.WarnContext(ctx, "a cancel's run could not be read: passing the cancel on", "run_id", runID, "err", err)
+		return true
+	}
+	if r.CancelRequestedBy == nil {
+		b.log.InfoContext(ctx, "a cancel notice outlived its request: the run was reopened since", "run_id", runID,
+			"thread_id", r.ThreadID, "status", r.Status)
+		return false
+	}
+	return true
 }
 
 func (b *Broker) takeByID(ctx context.Context, runID string) {
