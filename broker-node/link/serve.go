@@ -228,6 +228,9 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 		// answer to a draining close). One it cut off because the provider
 		// stopped reading (or its socket failed) had no goodbye: a lost
 		// link, whose runs wait the link grace (design.md D5).
+		if c.CutOff() {
+			c.log.Info("provider link cut off", "reason", c.Reason())
+		}
 		return c.CutOff()
 	}
 	// Only the provider's own close frame is a goodbye (gorilla reports a
@@ -240,7 +243,7 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 		lost = true
 	default:
 	}
-	c.log.Info("provider link ended", "err", err, "lost", lost)
+	c.log.Info("provider link ended", "err", err, "lost", lost, "reason", c.Reason())
 	return lost
 }
 

@@ -164,6 +164,10 @@ func TestSendNowToAPeerThatStoppedReading(t *testing.T) {
 	case <-time.After(guard):
 		t.Fatal("the writer did not return")
 	}
+	// Its owner's log says why the link ended, not only that it did.
+	if why := p.c.Reason(); !strings.Contains(why, "write failed") || !strings.Contains(why, "timeout") {
+		t.Fatalf("the cut-off link's reason %q names no failed write and its cause", why)
+	}
 	t.Logf("%d frames of 256 KiB were written before the socket was full", sent)
 }
 

@@ -306,7 +306,7 @@ func (c *Conn) drain() bool {
 			c.written(f)
 			_ = c.WS.SetWriteDeadline(time.Now().Add(c.writeTimeout()))
 			if err := c.WS.WriteMessage(websocket.TextMessage, f.b); err != nil {
-				c.cutOff(websocket.CloseAbnormalClosure, "write failed")
+				c.cutOff(websocket.CloseAbnormalClosure, "write failed: "+err.Error())
 				_ = c.WS.Close()
 				c.mu.Lock()
 				c.out, c.counted = nil, 0
@@ -451,7 +451,7 @@ func (c *Conn) Writer(done chan<- struct{}) {
 			}
 		case <-ping.C:
 			if err := c.WS.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.writeTimeout())); err != nil {
-				c.cutOff(websocket.CloseAbnormalClosure, "ping failed")
+				c.cutOff(websocket.CloseAbnormalClosure, "ping failed: "+err.Error())
 				_ = c.WS.Close()
 				return
 			}
@@ -513,4 +513,16 @@ func Clip(s string, n int) string {
 		s = s[:len(s)-1]
 	}
 	return s
+}
+
+// Reason says why the link was closed ("" while open): the reason given to
+// Close, or, for a link cut off, what failed — a write or a ping with its
+// error (a peer that stopped reading: an i/o timeout).
+func (c *Conn) Reason() string {
+	select {
+	case <-c.closed:
+		return c.reason
+	default:
+		return ""
+	}
 }
