@@ -34,7 +34,7 @@ func cutAroundInterrupt(t *testing.T, seed uint64) {
 	const runs, each = 3, 10
 	var mu sync.Mutex
 	calls := make(map[string][]bool) // run id → one entry per call: had resume
-	cfg := outsideConfig(h, s, nil, provider.Agent{Name: "ask", Handler: func(ctx context.Context, r *provider.Run) error {
+	cfg := outsideConfig(h, s, proxy.logger(h), provider.Agent{Name: "ask", Handler: func(ctx context.Context, r *provider.Run) error {
 		var in struct {
 			Resume json.RawMessage `json:"resume"`
 		}
@@ -88,8 +88,8 @@ func cutAroundInterrupt(t *testing.T, seed uint64) {
 			mu.Lock()
 			c := calls[id]
 			mu.Unlock()
-			t.Fatalf("run %s did not end: %s (%s), last seq %d; handler calls (with a resume) %v; %d cuts",
-				id, r.Status, r.FailureReason, r.LastSeq, c, proxy.cuts.Load())
+			t.Fatalf("run %s did not end: %s (%s), last seq %d; handler calls (with a resume) %v; %d cuts, %d links registered; %s",
+				id, r.Status, r.FailureReason, r.LastSeq, c, proxy.cuts.Load(), proxy.links.Load(), h.DescribeRun(id))
 		}
 	}
 	stopCuts()

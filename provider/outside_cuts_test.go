@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/broker-node/tickets"
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/provider"
@@ -25,6 +28,7 @@ type cutter struct {
 	mu    sync.Mutex
 	conns map[net.Conn]bool
 	cuts  atomic.Int32
+	links atomic.Int32 // the provider's links registered (logger)
 	wg    sync.WaitGroup
 }
 
@@ -85,11 +89,110 @@ func (c *cutter) cut() {
 }
 
 // cutNode starts a node that keeps a lost link's runs for 5 s and its
-// provider's for 30 s, and a proxy to it that the test cuts.
+// provider's for 30 s, and a proxy to it that the test cuts. It takes a
+// key's tickets without limit: every cut costs the provider a ticket for
+// its next link, and the harness's fake clock, which these tests never
+// move, never ends the minute FUNDUQ_TICKETS_PER_MINUTE counts them in,
+// so the limit would be one on the links a test may ever open — which a
+// cut storm on a loaded machine passes (TestOutsideCutNodeTakesALinkAfterEveryCut).
+// The limit is not what these tests are about (broker-node/node
+// TestStrangerCannotUseUpAnotherKeysTickets is); with a real clock it
+// costs a provider cut that often the rest of the minute.
 func cutNode(t *testing.T) (*nodetest.Harness, *cutter) {
 	t.Helper()
-	h := nodetest.Start(t, func(c *config.Broker) { c.LinkGrace = 5 * time.Second; c.ProviderGrace = 30 * time.Second })
+	h := nodetest.Start(t, func(c *config.Broker) {
+		c.LinkGrace = 5 * time.Second
+		c.ProviderGrace = 30 * time.Second
+		c.TicketsPerMinute = math.MaxInt32
+	})
 	return h, newCutter(t, strings.TrimPrefix(h.URL, "http://"))
+}
+
+// waitEnds waits for run id to end; giving up, it says where the run
+// stands (row, events, lane) and how many cuts there were.
+func waitEnds(h *nodetest.Harness, id string, proxy *cutter) {
+	h.EventuallyExplained("run "+id+" ends", func() bool { return h.Run(id).Status.Terminal() }, func() string {
+		return fmt.Sprintf("%s; %d cuts, %d links registered", h.DescribeRun(id), proxy.cuts.Load(), proxy.links.Load())
+	})
+}
+
+// registrations is a provider's log handler that counts its registers
+// ("provider registered"): the SDK's own account of each new link. It
+// hands every record on to next, when there is one.
+type registrations struct {
+	n    *atomic.Int32
+	next slog.Handler
+}
+
+func (r registrations) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelInfo || r.next != nil && r.next.Enabled(ctx, l)
+}
+
+func (r registrations) WithAttrs(as []slog.Attr) slog.Handler {
+	if r.next != nil {
+		r.next = r.next.WithAttrs(as)
+	}
+	return r
+}
+
+func (r registrations) WithGroup(g string) slog.Handler {
+	if r.next != nil {
+		r.next = r.next.WithGroup(g)
+	}
+	return r
+}
+
+func (r registrations) Handle(ctx context.Context, rec slog.Record) error {
+	if rec.Message == "provider registered" {
+		r.n.Add(1)
+	}
+	if r.next != nil && r.next.Enabled(ctx, rec.Level) {
+		return r.next.Handle(ctx, rec)
+	}
+	return nil
+}
+
+// logger is a provider logger for the tests through c: it logs beside
+// the node (h.Log) and counts the provider's links in c.links.
+func (c *cutter) logger(h *nodetest.Harness) *slog.Logger {
+	return slog.New(registrations{n: &c.links, next: h.Log.With("side", "sdk").Handler()})
+}
+
+// The cut tests' node takes the provider's next link after every cut,
+// however many there were. Each link claims a ticket, and the tickets a
+// key claims are counted per minute of the node's clock
+// (FUNDUQ_TICKETS_PER_MINUTE, design.md §The provider wire): the
+// harness's fake clock never ends that minute, so under the default 60 a
+// storm's 61st link was refused for good, and every run it had not ended
+// then stayed queued or held — on a loaded machine, where the same storm
+// outlasts more links, "gave up waiting: run … ends". Cut here once the
+// provider registered each link, never mid-handshake: one ticket a link.
+func TestOutsideCutNodeTakesALinkAfterEveryCut(t *testing.T) {
+	h, proxy := cutNode(t)
+	s := outsideSigner(t, 0x6f)
+	cfg := outsideConfig(h, s, proxy.logger(h), provider.Agent{Name: "echo", Handler: func(ctx context.Context, r *provider.Run) error {
+		if err := started(ctx, r); err != nil {
+			return err
+		}
+		return finished(ctx, r)
+	}})
+	cfg.BaseURL = proxy.url()
+	c, err := provider.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, c)
+	const links = tickets.DefaultPerMinute + 1
+	for i := int32(1); i < links; i++ {
+		h.Eventually(fmt.Sprintf("link %d registered", i), func() bool { return proxy.links.Load() >= i })
+		proxy.cut()
+	}
+	h.Eventually(fmt.Sprintf("link %d registered", links), func() bool { return proxy.links.Load() >= links })
+	id, _ := h.Door(s.PublicKeyHex(), "echo", "", "after the cuts")
+	waitEnds(h, id, proxy)
+	if r := h.Run(id); r.Status != run.Completed {
+		t.Fatalf("run %s: %s (%s), want completed", id, r.Status, r.FailureReason)
+	}
 }
 
 // startedOnce fails t unless the handler started run id exactly once
@@ -122,7 +225,7 @@ func (c *cutter) cutAtRandom(t *testing.T, rng *rand.Rand) (stop func()) {
 	return func() {
 		close(stopCuts)
 		<-cutsDone
-		t.Logf("%d cuts", c.cuts.Load())
+		t.Logf("%d cuts, %d links registered", c.cuts.Load(), c.links.Load())
 	}
 }
 
@@ -145,7 +248,7 @@ func linkCutsAtRandom(t *testing.T, seed uint64) {
 	const runs, each = 6, 20
 	var mu sync.Mutex
 	starts := make(map[string]int)
-	cfg := outsideConfig(h, s, nil, provider.Agent{Name: "stream", Handler: func(ctx context.Context, r *provider.Run) error {
+	cfg := outsideConfig(h, s, proxy.logger(h), provider.Agent{Name: "stream", Handler: func(ctx context.Context, r *provider.Run) error {
 		mu.Lock()
 		starts[r.ID]++
 		mu.Unlock()
@@ -174,7 +277,7 @@ func linkCutsAtRandom(t *testing.T, seed uint64) {
 		ids[i], _ = h.Door(s.PublicKeyHex(), "stream", "", fmt.Sprint("go ", i))
 	}
 	for _, id := range ids {
-		h.Eventually("run "+id+" ends", func() bool { return h.Run(id).Status.Terminal() })
+		waitEnds(h, id, proxy)
 	}
 	stopCuts()
 	for _, id := range ids {
@@ -218,7 +321,7 @@ func capacityThroughCuts(t *testing.T, seed uint64) {
 	var mu sync.Mutex
 	starts := map[string]int{}
 	active, peak := 0, 0
-	cfg := outsideConfig(h, s, nil, provider.Agent{Name: "cap", Handler: func(ctx context.Context, r *provider.Run) error {
+	cfg := outsideConfig(h, s, proxy.logger(h), provider.Agent{Name: "cap", Handler: func(ctx context.Context, r *provider.Run) error {
 		mu.Lock()
 		starts[r.ID]++
 		active++
@@ -250,7 +353,7 @@ func capacityThroughCuts(t *testing.T, seed uint64) {
 		ids[i], _ = h.Door(s.PublicKeyHex(), "cap", "", fmt.Sprint("go ", i))
 	}
 	for _, id := range ids {
-		h.Eventually("run "+id+" ends", func() bool { return h.Run(id).Status.Terminal() })
+		waitEnds(h, id, proxy)
 	}
 	stopCuts()
 	for _, id := range ids {
@@ -287,7 +390,7 @@ func serializedThroughCuts(t *testing.T, seed uint64) {
 	order := map[string][]string{} // thread → run ids in handling order
 	busy := map[string]bool{}
 	var overlap []string
-	cfg := outsideConfig(h, s, nil, provider.Agent{Name: "ser", Handler: func(ctx context.Context, r *provider.Run) error {
+	cfg := outsideConfig(h, s, proxy.logger(h), provider.Agent{Name: "ser", Handler: func(ctx context.Context, r *provider.Run) error {
 		mu.Lock()
 		if busy[r.ThreadID] {
 			overlap = append(overlap, r.ID)
@@ -328,7 +431,7 @@ func serializedThroughCuts(t *testing.T, seed uint64) {
 		}
 	}
 	for _, id := range all {
-		h.Eventually("run "+id+" ends", func() bool { return h.Run(id).Status.Terminal() })
+		waitEnds(h, id, proxy)
 	}
 	stopCuts()
 	for _, id := range all {

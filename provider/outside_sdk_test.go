@@ -63,7 +63,7 @@ func finished(ctx context.Context, r *provider.Run) error {
 
 func outsideConfig(h *nodetest.Harness, s *identity.Signer, log *slog.Logger, agents ...provider.Agent) provider.Config {
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = h.Log.With("side", "sdk")
 	}
 	return provider.Config{BaseURL: h.URL, Signer: s, FunduqKey: h.Node.FunduqKey(), Logger: log,
 		Backoff: provider.Backoff{Min: 10 * time.Millisecond, Max: 100 * time.Millisecond}, Agents: agents}

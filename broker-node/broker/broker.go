@@ -1353,3 +1353,30 @@ func (b *Broker) Held() map[string]int {
 		"expected": len(b.expected), "requeued": len(b.requeued), "lostUntil": len(b.lostUntil), "ended": len(b.ended.ids),
 	}
 }
+
+// DescribeLane is run id's lane as the broker holds it, in one line, for a
+// test's failure message and an operator's debugging: its state fields
+// (those guarded by b.mu), the links named in them, the link serving its
+// agent, and how many commands wait in its queue. "" when it has no lane.
+func (b *Broker) DescribeLane(id string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l := b.lanes[id]
+	if l == nil {
+		return ""
+	}
+	link := func(ls *linkState) string {
+		if ls == nil {
+			return "-"
+		}
+		open := b.links[ls.link] == ls
+		return fmt.Sprintf("link %d (open %t, replaced %t, registered once %t)", ls.id, open, ls.replaced, ls.registeredOnce)
+	}
+	l.q.mu.Lock()
+	queued, busy := len(l.q.items), l.q.busy
+	l.q.mu.Unlock()
+	return fmt.Sprintf("status %s; offered to %s; claimed by %s; passed %t; orphan %t (link lost %t); reserved %t; "+
+		"link wait %t; dispatch pending %t; ended %t; end stored %t; cancel %t; agent served by %s; queue %d, busy %t",
+		l.status, link(l.offeredTo), link(l.claimedBy), l.passed, l.orphan, l.linkLost, l.reserved != "",
+		l.linkWait, l.dispatchPending, l.ended, l.endStored, l.cancelRequested, link(b.served[l.agent]), queued, busy)
+}

@@ -51,7 +51,10 @@ type Harness struct {
 	Cfg   config.Broker
 	// Prefix is the Redis key prefix this harness's nodes share.
 	Prefix string
-	db     *pgx.Conn // the test's own connection (DB)
+	// Log is where the node logs (FUNDUQ_TEST_LOG), for a test's own
+	// processes (a provider) to log beside it.
+	Log *slog.Logger
+	db  *pgx.Conn // the test's own connection (DB)
 }
 
 // TokenSecret is the harness's FUNDUQ_TOKEN_SECRET: long enough for the
@@ -62,11 +65,30 @@ const TokenSecret = "nodetest-token-secret-0123456789abcdef"
 // SeedHex is a test seed: b repeated 32 times, in hex.
 func SeedHex(b byte) string { return strings.Repeat(fmt.Sprintf("%02x", b), 32) }
 
+// testLogger is the node's logger: none, unless FUNDUQ_TEST_LOG is set —
+// to "onfail", a file per node kept (and named in the test's output) only
+// when the test fails, for the rare failure of a loaded machine whose
+// cause is in the log; to anything else, stderr.
 func testLogger(t testing.TB) *slog.Logger {
-	if os.Getenv("FUNDUQ_TEST_LOG") != "" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	switch os.Getenv("FUNDUQ_TEST_LOG") {
+	case "":
+		return slog.New(slog.DiscardHandler)
+	case "onfail":
+		f, err := os.CreateTemp("", "funduq-node-*.log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			f.Close()
+			if t.Failed() {
+				t.Logf("node log kept at %s", f.Name())
+			} else {
+				os.Remove(f.Name())
+			}
+		})
+		return slog.New(slog.NewJSONHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return slog.New(slog.DiscardHandler)
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // Start runs a broker node on a fresh database, a fake clock and loopback.
@@ -115,7 +137,8 @@ func startNode(t testing.TB, cfg config.Broker, prefix string, opts func(*node.O
 		cfg.AdvertiseURL = direct
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	o := node.Options{Logger: testLogger(t).With("test_node", cfg.NodeID), Clock: clock, RedisPrefix: prefix}
+	log := testLogger(t)
+	o := node.Options{Logger: log.With("test_node", cfg.NodeID), Clock: clock, RedisPrefix: prefix}
 	if opts != nil {
 		opts(&o)
 	}
@@ -125,7 +148,7 @@ func startNode(t testing.TB, cfg config.Broker, prefix string, opts func(*node.O
 		t.Fatal(err)
 	}
 	n.IntakePoll = 200 * time.Millisecond
-	h := &Harness{t: t, Node: n, URL: direct, Clock: clock, Store: n.Store(), stop: cancel,
+	h := &Harness{t: t, Node: n, URL: direct, Clock: clock, Store: n.Store(), stop: cancel, Log: log,
 		done: make(chan error, 1), Cfg: cfg, Prefix: prefix}
 	go func() { h.done <- n.Run(ctx, ln) }()
 	t.Cleanup(h.Shutdown)
@@ -190,6 +213,39 @@ func (h *Harness) Eventually(what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// EventuallyExplained is Eventually, with explain's account of the state
+// (the run row, the lane) in the failure: a wait that gives up on a
+// loaded machine is rare and cannot be rerun at will.
+func (h *Harness) EventuallyExplained(what string, cond func() bool, explain func() string) {
+	h.t.Helper()
+	deadline := time.Now().Add(guard)
+	for !cond() {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("gave up waiting: %s; %s", what, explain())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// DescribeRun is the run's row, its stored events and its lane as the
+// broker holds it, in one line, for a failure's message.
+func (h *Harness) DescribeRun(id string) string {
+	h.t.Helper()
+	r := h.Run(id)
+	var types []string
+	for _, e := range h.Events(id) {
+		types = append(types, fmt.Sprint(e["type"]))
+	}
+	lane, ok := h.Node.Broker.Snapshot().Lanes[id]
+	laneSays := "no lane"
+	if ok {
+		laneSays = "lane " + string(lane)
+	}
+	return fmt.Sprintf("run %s is %s (%s), owner epoch %d, last seq %d, round seq %d, queued at %s; %d events stored %v; %s",
+		id, r.Status, r.FailureReason, r.OwnerEpoch, r.LastSeq, r.RoundSeq, r.QueuedAt.Format(time.RFC3339Nano),
+		len(types), types, laneSays+"; "+h.Node.Broker.DescribeLane(id))
 }
 
 // Settle waits until every timer callback whose time has come has run and
