@@ -270,7 +270,7 @@ func (h *Handler) toRPC(r *http.Request, err error) *RPCError {
 	if de, ok := door.Refusal(err); ok {
 		e := &RPCError{Message: de.Message, Data: map[string]any{"reason": de.Code}}
 		switch de.Code {
-		case door.CodePresenterRequired, door.CodeInvalidChain:
+		case door.CodePresenterRequired, door.CodeInvalidChain, door.CodeBodyMismatch:
 			e.Code, e.status = CodeUnauthenticated, http.StatusUnauthorized
 		case door.CodeMembershipRequired:
 			e.Code = CodeMembershipRequired
@@ -326,7 +326,7 @@ func (h *Handler) toRPC(r *http.Request, err error) *RPCError {
 }
 
 // WriteRefusal answers a refusal made in front of the door
-// (door.SchemaGate) as the door answers its own: a JSON-RPC call as a
+// (door.SchemaGate, door.WrapAPIGateway's body check) as the door answers its own: a JSON-RPC call as a
 // JSON-RPC response to its id (toRPC), an agent card's GET in the
 // envelope.
 func (h *Handler) WriteRefusal(w http.ResponseWriter, r *http.Request, err error) {

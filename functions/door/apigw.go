@@ -215,8 +215,11 @@ func WrapAPIGateway(h http.Handler, log *slog.Logger) func(context.Context, *eve
 		var serve http.Handler = h
 		if want := authorizerString(ev, AuthorizerBodyField); AuthenticatedKey(r) != "" && want != "" &&
 			want != identity.SHA256Hex(body) {
+			// In the door's own envelope (RefusalWriter): an A2A caller is
+			// answered a JSON-RPC error to its call's id, as it is for the
+			// door's own refusals.
 			serve = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				WriteError(w, r, log, Refuse(http.StatusUnauthorized, CodeBodyMismatch,
+				WriteRefusal(h, log, w, r, Refuse(http.StatusUnauthorized, CodeBodyMismatch,
 					"the body is not the one the %s signature covers", identity.PresenterHeader))
 			})
 		}

@@ -25,7 +25,8 @@ var SchemaRecheck = 10 * time.Second
 // RefusalWriter is a door handler that answers an error in its own
 // envelope (A2A's JSON-RPC, KYOK's OpenAI-style body) as it answers one of
 // its own: a *Error, or storage trouble (Unavailable). SchemaGate.Guard
-// uses it; a handler without it is answered with WriteError.
+// and WrapAPIGateway's body check use it; a handler without it is
+// answered with WriteError.
 type RefusalWriter interface {
 	WriteRefusal(w http.ResponseWriter, r *http.Request, err error)
 }
@@ -102,31 +103,50 @@ func (g *SchemaGate) Guard(h http.Handler) http.Handler {
 	if g == nil {
 		return h
 	}
-	refuse := func(w http.ResponseWriter, r *http.Request, err error) {
-		if rw, ok := h.(RefusalWriter); ok {
-			rw.WriteRefusal(w, r, err)
-			return
-		}
-		WriteError(w, r, g.log, err)
+	return guarded{g: g, h: h}
+}
+
+// guarded is a door behind its SchemaGate. It is a RefusalWriter too, so
+// what stands in front of it (WrapAPIGateway's body check) still answers
+// in the door's envelope.
+type guarded struct {
+	g *SchemaGate
+	h http.Handler
+}
+
+func (d guarded) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if d.g.ready.Load() {
+		d.h.ServeHTTP(w, r)
+		return
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if g.ready.Load() {
-			h.ServeHTTP(w, r)
-			return
-		}
-		err := g.Check(r.Context())
-		var behind *store.SchemaBehindError
-		switch {
-		case err == nil:
-		case errors.As(err, &behind):
-			refuse(w, r, NotMigrated(err))
-			return
-		case Unavailable(err):
-			refuse(w, r, err)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
+	err := d.g.Check(r.Context())
+	var behind *store.SchemaBehindError
+	switch {
+	case err == nil:
+	case errors.As(err, &behind):
+		d.WriteRefusal(w, r, NotMigrated(err))
+		return
+	case Unavailable(err):
+		d.WriteRefusal(w, r, err)
+		return
+	}
+	d.h.ServeHTTP(w, r)
+}
+
+// WriteRefusal answers err as the guarded door answers its own refusals.
+func (d guarded) WriteRefusal(w http.ResponseWriter, r *http.Request, err error) {
+	WriteRefusal(d.h, d.g.log, w, r, err)
+}
+
+// WriteRefusal answers err, a refusal made in front of door h, in h's own
+// envelope when h is a RefusalWriter, else in the one error envelope
+// (WriteError).
+func WriteRefusal(h http.Handler, log *slog.Logger, w http.ResponseWriter, r *http.Request, err error) {
+	if rw, ok := h.(RefusalWriter); ok {
+		rw.WriteRefusal(w, r, err)
+		return
+	}
+	WriteError(w, r, log, err)
 }
 
 // NotMigrated is the refusal of a request while the schema is behind: 503

@@ -171,7 +171,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // WriteRefusal answers a refusal made in front of the door
-// (door.SchemaGate) in this door's envelope: a door refusal as it says,
+// (door.SchemaGate, door.WrapAPIGateway's body check) in this door's envelope: a door refusal as it says,
 // storage trouble as storageDown.
 func (h *Handler) WriteRefusal(w http.ResponseWriter, r *http.Request, err error) {
 	if de, ok := door.Refusal(err); ok {
