@@ -305,6 +305,11 @@ func (h *Handler) toRPC(r *http.Request, err error) *RPCError {
 		h.log.Log(r.Context(), lvl, "a2a request refused", "path", r.URL.Path, "code", e.Code, "reason", de.Code, "err", de.Error())
 		return e
 	}
+	// A query naming what a stepped-down schema lacks is answered as a
+	// door started cold over it answers (door.SchemaTrouble).
+	if door.SchemaTrouble(err) {
+		return h.toRPC(r, door.NotMigrated(err))
+	}
 	// Before Unavailable: a query that found the request's context
 	// already done looks like storage trouble (pgx: a timeout, safe to
 	// retry), and is the caller leaving.

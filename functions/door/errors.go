@@ -71,14 +71,18 @@ const (
 )
 
 // WriteError writes err as the error envelope. An *Error is written as it
-// says; a storage failure (see Unavailable) becomes 503 with Retry-After; any
-// other error is logged and answered 500 with a generic message. A failure
+// says; a query a stepped-down schema cannot run (SchemaTrouble) becomes
+// NotMigrated's 503; a storage failure (see Unavailable) becomes 503 with
+// Retry-After; any other error is logged and answered 500 with a generic
+// message. A failure
 // that is the caller hanging up (CallerGone) is logged as that, not as a
 // refusal of funduq's.
 func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	de, ok := Refusal(err)
 	if !ok {
-		if Unavailable(err) {
+		if SchemaTrouble(err) {
+			de = NotMigrated(err)
+		} else if Unavailable(err) {
 			de = &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable,
 				Message: "storage is unreachable; retry shortly", RetryAfter: 1, Err: err}
 		} else {
@@ -144,6 +148,26 @@ func badText(err error) *Error {
 			Message: "a JSON value in the request cannot be stored: a lone surrogate escape (\\ud800-\\udfff) or a number out of range", Err: err}
 	}
 	return nil
+}
+
+// SchemaTrouble reports whether err is PostgreSQL saying a table, column,
+// function or type a door's query names does not exist. The doors name
+// only what their migrations made, so this is a database whose schema was
+// stepped down under a door warm before (its SchemaGate passed): such a
+// request is answered as a door started cold over that schema answers
+// every request, NotMigrated, not as a failing of funduq's own (design.md
+// §The doors, "The doors need the migrated schema"). Each door maps it
+// before storage trouble and the 500.
+func SchemaTrouble(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "42P01", "42703", "42883", "42704": // undefined table, column, function, object
+		return true
+	}
+	return false
 }
 
 // QueueFull is the refusal of a run whose thread has too many runs waiting
