@@ -199,11 +199,14 @@ func (c *call) list() {
 	}
 	// Each field read on its own, so a refusal names it in the door's
 	// words (D13: one error envelope), and counts read as ProtoJSON
-	// writes them.
-	for key, into := range map[string]*string{"contextId": &p.ContextID, "status": &p.Status,
-		"pageToken": &p.PageToken, "statusTimestampAfter": &p.StatusTimestampAfter} {
-		if v := raw[key]; len(v) > 0 && firstByte(v) != 'n' && (firstByte(v) != '"' || json.Unmarshal(v, into) != nil) {
-			c.h.writeRPC(c.w, c.req.ID, nil, rpcErr(CodeInvalidParams, "params.%s must be a string", key))
+	// writes them. In a fixed order (not a map's), so one request is
+	// refused the same way every time.
+	for _, f := range []struct {
+		key  string
+		into *string
+	}{{"contextId", &p.ContextID}, {"status", &p.Status}, {"pageToken", &p.PageToken}, {"statusTimestampAfter", &p.StatusTimestampAfter}} {
+		if v := raw[f.key]; len(v) > 0 && firstByte(v) != 'n' && (firstByte(v) != '"' || json.Unmarshal(v, f.into) != nil) {
+			c.h.writeRPC(c.w, c.req.ID, nil, rpcErr(CodeInvalidParams, "params.%s must be a string", f.key))
 			return
 		}
 	}
