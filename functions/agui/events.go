@@ -13,16 +13,26 @@ import (
 
 func (h *Handler) getEvents(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("runId")
-	raw := r.Header.Get(LastEventIDHeader)
-	if raw == "" {
-		raw = r.URL.Query().Get("after")
+	// ?after= names one position or none: given twice it is refused, as a
+	// repeated ?limit= or ?before= is, before the run is read (the same
+	// answer for every id). Last-Event-ID, an EventSource's reconnect,
+	// stands over it.
+	after := r.URL.Query()["after"]
+	if len(after) > 1 {
+		door.WriteError(w, r, h.log, door.Refuse(http.StatusBadRequest, door.CodeBadRequest,
+			"after must be given once: the seq of the last event received"))
+		return
 	}
-	after, err := lastEventID(raw)
+	raw := r.Header.Get(LastEventIDHeader)
+	if raw == "" && len(after) == 1 {
+		raw = after[0]
+	}
+	pos, err := lastEventID(raw)
 	if err != nil {
 		door.WriteError(w, r, h.log, err)
 		return
 	}
-	after = max(after, 0)
+	pos = max(pos, 0)
 	// The request's budget; each storage call has a door.Step of it.
 	ctx, cancel := context.WithTimeout(r.Context(), 2*door.StorageTimeout)
 	sctx, scancel := door.Step(ctx)
@@ -47,7 +57,7 @@ func (h *Handler) getEvents(w http.ResponseWriter, r *http.Request) {
 		door.WriteError(w, r, h.log, err)
 		return
 	}
-	h.stream(w, r, rn, after, false, after > 0)
+	h.stream(w, r, rn, pos, false, pos > 0)
 }
 
 // streamEnd is when a stream must end: its own budget, or the request's
