@@ -24,10 +24,14 @@ func (h *Handler) getEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	raw := r.Header.Get(LastEventIDHeader)
-	if raw == "" && len(after) == 1 {
-		raw = after[0]
-	}
 	pos, err := lastEventID(raw)
+	if raw == "" && len(after) == 1 {
+		// The refusal names what the caller sent.
+		if pos, err = lastEventID(after[0]); err != nil {
+			err = door.Refuse(http.StatusBadRequest, door.CodeBadRequest,
+				"after must be the non-negative integer id of an event received")
+		}
+	}
 	if err != nil {
 		door.WriteError(w, r, h.log, err)
 		return

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/kyok"
@@ -139,12 +140,15 @@ func mismatch(noun, threadID string) error {
 }
 
 // IdempotencyKey is the request's Idempotency-Key (D13); 400 bad_request
-// unless it is at most 255 bytes, none of them a control character.
+// unless it is at most 255 bytes of UTF-8, none of them a control
+// character. It is kept as text, which PostgreSQL refuses in other bytes
+// (a Latin-1 header value): refused here, the refusal names the header.
 func IdempotencyKey(r *http.Request) (string, error) {
 	idem := r.Header.Get(IdempotencyHeader)
-	if len(idem) > maxIdempotencyKey || strings.ContainsFunc(idem, func(c rune) bool { return c < 0x20 || c == 0x7f }) {
+	if len(idem) > maxIdempotencyKey || !utf8.ValidString(idem) ||
+		strings.ContainsFunc(idem, func(c rune) bool { return c < 0x20 || c == 0x7f }) {
 		return "", Refuse(http.StatusBadRequest, CodeBadRequest,
-			"%s must be at most %d bytes, none of them a control character", IdempotencyHeader, maxIdempotencyKey)
+			"%s must be at most %d bytes of UTF-8, none of them a control character", IdempotencyHeader, maxIdempotencyKey)
 	}
 	return idem, nil
 }
