@@ -25,7 +25,10 @@ func (h *Handler) card(w http.ResponseWriter, r *http.Request) {
 		door.WriteError(w, r, h.log, err)
 		return
 	}
-	v, ok := ParseVersion(r.Header.Get(VersionHeader))
+	// The version stated as a call states it (requestedVersion: the
+	// header, else the query), so a client that cannot set headers reads
+	// the card of the version its calls are served in.
+	v, ok := ParseVersion(requestedVersion(r))
 	if !ok {
 		v = V10
 	}
