@@ -49,6 +49,18 @@ func DropOptionalNulls(raw json.RawMessage) (json.RawMessage, error) {
 	return sh.apply(raw)
 }
 
+// DropMessageOptionalNulls is DropOptionalNulls for one AG-UI message, as
+// a MESSAGES_SNAPSHOT's messages are walked: its optional nulls dropped
+// at the top, in its tool calls and in its content parts; a value that
+// may hold any JSON (its metadata, say) kept whole. A message that is not
+// a JSON object is returned as given.
+func DropMessageOptionalNulls(raw json.RawMessage) (json.RawMessage, error) {
+	if kindOf(raw) != kindObject {
+		return raw, nil
+	}
+	return msgShape.apply(raw)
+}
+
 // A shape says where a structure's optional nulls are: in an object (or
 // in each object of an array) every null member is dropped but those
 // named in keep, and the members named in sub are walked with their own

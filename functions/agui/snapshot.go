@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/funduq/funduq-go/core/agui"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/functions/door"
@@ -182,9 +183,9 @@ func (h *Handler) snapshot(ctx context.Context, th store.Thread, pg page) (Snaps
 	if err != nil {
 		return Snapshot{}, err
 	}
-	snap := Snapshot{ThreadID: threadID, Messages: msgs.Messages, HasMore: msgs.More}
-	if snap.Messages == nil {
-		snap.Messages = []json.RawMessage{}
+	snap := Snapshot{ThreadID: threadID, Messages: make([]json.RawMessage, 0, len(msgs.Messages)), HasMore: msgs.More}
+	for _, m := range msgs.Messages {
+		snap.Messages = append(snap.Messages, withoutOptionalNulls(m))
 	}
 	if msgs.More {
 		if snap.NextBefore, err = sealCursor(th.CursorKey, msgs.Before); err != nil {
@@ -216,6 +217,26 @@ func (h *Handler) snapshot(ctx context.Context, th store.Thread, pg page) (Snaps
 		snap.WaitingRun = &WaitingRun{RunID: waiting.RunID, OutstandingAsks: asks}
 	}
 	return snap, nil
+}
+
+// withoutOptionalNulls is stored message m as an AG-UI caller reads it:
+// without the null members AG-UI 1.0 refuses for an optional member, as a
+// relayed MESSAGES_SNAPSHOT's messages are (core/agui's one table of
+// AG-UI's shapes), every other member as stored. A caller's message is
+// stored with every key its role's model names, null when not sent
+// (core/runinput, for strict providers); handed back, those nulls are
+// members the caller never sent that @ag-ui/core's MessageSchema refuses
+// (design.md §The doors, "The thread snapshot"). One pass over the
+// message, none over one without a null.
+func withoutOptionalNulls(m json.RawMessage) json.RawMessage {
+	if !bytes.Contains(m, []byte("null")) {
+		return m
+	}
+	out, err := agui.DropMessageOptionalNulls(m)
+	if err != nil {
+		return m
+	}
+	return out
 }
 
 // newestRun is store.NewestRunInStatus as one step of a request.
