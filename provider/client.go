@@ -480,7 +480,9 @@ func (c *Client) Run(ctx context.Context) error {
 		if redirect != nil && !followed && redirect.String() != base.String() {
 			followed = true
 		} else {
-			delay = c.cfg.Backoff.delay(attempt)
+			// A key past its tickets per minute is not asked sooner
+			// than funduq said: it would only be refused again.
+			delay = max(c.cfg.Backoff.delay(attempt), retryAfter(err))
 			attempt++
 			followed = false
 		}

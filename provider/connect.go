@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,6 +39,52 @@ func (e *unavailableError) Error() string {
 		msg += ": " + e.body
 	}
 	return msg
+}
+
+// retryLaterError is a refusal that said when to ask again: a key past its
+// tickets per minute (429 with Retry-After, the rest of funduq's minute);
+// Run waits at least that long before the next attempt. A 503's
+// Retry-After (a standby, a takeover under way) is not waited out: the
+// backoff starts shorter, and a provider back soon after a failover keeps
+// the runs it holds (design.md D7).
+type retryLaterError struct {
+	error
+	after time.Duration
+}
+
+func (e *retryLaterError) Unwrap() error { return e.error }
+
+// maxRetryAfter bounds the wait a Retry-After may ask for: funduq asks for
+// at most a minute (the rest of a ticket minute); a proxy's longer value
+// must not keep a provider away for an hour.
+const maxRetryAfter = 2 * time.Minute
+
+// withRetryAfter wraps err with the wait h's Retry-After asks for, if any
+// (delay-seconds or an HTTP date).
+func withRetryAfter(err error, h http.Header) error {
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return err
+	}
+	var after time.Duration
+	if secs, perr := strconv.Atoi(v); perr == nil {
+		after = time.Duration(secs) * time.Second
+	} else if at, perr := http.ParseTime(v); perr == nil {
+		after = time.Until(at)
+	}
+	if after <= 0 {
+		return err
+	}
+	return &retryLaterError{error: err, after: min(after, maxRetryAfter)}
+}
+
+// retryAfter is the wait the refusal err carries, or 0.
+func retryAfter(err error) time.Duration {
+	var rl *retryLaterError
+	if errors.As(err, &rl) {
+		return rl.after
+	}
+	return 0
 }
 
 // leaderKeys are the fields a standby's 503 body may name the leader in.
@@ -140,6 +187,8 @@ func (c *Client) fetchTicket(ctx context.Context, base *url.URL) (wire.TicketRes
 	case http.StatusOK, http.StatusCreated:
 	case http.StatusServiceUnavailable:
 		return tr, nil, &unavailableError{what: "POST /tickets", leader: leaderFromBody(respBody), body: snippet(respBody)}
+	case http.StatusTooManyRequests:
+		return tr, nil, withRetryAfter(fmt.Errorf("POST /tickets: %s: %s", resp.Status, snippet(respBody)), resp.Header)
 	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
 		return tr, nil, fmt.Errorf("POST /tickets: %s to %q: funduq is not at BaseURL %s; set BaseURL to the URL it names "+
 			"(a load balancer with a certificate sends plain HTTP to HTTPS)", resp.Status, resp.Header.Get("Location"), base)
