@@ -47,6 +47,15 @@ func startDoorsTo(t *testing.T, h *nodetest.Harness, w io.Writer, level string) 
 		"FUNDUQ_DOORS_ADDR=127.0.0.1:0", "FUNDUQ_LOG_LEVEL=" + level,
 	}
 	redisPrefix = h.Prefix
+	t.Cleanup(func() { redisPrefix = "" }) // after stop: cleanups run last first
+	return serveDoors(t, environ, w)
+}
+
+// serveDoors runs the local server (run) on environ, logging to w, until
+// stop (or the test's end), and returns its base URL; stop waits for it and
+// fails the test on a non-zero exit code.
+func serveDoors(t *testing.T, environ []string, w io.Writer) (base string, stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	addr := make(chan string, 1)
 	var wg sync.WaitGroup
@@ -57,7 +66,6 @@ func startDoorsTo(t *testing.T, h *nodetest.Harness, w io.Writer, level string) 
 		once.Do(func() {
 			cancel()
 			wg.Wait()
-			redisPrefix = ""
 			if code != 0 {
 				t.Errorf("doors exit code %d", code)
 			}

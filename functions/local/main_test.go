@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -50,25 +49,7 @@ func TestLocalDoors(t *testing.T) {
 	}
 	redisPrefix = h.Prefix
 	t.Cleanup(func() { redisPrefix = "" })
-	ctx, cancel := context.WithCancel(context.Background())
-	addr := make(chan string, 1)
-	var wg sync.WaitGroup
-	code := -1
-	wg.Go(func() { code = run(ctx, environ, io.Discard, func(a string) { addr <- a }) })
-	defer func() {
-		cancel()
-		wg.Wait()
-		if code != 0 {
-			t.Errorf("exit code %d", code)
-		}
-	}()
-	var base string
-	select {
-	case a := <-addr:
-		base = "http://" + a
-	case <-time.After(20 * time.Second):
-		t.Fatal("the doors did not start")
-	}
+	base, _ := serveDoors(t, environ, io.Discard)
 
 	if c, b := call(t, "GET", base+"/health", ""); c != 200 || !strings.Contains(b, `"status":"ok"`) {
 		t.Fatalf("health %d %s", c, b)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -51,26 +50,7 @@ func TestOutsideWarmDoorsOverASteppedDownSchema(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	addr := make(chan string, 1)
-	var wg sync.WaitGroup
-	code := -1
-	wg.Go(func() { code = run(ctx, doorsEnv(u), io.Discard, func(a string) { addr <- a }) })
-	defer func() {
-		cancel()
-		wg.Wait()
-		if code != 0 {
-			t.Errorf("exit code %d", code)
-		}
-	}()
-	var base string
-	select {
-	case a := <-addr:
-		base = "http://" + a
-	case <-time.After(20 * time.Second):
-		t.Fatal("the doors did not start")
-	}
+	base, _ := serveDoors(t, doorsEnv(u), io.Discard)
 	const thread = "thread_000000000000000000000000"
 	aguiBody := `{"threadId":"` + thread + `","runId":"r-1","messages":[{"id":"m1","role":"user","content":"hi"}],"tools":[],"context":[],"state":null,"forwardedProps":{}}`
 	getTask := `{"jsonrpc":"2.0","id":"g-1","method":"tasks/get","params":{"id":"run_000000000000000000000000"}}`

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/funduq/funduq-go/core/redistest"
 	"github.com/funduq/funduq-go/core/store"
@@ -82,26 +81,7 @@ func TestLocalDoorsServeANewerSchema(t *testing.T) {
 		SELECT max(version_id) + 1, true FROM goose_db_version`); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	addr := make(chan string, 1)
-	var wg sync.WaitGroup
-	code := -1
-	wg.Go(func() { code = run(ctx, doorsEnv(u), io.Discard, func(a string) { addr <- a }) })
-	defer func() {
-		cancel()
-		wg.Wait()
-		if code != 0 {
-			t.Errorf("exit code %d", code)
-		}
-	}()
-	var base string
-	select {
-	case a := <-addr:
-		base = "http://" + a
-	case <-time.After(20 * time.Second):
-		t.Fatal("the doors did not start over a newer schema")
-	}
+	base, _ := serveDoors(t, doorsEnv(u), io.Discard)
 	if c, b := call(t, "GET", base+"/agents", ""); c != 200 {
 		t.Fatalf("agents over a newer schema: %d %s", c, b)
 	}
