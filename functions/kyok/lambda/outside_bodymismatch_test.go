@@ -1,19 +1,11 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"io"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/aws/aws-lambda-go/events"
-
-	"github.com/funduq/funduq-go/broker-node/nodetest"
-	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/identity"
-	"github.com/funduq/funduq-go/core/redistest"
 	"github.com/funduq/funduq-go/core/store/storetest"
 	"github.com/funduq/funduq-go/functions/door"
 )
@@ -24,28 +16,9 @@ import (
 // error.code and error.type presenter_body_mismatch. On main it was the
 // doors' generic envelope, without the type an OpenAI client reads.
 func TestOutsideBodyOtherThanTheSignedOneInTheKyokEnvelope(t *testing.T) {
-	handler, closeFn, err := door.NewLambdaHandler(config.Door{
-		Storage:  config.Storage{DatabaseURL: storetest.URL(t), RedisURL: redistest.URL()},
-		Identity: config.Identity{IdentityKey: nodetest.SeedHex(0xb6), TokenSecret: nodetest.TokenSecret},
-	}, nil, build)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeFn()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	const path = "/kyok/v1/chat/completions"
 	signed := `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
-	resp, err := door.WrapAPIGateway(handler, nil)(ctx, &events.APIGatewayProxyRequest{HTTPMethod: "POST", Path: path,
-		Body:    strings.Replace(signed, `"hi"`, `"bye"`, 1),
-		Headers: map[string]string{"content-type": "application/json", "authorization": "Bearer not-a-token"},
-		RequestContext: events.APIGatewayProxyRequestContext{DomainName: "door.example", HTTPMethod: "POST", Path: path,
-			Authorizer: map[string]any{door.AuthorizerKeyField: strings.Repeat("ab", 32),
-				door.AuthorizerBodyField: identity.SHA256Hex([]byte(signed))}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
+	resp, b := completionThroughAPIGateway(t, storetest.URL(t), strings.Replace(signed, `"hi"`, `"bye"`, 1),
+		map[string]any{door.AuthorizerKeyField: strings.Repeat("ab", 32), door.AuthorizerBodyField: identity.SHA256Hex([]byte(signed))})
 	var e struct {
 		Error struct{ Code, Type, Message string }
 	}
