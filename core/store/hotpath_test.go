@@ -235,6 +235,10 @@ func driveHotPaths(t *testing.T, st *store.Store, rec *recorder) {
 		{"door: thread", func() error { _, err := st.GetThread(ctx, "h-t-900"); return err }},
 		{"door: run", func() error { _, err := st.GetRun(ctx, "h-r-3600"); return err }},
 		{"door: thread messages", func() error { _, err := st.ThreadMessages(ctx, "h-t-900", 0); return err }},
+		{"door: a thread's opening messages", func() error {
+			_, _, err := st.ThreadOpening(ctx, "h-t-900", 1000, 2<<20)
+			return err
+		}},
 		{"door: thread snapshot page", func() error {
 			_, err := st.ThreadMessagePage(ctx, "h-t-900", 0, 1000, 4<<20)
 			return err

@@ -97,3 +97,48 @@ func TestThreadMessagePage(t *testing.T) {
 		t.Fatalf("unknown thread: %+v %v", p, err)
 	}
 }
+
+// ThreadOpening's bounds: the oldest limit messages in thread order, with
+// their origin, and nothing (ok false) once they hold more than maxBytes
+// as stored — a bound exactly met is within it.
+func TestThreadOpening(t *testing.T) {
+	st := storetest.Store(t)
+	ctx := context.Background()
+	seedAgent(t, st)
+	r := newRun(t, st)
+	// m1…m4, 10 bytes each as stored; m3 the agent's.
+	for i := 1; i <= 4; i++ {
+		origin := "caller"
+		if i == 3 {
+			origin = "agent"
+		}
+		if _, err := st.Pool().Exec(ctx, `INSERT INTO thread_messages (thread_id, run_id, message_id, message, origin)
+			VALUES ($1, $2, $3, $4, $5)`, r.ThreadID, r.RunID, fmt.Sprintf("m%d", i), fmt.Sprintf(`{"c":"a%d"}`, i), origin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opening := func(limit, maxBytes int) string {
+		t.Helper()
+		msgs, ok, err := st.ThreadOpening(ctx, r.ThreadID, limit, maxBytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, m := range msgs {
+			out = append(out, m.Origin+" "+string(m.Message))
+		}
+		return fmt.Sprintf("%v ok=%v", out, ok)
+	}
+	if got := opening(3, 30); got != `[caller {"c":"a1"} caller {"c":"a2"} agent {"c":"a3"}] ok=true` {
+		t.Fatalf("3 within 30 bytes: %s", got)
+	}
+	if got := opening(3, 29); got != `[] ok=false` {
+		t.Fatalf("3 past 29 bytes: %s", got)
+	}
+	if got := opening(10, 1000); !strings.HasPrefix(got, `[caller {"c":"a1"}`) || !strings.HasSuffix(got, `caller {"c":"a4"}] ok=true`) {
+		t.Fatalf("the whole thread: %s", got)
+	}
+	if got := opening(1, 10); got != `[caller {"c":"a1"}] ok=true` {
+		t.Fatalf("the first: %s", got)
+	}
+}

@@ -188,3 +188,51 @@ func (s *Store) ThreadMessagePage(ctx context.Context, threadID string, before i
 	slices.Reverse(p.Omitted)
 	return p, nil
 }
+
+// StoredMessage is a thread message as stored and whose it is: Origin is
+// "caller" (a door stored it under an id of funduq's own, the message's
+// "id") or "agent" (folded from a run's events, under the agent's own
+// ids).
+type StoredMessage struct {
+	Origin  string
+	Message json.RawMessage
+}
+
+// ThreadOpening reads a thread's oldest messages, at most limit of them,
+// in thread order. ok is false, and nothing is returned, when they hold
+// more than maxBytes as stored: the bound is applied in the database (a
+// window over the first rows of thread_messages_thread_idx), so a thread
+// of large replies is never read to be compared with a small request
+// (design.md §The doors, "The history an AG-UI client sends again").
+func (s *Store) ThreadOpening(ctx context.Context, threadID string, limit, maxBytes int) (msgs []StoredMessage, ok bool, err error) {
+	// The innermost query walks the index forwards; the window adds the
+	// messages' bytes up; the outer filter stops one row past the bound,
+	// that row's message not sent: it says the bound was reached.
+	rows, err := s.pool.Query(ctx, `SELECT origin, CASE WHEN total <= $3 THEN message END
+		FROM (SELECT id, origin, message, n,
+				sum(n) OVER (ORDER BY id ROWS UNBOUNDED PRECEDING) AS total
+			FROM (SELECT id, origin, message, octet_length(message::text) AS n
+				FROM thread_messages WHERE thread_id = $1 ORDER BY id LIMIT $2) oldest) summed
+		WHERE total - n <= $3
+		ORDER BY id`, threadID, limit, maxBytes)
+	if err != nil {
+		return nil, false, fmt.Errorf("opening messages of thread %s: %w", threadID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var m StoredMessage
+		var b []byte
+		if err := rows.Scan(&m.Origin, &b); err != nil {
+			return nil, false, fmt.Errorf("opening messages of thread %s: %w", threadID, err)
+		}
+		if b == nil {
+			return nil, false, nil
+		}
+		m.Message = b
+		msgs = append(msgs, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, fmt.Errorf("opening messages of thread %s: %w", threadID, err)
+	}
+	return msgs, true, nil
+}

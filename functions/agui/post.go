@@ -159,6 +159,15 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 			}
 			return outcome{}, err
 		}
+		// What the request repeats of the thread's record (a client that
+		// sends the conversation it holds) is not said again: neither
+		// stored twice nor handed to the agent as part of this turn. The
+		// request's hash, which recognises its retries, is the body's.
+		n, err := h.resent(ctx, *thread, callerKey, in.Messages, len(body))
+		if err != nil {
+			return outcome{}, err
+		}
+		in.Messages = in.Messages[n:]
 	}
 
 	// A retried request returns the original run (D13).
