@@ -288,3 +288,36 @@ func TestResentHistoryOnABoundThreadIsWeighedOnlyForParties(t *testing.T) {
 		t.Fatalf("the thread answered a reader with no key: %+v", r)
 	}
 }
+
+// An answer sent with the conversation the client holds (the caller's
+// message, the agent's tool call as the stream built it, then the tool's
+// result) reopens the paused run with the result alone: the record holds
+// the tool call once, and the agent is handed only what answers it.
+func TestResentHistoryInAnAnswerIsStoredOnce(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe2, nil)
+	p.Register("echo")
+	srv := startDoor(t, h, nil)
+	url := aguiURL(srv, p.Key, "echo")
+	f := pause(t, h, p, openStream(t, "POST", url, input("t", "r1", ""), nil)) // "hi", then tool call tc2
+	thread := *f.ThreadID
+
+	body := fmt.Sprintf(`{"threadId":%q,"runId":"r2","messages":[`+
+		`{"id":"u1","role":"user","content":"hi"},`+
+		`{"id":"tc2","role":"assistant","toolCalls":[{"id":"tc2","type":"function","function":{"name":"lookup","arguments":""}}]},`+
+		`%s],"tools":[],"context":[],"forwardedProps":{},%s}`, thread, toolTC2, resumeInt1)
+	s := openStream(t, "POST", url, body, nil)
+	f2 := p.Offer()
+	if f2.RunID != f.RunID {
+		t.Fatalf("the answer made run %s, want the paused %s reopened", f2.RunID, f.RunID)
+	}
+	if got := handed(t, f2); got != "[tool:42]" {
+		t.Errorf("the answer handed the agent %s, want the tool's result alone: [tool:42]", got)
+	}
+	p.Accept(f2.RunID)
+	p.Complete(f2.RunID, thread)
+	s.rest()
+	if got := threadSaid(t, srv, thread); got != "[user:hi assistant:<nil> tool:42 assistant:hello]" {
+		t.Fatalf("thread holds %s, want [user:hi assistant:<nil> tool:42 assistant:hello]", got)
+	}
+}
