@@ -38,7 +38,7 @@ func (h *Handler) getEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	pos = max(pos, 0)
 	// The request's budget; each storage call has a door.Step of it.
-	ctx, cancel := context.WithTimeout(r.Context(), 2*door.StorageTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), 2*door.StepBound(r.Context()))
 	sctx, scancel := door.Step(ctx)
 	rn, err := h.o.Store.GetRun(sctx, id)
 	scancel()

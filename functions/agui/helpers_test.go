@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -27,6 +28,12 @@ func TestMain(m *testing.M) {
 
 // guard bounds every wait: a hang detector, never a timing assertion.
 const guard = 20 * time.Second
+
+// slowGuard is guard for a request whose stream carries megabytes, or
+// outlasts a storage give-up, which on a starved machine (load 20 on two
+// cores) can take longer than guard without hanging: nodetest's own hang
+// detector.
+const slowGuard = time.Minute
 
 // doorCfg is the door configuration matching a harness's broker node.
 func doorCfg(h *nodetest.Harness) config.Door {
@@ -57,6 +64,31 @@ func mustDeps(t *testing.T, h *nodetest.Harness, redisURL string) *door.Deps {
 
 func startDoorWith(t *testing.T, deps *door.Deps, mut func(*agui.Options)) *httptest.Server {
 	t.Helper()
+	return serveDoor(t, deps, mut, nil)
+}
+
+// pinnedStep is the step bound startPinnedDoor pins: half of guard, so a
+// request's budget (two bounds) is guard, the hang detector's; a healthy
+// step on the most starved machine takes a fraction of it.
+const pinnedStep = guard / 2
+
+// startPinnedDoor is startDoor with door.Step's bound, and the request
+// budgets counted in it, pinned at pinnedStep on every request
+// (door.WithStepBound): for a test whose claim is counted within those
+// bounds (a transaction's attempts, callers queued behind one row lock,
+// a resume's reads), so that a starved machine, which runs each step
+// slower, cannot change what it counts (no timed tests).
+func startPinnedDoor(t *testing.T, h *nodetest.Harness, mut func(*agui.Options)) *httptest.Server {
+	t.Helper()
+	return serveDoor(t, mustDeps(t, h, ""), mut, func(ctx context.Context) context.Context {
+		return door.WithStepBound(ctx, pinnedStep)
+	})
+}
+
+// serveDoor serves an AG-UI door on deps; base, when set, derives every
+// request's context from the server's.
+func serveDoor(t *testing.T, deps *door.Deps, mut func(*agui.Options), base func(context.Context) context.Context) *httptest.Server {
+	t.Helper()
 	o := agui.Options{Store: deps.Store, Feed: deps.Feed, Funduq: deps.Funduq, TokenSecret: deps.TokenSecret,
 		Heartbeat: 15 * time.Second, LiveBlock: 500 * time.Millisecond, PollInterval: 50 * time.Millisecond,
 		DBCheck: time.Second}
@@ -67,7 +99,11 @@ func startDoorWith(t *testing.T, deps *door.Deps, mut func(*agui.Options)) *http
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(hd)
+	srv := httptest.NewUnstartedServer(hd)
+	if base != nil {
+		srv.Config.BaseContext = func(net.Listener) context.Context { return base(context.Background()) }
+	}
+	srv.Start()
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
 		srv.Close()
@@ -171,7 +207,13 @@ func events(fs []frame) []frame {
 // do sends a request bounded by guard and returns the response.
 func do(t *testing.T, method, url, body string, hdr map[string]string) (*http.Response, context.CancelFunc) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	return doWithin(t, guard, method, url, body, hdr)
+}
+
+// doWithin is do bounded by within (reading the response included).
+func doWithin(t *testing.T, within time.Duration, method, url, body string, hdr map[string]string) (*http.Response, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	if err != nil {
 		cancel()
@@ -192,7 +234,14 @@ func do(t *testing.T, method, url, body string, hdr map[string]string) (*http.Re
 // openStream POSTs (or GETs) and expects 200 text/event-stream.
 func openStream(t *testing.T, method, url, body string, hdr map[string]string) *stream {
 	t.Helper()
-	resp, cancel := do(t, method, url, body, hdr)
+	return openStreamWithin(t, guard, method, url, body, hdr)
+}
+
+// openStreamWithin is openStream bounded by within (reading the stream
+// included).
+func openStreamWithin(t *testing.T, within time.Duration, method, url, body string, hdr map[string]string) *stream {
+	t.Helper()
+	resp, cancel := doWithin(t, within, method, url, body, hdr)
 	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
@@ -299,7 +348,13 @@ func echoServed(t *testing.T, h *nodetest.Harness) (*nodetest.Prov, *httptest.Se
 // thread, and has p take the run it is offered.
 func takenRun(t *testing.T, p *nodetest.Prov, srv *httptest.Server) (*stream, wire.RunFrame) {
 	t.Helper()
-	s := openStream(t, "POST", aguiURL(srv, p.Key, "echo"), input("", "", ""), nil)
+	return takenRunWithin(t, guard, p, srv)
+}
+
+// takenRunWithin is takenRun with the caller's stream bounded by within.
+func takenRunWithin(t *testing.T, within time.Duration, p *nodetest.Prov, srv *httptest.Server) (*stream, wire.RunFrame) {
+	t.Helper()
+	s := openStreamWithin(t, within, "POST", aguiURL(srv, p.Key, "echo"), input("", "", ""), nil)
 	f := p.Offer()
 	p.Accept(f.RunID)
 	return s, f

@@ -165,11 +165,18 @@ func TestOutsideResumeWhoseOpeningReadHangsEndsTyped(t *testing.T) {
 // resume inside them a bounded amount of memory: the door holds at most
 // about a page's worth of opening events at once while it reads the run
 // (design.md §The doors, "A resume from inside a message"), and still
-// sends every opening again, as stored and in order.
+// sends every opening again, as stored and in order. Its streams carry
+// megabytes: each is bounded by slowGuard, not guard, and the door's step
+// bound is pinned (startPinnedDoor), since a starved machine relays and
+// reads them slower than either, and a stream cut short by the test's
+// hang detector or a resume that gave up on its slow reads is not what
+// this counts.
 func TestOutsideResumeInsideManyLargeOpensHoldsBoundedMemory(t *testing.T) {
 	h := nodetest.Start(t, nil)
-	p, srv := echoServed(t, h)
-	s, f := takenRun(t, p, srv)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	srv := startPinnedDoor(t, h, nil)
+	s, f := takenRunWithin(t, slowGuard, p, srv)
 	p.Event(f.RunID, runStartedFor(f))
 	big := strings.Repeat("x", 100<<10)
 	const n = 24
@@ -182,14 +189,15 @@ func TestOutsideResumeInsideManyLargeOpensHoldsBoundedMemory(t *testing.T) {
 	s.rest()
 	h.WaitStatus(f.RunID, run.Completed)
 	sent := map[string]string{}
-	for _, fr := range events(openStream(t, "GET", srv.URL+"/runs/"+f.RunID+"/events", "", nil).rest()) {
+	for _, fr := range events(openStreamWithin(t, slowGuard, "GET", srv.URL+"/runs/"+f.RunID+"/events", "", nil).rest()) {
 		sent[fr.ID] = fr.Data
 	}
 
 	var peak atomic.Int64
 	defer agui.SetReopenHeld(func(b int) { peak.Store(max(peak.Load(), int64(b))) })()
 	at := n + 2 // the TEXT_MESSAGE_CONTENT
-	fs := events(r2(t, srv, f.RunID, strconv.Itoa(at)))
+	fs := events(openStreamWithin(t, slowGuard, "GET", srv.URL+"/runs/"+f.RunID+"/events", "",
+		map[string]string{agui.LastEventIDHeader: strconv.Itoa(at)}).rest())
 	if len(fs) != n+2 || fs[0].ID != "" || fs[n+1].ID != strconv.Itoa(at+1) {
 		t.Fatalf("resume after %d: %d events, want RUN_STARTED, %d openings, RUN_FINISHED", at, len(fs), n)
 	}

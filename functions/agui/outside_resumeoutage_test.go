@@ -31,7 +31,10 @@ import (
 // D13 "fail fast"). It used to retry until the stream's budget — the
 // Lambda deadline less its margin, or never on the local server — with
 // keep-alives alone. The stream's budget here is far longer than the give
-// up, so an end on the budget (reason stream_ended) is the defect.
+// up, so an end on the budget (reason stream_ended) is the defect; and the
+// test's hang detector (slowGuard) longer than the budget, so that the
+// defect says so, and a starved machine, slow to reach the give-up, is
+// not taken for it.
 func TestOutsideStreamWhoseFirstReadMeetsAnOutageEndsTyped(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -54,8 +57,8 @@ func TestOutsideStreamWhoseFirstReadMeetsAnOutageEndsTyped(t *testing.T) {
 			var w *pgwatch.Watch
 			var px *testservers.Proxy
 			deps.Store, w, px = pgwatch.OpenStore(t, h.Cfg.Storage.DatabaseURL, 4)
-			srv := startDoorWith(t, deps, func(o *agui.Options) { o.StreamBudget = time.Minute })
-			s, f := takenRun(t, p, srv)
+			srv := startDoorWith(t, deps, func(o *agui.Options) { o.StreamBudget = slowGuard / 2 })
+			s, f := takenRunWithin(t, slowGuard, p, srv)
 			p.Event(f.RunID, runStartedFor(f))
 			p.Event(f.RunID, `{"type":"TEXT_MESSAGE_START","messageId":"a1","role":"assistant"}`)
 			p.Event(f.RunID, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"a1","delta":"one"}`)
@@ -92,7 +95,7 @@ func TestOutsideStreamWhoseFirstReadMeetsAnOutageEndsTyped(t *testing.T) {
 			if tc.last != "" {
 				hdr[agui.LastEventIDHeader] = tc.last
 			}
-			fs := events(openStream(t, "GET", srv.URL+"/runs/"+f.RunID+"/events", "", hdr).rest())
+			fs := events(openStreamWithin(t, slowGuard, "GET", srv.URL+"/runs/"+f.RunID+"/events", "", hdr).rest())
 			<-cut
 			if len(fs) != 2 || typesOf(t, fs)[0] != "RUN_STARTED" {
 				t.Fatalf("stream with its first read cut: %+v", fs)

@@ -60,7 +60,7 @@ func (h *Handler) post(w http.ResponseWriter, r *http.Request) {
 	}
 	// The request's budget; each of its storage calls has a door.Step of
 	// it, so one that meets a hung database costs the caller one bound.
-	ctx, cancel := context.WithTimeout(r.Context(), 2*door.StorageTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), 2*door.StepBound(r.Context()))
 	out, err := h.accept(ctx, r, body, in, true)
 	if errors.Is(err, store.ErrThreadExists) {
 		// The thread named, taken for unknown, exists: the request is one

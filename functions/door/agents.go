@@ -30,7 +30,30 @@ const StorageTimeout = 1500 * time.Millisecond
 // §Doors under storage faults); a budget only caps how long healthy but
 // slow steps may take together.
 func Step(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, StorageTimeout)
+	return context.WithTimeout(ctx, StepBound(ctx))
+}
+
+// stepBoundKey carries a pinned step bound in a request's context
+// (WithStepBound).
+type stepBoundKey struct{}
+
+// WithStepBound returns ctx with Step's bound, and the request budgets a
+// door counts in it (StepBound), pinned at d instead of StorageTimeout.
+// Only tests set it (a door's server context): a claim counted within the
+// bound — a transaction's three attempts (D13), every caller queued behind
+// one thread's row lock — then holds however slowly a starved machine
+// runs the steps, as the developers' guide has it (no timed tests).
+func WithStepBound(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, stepBoundKey{}, d)
+}
+
+// StepBound is the bound of one step of a request with context ctx:
+// StorageTimeout, unless a test pinned another (WithStepBound).
+func StepBound(ctx context.Context) time.Duration {
+	if d, ok := ctx.Value(stepBoundKey{}).(time.Duration); ok && d > 0 {
+		return d
+	}
+	return StorageTimeout
 }
 
 // AgentJSON is one agent in GET /agents.
