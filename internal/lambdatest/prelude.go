@@ -1,6 +1,7 @@
 // Package lambdatest reads what a streaming Lambda answers API Gateway
 // (the metadata prelude, the 8-byte NUL delimiter, then the body) and runs
-// a Lambda bootstrap under the Runtime Interface Emulator, for tests of the
+// a Lambda bootstrap under the Runtime Interface Emulator, and starts a
+// door's Lambda handler cold over an unmigrated database, for tests of the
 // doors' and the authorizer's Lambda entries.
 package lambdatest
 

@@ -10,12 +10,9 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/funduq/funduq-go/broker-node/nodetest"
-	"github.com/funduq/funduq-go/core/config"
-	"github.com/funduq/funduq-go/core/redistest"
-	"github.com/funduq/funduq-go/core/store/storetest"
 	"github.com/funduq/funduq-go/functions/a2a"
 	"github.com/funduq/funduq-go/functions/door"
+	"github.com/funduq/funduq-go/internal/lambdatest"
 )
 
 // A cold start over a database nobody migrated answers a JSON-RPC call as
@@ -23,14 +20,7 @@ import (
 // response to the call's id, error -32043, reason schema_not_migrated.
 // (On main: 200 with error -32603 "internal error".)
 func TestLambdaOverAnUnmigratedDatabase(t *testing.T) {
-	handler, closeFn, err := newHandler(config.Door{
-		Storage:  config.Storage{DatabaseURL: storetest.EmptyURL(t), RedisURL: redistest.URL()},
-		Identity: config.Identity{IdentityKey: nodetest.SeedHex(0xb6), TokenSecret: nodetest.TokenSecret},
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeFn()
+	handler := lambdatest.StartUnmigrated(t, newHandler, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	path := "/a2a/" + strings.Repeat("ab", 32) + "/echo"

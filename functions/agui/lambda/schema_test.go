@@ -10,10 +10,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/funduq/funduq-go/broker-node/nodetest"
-	"github.com/funduq/funduq-go/core/config"
-	"github.com/funduq/funduq-go/core/redistest"
-	"github.com/funduq/funduq-go/core/store/storetest"
+	"github.com/funduq/funduq-go/internal/lambdatest"
 	"github.com/funduq/funduq-go/internal/syncbuf"
 )
 
@@ -25,14 +22,7 @@ import (
 func TestLambdaOverAnUnmigratedDatabase(t *testing.T) {
 	var logs syncbuf.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
-	handler, closeFn, err := newHandler(config.Door{
-		Storage:  config.Storage{DatabaseURL: storetest.EmptyURL(t), RedisURL: redistest.URL()},
-		Identity: config.Identity{IdentityKey: nodetest.SeedHex(0xb6), TokenSecret: nodetest.TokenSecret},
-	}, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(closeFn)
+	handler := lambdatest.StartUnmigrated(t, newHandler, log)
 	post := &events.APIGatewayProxyRequest{HTTPMethod: "POST", Path: "/agui/" + strings.Repeat("ab", 32) + "/echo",
 		Body: `{"threadId":"t","runId":"r","messages":[{"id":"m","role":"user","content":"hi"}]}`, Headers: map[string]string{"content-type": "application/json"},
 		RequestContext: events.APIGatewayProxyRequestContext{DomainName: "door.example", HTTPMethod: "POST", Path: "/agui/x/echo"}}
