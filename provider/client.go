@@ -206,8 +206,9 @@ type Client struct {
 	base         *url.URL
 	log          *slog.Logger
 	agents       map[string]*Agent
-	maxRuns      int // 0 = unlimited
-	registerMsg  []byte
+	maxRuns      int                 // 0 = unlimited
+	registerMsg  []byte              // the whole roster's register
+	regs         []wire.Registration // the whole roster, in Config order
 	httpClient   *http.Client
 	ownTransport *http.Transport
 	dialer       *websocket.Dialer
@@ -251,6 +252,9 @@ type Client struct {
 	// retainedOrder by the time their finish was written.
 	retained      map[string]*runState
 	retainedOrder []*runState
+	// taken: agents another process of this key took over, left out of
+	// every register until funduq says they are free again (taken.go).
+	taken map[string]bool
 }
 
 // New validates cfg and builds a Client. It does not connect.
@@ -306,6 +310,7 @@ func New(cfg Config) (*Client, error) {
 		agents:       agents,
 		maxRuns:      maxRuns,
 		registerMsg:  registerMsg,
+		regs:         regs,
 		maxBuffered:  MaxBufferedFrames,
 		httpClient:   cfg.HTTPClient,
 		dialer:       cfg.Dialer,
@@ -416,6 +421,7 @@ func (c *Client) Run(ctx context.Context) error {
 	defer c.running.Store(false)
 	c.mu.Lock()
 	c.runCtx = ctx
+	c.taken = nil // a new start serves its whole roster (taken.go)
 	c.mu.Unlock()
 
 	var redirect *url.URL

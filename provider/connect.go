@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -332,7 +333,8 @@ func (c *Client) handshake(conn *websocket.Conn, tr wire.TicketResponse, fk ed25
 			return fmt.Errorf("resending a paused round: %w", err)
 		}
 	}
-	if err := writeRaw(conn, c.registerMsg); err != nil {
+	registerMsg, _ := c.registerFrame()
+	if err := writeRaw(conn, registerMsg); err != nil {
 		return fmt.Errorf("sending register: %w", err)
 	}
 	for {
@@ -362,8 +364,11 @@ func (c *Client) handshake(conn *websocket.Conn, tr wire.TicketResponse, fk ed25
 		if err := json.Unmarshal(raw, &r); err != nil {
 			return fmt.Errorf("%w: %v", ErrNotRegistered, err)
 		}
+		c.mu.Lock()
+		taken := maps.Clone(c.taken)
+		c.mu.Unlock()
 		for name := range c.agents {
-			if !slices.Contains(r.Names, name) {
+			if !taken[name] && !slices.Contains(r.Names, name) {
 				c.log.Warn("registered does not list an agent this client serves", "agent", name, "names", r.Names)
 			}
 		}

@@ -40,7 +40,13 @@
 // to reconnecting: told that a newer process of the same key registered
 // every agent it serves (a rolling deploy), the client registers nothing
 // again; it reconnects without registering only to finish the runs it
-// holds, and Run returns ErrReplaced once none is left. Another: a register
+// holds, and Run returns ErrReplaced once none is left. Told that a newer
+// process took some of its agents only (it goes on serving the rest), the
+// client leaves those out of every later register, reconnects included,
+// so it never takes them back from the newer process, and registers them
+// again on its link when funduq says no link of the key serves them any
+// more (the newer process left, or dropped or deleted them); a new Run
+// starts with the whole roster. Another: a register
 // funduq refuses past one of its register limits, settings of the broker
 // the client cannot know before it asks (FUNDUQ_MAX_AGENTS_PER_REGISTER,
 // FUNDUQ_MAX_AGENT_DESCRIPTION_BYTES, FUNDUQ_MAX_AGENT_CARD_BYTES,

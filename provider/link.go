@@ -136,6 +136,7 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 	}
 	resent := len(l.ctrl) - announced
 	buffered := len(c.outbox)
+	_, registeredAgents := c.registerFrameLocked()
 	c.notifyLocked()
 	c.mu.Unlock()
 	c.connected.Store(true)
@@ -143,7 +144,7 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 	if finishOnly {
 		c.log.Info("provider reconnected to finish its runs, registering nothing", "url", base.String(), "runs", announced, "resending", resent, "buffered", buffered)
 	} else {
-		c.log.Info("provider registered", "url", base.String(), "agents", len(c.agents), "runs", announced, "resending", resent, "buffered", buffered,
+		c.log.Info("provider registered", "url", base.String(), "agents", registeredAgents, "runs", announced, "resending", resent, "buffered", buffered,
 			"paused_rounds", len(paused), "paused_refused", len(refused))
 	}
 
@@ -488,6 +489,12 @@ func isRefusal(msg string) bool {
 func (c *Client) handleError(l *link, raw []byte) {
 	var e wire.Error
 	_ = json.Unmarshal(raw, &e)
+	if e.Name != "" && e.RunID == "" && (e.Message == wire.TakenMessage || e.Message == wire.FreedMessage) {
+		// Read before a shutdown's deleteAgent answers: such a notice
+		// answers none of them.
+		c.handleTaken(l, e.Name, e.Message == wire.TakenMessage)
+		return
+	}
 	if e.Name != "" && e.RunID == "" && c.answerLeaving(l, e.Name) {
 		// The name went offline before funduq refused to delete its
 		// record (it has a history): out of service all the same.

@@ -17,17 +17,16 @@ import (
 
 // Two processes of one key, the newer serving a subset of the older's
 // agents (a deploy that drops agent y, or a key split across processes):
-// x moves to the newer, y stays with the older. Then the older's link
-// drops and it reconnects. The newer should keep x and keep running ("the
-// newer wins for good", design.md §Two processes of one key); the older
-// keeps serving y. Today the older's register takes x back, the newer is
-// left serving nothing, is told replaced and stops for good (Run returns
-// ErrReplaced): a blip of the older process ends the newer one. On main:
-//
-//	after the older reconnected: run of x served by old/x, want new/x
-//	the newer process's Run = provider: replaced by a newer process of the same key, want nil
+// x moves to the newer, y stays with the older, which funduq tells that x
+// was taken. Then the older's link drops and it reconnects: it registers
+// its roster less x, so the newer keeps x and keeps running ("the newer
+// wins for good", design.md §Two processes of one key); the older keeps
+// serving y. It registered its whole roster again, which took x back, left
+// the newer serving nothing, told replaced, and stopped for good (Run
+// returned ErrReplaced): a blip of the older process ended the newer one.
+// When the newer then leaves, funduq says x is free, and the older, which
+// still declares it, serves it again.
 func TestOutsideOlderProcessReconnectKeepsNewerSubset(t *testing.T) {
-	t.Skip("docs/design.md §Open questions: an older process's reconnect takes back agents a newer one of its key took")
 	h := nodetest.Start(t, func(c *config.Broker) { c.LinkGrace = 5 * time.Second })
 	proxy := newCutter(t, strings.TrimPrefix(h.URL, "http://"))
 	s := outsideSigner(t, 0x59)
@@ -90,5 +89,22 @@ func TestOutsideOlderProcessReconnectKeepsNewerSubset(t *testing.T) {
 	check("after the older reconnected")
 	if err := stopNewer(); err != nil {
 		t.Fatalf("the newer process's Run = %v, want nil (it was never replaced)", err)
+	}
+
+	// The newer process leaves (its shutdown takes x out of service): x is
+	// free again, funduq says so, and the older, which still declares x,
+	// registers it again on the link it has.
+	h.Eventually("the older serves x again", func() bool {
+		for _, ref := range h.Node.Broker.Snapshot().Served {
+			if ref.Key == s.PublicKeyHex() && ref.Name == "x" {
+				return true
+			}
+		}
+		return false
+	})
+	id, _ := h.Door(s.PublicKeyHex(), "x", "", "hi")
+	h.WaitStatus(id, run.Completed)
+	if got := <-served; got != "old/x" {
+		t.Errorf("after the newer left: run of x served by %s, want old/x", got)
 	}
 }

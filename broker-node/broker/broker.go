@@ -155,6 +155,10 @@ type Broker struct {
 	// lostUntil: agents whose link was lost without a close frame, until
 	// the link grace ends — their key is expected back (D5).
 	lostUntil map[AgentRef]time.Time
+	// displaced: agents a register took from another link of their key
+	// that went on serving its other agents (taken.go), until no link
+	// serves them; their going free is then announced to the key's links.
+	displaced map[AgentRef]bool
 	// reserved: places registers took (Limits.MaxServedAgents) between
 	// their check and their roster change (Register).
 	reserved int
@@ -220,6 +224,7 @@ func (b *Broker) reset() {
 	b.expected = map[AgentRef]bool{}
 	b.inherited = map[AgentRef]bool{}
 	b.lostUntil = map[AgentRef]time.Time{}
+	b.displaced = map[AgentRef]bool{}
 	b.graceOver = false
 	b.ended = newEndedRuns()
 	b.wake = make(chan struct{}, 1)
@@ -614,11 +619,11 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 			ls.interjections[a.Name] = true
 		}
 	}
-	replaced := map[*linkState]bool{}
+	replaced := map[*linkState][]string{}
 	for n := range seen {
 		ref := AgentRef{ls.key, n}
 		if old := b.served[ref]; old != nil && old != ls {
-			replaced[old] = true
+			replaced[old] = append(replaced[old], n)
 		}
 		b.served[ref] = ls
 		delete(b.unserved, ref)
@@ -635,8 +640,14 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 	}
 	// A link of the key left serving nothing by this register is told so
 	// and closed: it must not go on believing it serves.
+	// One that goes on serving other agents is told, name by name, what
+	// was taken (taken.go), so that its process leaves those names out of
+	// its next register rather than take them back (design.md §Two
+	// processes of one key); a name this register dropped that was taken
+	// from another link is announced free.
 	var idle []*linkState
-	for old := range replaced {
+	notices := b.freedLocked(ls.key, ls, dropped)
+	for old, took := range replaced {
 		serves := false
 		for n := range old.names {
 			if b.served[AgentRef{old.key, n}] == old {
@@ -647,6 +658,8 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 		if !serves {
 			old.replaced = true
 			idle = append(idle, old)
+		} else {
+			notices = append(notices, b.takenLocked(old, took)...)
 		}
 	}
 	// The key re-attaching: a run one of its lost links left held for
@@ -673,6 +686,7 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 	if len(dropped) > 0 {
 		_ = b.write(lctx, "mark dropped agents unserved", func() error { return b.st.MarkUnserved(ctx, epoch, ls.key, dropped) })
 	}
+	sendNotices(notices)
 	for _, old := range idle {
 		frame, _ := wire.Marshal(wire.Error{Type: wire.TypeError, Message: ErrReplaced})
 		_ = old.link.Send(frame)
@@ -757,12 +771,17 @@ func (b *Broker) DeleteAgent(ctx context.Context, l Link, name string) error {
 		b.mu.Unlock()
 		return &RegisterError{fmt.Sprintf("agent %q is served by another link of this key; send deleteAgent on that link", name)}
 	}
+	var notices []nameNotice
 	if b.served[ref] == ls {
 		delete(b.served, ref)
 		b.unserved[ref] = b.clock.Now()
+		notices = b.freedLocked(ls.key, ls, []string{name})
 	}
 	delete(ls.names, name)
 	b.mu.Unlock()
+	// Told after the writes below: a link taking the name back meanwhile
+	// would have its record deleted under it.
+	defer sendNotices(notices)
 	_ = b.write(lctx, "mark deleted agent unserved", func() error { return b.st.MarkUnserved(ctx, epoch, ls.key, []string{name}) })
 	err := b.write(lctx, "delete agent", func() error { return b.st.DeleteAgent(ctx, epoch, ls.key, name) })
 	switch {
@@ -874,6 +893,10 @@ func (b *Broker) Detach(l Link, lost bool) {
 		ln.q.push(goneCmd{ls, lost})
 	}
 	epoch, lctx, leading := b.epoch, b.ctx, b.leading
+	var notices []nameNotice
+	if leading {
+		notices = b.freedLocked(ls.key, ls, offline)
+	}
 	grace := time.Duration(0)
 	if lost && !ls.withdrawn {
 		grace = b.set.LinkGrace
@@ -885,6 +908,9 @@ func (b *Broker) Detach(l Link, lost bool) {
 		// leader taking over meanwhile too (recover reads them back).
 		_ = b.write(lctx, "mark agents unserved", func() error { return b.st.MarkLost(lctx, epoch, ls.key, offline, grace) })
 	}
+	// After the write, as a register's notices: a link taking a name back
+	// is then written served after it.
+	sendNotices(notices)
 }
 
 // WhenBare calls bare once l serves no agent and holds no run — no offer
@@ -1203,6 +1229,7 @@ func (b *Broker) withdraw(ctx context.Context, key string, q store.Quality) {
 				b.unserved[ref] = b.clock.Now()
 				names = append(names, n)
 			}
+			delete(b.displaced, ref) // no link of a withdrawn key may take it back
 		}
 	}
 	epoch := b.epoch

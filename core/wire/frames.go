@@ -259,6 +259,24 @@ func PeekType(raw []byte) (string, bool) {
 // this text to stop instead of registering again (provider.ErrReplaced).
 const ReplacedMessage = "this link was replaced by a newer link of the same key and serves nothing now; closing it"
 
+// TakenMessage is the message of the error frame, naming an agent
+// (`name`), that funduq sends a link when another link of its key
+// registered that agent and serves it now, while this link goes on serving
+// its other agents (design.md §Two processes of one key). A link left
+// serving nothing is told ReplacedMessage instead. Our SDK leaves a name so
+// taken out of its later registers until it is told FreedMessage for it;
+// a provider that ignores the frame behaves as before (its next register
+// takes the name back).
+const TakenMessage = "another link of the same key registered this agent and serves it now; this link no longer serves it"
+
+// FreedMessage is the message of the error frame, naming an agent, that
+// funduq sends every other registered link of a key when an agent that
+// was taken from one of its links (TakenMessage) is served by no link any
+// more: its serving link closed, dropped it from a register, or deleted
+// it. A link that still declares the agent may register it again; our SDK
+// does.
+const FreedMessage = "no link of this key serves this agent now; register it again to serve it"
+
 // QueryBusyMessage and QueryUnreadMessage are the errors of a queryResult
 // that says "ask again": the query waited its whole time limit for the
 // broker's query budget, or its read ran out of time (design.md §The
