@@ -672,6 +672,7 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 			held.q.push(reattachCmd{ls, now})
 		}
 	}
+	b.wakeKeptLocked(ls) // what it sent before this register (keep.go)
 	b.bucketFor(ls.key).declared = ls.declared
 	// Announced before the lock is let go: an offer for these names is
 	// sent only by a lane that reads the roster after this, so it queues
@@ -892,6 +893,7 @@ func (b *Broker) Detach(l Link, lost bool) {
 	for ln := range b.byLink[ls] { // goneCmd is queued: the index is not changed here
 		ln.q.push(goneCmd{ls, lost})
 	}
+	b.wakeKeptLocked(ls) // what it sent before a register: nobody to tell now (keep.go)
 	epoch, lctx, leading := b.epoch, b.ctx, b.leading
 	var notices []nameNotice
 	if leading {

@@ -45,6 +45,9 @@ type (
 		// offerable: the link had registered at some time when this was
 		// read (claimByReport).
 		offerable bool
+		// reviewed: kept for its link's register and read again
+		// (keep.go): it is not kept a second time.
+		reviewed bool
 	}
 	finishCmd struct { // the provider's stream ended
 		link *linkState
@@ -55,6 +58,9 @@ type (
 		// offerable: the link had registered at some time when this was
 		// read (claimByReport).
 		offerable bool
+		// reviewed: kept for its link's register and read again
+		// (keep.go): it is not kept a second time.
+		reviewed bool
 	}
 	cancelCmd struct{} // someone asked for a cancel
 	goneCmd   struct { // the link the run was offered to or claimed by closed
@@ -79,6 +85,9 @@ type (
 	// storedEndCmd: a held run read back at takeover had already stored
 	// its terminal event; its finish was lost with the old leader.
 	storedEndCmd struct{}
+	// keptCmd: the link whose reports the lane keeps for its register
+	// registered or went (keep.go, Broker.wakeKeptLocked).
+	keptCmd struct{}
 )
 
 func (tryCmd) laneCommand()         {}
@@ -95,3 +104,4 @@ func (expireCmd) laneCommand()      {}
 func (orphanCmd) laneCommand()      {}
 func (reattachCmd) laneCommand()    {}
 func (storedEndCmd) laneCommand()   {}
+func (keptCmd) laneCommand()        {}

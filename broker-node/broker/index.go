@@ -24,12 +24,15 @@ type runIndex struct {
 	// link lost without a close frame whose key has not re-attached
 	// since: the key's register finds them there (design.md D5).
 	lostHeld map[string]map[*lane]struct{}
+	// keptOn lists, per link, the lanes keeping reports it sent before
+	// its register (keep.go): its register or its close wakes them.
+	keptOn map[*linkState]map[*lane]struct{}
 }
 
 func newRunIndex() runIndex {
 	return runIndex{lanes: map[string]*lane{}, addressing: map[string][]*lane{}, threads: map[string][]*lane{},
 		headsByKey: map[string]map[string]*lane{}, byLink: map[*linkState]map[*lane]struct{}{},
-		lostHeld: map[string]map[*lane]struct{}{}}
+		lostHeld: map[string]map[*lane]struct{}{}, keptOn: map[*linkState]map[*lane]struct{}{}}
 }
 
 // holdLocked sets the links l is claimed by and offered to, keeping byLink

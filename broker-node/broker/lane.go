@@ -85,6 +85,12 @@ type lane struct {
 	offer    *offerState
 	offerSeq uint64
 	deferred []command
+	// parked holds reports read before their link registered, for a run
+	// another live link of their key holds, until that changes (keep.go).
+	parked *keptReports
+	// keptOver is a link whose reports for this run went past the bound
+	// on kept reports: they are refused as they come, none kept again.
+	keptOver *linkState
 	orphanT  clockwork.Timer
 	// orphanGen numbers orphanT's timers: an orphanCmd of an earlier one
 	// (replaced by a re-attach, onReattach) is stale.
@@ -163,7 +169,10 @@ func (l *lane) loop(ctx context.Context) {
 // reports still waiting give their links' backlog back and are answered
 // (the run has ended) — unless leadership ended first (refuseLive).
 func (l *lane) drop(ctx context.Context) {
-	for _, c := range append(l.q.close(), l.deferred...) {
+	l.b.mu.Lock()
+	kept := l.unkeepLocked()
+	l.b.mu.Unlock()
+	for _, c := range append(append(kept, l.q.close()...), l.deferred...) {
 		if l.isEnded() {
 			l.refuseCmd(c, refusedEnded)
 		} else {
@@ -216,6 +225,9 @@ func (l *lane) handle(ctx context.Context, c command) {
 	case offeringDueCmd:
 		l.onOfferingDue(ctx, c)
 	case eventCmd:
+		if l.keep(c, c.link, c.offerable, c.reviewed) {
+			break // read again once its link registers (keep.go)
+		}
 		if why := l.claimByReport(ctx, c.link, c.registered, c.offerable); why != "" {
 			l.refuseLive(ctx, c, why)
 			break
@@ -239,12 +251,17 @@ func (l *lane) handle(ctx context.Context, c command) {
 		l.onEvents(ctx, c.link, l.cutAfterEnd(batch), finish)
 		fin.handled()
 	case finishCmd:
+		if l.keep(c, c.link, c.offerable, c.reviewed) {
+			break // read again once its link registers (keep.go)
+		}
 		if why := l.claimByReport(ctx, c.link, c.registered, c.offerable); why != "" {
 			l.refuseLive(ctx, c, why)
 		} else {
 			l.endByFunnel(ctx)
 		}
 		c.handled()
+	case keptCmd:
+		// Their link registered or went: reviewKept, below.
 	case cancelCmd:
 		l.onCancel(ctx)
 	case goneCmd:
@@ -276,6 +293,10 @@ func (l *lane) handle(ctx context.Context, c command) {
 		l.deferred = l.deferred[1:]
 		l.handle(ctx, next)
 	}
+	// Reports kept for their link's register are read again once what
+	// kept them changed: the link registered or went, the run's holder
+	// was replaced or went (keep.go).
+	l.reviewKept(ctx)
 }
 
 // answers reports whether c speaks to the offer that is out.

@@ -34,6 +34,25 @@ func (q *queue) push(c command) bool {
 	return true
 }
 
+// pushFront puts cs, in order, ahead of everything queued: reports kept
+// aside and read again (lane.reviewKept). Only the lane itself calls it.
+func (q *queue) pushFront(cs []command) {
+	if len(cs) == 0 {
+		return
+	}
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return
+	}
+	q.items = append(append(make([]command, 0, len(cs)+len(q.items)), cs...), q.items...)
+	q.mu.Unlock()
+	select {
+	case q.signal <- struct{}{}:
+	default:
+	}
+}
+
 // takeEvents pops, without waiting, up to max events at the head of the
 // queue that came from link: the ones a lane may store in one batch.
 func (q *queue) takeEvents(link *linkState, max int) []eventCmd {

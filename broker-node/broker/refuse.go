@@ -13,12 +13,16 @@ import (
 const (
 	refusedUnknown   = "unknown run"
 	refusedOtherLink = "held by another link"
-	refusedAfterEnd  = "the run already reported its end"
-	refusedNoOffer   = "no offer out for this run"
-	refusedEnded     = "the run has ended"
-	refusedNotStored = "the store did not take the events it came with"
-	refusedSeqTaken  = "its seq is already taken by another event of this round; a seq names one event (a resend repeats it)"
-	refusedNULReason = "its reason holds a NUL character (\\u0000), which funduq cannot store; answer the offer again"
+	// refusedEarlierRound: reports read before their link registered,
+	// kept, that repeat a round of the run stored before its current one
+	// (keep.go staleKept).
+	refusedEarlierRound = "it repeats an earlier round of the run, which funduq has already (the run was answered since)"
+	refusedAfterEnd     = "the run already reported its end"
+	refusedNoOffer      = "no offer out for this run"
+	refusedEnded        = "the run has ended"
+	refusedNotStored    = "the store did not take the events it came with"
+	refusedSeqTaken     = "its seq is already taken by another event of this round; a seq names one event (a resend repeats it)"
+	refusedNULReason    = "its reason holds a NUL character (\\u0000), which funduq cannot store; answer the offer again"
 )
 
 // The kinds of report.

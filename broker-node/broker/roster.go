@@ -73,6 +73,10 @@ type linkState struct {
 	backlog  *backlog
 	gone     chan struct{} // closed when the link is detached or leadership ends
 	goneOnce sync.Once
+	// keptN and keptBytes count the reports of this link kept in lanes
+	// for its register (keep.go): at most half its backlog. Guarded by
+	// b.mu.
+	keptN, keptBytes int
 	// stall records the link's read loop waiting on a full backlog:
 	// funduq not reading the provider, so an answer it sent meanwhile is
 	// unread (onLapse).

@@ -1,0 +1,122 @@
+package node_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/funduq/funduq-go/broker-node/nodetest"
+	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/store"
+)
+
+// The hazard of keeping a resend read before register for the link's
+// register (design.md D7, "A resend read before register"): the run
+// paused, the caller's answer reopened it, and the old link, still
+// alive, accepted its new round. A raw provider then resends the old
+// paused round (its events under the same seqs, and its finish) on a new
+// link of the key before its register, the old link not yet seen gone.
+// The register replaces the old link and the run passes to the new one;
+// taken then, the stale round would answer the caller's answer and pause
+// the run again on the old question. It is refused, typed, and the new
+// round is the provider's to run.
+func TestStaleRoundKeptForRegisterDoesNotAnswerTheAnswer(t *testing.T) {
+	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
+	a := h.Connect(0xea, nil)
+	a.Register("echo")
+	id, thread := h.Door(a.Key, "echo", "", "q")
+	a.Offer()
+	a.Accept(id)
+	started, paused := pauseRawRound(h, a, id, thread)
+	if _, err := h.Store.ReopenRun(t.Context(), store.Reopen{RunID: id}); err != nil {
+		t.Fatal(err)
+	}
+	h.Taken(id)
+	a.Offer() // the answered round, to the old link, alive
+	a.Accept(id)
+	a.Barrier() // claimed by a for the new round; a is then cut
+	b := h.Connect(0xea, nil)
+	b.SendRaw(started)
+	b.SendRaw(paused)
+	b.Finish(id)
+	got := append(b.ReadBarrier(), registerSeeing(b, "echo")...) // replaces a
+	a.Close()
+	h.Eventually("the old link is gone", func() bool { return h.Node.Broker.Snapshot().Links == 1 })
+	got = append(got, b.Barrier()...)
+	h.Settle()
+	if r := h.Run(id); r.Status != run.Running {
+		t.Fatalf("the answered run is %s with %s stored: want it running its new round; the new link was told %q",
+			r.Status, storedTypes(h, id), got)
+	}
+	for _, e := range refusals(t, b, got, 3) {
+		if e.RunID != id || !strings.Contains(e.Message, "repeats an earlier round") {
+			t.Fatalf("error %+v, want a refusal of the stale round naming run %s", e, id)
+		}
+	}
+	// The new round, numbered from 1 again, is the link's own: its
+	// RUN_STARTED is the same text under the same seq as the old one's.
+	b.SendRaw(started)
+	b.SendRaw(fmt.Sprintf(`{"type":"event","runId":%q,"seq":2,"event":{"type":"RUN_FINISHED","threadId":%q,"runId":%q}}`, id, thread, id))
+	b.Finish(id)
+	if rest := b.Barrier(); len(rest) > 0 {
+		t.Fatalf("the new round was refused: %s", rest[0])
+	}
+	h.WaitStatus(id, run.Completed)
+	if n := len(h.Events(id)); n != 4 {
+		t.Fatalf("stored %s, want each round once", storedTypes(h, id))
+	}
+}
+
+// A resend kept for its link's register, the register not passing the
+// run to that link: the link registers another agent, and the old link,
+// which still serves the run's agent, keeps the run. The kept reports are
+// then answered, typed, as they would have been when read (D15), and a
+// query behind them is answered after them.
+func TestKeptResendRefusedWhenTheRegisterDoesNotPassTheRun(t *testing.T) {
+	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
+	a := h.Connect(0xeb, nil)
+	a.Register("echo")
+	id, thread := h.Door(a.Key, "echo", "", "q")
+	a.Offer()
+	a.Accept(id)
+	a.Barrier() // claimed by a
+	b := h.Connect(0xeb, nil)
+	b.SendRaw(fmt.Sprintf(`{"type":"event","runId":%q,"seq":1,"event":{"type":"RUN_STARTED","threadId":%q,"runId":%q}}`, id, thread, id))
+	b.Finish(id)
+	got := append(b.ReadBarrier(), registerSeeing(b, "other")...)
+	got = append(got, b.Barrier()...)
+	for _, e := range refusals(t, b, got, 2) {
+		if e.RunID != id || !strings.Contains(e.Message, "held by another link") {
+			t.Fatalf("error %+v, want %q naming run %s", e, "held by another link", id)
+		}
+	}
+	if r := h.Run(id); r.Status != run.Running || len(h.Events(id)) != 0 {
+		t.Fatalf("run is %s with %s stored, want it running on the old link with nothing stored", r.Status, storedTypes(h, id))
+	}
+	a.Complete(id, thread)
+	h.WaitStatus(id, run.Completed)
+}
+
+// A resend kept for its link's register, the link closing first: what it
+// kept goes with it, and the run stays with the link that holds it.
+func TestKeptResendGoesWithItsLink(t *testing.T) {
+	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
+	a := h.Connect(0xec, nil)
+	a.Register("echo")
+	id, thread := h.Door(a.Key, "echo", "", "q")
+	a.Offer()
+	a.Accept(id)
+	a.Barrier() // claimed by a
+	b := h.Connect(0xec, nil)
+	b.SendRaw(fmt.Sprintf(`{"type":"event","runId":%q,"seq":1,"event":{"type":"RUN_STARTED","threadId":%q,"runId":%q}}`, id, thread, id))
+	b.ReadBarrier()
+	b.Goodbye()
+	h.Eventually("the new link is gone", func() bool { return h.Node.Broker.Snapshot().Links == 1 })
+	h.Settle()
+	if r := h.Run(id); r.Status != run.Running || len(h.Events(id)) != 0 {
+		t.Fatalf("run is %s with %s stored, want it running on the old link with nothing stored", r.Status, storedTypes(h, id))
+	}
+	a.Complete(id, thread)
+	h.WaitStatus(id, run.Completed)
+}
