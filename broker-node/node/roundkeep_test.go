@@ -120,3 +120,41 @@ func TestKeptResendGoesWithItsLink(t *testing.T) {
 	a.Complete(id, thread)
 	h.WaitStatus(id, run.Completed)
 }
+
+// The new round of a reopened run, its first events lost with the old
+// link and resent before the new link's register, is kept and taken as
+// the round's own: the round repeats the old one's RUN_STARTED under the
+// same seq (each round is numbered from 1), but an event the earlier
+// round did not store tells it from a stale resend.
+func TestNewRoundKeptForRegisterIsTakenAfterAnAnswer(t *testing.T) {
+	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
+	a := h.Connect(0xed, nil)
+	a.Register("echo")
+	id, thread := h.Door(a.Key, "echo", "", "q")
+	a.Offer()
+	a.Accept(id)
+	started, _ := pauseRawRound(h, a, id, thread)
+	if _, err := h.Store.ReopenRun(t.Context(), store.Reopen{RunID: id}); err != nil {
+		t.Fatal(err)
+	}
+	h.Taken(id)
+	a.Offer() // the answered round, to the old link, alive
+	a.Accept(id)
+	a.Barrier() // claimed by a for the new round; what a sends next is lost
+	b := h.Connect(0xed, nil)
+	b.SendRaw(started)
+	b.SendRaw(fmt.Sprintf(`{"type":"event","runId":%q,"seq":2,"event":{"type":"CUSTOM","name":"answered","value":1}}`, id))
+	got := append(b.ReadBarrier(), registerSeeing(b, "echo")...) // replaces a
+	a.Close()
+	h.Eventually("the old link is gone", func() bool { return h.Node.Broker.Snapshot().Links == 1 })
+	b.SendRaw(fmt.Sprintf(`{"type":"event","runId":%q,"seq":3,"event":{"type":"RUN_FINISHED","threadId":%q,"runId":%q}}`, id, thread, id))
+	b.Finish(id)
+	got = append(got, b.Barrier()...)
+	if len(got) > 0 {
+		t.Fatalf("the new round was refused: %s", got[0])
+	}
+	h.WaitStatus(id, run.Completed)
+	if s := storedTypes(h, id); s != "RUN_STARTED RUN_FINISHED RUN_STARTED CUSTOM RUN_FINISHED" {
+		t.Fatalf("stored %s, want each round once, whole", s)
+	}
+}
