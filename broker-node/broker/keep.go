@@ -72,7 +72,8 @@ func (l *lane) keep(c command, link *linkState, offerable, reviewed bool) bool {
 		}
 		return true
 	}
-	if l.parked == nil {
+	first := l.parked == nil
+	if first {
 		l.parked = &keptReports{link: link}
 		m := b.keptOn[link]
 		if m == nil {
@@ -84,7 +85,15 @@ func (l *lane) keep(c command, link *linkState, offerable, reviewed bool) bool {
 	l.parked.cmds = append(l.parked.cmds, c)
 	link.keptN++
 	link.keptBytes += size
+	var holder uint64
+	if first {
+		holder = l.claimedBy.id // keptWaitsLocked: held by another link
+	}
 	b.mu.Unlock()
+	if first {
+		l.log.Info("report from a link that has not registered, for a run another link of its key holds: kept for its register",
+			append(l.keyAttr(link.key), "link", link.id, "holder", holder)...)
+	}
 	return true
 }
 
