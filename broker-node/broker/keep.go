@@ -38,10 +38,11 @@ type keptReports struct {
 }
 
 // keep keeps c, a report from link (offerable as it was read, reviewed
-// when it was kept once already), and reports whether it did: behind the reports kept from its
-// link already, or as the first when the run is held by another live
-// link of the key that was not replaced and link had never registered.
-// claimByReport would refuse such a report "held by another link".
+// when it was kept once already), and reports whether it did: behind the
+// reports kept from its link already, or as the first when the run is
+// held by another live link of the key that was not replaced and link had
+// never registered, which claimByReport would refuse "held by another
+// link".
 func (l *lane) keep(c command, link *linkState, offerable, reviewed bool) bool {
 	// Without the broker's lock first: most reports come from a
 	// registered link, with nothing kept.
