@@ -12,27 +12,38 @@ import (
 	"github.com/funduq/funduq-go/core/store/storetest"
 )
 
+// threadOf stores n messages, m1…mn, on a new run's thread, each as
+// each(i) says, straight into thread_messages (the bounds under test are
+// the reads'), and returns the store and the run.
+func threadOf(t *testing.T, n int, each func(i int) (message, origin string)) (*store.Store, store.Run) {
+	t.Helper()
+	st := storetest.Store(t)
+	seedAgent(t, st)
+	r := newRun(t, st)
+	for i := 1; i <= n; i++ {
+		msg, origin := each(i)
+		if _, err := st.Pool().Exec(context.Background(), `INSERT INTO thread_messages (thread_id, run_id, message_id, message, origin)
+			VALUES ($1, $2, $3, $4, $5)`, r.ThreadID, r.RunID, fmt.Sprintf("m%d", i), msg, origin); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st, r
+}
+
 // ThreadMessagePage's bounds: limit messages, maxBytes of them as stored
 // with a comma each (a page exactly at the bound fits; one byte less
 // does not), a message larger than maxBytes named and stepped over, and
 // Before reading on from where a page stopped.
 func TestThreadMessagePage(t *testing.T) {
-	st := storetest.Store(t)
 	ctx := context.Background()
-	seedAgent(t, st)
-	r := newRun(t, st)
 	// m1…m6, 10 bytes each as stored, and m4 of 60.
-	for i := 1; i <= 6; i++ {
+	st, r := threadOf(t, 6, func(i int) (message, origin string) {
 		c := "ab"
 		if i == 4 {
 			c = strings.Repeat("z", 52)
 		}
-		msg := fmt.Sprintf(`{"c":"%s"}`, c)
-		if _, err := st.Pool().Exec(ctx, `INSERT INTO thread_messages (thread_id, run_id, message_id, message, origin)
-			VALUES ($1, $2, $3, $4, 'caller')`, r.ThreadID, r.RunID, fmt.Sprintf("m%d", i), msg); err != nil {
-			t.Fatal(err)
-		}
-	}
+		return fmt.Sprintf(`{"c":"%s"}`, c), "caller"
+	})
 	ids := func(p store.MessagePage) string {
 		var out []string
 		for _, m := range p.Messages {
@@ -102,21 +113,15 @@ func TestThreadMessagePage(t *testing.T) {
 // their origin, and nothing (ok false) once they hold more than maxBytes
 // as stored — a bound exactly met is within it.
 func TestThreadOpening(t *testing.T) {
-	st := storetest.Store(t)
 	ctx := context.Background()
-	seedAgent(t, st)
-	r := newRun(t, st)
 	// m1…m4, 10 bytes each as stored; m3 the agent's.
-	for i := 1; i <= 4; i++ {
-		origin := "caller"
+	st, r := threadOf(t, 4, func(i int) (message, origin string) {
+		origin = "caller"
 		if i == 3 {
 			origin = "agent"
 		}
-		if _, err := st.Pool().Exec(ctx, `INSERT INTO thread_messages (thread_id, run_id, message_id, message, origin)
-			VALUES ($1, $2, $3, $4, $5)`, r.ThreadID, r.RunID, fmt.Sprintf("m%d", i), fmt.Sprintf(`{"c":"a%d"}`, i), origin); err != nil {
-			t.Fatal(err)
-		}
-	}
+		return fmt.Sprintf(`{"c":"a%d"}`, i), origin
+	})
 	opening := func(limit, maxBytes int) string {
 		t.Helper()
 		msgs, ok, err := st.ThreadOpening(ctx, r.ThreadID, limit, maxBytes)
