@@ -34,14 +34,42 @@ type cutter struct {
 
 func newCutter(t *testing.T, target string) *cutter {
 	t.Helper()
+	c := &cutter{conns: make(map[net.Conn]bool)}
+	c.ln = relayTo(t, target, &c.wg, func(in, out net.Conn) {
+		c.mu.Lock()
+		c.conns[in], c.conns[out] = true, true
+		c.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			defer c.wg.Done()
+			_, _ = io.Copy(dst, src)
+			dst.Close()
+			src.Close()
+			c.mu.Lock()
+			delete(c.conns, dst)
+			delete(c.conns, src)
+			c.mu.Unlock()
+		}
+		c.wg.Add(2)
+		go pipe(in, out)
+		go pipe(out, in)
+	})
+	t.Cleanup(func() { c.ln.Close(); c.cut(); c.wg.Wait() })
+	return c
+}
+
+// relayTo listens on a local port and, for each connection it accepts,
+// dials target and hands both ends to pair (an accepted connection whose
+// dial fails is closed), until the listener it returns is closed. wg
+// counts the accepting goroutine; pair adds its own to it.
+func relayTo(t *testing.T, target string, wg *sync.WaitGroup, pair func(in, out net.Conn)) net.Listener {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cutter{ln: ln, conns: make(map[net.Conn]bool)}
-	c.wg.Add(1)
+	wg.Add(1)
 	go func() {
-		defer c.wg.Done()
+		defer wg.Done()
 		for {
 			in, err := ln.Accept()
 			if err != nil {
@@ -52,26 +80,10 @@ func newCutter(t *testing.T, target string) *cutter {
 				in.Close()
 				continue
 			}
-			c.mu.Lock()
-			c.conns[in], c.conns[out] = true, true
-			c.mu.Unlock()
-			pipe := func(dst, src net.Conn) {
-				defer c.wg.Done()
-				_, _ = io.Copy(dst, src)
-				dst.Close()
-				src.Close()
-				c.mu.Lock()
-				delete(c.conns, dst)
-				delete(c.conns, src)
-				c.mu.Unlock()
-			}
-			c.wg.Add(2)
-			go pipe(in, out)
-			go pipe(out, in)
+			pair(in, out)
 		}
 	}()
-	t.Cleanup(func() { ln.Close(); c.cut(); c.wg.Wait() })
-	return c
+	return ln
 }
 
 func (c *cutter) url() string { return "http://" + c.ln.Addr().String() }

@@ -35,35 +35,18 @@ type frozenPair struct {
 
 func newFreezer(t *testing.T, target string) *freezer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &freezer{ln: ln}
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			out, err := net.Dial("tcp", target)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			p := &frozenPair{in: in, out: out}
-			f.mu.Lock()
-			f.pairs = append(f.pairs, p)
-			f.mu.Unlock()
-			f.wg.Add(2)
-			go f.pipe(p, out, in)
-			go f.pipe(p, in, out)
-		}
-	}()
+	f := &freezer{}
+	f.ln = relayTo(t, target, &f.wg, func(in, out net.Conn) {
+		p := &frozenPair{in: in, out: out}
+		f.mu.Lock()
+		f.pairs = append(f.pairs, p)
+		f.mu.Unlock()
+		f.wg.Add(2)
+		go f.pipe(p, out, in)
+		go f.pipe(p, in, out)
+	})
 	t.Cleanup(func() {
-		ln.Close()
+		f.ln.Close()
 		f.mu.Lock()
 		for _, p := range f.pairs {
 			p.in.Close()
