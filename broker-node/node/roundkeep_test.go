@@ -22,19 +22,9 @@ import (
 // the run again on the old question. It is refused, typed, and the new
 // round is the provider's to run.
 func TestStaleRoundKeptForRegisterDoesNotAnswerTheAnswer(t *testing.T) {
-	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
-	a := h.Connect(0xea, nil)
-	a.Register("echo")
-	id, thread := h.Door(a.Key, "echo", "", "q")
-	a.Offer()
-	a.Accept(id)
+	h, a, id, thread := echoRunAccepted(t, 0xea)
 	started, paused := pauseRawRound(h, a, id, thread)
-	if _, err := h.Store.ReopenRun(t.Context(), store.Reopen{RunID: id}); err != nil {
-		t.Fatal(err)
-	}
-	h.Taken(id)
-	a.Offer() // the answered round, to the old link, alive
-	a.Accept(id)
+	answeredOnTheOldLink(t, h, a, id)
 	a.Barrier() // claimed by a for the new round; a is then cut
 	b := h.Connect(0xea, nil)
 	b.SendRaw(started)
@@ -74,15 +64,10 @@ func TestStaleRoundKeptForRegisterDoesNotAnswerTheAnswer(t *testing.T) {
 // then answered, typed, as they would have been when read (D15), and a
 // query behind them is answered after them.
 func TestKeptResendRefusedWhenTheRegisterDoesNotPassTheRun(t *testing.T) {
-	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
-	a := h.Connect(0xeb, nil)
-	a.Register("echo")
-	id, thread := h.Door(a.Key, "echo", "", "q")
-	a.Offer()
-	a.Accept(id)
+	h, a, id, thread := echoRunAccepted(t, 0xeb)
 	a.Barrier() // claimed by a
 	b := h.Connect(0xeb, nil)
-	b.SendRaw(fmt.Sprintf(`{"type":"event","runId":%q,"seq":1,"event":{"type":"RUN_STARTED","threadId":%q,"runId":%q}}`, id, thread, id))
+	b.SendRaw(eventFrame(id, 1, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, id)))
 	b.Finish(id)
 	got := append(b.ReadBarrier(), registerSeeing(b, "other")...)
 	got = append(got, b.Barrier()...)
@@ -91,34 +76,21 @@ func TestKeptResendRefusedWhenTheRegisterDoesNotPassTheRun(t *testing.T) {
 			t.Fatalf("error %+v, want %q naming run %s", e, "held by another link", id)
 		}
 	}
-	if r := h.Run(id); r.Status != run.Running || len(h.Events(id)) != 0 {
-		t.Fatalf("run is %s with %s stored, want it running on the old link with nothing stored", r.Status, storedTypes(h, id))
-	}
-	a.Complete(id, thread)
-	h.WaitStatus(id, run.Completed)
+	completedOnTheOldLink(t, h, a, id, thread)
 }
 
 // A resend kept for its link's register, the link closing first: what it
 // kept goes with it, and the run stays with the link that holds it.
 func TestKeptResendGoesWithItsLink(t *testing.T) {
-	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
-	a := h.Connect(0xec, nil)
-	a.Register("echo")
-	id, thread := h.Door(a.Key, "echo", "", "q")
-	a.Offer()
-	a.Accept(id)
+	h, a, id, thread := echoRunAccepted(t, 0xec)
 	a.Barrier() // claimed by a
 	b := h.Connect(0xec, nil)
-	b.SendRaw(fmt.Sprintf(`{"type":"event","runId":%q,"seq":1,"event":{"type":"RUN_STARTED","threadId":%q,"runId":%q}}`, id, thread, id))
+	b.SendRaw(eventFrame(id, 1, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, id)))
 	b.ReadBarrier()
 	b.Goodbye()
 	h.Eventually("the new link is gone", func() bool { return h.Node.Broker.Snapshot().Links == 1 })
 	h.Settle()
-	if r := h.Run(id); r.Status != run.Running || len(h.Events(id)) != 0 {
-		t.Fatalf("run is %s with %s stored, want it running on the old link with nothing stored", r.Status, storedTypes(h, id))
-	}
-	a.Complete(id, thread)
-	h.WaitStatus(id, run.Completed)
+	completedOnTheOldLink(t, h, a, id, thread)
 }
 
 // The new round of a reopened run, its first events lost with the old
@@ -127,19 +99,9 @@ func TestKeptResendGoesWithItsLink(t *testing.T) {
 // same seq (each round is numbered from 1), but an event the earlier
 // round did not store tells it from a stale resend.
 func TestNewRoundKeptForRegisterIsTakenAfterAnAnswer(t *testing.T) {
-	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
-	a := h.Connect(0xed, nil)
-	a.Register("echo")
-	id, thread := h.Door(a.Key, "echo", "", "q")
-	a.Offer()
-	a.Accept(id)
+	h, a, id, thread := echoRunAccepted(t, 0xed)
 	started, _ := pauseRawRound(h, a, id, thread)
-	if _, err := h.Store.ReopenRun(t.Context(), store.Reopen{RunID: id}); err != nil {
-		t.Fatal(err)
-	}
-	h.Taken(id)
-	a.Offer() // the answered round, to the old link, alive
-	a.Accept(id)
+	answeredOnTheOldLink(t, h, a, id)
 	a.Barrier() // claimed by a for the new round; what a sends next is lost
 	b := h.Connect(0xed, nil)
 	b.SendRaw(started)
@@ -157,4 +119,42 @@ func TestNewRoundKeptForRegisterIsTakenAfterAnAnswer(t *testing.T) {
 	if s := storedTypes(h, id); s != "RUN_STARTED RUN_FINISHED RUN_STARTED CUSTOM RUN_FINISHED" {
 		t.Fatalf("stored %s, want each round once, whole", s)
 	}
+}
+
+// echoRunAccepted starts a node that keeps a lost link's runs for 5 s,
+// connects a provider of key seed serving "echo", and has it accept a run
+// the door starts on a new thread.
+func echoRunAccepted(t *testing.T, seed byte) (h *nodetest.Harness, a *nodetest.Prov, id, thread string) {
+	t.Helper()
+	h = nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
+	a = h.Connect(seed, nil)
+	a.Register("echo")
+	id, thread = h.Door(a.Key, "echo", "", "q")
+	a.Offer()
+	a.Accept(id)
+	return h, a, id, thread
+}
+
+// answeredOnTheOldLink reopens paused run id as its caller's answer does,
+// and has a, the link that ran the paused round and still alive, accept
+// the answered round.
+func answeredOnTheOldLink(t *testing.T, h *nodetest.Harness, a *nodetest.Prov, id string) {
+	t.Helper()
+	if _, err := h.Store.ReopenRun(t.Context(), store.Reopen{RunID: id}); err != nil {
+		t.Fatal(err)
+	}
+	h.Taken(id)
+	a.Offer()
+	a.Accept(id)
+}
+
+// completedOnTheOldLink fails t unless run id is still running with
+// nothing stored, and then has a, the old link holding it, complete it.
+func completedOnTheOldLink(t *testing.T, h *nodetest.Harness, a *nodetest.Prov, id, thread string) {
+	t.Helper()
+	if r := h.Run(id); r.Status != run.Running || len(h.Events(id)) != 0 {
+		t.Fatalf("run is %s with %s stored, want it running on the old link with nothing stored", r.Status, storedTypes(h, id))
+	}
+	a.Complete(id, thread)
+	h.WaitStatus(id, run.Completed)
 }
