@@ -28,11 +28,7 @@ import (
 // a client that sends only it: the history it reads from the record
 // (design.md §The doors, "The history an AG-UI client sends again").
 func TestHistoryResentByTheClientIsStoredOnce(t *testing.T) {
-	h := nodetest.Start(t, nil)
-	p := h.Connect(0xe2, nil)
-	p.Register("echo")
-	srv := startDoor(t, h, nil)
-	url := aguiURL(srv, p.Key, "echo")
+	h, p, srv, url := echoDoorSrv(t)
 	thread := doneThread(t, h, p, url) // u1 "hi", then the agent's m1 "hello"
 
 	body := fmt.Sprintf(`{"threadId":%q,"runId":"r2","state":{},"tools":[],"context":[],"forwardedProps":{},"messages":[`+
@@ -45,95 +41,58 @@ func TestHistoryResentByTheClientIsStoredOnce(t *testing.T) {
 	p.Complete(f.RunID, thread)
 	s.rest()
 
-	if got := handed(t, f); got != "[user:again]" {
-		t.Errorf("the agent was handed %s, want the new message alone: [user:again]", got)
-	}
-	if got := threadSaid(t, srv, thread); got != "[user:hi assistant:hello user:again assistant:hello]" {
-		t.Fatalf("thread holds %s, want [user:hi assistant:hello user:again assistant:hello]", got)
-	}
+	wantHanded(t, f, "[user:again]", "the new message alone")
+	wantThread(t, srv, thread, "[user:hi assistant:hello user:again assistant:hello]")
 }
 
 // A message that repeats what was said but follows the whole record is
 // new, however like an earlier one it is: "hi", then "hi" again as the
 // next turn, by a client sending the conversation it holds.
 func TestResentHistoryKeepsARepeatedNewMessage(t *testing.T) {
-	h := nodetest.Start(t, nil)
-	p := h.Connect(0xe2, nil)
-	p.Register("echo")
-	srv := startDoor(t, h, nil)
-	url := aguiURL(srv, p.Key, "echo")
+	h, p, srv, url := echoDoorSrv(t)
 	thread := doneThread(t, h, p, url) // u1 "hi", then the agent's m1 "hello"
 
 	f := turn(t, p, url, thread, `{"id":"u1","role":"user","content":"hi"},`+
 		`{"id":"m1","role":"assistant","content":"hello"},`+
 		`{"id":"u2","role":"user","content":"hi"}`, "m2")
-	if got := handed(t, f); got != "[user:hi]" {
-		t.Errorf("the agent was handed %s, want [user:hi]", got)
-	}
-	if got := threadSaid(t, srv, thread); got != "[user:hi assistant:hello user:hi assistant:m2]" {
-		t.Fatalf("thread holds %s, want [user:hi assistant:hello user:hi assistant:m2]", got)
-	}
+	wantHanded(t, f, "[user:hi]", "")
+	wantThread(t, srv, thread, "[user:hi assistant:hello user:hi assistant:m2]")
 }
 
 // A client that sends only its new message (the README's advice before
 // this rule) is read as before, even when that message is the thread's
 // first one again, or the record's opening: nothing it sends is dropped.
 func TestOnlyTheNewMessageIsStoredAsBefore(t *testing.T) {
-	h := nodetest.Start(t, nil)
-	p := h.Connect(0xe2, nil)
-	p.Register("echo")
-	srv := startDoor(t, h, nil)
-	url := aguiURL(srv, p.Key, "echo")
+	h, p, srv, url := echoDoorSrv(t)
 	thread := doneThread(t, h, p, url) // u1 "hi", then the agent's m1 "hello"
 
 	f := turn(t, p, url, thread, `{"id":"u2","role":"user","content":"hi"}`, "m2")
-	if got := handed(t, f); got != "[user:hi]" {
-		t.Errorf("the agent was handed %s, want [user:hi]", got)
-	}
+	wantHanded(t, f, "[user:hi]", "")
 	// Two new messages, fewer than the record holds: both the caller's.
 	f = turn(t, p, url, thread, `{"id":"u3","role":"user","content":"hi"},{"id":"u4","role":"user","content":"hi"}`, "m3")
-	if got := handed(t, f); got != "[user:hi user:hi]" {
-		t.Errorf("the agent was handed %s, want [user:hi user:hi]", got)
-	}
-	want := "[user:hi assistant:hello user:hi assistant:m2 user:hi user:hi assistant:m3]"
-	if got := threadSaid(t, srv, thread); got != want {
-		t.Fatalf("thread holds %s, want %s", got, want)
-	}
+	wantHanded(t, f, "[user:hi user:hi]", "")
+	wantThread(t, srv, thread, "[user:hi assistant:hello user:hi assistant:m2 user:hi user:hi assistant:m3]")
 }
 
 // A history that is not the record's — an agent's reply under an id the
 // agent never gave it, a message the record does not hold, or a copy
 // shorter than the record — is the caller's to say, and stored as sent.
 func TestHistoryNotTheRecordsIsStoredAsSent(t *testing.T) {
-	h := nodetest.Start(t, nil)
-	p := h.Connect(0xe2, nil)
-	p.Register("echo")
-	srv := startDoor(t, h, nil)
-	url := aguiURL(srv, p.Key, "echo")
+	h, p, srv, url := echoDoorSrv(t)
 	thread := doneThread(t, h, p, url) // u1 "hi", then the agent's m1 "hello"
 
 	f := turn(t, p, url, thread, `{"id":"u1","role":"user","content":"hi"},`+
 		`{"id":"not-m1","role":"assistant","content":"hello"},`+
 		`{"id":"u2","role":"user","content":"again"}`, "m2")
-	if got := handed(t, f); got != "[user:hi assistant:hello user:again]" {
-		t.Errorf("the agent was handed %s, want the three messages sent", got)
-	}
-	want := "[user:hi assistant:hello user:hi assistant:hello user:again assistant:m2]"
-	if got := threadSaid(t, srv, thread); got != want {
-		t.Fatalf("thread holds %s, want %s", got, want)
-	}
+	wantHanded(t, f, "[user:hi assistant:hello user:again]", "the three messages sent")
+	wantThread(t, srv, thread, "[user:hi assistant:hello user:hi assistant:hello user:again assistant:m2]")
 
 	other := doneThread(t, h, p, url)
 	f = turn(t, p, url, other, `{"id":"u1","role":"user","content":"hi"},`+
 		`{"id":"m1","role":"assistant","content":"hello, world"},`+
 		`{"id":"u3","role":"user","content":"more"}`, "m3")
-	if got := handed(t, f); got != "[user:hi assistant:hello, world user:more]" {
-		t.Errorf("the agent was handed %s, want the three messages sent", got)
-	}
-	want = "[user:hi assistant:hello user:hi assistant:hello, world user:more assistant:m3]"
-	if got := threadSaid(t, srv, other); got != want {
-		t.Fatalf("thread holds %s, want %s", got, want)
-	}
+	wantHanded(t, f, "[user:hi assistant:hello, world user:more]", "the three messages sent")
+	wantThread(t, srv, other, "[user:hi assistant:hello user:hi assistant:hello, world user:more assistant:m3]")
 }
 
 // turn sends one turn on thread carrying msgs (JSON objects, comma
@@ -146,14 +105,29 @@ func turn(t *testing.T, p *nodetest.Prov, url, thread, msgs, reply string) wire.
 	s := openStream(t, "POST", url, body, nil)
 	f := p.Offer()
 	p.Accept(f.RunID)
-	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, f.RunID))
-	p.Event(f.RunID, fmt.Sprintf(`{"type":"TEXT_MESSAGE_START","messageId":%q,"role":"assistant"}`, reply))
-	p.Event(f.RunID, fmt.Sprintf(`{"type":"TEXT_MESSAGE_CONTENT","messageId":%q,"delta":%q}`, reply, reply))
-	p.Event(f.RunID, fmt.Sprintf(`{"type":"TEXT_MESSAGE_END","messageId":%q}`, reply))
-	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, thread, f.RunID))
-	p.Finish(f.RunID)
+	answerText(p, f.RunID, thread, reply, reply)
 	s.rest()
 	return f
+}
+
+// answerText has p answer run runID on thread with one assistant message,
+// messageID saying text, and finish the run.
+func answerText(p *nodetest.Prov, runID, thread, messageID, text string) {
+	p.Event(runID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, thread, runID))
+	p.Event(runID, fmt.Sprintf(`{"type":"TEXT_MESSAGE_START","messageId":%q,"role":"assistant"}`, messageID))
+	p.Event(runID, fmt.Sprintf(`{"type":"TEXT_MESSAGE_CONTENT","messageId":%q,"delta":%q}`, messageID, text))
+	p.Event(runID, fmt.Sprintf(`{"type":"TEXT_MESSAGE_END","messageId":%q}`, messageID))
+	p.Event(runID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, thread, runID))
+	p.Finish(runID)
+}
+
+// echoDoorSrv is echoDoor with the door's server too, whose GET
+// /threads/{id} these tests read (threadSaid).
+func echoDoorSrv(t *testing.T) (*nodetest.Harness, *nodetest.Prov, *httptest.Server, string) {
+	t.Helper()
+	h := nodetest.Start(t, nil)
+	p, srv := echoServed(t, h)
+	return h, p, srv, aguiURL(srv, p.Key, "echo")
 }
 
 // handed is the messages of a run's input as role:content.
@@ -172,6 +146,18 @@ func handed(t *testing.T, f wire.RunFrame) string {
 	return fmt.Sprint(said)
 }
 
+// wantHanded fails t, going on, unless the messages of run f's input are
+// want (as handed); why, when set, says what want is.
+func wantHanded(t *testing.T, f wire.RunFrame, want, why string) {
+	t.Helper()
+	if got := handed(t, f); got != want {
+		if why != "" {
+			want = why + ": " + want
+		}
+		t.Errorf("the agent was handed %s, want %s", got, want)
+	}
+}
+
 // threadSaid is GET /threads/{id}'s messages as role:content.
 func threadSaid(t *testing.T, srv *httptest.Server, thread string) string {
 	t.Helper()
@@ -182,6 +168,15 @@ func threadSaid(t *testing.T, srv *httptest.Server, thread string) string {
 		said = append(said, fmt.Sprint(msg["role"], ":", msg["content"]))
 	}
 	return fmt.Sprint(said)
+}
+
+// wantThread fails t unless GET /threads/{thread} holds want, its
+// messages as role:content (threadSaid).
+func wantThread(t *testing.T, srv *httptest.Server, thread, want string) {
+	t.Helper()
+	if got := threadSaid(t, srv, thread); got != want {
+		t.Fatalf("thread holds %s, want %s", got, want)
+	}
 }
 
 // TestAGUIClientSecondTurnIsStoredOnce drives two turns of the official
@@ -211,12 +206,7 @@ func TestAGUIClientSecondTurnIsStoredOnce(t *testing.T) {
 		f := p.Offer()
 		inputs = append(inputs, handed(t, f))
 		p.Accept(f.RunID)
-		p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
-		p.Event(f.RunID, fmt.Sprintf(`{"type":"TEXT_MESSAGE_START","messageId":%q,"role":"assistant"}`, reply))
-		p.Event(f.RunID, fmt.Sprintf(`{"type":"TEXT_MESSAGE_CONTENT","messageId":%q,"delta":"ok"}`, reply))
-		p.Event(f.RunID, fmt.Sprintf(`{"type":"TEXT_MESSAGE_END","messageId":%q}`, reply))
-		p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
-		p.Finish(f.RunID)
+		answerText(p, f.RunID, *f.ThreadID, reply, "ok")
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("node history.mjs: %v\n%s%s", err, stdout.String(), stderr.String())
@@ -238,9 +228,7 @@ func TestAGUIClientSecondTurnIsStoredOnce(t *testing.T) {
 	if got := fmt.Sprint(inputs); got != "[[user:yes] [user:yes]]" {
 		t.Errorf("the agent was handed %s, want each turn's new message alone", got)
 	}
-	if got := threadSaid(t, srv, rep.ThreadID); got != "[user:yes assistant:ok user:yes assistant:ok]" {
-		t.Fatalf("thread holds %s, want [user:yes assistant:ok user:yes assistant:ok]", got)
-	}
+	wantThread(t, srv, rep.ThreadID, "[user:yes assistant:ok user:yes assistant:ok]")
 }
 
 // On a bound thread the record decides what a request repeats only for a
@@ -294,11 +282,7 @@ func TestResentHistoryOnABoundThreadIsWeighedOnlyForParties(t *testing.T) {
 // result) reopens the paused run with the result alone: the record holds
 // the tool call once, and the agent is handed only what answers it.
 func TestResentHistoryInAnAnswerIsStoredOnce(t *testing.T) {
-	h := nodetest.Start(t, nil)
-	p := h.Connect(0xe2, nil)
-	p.Register("echo")
-	srv := startDoor(t, h, nil)
-	url := aguiURL(srv, p.Key, "echo")
+	h, p, srv, url := echoDoorSrv(t)
 	f := pause(t, h, p, openStream(t, "POST", url, input("t", "r1", ""), nil)) // "hi", then tool call tc2
 	thread := *f.ThreadID
 
@@ -317,7 +301,5 @@ func TestResentHistoryInAnAnswerIsStoredOnce(t *testing.T) {
 	p.Accept(f2.RunID)
 	p.Complete(f2.RunID, thread)
 	s.rest()
-	if got := threadSaid(t, srv, thread); got != "[user:hi assistant:<nil> tool:42 assistant:hello]" {
-		t.Fatalf("thread holds %s, want [user:hi assistant:<nil> tool:42 assistant:hello]", got)
-	}
+	wantThread(t, srv, thread, "[user:hi assistant:<nil> tool:42 assistant:hello]")
 }
