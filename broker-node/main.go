@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/funduq/funduq-go/broker-node/node"
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/store"
@@ -112,6 +114,17 @@ func newLogger(w io.Writer, level slog.Level) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
+// redisLog puts go-redis's own messages (a pool that cannot dial, a
+// connection it discards) into the JSON log as WARN lines: by default
+// go-redis prints them as plain text to the process's stderr, between the
+// node's JSON lines, where a reader parsing JSON drops or chokes on them
+// (design.md §Logs). The setting is go-redis's, for the whole process.
+type redisLog struct{ log *slog.Logger }
+
+func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	r.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
+}
+
 func serve(ctx context.Context, environ map[string]string, stderr io.Writer) error {
 	host, _ := os.Hostname()
 	cfg, err := config.ParseBroker(environ, config.Host{Hostname: host, PID: os.Getpid()})
@@ -119,6 +132,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		return err
 	}
 	log := newLogger(stderr, cfg.LogLevel)
+	redis.SetLogger(redisLog{log.With("node", cfg.NodeID)})
 	n, err := node.New(ctx, cfg, node.Options{Logger: log})
 	if err != nil {
 		return err
