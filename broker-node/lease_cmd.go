@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -101,7 +102,21 @@ func leaseCmd(ctx context.Context, args []string, environ map[string]string, std
 	// and the tool would wait for ever on a hung Redis (design.md §A hung
 	// Redis).
 	ropt.ContextTimeoutEnabled = true
+	// One dial and no command retry: go-redis's own (five dials, three
+	// retries) outlast that bound, and the operator read "context deadline
+	// exceeded" instead of the refusal. A person runs this tool again.
+	ropt.DialerRetries, ropt.MaxRetries = 1, -1
+	// The error below says what go-redis would print besides, as text
+	// lines ahead of it.
+	redis.SetLogger(redisLog{slog.New(slog.DiscardHandler)})
 	rdb := redis.NewClient(ropt)
+	// inRedis names the setting and the address of a failed Redis call.
+	inRedis := func(err error) error {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("reach Redis at %s (FUNDUQ_REDIS_URL): no answer within %s: %w", ropt.Addr, redisbound.Slack, err)
+		}
+		return fmt.Errorf("reach Redis at %s (FUNDUQ_REDIS_URL): %w", ropt.Addr, err)
+	}
 	defer rdb.Close()
 	prefix := cfg.RedisPrefix
 	status := func() (leaseStatus, error) {
@@ -117,7 +132,7 @@ func leaseCmd(ctx context.Context, args []string, environ map[string]string, std
 			return s, nil
 		}
 		if err != nil {
-			return leaseStatus{}, err
+			return leaseStatus{}, inRedis(err)
 		}
 		s.Node, s.LeaseLeftMS = h.NodeID, h.Left.Milliseconds()
 		if h.NodeID == l.Holder {
@@ -162,7 +177,7 @@ func leaseCmd(ctx context.Context, args []string, environ map[string]string, std
 	_, err = lease.RequestHandover(pctx, rdb, node.LeaseChannel(prefix))
 	cancel()
 	if err != nil {
-		return fmt.Errorf("ask for a lease handover: %w", err)
+		return fmt.Errorf("ask for a lease handover: %w", inRedis(err))
 	}
 	if before.Leading {
 		fmt.Fprintf(stdout, "asked %s (epoch %d) to hand over\n", before.Node, before.Epoch)
