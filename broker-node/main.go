@@ -143,6 +143,9 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	}
 	log := newLogger(stderr, cfg.LogLevel)
 	redis.SetLogger(redisLog{log.With("node", cfg.NodeID)})
+	for _, m := range misspelt(environ) {
+		log.WarnContext(ctx, "unknown setting ignored; check its spelling", "variable", m[0], "did_you_mean", m[1])
+	}
 	n, err := node.New(ctx, cfg, node.Options{Logger: log})
 	if err != nil {
 		return err
