@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/broker-node/node"
@@ -103,6 +104,13 @@ func run(args []string, environ map[string]string, stdout, stderr io.Writer) int
 		if errors.As(err, &ce) {
 			fmt.Fprintf(stderr, "broker-node: %v\n", err)
 			return 2
+		}
+		// A refused or failed connection names the server, not where
+		// its address came from: say which setting to check.
+		var pce *pgconn.ConnectError
+		if errors.As(err, &pce) {
+			fmt.Fprintf(stderr, "broker-node %s: %v (check FUNDUQ_DATABASE_URL: is that PostgreSQL running and reachable from here?)\n", args[0], err)
+			return 1
 		}
 		fmt.Fprintf(stderr, "broker-node %s: %v\n", args[0], err)
 		return 1
