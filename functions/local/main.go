@@ -213,7 +213,7 @@ func run(ctx context.Context, environ []string, stderr io.Writer, ready func(add
 	}
 	ln, err := net.Listen("tcp", cfg.DoorsAddr)
 	if err != nil {
-		log.Error("doors: listen", "addr", cfg.DoorsAddr, "err", err)
+		log.Error("doors: cannot listen on FUNDUQ_DOORS_ADDR", "addr", cfg.DoorsAddr, "err", err)
 		return 1
 	}
 	// "OPTIONS *" goes to the mux like any request (an unknown route in
