@@ -109,7 +109,7 @@ func run(args []string, environ map[string]string, stdout, stderr io.Writer) int
 		// its address came from: say which setting to check.
 		var pce *pgconn.ConnectError
 		if errors.As(err, &pce) {
-			fmt.Fprintf(stderr, "broker-node %s: %v (check FUNDUQ_DATABASE_URL: is that PostgreSQL running and reachable from here?)\n", args[0], err)
+			fmt.Fprintf(stderr, "broker-node %s: %v (check FUNDUQ_DATABASE_URL: %s)\n", args[0], err, connectHint(err))
 			return 1
 		}
 		fmt.Fprintf(stderr, "broker-node %s: %v\n", args[0], err)
@@ -128,6 +128,21 @@ func newLogger(w io.Writer, level slog.Level) *slog.Logger {
 // campaigned in a hot loop, never leading; a few milliseconds led while
 // renewing without pause. The scaling suite's nodes run at 2 s.
 const minLeaseTTL = time.Second
+
+// connectHint says what to look at when PostgreSQL could not be connected
+// to: a server that answered refused the URL's database or role; one that
+// did not answer is down or out of reach.
+func connectHint(err error) string {
+	var pe *pgconn.PgError
+	switch {
+	case errors.As(err, &pe) && pe.Code == "3D000":
+		return "create that database first (broker-node migrate then applies the schema), or name another"
+	case errors.As(err, &pe):
+		return "the server refused it: the user, password or database it names"
+	default:
+		return "is that PostgreSQL running and reachable from here?"
+	}
+}
 
 // redisLog puts go-redis's own messages (a pool that cannot dial, a
 // connection it discards) into the JSON log as WARN lines: by default
