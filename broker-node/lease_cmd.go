@@ -22,7 +22,8 @@ import (
 const leaseUsage = `usage: broker-node lease status [--json]
        broker-node lease handover [--wait DURATION]
 
-status    who leads, under which epoch, its advertised URL and the lease's time left
+status    who leads, under which epoch, its advertised URL and the lease's time left, and
+          how long ago its PostgreSQL heartbeat lapsed when it has
 handover  ask the leader to hand the lease over (it tells its providers to reconnect,
           releases the lease, and a standby takes it); waits until another node leads,
           and fails when none does (the leader takes the lease back after a cool-off)
@@ -42,6 +43,27 @@ type leaseStatus struct {
 	AdvertiseURL string `json:"advertiseUrl,omitempty"`
 	LeaseLeftMS  int64  `json:"leaseLeftMs,omitempty"`
 	Since        string `json:"since,omitempty"`
+	// HeartbeatStaleMS, while a node leads, is how long ago its PostgreSQL
+	// heartbeat lapsed (0: current). A leader that cannot reach PostgreSQL
+	// but renews its lease in Redis leads in name only: it takes no run
+	// while a standby that reaches both waits (README "Failing the lease
+	// over").
+	HeartbeatStaleMS int64 `json:"heartbeatStaleMs,omitempty"`
+}
+
+// heartbeatStale is how long ago the heartbeat of epoch lapsed, in
+// milliseconds; 0 while it is current. A heartbeat of an older epoch (a
+// leader that has not written one yet) counts from a second after the
+// takeover: a leader writes its first at once.
+func heartbeatStale(ctx context.Context, st *store.Store, epoch int64) (int64, error) {
+	var ms float64
+	err := st.Pool().QueryRow(ctx, `SELECT GREATEST(0, 1000 * EXTRACT(EPOCH FROM now() -
+			CASE WHEN h.epoch = $1 THEN h.alive_until ELSE l.acquired_at + interval '1 second' END))
+		FROM broker_heartbeat h, broker_leader l WHERE h.id = 1 AND l.id = 1`, epoch).Scan(&ms)
+	if err != nil {
+		return 0, fmt.Errorf("read the leader's heartbeat: %w", err)
+	}
+	return int64(ms), nil
 }
 
 func leaseCmd(ctx context.Context, args []string, environ map[string]string, stdout, stderr io.Writer) error {
@@ -137,6 +159,9 @@ func leaseCmd(ctx context.Context, args []string, environ map[string]string, std
 		s.Node, s.LeaseLeftMS = h.NodeID, h.Left.Milliseconds()
 		if h.NodeID == l.Holder {
 			s.Leading, s.AdvertiseURL, s.Since = true, l.AdvertiseURL, l.AcquiredAt.UTC().Format(time.RFC3339)
+			if s.HeartbeatStaleMS, err = heartbeatStale(ctx, st, l.Epoch); err != nil {
+				return leaseStatus{}, err
+			}
 		} else {
 			s.EpochNode = l.Holder
 		}
@@ -162,6 +187,12 @@ func leaseCmd(ctx context.Context, args []string, environ map[string]string, std
 		}
 		fmt.Fprintf(stdout, "leader:    %s\nepoch:     %d\nadvertise: %s\nsince:     %s\nlease:     %s left\n",
 			s.Node, s.Epoch, s.AdvertiseURL, s.Since, (time.Duration(s.LeaseLeftMS) * time.Millisecond).String())
+		if s.HeartbeatStaleMS > 0 {
+			fmt.Fprintf(stdout, "heartbeat: lapsed %s ago: %s holds the lease but has not written its heartbeat to "+
+				"PostgreSQL since, so every agent reads offline; if its /readyz says \"database\": \"unreachable\", "+
+				"it takes no run either: hand over (lease handover) to a standby that reaches both stores\n",
+				(time.Duration(s.HeartbeatStaleMS) * time.Millisecond).String(), s.Node)
+		}
 		return nil
 	}
 	before, err := status()
