@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -27,6 +28,16 @@ func TestMain(m *testing.M) {
 
 // guard bounds every wait: a hang detector, never a timing assertion.
 const guard = 20 * time.Second
+
+// slowGuard is guard for a stream that outlasts a storage give-up, which
+// on a starved machine (load 20 on two cores) can take longer than guard
+// without hanging: nodetest's own hang detector.
+const slowGuard = time.Minute
+
+// pinnedStep is the step bound startPinnedDoor pins: half of guard, so a
+// request's budget of two bounds is guard, the hang detector's; a healthy
+// step on the most starved machine takes a fraction of it.
+const pinnedStep = guard / 2
 
 func doorDeps(t *testing.T, h *nodetest.Harness) *door.Deps { return doorDepsOn(t, h, "") }
 
@@ -60,6 +71,26 @@ func startDoorOn(t *testing.T, h *nodetest.Harness, redisURL string) *httptest.S
 
 func startDoorWith(t *testing.T, deps *door.Deps, mut func(*a2a.Options)) *httptest.Server {
 	t.Helper()
+	return serveDoor(t, deps, mut, nil)
+}
+
+// startPinnedDoor is startDoor with door.Step's bound, and the request
+// budgets counted in it, pinned at pinnedStep on every request
+// (door.WithStepBound): for a test whose claim is counted within those
+// bounds (a transaction's attempts, callers queued behind one row lock),
+// so that a starved machine, which runs each step slower, cannot change
+// what it counts (no timed tests; design.md §Doors under storage faults).
+func startPinnedDoor(t *testing.T, h *nodetest.Harness, mut func(*a2a.Options)) *httptest.Server {
+	t.Helper()
+	return serveDoor(t, doorDeps(t, h), mut, func(ctx context.Context) context.Context {
+		return door.WithStepBound(ctx, pinnedStep)
+	})
+}
+
+// serveDoor serves an A2A door on deps; base, when set, derives every
+// request's context from the server's.
+func serveDoor(t *testing.T, deps *door.Deps, mut func(*a2a.Options), base func(context.Context) context.Context) *httptest.Server {
+	t.Helper()
 	o := a2a.Options{Store: deps.Store, Feed: deps.Feed, Funduq: deps.Funduq, TokenSecret: deps.TokenSecret,
 		Tail: door.TailOptions{Heartbeat: 15 * time.Second, LiveBlock: 500 * time.Millisecond,
 			PollInterval: 50 * time.Millisecond, DBCheck: time.Second}}
@@ -70,7 +101,11 @@ func startDoorWith(t *testing.T, deps *door.Deps, mut func(*a2a.Options)) *httpt
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(hd)
+	srv := httptest.NewUnstartedServer(hd)
+	if base != nil {
+		srv.Config.BaseContext = func(net.Listener) context.Context { return base(context.Background()) }
+	}
+	srv.Start()
 	t.Cleanup(func() {
 		srv.CloseClientConnections()
 		srv.Close()
@@ -103,6 +138,9 @@ type client struct {
 	url     string
 	version string // "" (0.3 by default) or "1.0"
 	n       int
+	// within bounds each request, reading its response or stream
+	// included; guard when zero.
+	within time.Duration
 }
 
 func newClient(t *testing.T, srv *httptest.Server, key, name, version string) *client {
@@ -121,7 +159,11 @@ func (c *client) body(method string, params any) string {
 
 func (c *client) post(body string, hdr map[string]string) (*http.Response, context.CancelFunc) {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), guard)
+	within := guard
+	if c.within > 0 {
+		within = c.within
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, strings.NewReader(body))
 	if err != nil {
 		cancel()

@@ -23,7 +23,9 @@ import (
 // §Doors under storage faults; D13 "fail fast"). It used to keep the
 // stream open with keep-alives until its budget (the Lambda deadline less
 // its margin); the budget here is far longer, so an end on it (-32048) or
-// no end is the defect. While the feed carries the run the stream rides it
+// no end is the defect; and the test's hang detector (slowGuard) longer
+// than the budget, so that the defect says so, and a starved machine,
+// slow to reach the give-up, is not taken for it. While the feed carries the run the stream rides it
 // instead — the reply comes in whole — and ends -32043 naming the task
 // only when the final status cannot be read. A tasks/get while the
 // storage is away is answered -32043 with 503.
@@ -42,6 +44,7 @@ func TestOutsideResubscribeMeetingAnOutageEndsTyped(t *testing.T) {
 			p.Register("echo")
 			srv, w, px := watchedDoorWith(t, h, riding)
 			c := newClient(t, srv, p.Key, "echo", "")
+			c.within = slowGuard
 			task := c.send(c.message("m1", "hi", nil), map[string]any{"configuration": map[string]any{"blocking": false}})
 			id, _ := task["id"].(string)
 			f := p.Offer()
@@ -134,9 +137,11 @@ func TestOutsideResubscribeMeetingAnOutageEndsTyped(t *testing.T) {
 	}
 }
 
-// riding gives a stream time to ride out an outage on the live feed.
+// riding gives a stream time to ride out an outage on the live feed: a
+// budget far longer than the give-up, and shorter than the client's
+// slowGuard.
 func riding(o *a2a.Options) {
-	o.StreamBudget = time.Minute
+	o.StreamBudget = slowGuard / 2
 	o.Tail.SettleWait = 300 * time.Millisecond
 }
 

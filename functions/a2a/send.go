@@ -287,7 +287,7 @@ func (c *call) send(streaming bool) {
 	}
 	// The request's budget; each of its storage calls has a door.Step of
 	// it, so one that meets a hung database costs the caller one bound.
-	ctx, cancel := context.WithTimeout(c.r.Context(), 3*door.StorageTimeout)
+	ctx, cancel := context.WithTimeout(c.r.Context(), 3*door.StepBound(c.r.Context()))
 	acc, err := c.accept(ctx, p)
 	if errors.Is(err, store.ErrThreadGone) {
 		// Retention deleted the context, or a referenced task's, between
@@ -318,7 +318,7 @@ func (c *call) send(streaming bool) {
 	if v, rn, settled := c.waitRecord(acc, p.Blocking); settled {
 		view = v
 	} else {
-		ctx, cancel = context.WithTimeout(c.r.Context(), 2*door.StorageTimeout)
+		ctx, cancel = context.WithTimeout(c.r.Context(), 2*door.StepBound(c.r.Context()))
 		view, _, err = c.h.project(ctx, rn, -1)
 		cancel()
 		if err != nil && acc.fresh && door.Unavailable(err) && c.r.Context().Err() == nil {

@@ -134,7 +134,7 @@ func markedView(acc accepted, t *door.Tail, m livefeed.Entry, tailed *eventFold)
 func (c *call) settleRecord(ctx context.Context, t *door.Tail, after int, tailed *eventFold, deadline time.Time) (taskView, store.Run, error) {
 	o, st := t.O, c.h.o.Store
 	for {
-		dctx, cancel := context.WithTimeout(ctx, 2*door.StorageTimeout)
+		dctx, cancel := context.WithTimeout(ctx, 2*door.StepBound(ctx))
 		// The run first, then the events before the tail's (a settled
 		// run's are all stored by then), then its messages.
 		sctx, scancel := door.Step(dctx)

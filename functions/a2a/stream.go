@@ -80,7 +80,7 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 	if c.h.o.beforeSnapshot != nil {
 		c.h.o.beforeSnapshot()
 	}
-	pctx, cancel := context.WithTimeout(ctx, 2*door.StorageTimeout)
+	pctx, cancel := context.WithTimeout(ctx, 2*door.StepBound(ctx))
 	// The projection reads the events up to after, the tail those after
 	// it, and the final status comes from what both folded: each stored
 	// event is read once.

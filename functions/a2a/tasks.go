@@ -84,7 +84,7 @@ func (c *call) get() {
 		c.h.writeRPC(c.w, c.req.ID, nil, perr)
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.r.Context(), 2*door.StorageTimeout)
+	ctx, cancel := context.WithTimeout(c.r.Context(), 2*door.StepBound(c.r.Context()))
 	defer cancel()
 	rn, err := c.readableTask(ctx, p.ID)
 	if err != nil {
@@ -110,7 +110,7 @@ func (c *call) cancel() {
 		c.h.writeRPC(c.w, c.req.ID, nil, perr)
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.r.Context(), 2*door.StorageTimeout)
+	ctx, cancel := context.WithTimeout(c.r.Context(), 2*door.StepBound(c.r.Context()))
 	defer cancel()
 	st := c.h.o.Store
 	rn, th, err := c.task(ctx, p.ID)
@@ -167,7 +167,7 @@ func (c *call) subscribe() {
 		c.h.writeRPC(c.w, c.req.ID, nil, perr)
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.r.Context(), 2*door.StorageTimeout)
+	ctx, cancel := context.WithTimeout(c.r.Context(), 2*door.StepBound(c.r.Context()))
 	rn, err := c.readableTask(ctx, p.ID)
 	cancel()
 	if err != nil {
@@ -272,7 +272,7 @@ func (c *call) list() {
 		c.result(empty)
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.r.Context(), 3*door.StorageTimeout)
+	ctx, cancel := context.WithTimeout(c.r.Context(), 3*door.StepBound(c.r.Context()))
 	defer cancel()
 	// A bound context lists only to its parties (a view proof signs the
 	// context id); anyone else gets an unknown context's empty page.
