@@ -82,8 +82,15 @@ func TestBlockingSendWaitsForAnEndRecordedAfterATakeover(t *testing.T) {
 	srv := startDoor(t, a, func(o *a2a.Options) { o.Tail.SettleWait = time.Millisecond })
 	c := newClient(t, srv, p.Key, "echo", "")
 	body := c.body("message/send", map[string]any{"message": c.message("m-1", "hi", nil)})
-	answered := make(chan rpcResp, 1)
-	go func() { answered <- c.rawCall(body, nil) }()
+	type answer struct {
+		r   rpcResp
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		r, err := c.tryRawCall(body, nil)
+		answered <- answer{r, err}
+	}()
 
 	f := p.Offer()
 	p.Accept(f.RunID)
@@ -98,7 +105,11 @@ func TestBlockingSendWaitsForAnEndRecordedAfterATakeover(t *testing.T) {
 	a.Shutdown()
 	b.Eventually("b leads", b.Ready)
 	b.WaitStatus(f.RunID, run.Completed)
-	r := recv(t, answered, "the blocking send's answer")
+	got := recv(t, answered, "the blocking send's answer")
+	if got.err != nil {
+		t.Fatalf("the blocking send: %v", got.err)
+	}
+	r := got.r
 	if r.Error != nil {
 		t.Fatalf("the blocking send: %+v", r.Error)
 	}

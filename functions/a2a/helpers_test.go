@@ -159,6 +159,16 @@ func (c *client) body(method string, params any) string {
 
 func (c *client) post(body string, hdr map[string]string) (*http.Response, context.CancelFunc) {
 	c.t.Helper()
+	resp, cancel, err := c.tryPost(body, hdr)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return resp, cancel
+}
+
+// tryPost is post returning its error, for callers on goroutines other
+// than the test's, where t.Fatal would end only that goroutine.
+func (c *client) tryPost(body string, hdr map[string]string) (*http.Response, context.CancelFunc, error) {
 	within := guard
 	if c.within > 0 {
 		within = c.within
@@ -167,7 +177,7 @@ func (c *client) post(body string, hdr map[string]string) (*http.Response, conte
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, strings.NewReader(body))
 	if err != nil {
 		cancel()
-		c.t.Fatal(err)
+		return nil, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if c.version != "" {
@@ -179,9 +189,9 @@ func (c *client) post(body string, hdr map[string]string) (*http.Response, conte
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		cancel()
-		c.t.Fatal(err)
+		return nil, nil, err
 	}
-	return resp, cancel
+	return resp, cancel, nil
 }
 
 // rpcResp is a decoded JSON-RPC response.
@@ -198,16 +208,29 @@ type rpcResp struct {
 
 func (c *client) rawCall(body string, hdr map[string]string) rpcResp {
 	c.t.Helper()
-	resp, cancel := c.post(body, hdr)
+	r, err := c.tryRawCall(body, hdr)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return r
+}
+
+// tryRawCall is rawCall returning its error, for calls made on goroutines
+// other than the test's.
+func (c *client) tryRawCall(body string, hdr map[string]string) (rpcResp, error) {
+	resp, cancel, err := c.tryPost(body, hdr)
+	if err != nil {
+		return rpcResp{}, err
+	}
 	defer cancel()
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	var r rpcResp
 	if err := json.Unmarshal(b, &r); err != nil {
-		c.t.Fatalf("response %d %q: %v", resp.StatusCode, b, err)
+		return rpcResp{}, fmt.Errorf("response %d %q: %w", resp.StatusCode, b, err)
 	}
 	r.Status = resp.StatusCode
-	return r
+	return r, nil
 }
 
 func (c *client) call(method string, params any) rpcResp {

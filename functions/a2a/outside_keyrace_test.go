@@ -61,9 +61,10 @@ func sendRacing(t *testing.T, h *nodetest.Harness, c *client, body string, hdr m
 	const n = 3
 	release := h.Hold(hold, args...)
 	answers := make([]rpcResp, n)
+	failed := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { answers[i] = c.rawCall(body, hdr) })
+		wg.Go(func() { answers[i], failed[i] = c.tryRawCall(body, hdr) })
 	}
 	h.Eventually("every attempt waits "+where, func() bool {
 		var waiting int
@@ -73,5 +74,10 @@ func sendRacing(t *testing.T, h *nodetest.Harness, c *client, body string, hdr m
 	})
 	release()
 	wg.Wait()
+	for i, err := range failed {
+		if err != nil {
+			t.Fatalf("attempt %d: %v", i, err)
+		}
+	}
 	return answers
 }

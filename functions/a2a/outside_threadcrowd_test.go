@@ -49,15 +49,18 @@ func TestOutsideCallersCrowdingOneContextAreAllAdmitted(t *testing.T) {
 						"configuration": map[string]any{"blocking": false}})
 				}
 				answers := make([]rpcResp, callers)
+				failed := make([]error, callers)
 				var wg sync.WaitGroup
 				start := make(chan struct{})
 				for i := range callers {
-					wg.Go(func() { <-start; answers[i] = c.rawCall(bodies[i], nil) })
+					wg.Go(func() { <-start; answers[i], failed[i] = c.tryRawCall(bodies[i], nil) })
 				}
 				close(start)
 				wg.Wait()
 				for i, a := range answers {
-					if a.Error != nil || a.Result["id"] == nil {
+					if failed[i] != nil {
+						refused = append(refused, fmt.Sprintf("round %d caller %d: %v", r, i, failed[i]))
+					} else if a.Error != nil || a.Result["id"] == nil {
 						refused = append(refused, fmt.Sprintf("round %d caller %d: HTTP %d %+v", r, i, a.Status, a.Error))
 					}
 				}
