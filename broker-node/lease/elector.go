@@ -42,6 +42,12 @@ type Elector struct {
 	// store failing, or fenced for want of renewals) waits before it
 	// campaigns again, so a standby gets the lease (defaults to 2×RetryEvery).
 	Cooloff time.Duration
+	// CanLead, when set, is asked before each campaign: a node that
+	// cannot lead (its PostgreSQL out of reach, design.md D13) does not
+	// campaign, leaving the lease to a node that can, rather than taking
+	// it only to give it up again after store_retry_for. Each call is
+	// bounded by the campaign's bound.
+	CanLead func(ctx context.Context) error
 	// StuckAfter is how much longer than the TTL a leader may go without
 	// a renewal landing before Check calls its loop stuck; defaults to
 	// TTL/2 (health.go).
@@ -109,8 +115,9 @@ func (e *Elector) Run(ctx context.Context) error {
 		defer stop()
 	}
 	var cooloff time.Time
+	unable := false // CanLead failed last time asked
 	for ctx.Err() == nil {
-		if !time.Now().Before(cooloff) {
+		if !time.Now().Before(cooloff) && e.mayCampaign(ctx, &unable) {
 			sent := time.Now()
 			// Bounded by funduq's clock, not the Redis client's (for
 			// ever with read_timeout=0): a node told to stop stops
@@ -156,6 +163,31 @@ func (e *Elector) Run(ctx context.Context) error {
 		t.Stop()
 	}
 	return nil
+}
+
+// mayCampaign asks CanLead whether this node may campaign now, logging
+// when the answer changes (unable holds the last one): a node kept from
+// its store retries every RetryEvery without a log line each time.
+func (e *Elector) mayCampaign(ctx context.Context, unable *bool) bool {
+	if e.CanLead == nil {
+		return true
+	}
+	cctx, cancel := context.WithTimeout(ctx, e.campaignBound())
+	err := e.CanLead(cctx)
+	cancel()
+	if err != nil {
+		e.progressed(time.Now(), false) // asked and answered: the loop is alive
+		if !*unable && ctx.Err() == nil {
+			e.Log.WarnContext(ctx, "not campaigning for the lease: this node cannot lead", "err", err)
+		}
+		*unable = true
+		return false
+	}
+	if *unable {
+		e.Log.InfoContext(ctx, "this node can lead again: campaigning for the lease")
+	}
+	*unable = false
+	return true
 }
 
 // eventWait bounds each wait of listen on Redis: a connection's set-up

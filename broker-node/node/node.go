@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -68,6 +69,12 @@ type Node struct {
 	retention *retention.Cleaner
 	// watchdogClock times systemd's watchdog pings (notify.go).
 	watchdogClock clockwork.Clock
+	// heartbeatFailing is 1 while the leader's heartbeat is being retried
+	// (heartbeat): PostgreSQL out of its reach.
+	heartbeatFailing prometheus.Gauge
+	// storeLost: this node last stepped down for want of PostgreSQL
+	// (reachesStore).
+	storeLost atomic.Bool
 }
 
 // LeaseKey and LeaseChannel are the lease's Redis key and event channel
@@ -166,6 +173,9 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 			EventBacklog: cfg.LinkEventBacklog, EventBacklogBytes: cfg.LinkEventBacklogBytes}})
 	n := &Node{cfg: cfg, log: log, st: st, rdb: rdb, signer: signer, tickets: tickets.New(rdb, prefix),
 		Broker: b, registry: reg, prefix: prefix, watchdogClock: o.WatchdogClock}
+	n.heartbeatFailing = prometheus.NewGauge(prometheus.GaugeOpts{Name: "funduq_leader_heartbeat_failing",
+		Help: "1 while the leader's heartbeat write fails and is retried; after FUNDUQ_STORE_RETRY_FOR of it the leader steps down."})
+	reg.MustRegister(n.heartbeatFailing)
 	if n.watchdogClock == nil {
 		n.watchdogClock = clockwork.NewRealClock()
 	}
@@ -189,7 +199,7 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 		MaxConcurrent: cfg.KyokMaxConcurrent, MaxFrame: cfg.MaxFrame, RegisterDeadline: cfg.RegisterDeadline, Clock: o.Clock,
 		MaxModels: cfg.MaxAgentsPerRegister, MaxMetadataBytes: cfg.MaxAgentCardBytes, Pending: pending}
 	n.elector = &lease.Elector{Lease: lease.New(rdb, LeaseKey(prefix), cfg.NodeID, cfg.LeaseTTL),
-		Channel: LeaseChannel(prefix), Log: log, Lead: n.leadUnder}
+		Channel: LeaseChannel(prefix), Log: log, Lead: n.leadUnder, CanLead: n.reachesStore}
 	n.mux = http.NewServeMux()
 	// Refusals during a takeover (design.md §Deployment, "A takeover
 	// under way"); /readyz says whether one is under way now.
@@ -448,6 +458,7 @@ func (n *Node) leadUnder(ctx context.Context) {
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
+			n.storeLost.Store(true)
 			n.log.Error("could not take an epoch in time; giving the lease up", "err", err,
 				"store_retry_for", storeRetryFor(n.cfg.StoreRetryFor).String())
 		}
@@ -463,12 +474,19 @@ func (n *Node) leadUnder(ctx context.Context) {
 			"set the same key on every broker node and door", "epoch", epoch,
 			"funduq_key", n.signer.PublicKeyHex(), "previous_funduq_key", took.PreviousKey)
 	}
-	defer n.heartbeat(ctx, epoch)()
-	defer n.kyok.Start(ctx, epoch)()
+	// Everything the leader runs stops under lctx: the lease's context,
+	// and the heartbeat's verdict that PostgreSQL is out of reach (D13).
+	lctx, lose := context.WithCancelCause(ctx)
+	defer lose(nil)
+	defer n.heartbeat(lctx, epoch, lose)()
+	defer n.kyok.Start(lctx, epoch)()
 	if n.retention != nil {
-		defer n.retention.Start(ctx)()
+		defer n.retention.Start(lctx)()
 	}
-	if err := n.Broker.Run(ctx, epoch, n.startIntake); err != nil {
+	if err := n.Broker.Run(lctx, epoch, n.startIntake); err != nil {
+		if errors.Is(err, broker.ErrStoreUnavailable) {
+			n.storeLost.Store(true)
+		}
 		n.log.Error("broker stopped leading", "err", err, "epoch", epoch)
 	}
 }
@@ -479,20 +497,64 @@ func (n *Node) leadUnder(ctx context.Context) {
 // leads (the leader killed, frozen or partitioned) nothing reads online
 // for longer than a lease TTL (D8, D10). Beats at a third of the TTL, on
 // real time like the lease. The returned stop says the leader stopped.
-func (n *Node) heartbeat(ctx context.Context, epoch int64) (stop func()) {
+//
+// The heartbeat is also the leader's write when it has no other to make:
+// a beat that fails is retried (retry's backoff) like any of its writes,
+// and when none has landed for FUNDUQ_STORE_RETRY_FOR since the first
+// that failed, the leader steps down (D13): lose ends its leadership with
+// broker.ErrStoreUnavailable, the lease is released, and a standby that
+// reaches PostgreSQL takes over and offers what the doors stored
+// meanwhile. Without this a leader cut off from PostgreSQL alone, with
+// Redis answering and nothing to write, kept the lease for ever (§The
+// lease, "A leader without PostgreSQL"). A blip shorter than that is
+// retried through and changes nothing.
+func (n *Node) heartbeat(ctx context.Context, epoch int64, lose context.CancelCauseFunc) (stop func()) {
 	ttl := n.cfg.LeaseTTL
-	beat := func(ctx context.Context, d time.Duration) {
+	retryFor := storeRetryFor(n.cfg.StoreRetryFor)
+	beat := func(ctx context.Context, d time.Duration) error {
 		bctx, cancel := context.WithTimeout(ctx, max(ttl/3, time.Second))
 		defer cancel()
-		if err := n.st.Heartbeat(bctx, epoch, d); err != nil && ctx.Err() == nil {
-			n.log.Warn("leader heartbeat not written", "epoch", epoch, "err", err)
-		}
+		return n.st.Heartbeat(bctx, epoch, d)
 	}
-	beat(ctx, ttl)
+	// outlast retries the beat that failed at since until one lands (true)
+	// or retryFor has passed since then: the leader steps down (false).
+	outlast := func(ctx context.Context, since time.Time, err error) bool {
+		n.heartbeatFailing.Set(1)
+		n.log.Warn("leader heartbeat not written; retrying", "epoch", epoch, "err", err,
+			"store_retry_for", retryFor.String())
+		rctx, cancel := context.WithDeadline(ctx, since.Add(retryFor))
+		defer cancel()
+		last := err
+		if err := retry(rctx, func() error {
+			err := beat(rctx, ttl)
+			if err != nil && rctx.Err() == nil {
+				last = err // not the deadline's own error: the cause
+			}
+			return err
+		}); err == nil {
+			n.heartbeatFailing.Set(0)
+			n.log.Info("leader heartbeat written again", "epoch", epoch, "failing_for", time.Since(since).String())
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		err = fmt.Errorf("%w: leader heartbeat not written for FUNDUQ_STORE_RETRY_FOR (%v): %w",
+			broker.ErrStoreUnavailable, retryFor, last)
+		n.log.Error("PostgreSQL unreachable for FUNDUQ_STORE_RETRY_FOR: the leader steps down and releases the lease",
+			"epoch", epoch, "store_retry_for", retryFor.String(), "err", last)
+		lose(err)
+		return false
+	}
+	first := time.Now()
+	firstErr := beat(ctx, ttl)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		if firstErr != nil && ctx.Err() == nil && !outlast(ctx, first, firstErr) {
+			return
+		}
 		t := time.NewTicker(max(ttl/3, 10*time.Millisecond))
 		defer t.Stop()
 		for {
@@ -500,17 +562,41 @@ func (n *Node) heartbeat(ctx context.Context, epoch int64) (stop func()) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				beat(ctx, ttl)
+				sent := time.Now()
+				if err := beat(ctx, ttl); err != nil && ctx.Err() == nil && !outlast(ctx, sent, err) {
+					return
+				}
 			}
 		}
 	}()
 	return func() {
 		cancel()
 		<-done
+		n.heartbeatFailing.Set(0)
 		// Best effort: a leader that cannot say so is read as gone when
 		// its last beat runs out.
-		beat(context.Background(), 0)
+		_ = beat(context.Background(), 0)
 	}
+}
+
+// reachesStore is the elector's CanLead: a node that stepped down for
+// want of PostgreSQL (its epoch not taken, a write or its heartbeat not
+// landing within store_retry_for; D10, D13) campaigns again only once a
+// ping answers, so it leaves the lease to a node that reaches the
+// database, and with PostgreSQL gone for every node it does not take the
+// lease only to give it up again. Other nodes are not asked: a standby
+// that never led campaigns as before.
+func (n *Node) reachesStore(ctx context.Context) error {
+	if !n.storeLost.Load() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyProbeTimeout)
+	defer cancel()
+	if err := n.st.Ping(ctx); err != nil {
+		return fmt.Errorf("PostgreSQL still unreachable since this node stepped down: %w", err)
+	}
+	n.storeLost.Store(false)
+	return nil
 }
 
 // storeRetryFor is FUNDUQ_STORE_RETRY_FOR with the broker's default.
