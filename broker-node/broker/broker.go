@@ -321,6 +321,7 @@ func (b *Broker) teardown(cause error) {
 	}
 	for _, ls := range links {
 		ls.detached()
+		dropMovedLocked(ls)
 	}
 	b.leading, b.ready = false, false
 	b.reset()
@@ -877,6 +878,7 @@ func (b *Broker) Detach(l Link, lost bool) {
 	delete(b.links, l)
 	ls.bare = nil
 	ls.detached()
+	dropMovedLocked(ls)
 	b.metrics.links.Dec()
 	var offline []string
 	for n := range ls.names {

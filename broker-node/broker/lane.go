@@ -124,6 +124,10 @@ type offerState struct {
 	link  *linkState
 	timer clockwork.Timer
 	sent  time.Time // real time, to tell a broker that ran late (onLapse)
+	// due is when its deliver_timeout passes, on the broker's clock: a
+	// place kept on the link after another link of its key answered it
+	// is kept until then at most (answeredBy, moved.go).
+	due time.Time
 	// rechecked: the lapse was put off once because the broker ran late.
 	rechecked bool
 	// stalls is how many backpressure waits of the link's read loop had
@@ -250,6 +254,7 @@ func (l *lane) handle(ctx context.Context, c command) {
 		}
 		l.onEvents(ctx, c.link, l.cutAfterEnd(batch), finish)
 		fin.handled()
+		l.b.heardOn(c.link.link, l.id) // taken: an answer from a link its offer moved from (moved.go)
 	case finishCmd:
 		if l.keep(c, c.link, c.offerable, c.reviewed) {
 			break // read again once its link registers (keep.go)
@@ -258,6 +263,7 @@ func (l *lane) handle(ctx context.Context, c command) {
 			l.refuseLive(ctx, c, why)
 		} else {
 			l.endByFunnel(ctx)
+			l.b.heardOn(c.link.link, l.id) // as for an event, above
 		}
 		c.handled()
 	case keptCmd:
@@ -341,16 +347,17 @@ func (l *lane) keyAnswers(ls *linkState, registered bool) bool {
 }
 
 // answeredBy moves the offer that is out to ls, a link of its key that
-// answered it (keyAnswers): the key's place stays taken, the link's count
-// moves with it, and the offered link has room again.
+// answered it (keyAnswers): the key's place stays taken, and the run
+// counts on ls's declaration. The offered link's own place stays taken
+// until it answers the offer too or the offer's deliver_timeout passes
+// (moved.go): its process may hold the run in a slot until it hears its
+// answer refused.
 func (l *lane) answeredBy(ctx context.Context, ls *linkState) {
 	from := l.offer.link
 	b := l.b
 	b.mu.Lock()
 	b.holdLocked(l, l.claimedBy, ls)
-	// The offered link's own place (its declaration) is free again: news
-	// to the heads waiting for it, as a place freed at a run's end is.
-	b.nudgeHeadsOfKeyLocked(ls.key)
+	b.keepMovedLocked(from, l.id, l.offer.due.Sub(b.clock.Now()))
 	b.mu.Unlock()
 	l.offer.link = ls
 	l.log.InfoContext(ctx, "offer answered by another link of its key", append(l.keyAttr(ls.key), "offered", from.id, "link", ls.id)...)

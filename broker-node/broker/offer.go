@@ -53,7 +53,7 @@ func (l *lane) try(ctx context.Context) {
 	l.offerSeq++
 	id := l.offerSeq
 	stalls, resumed := ls.stall.since()
-	l.offer = &offerState{id: id, link: ls, sent: time.Now(), stalls: stalls, stalled: resumed != nil}
+	l.offer = &offerState{id: id, link: ls, sent: time.Now(), due: b.clock.Now().Add(b.set.DeliverTimeout), stalls: stalls, stalled: resumed != nil}
 	l.offer.timer = b.clock.AfterFunc(b.set.DeliverTimeout, func() { l.q.push(lapseCmd{id}) })
 	frame, err := wire.Marshal(wire.NewRunFrame(wire.DeliveredRun{RunID: l.id, AgentName: l.agent.Name,
 		RunInput: l.input, ThreadID: &threadID}))
@@ -203,6 +203,10 @@ func (l *lane) stillQueued(ctx context.Context) {
 }
 
 func (l *lane) onVerdict(ctx context.Context, c verdictCmd) {
+	// However it is read, the link answered for the run: a place kept on
+	// it since its offer moved to another link of its key is free once
+	// this answer is (moved.go).
+	defer l.b.heardOn(c.link.link, l.id)
 	if l.offer == nil && c.v == wire.Accepted {
 		// Not an answer to an offer: the provider saying it holds the
 		// run — read as a report (D15): it re-adopts a run held across a

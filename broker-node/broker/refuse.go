@@ -54,6 +54,9 @@ func (b *Broker) refuse(l Link, kind, runID, reason string) {
 	if err == nil {
 		_ = l.Send(frame) // a closed link has nobody to tell
 	}
+	// A refused answer to an offer that moved to another link of its key
+	// gives the place kept on l back, the refusal queued first (moved.go).
+	b.heardOn(l, runID)
 }
 
 // refuseCmd answers a report the lane read and did not take, and gives an

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // Link is what the broker needs of a provider's connection. The link package
@@ -77,6 +79,10 @@ type linkState struct {
 	// for its register (keep.go): at most half its backlog. Guarded by
 	// b.mu.
 	keptN, keptBytes int
+	// moved holds the places kept on this link for runs whose offer to it
+	// another link of its key answered, until it answers too or the
+	// offer's deliver_timeout passes (moved.go). Guarded by b.mu.
+	moved map[string]clockwork.Timer
 	// stall records the link's read loop waiting on a full backlog:
 	// funduq not reading the provider, so an answer it sent meanwhile is
 	// unread (onLapse).
@@ -157,7 +163,7 @@ func (b *bucket) hasRoom() bool { return b.declared == nil || b.inFlight < *b.de
 // never offered more than it said it runs (design.md §The provider wire).
 // Caller holds b.mu.
 func (b *Broker) linkHasRoomLocked(ls *linkState) bool {
-	return ls.declared == nil || len(b.byLink[ls]) < *ls.declared
+	return ls.declared == nil || len(b.byLink[ls])+len(ls.moved) < *ls.declared
 }
 
 func (b *bucket) release() {

@@ -1,0 +1,78 @@
+package broker
+
+import (
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// A place kept on the link an offer was sent to after another link of its
+// key answered it (design.md D15, an offer out to one link of a key
+// answered by another). The run and the key's place move with the
+// answer (D15, answeredBy), but the process behind the offered link may
+// have taken the offer into a slot as it came (our SDK acks at once) and
+// holds it until it hears its own answer refused: offered another run in
+// that place meanwhile, it declines it, and a decline with room counts
+// misdeclared (D6) against a provider full of a run funduq sent it. So the
+// offered link's own place (its declaration, linkHasRoomLocked) stays
+// taken until that link answers the offer — its ack, decline or refusal,
+// an event or finish of the run, refused or taken (heardOn) — or the
+// offer's deliver_timeout passes, whichever comes first; then it is free
+// and the heads waiting on its key are nudged.
+
+// keepMovedLocked keeps ls's place taken for runID until d from now or ls
+// answers for it. d is what was left of the offer's deliver_timeout when
+// it moved; none left, nothing is kept. Caller holds b.mu.
+func (b *Broker) keepMovedLocked(ls *linkState, runID string, d time.Duration) {
+	if d <= 0 || b.links[ls.link] != ls {
+		return // the offer's deadline passed, or the link is gone already
+	}
+	if t := ls.moved[runID]; t != nil {
+		t.Stop()
+	}
+	if ls.moved == nil {
+		ls.moved = map[string]clockwork.Timer{}
+	}
+	var t clockwork.Timer
+	t = b.clock.AfterFunc(d, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if ls.moved[runID] == t { // not freed or kept anew since
+			b.freeMovedLocked(ls, runID)
+		}
+	})
+	ls.moved[runID] = t
+}
+
+// heardOn frees the place kept on l for runID (keepMovedLocked), if any:
+// l answered the offer it was sent. Called once the answer is answered in
+// turn (a refusal queued on the link, or the report taken), so an offer
+// the freed place lets out is written to the link after it.
+func (b *Broker) heardOn(l Link, runID string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ls := b.links[l]; ls != nil {
+		b.freeMovedLocked(ls, runID)
+	}
+}
+
+// freeMovedLocked gives back the place kept on ls for runID. Caller holds
+// b.mu.
+func (b *Broker) freeMovedLocked(ls *linkState, runID string) {
+	t, ok := ls.moved[runID]
+	if !ok {
+		return
+	}
+	t.Stop()
+	delete(ls.moved, runID)
+	b.nudgeHeadsOfKeyLocked(ls.key)
+}
+
+// dropMovedLocked stops the timers of every place kept on ls: the link is
+// gone, or leadership ended. Caller holds b.mu.
+func dropMovedLocked(ls *linkState) {
+	for id, t := range ls.moved {
+		t.Stop()
+		delete(ls.moved, id)
+	}
+}
