@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,6 +15,7 @@ import (
 	"github.com/funduq/funduq-go/broker-node/node"
 	"github.com/funduq/funduq-go/core/config"
 	"github.com/funduq/funduq-go/core/redisbound"
+	"github.com/funduq/funduq-go/core/redislog"
 	"github.com/funduq/funduq-go/core/store"
 )
 
@@ -130,7 +130,7 @@ func leaseCmd(ctx context.Context, args []string, environ map[string]string, std
 	ropt.DialerRetries, ropt.MaxRetries = 1, -1
 	// The error below says what go-redis would print besides, as text
 	// lines ahead of it.
-	redis.SetLogger(redisLog{slog.New(slog.DiscardHandler)})
+	redislog.Use(nil)
 	rdb := redis.NewClient(ropt)
 	// inRedis names the setting and the address of a failed Redis call.
 	inRedis := func(err error) error {

@@ -24,10 +24,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/broker-node/node"
 	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/redislog"
 	"github.com/funduq/funduq-go/core/store"
 )
 
@@ -144,17 +144,6 @@ func connectHint(err error) string {
 	}
 }
 
-// redisLog puts go-redis's own messages (a pool that cannot dial, a
-// connection it discards) into the JSON log as WARN lines: by default
-// go-redis prints them as plain text to the process's stderr, between the
-// node's JSON lines, where a reader parsing JSON drops or chokes on them
-// (design.md §Logs). The setting is go-redis's, for the whole process.
-type redisLog struct{ log *slog.Logger }
-
-func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
-	r.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
-}
-
 func serve(ctx context.Context, environ map[string]string, stderr io.Writer) error {
 	host, _ := os.Hostname()
 	cfg, err := config.ParseBroker(environ, config.Host{Hostname: host, PID: os.Getpid()})
@@ -165,7 +154,7 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 		return &config.Error{Err: fmt.Errorf("FUNDUQ_LEASE_TTL: want at least %s (e.g. 10s, the default), got %s", minLeaseTTL, cfg.LeaseTTL)}
 	}
 	log := newLogger(stderr, cfg.LogLevel)
-	redis.SetLogger(redisLog{log.With("node", cfg.NodeID)})
+	redislog.Use(log.With("node", cfg.NodeID))
 	for _, m := range misspelt(environ) {
 		log.WarnContext(ctx, "unknown setting ignored; check its spelling", "variable", m[0], "did_you_mean", m[1])
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/redislog"
 )
 
 // Build makes a door's handler on its connections.
@@ -21,6 +22,9 @@ func NewLambdaHandler(cfg config.Door, log *slog.Logger, build Build) (h http.Ha
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	// go-redis's own messages (a pool that cannot dial) go to the door's
+	// JSON log, not as plain text to the function's stderr (redislog).
+	redislog.Use(log)
 	deps, err := Connect(cfg, ConnectOptions{MaxConns: 2, Log: log})
 	if err != nil {
 		return nil, nil, err

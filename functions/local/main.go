@@ -33,9 +33,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/redislog"
 	"github.com/funduq/funduq-go/core/store"
 	"github.com/funduq/funduq-go/functions/a2a"
 	"github.com/funduq/funduq-go/functions/agui"
@@ -164,17 +164,6 @@ func health(d *door.Deps) http.Handler {
 	})
 }
 
-// redisLog puts go-redis's own messages (a pool that cannot dial) into the
-// JSON log as WARN lines: by default go-redis prints them as plain text to
-// the process's stderr, between the doors' JSON lines, where a reader
-// parsing JSON drops or chokes on them (design.md §Logs). The setting is
-// go-redis's, for the whole process.
-type redisLog struct{ log *slog.Logger }
-
-func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
-	r.log.WarnContext(ctx, "redis client", "detail", fmt.Sprintf(format, v...))
-}
-
 // run serves until ctx ends and returns the exit code. ready, when set, is
 // told the address listened on.
 func run(ctx context.Context, environ []string, stderr io.Writer, ready func(addr string)) int {
@@ -184,7 +173,7 @@ func run(ctx context.Context, environ []string, stderr io.Writer, ready func(add
 		return 2
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	redis.SetLogger(redisLog{log})
+	redislog.Use(log)
 	deps, err := door.Connect(cfg.Door, door.ConnectOptions{Log: log, RedisPrefix: redisPrefix})
 	if err != nil {
 		log.Error("doors: connect", "err", err)
