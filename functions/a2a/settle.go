@@ -29,7 +29,7 @@ func (c *call) waitRecord(acc accepted, blocking bool) (view taskView, rn store.
 	}
 	ctx := c.r.Context()
 	tailed := newFold(-1, true)
-	t := &door.Tail{O: c.h.o.Tail, RunID: acc.run.RunID, After: acc.after, Fresh: acc.fresh,
+	t := &door.Tail{O: c.h.o.Tail, RunID: acc.run.RunID, ThreadID: acc.run.ThreadID, ProviderKey: acc.run.ProviderKey, After: acc.after, Fresh: acc.fresh,
 		Relay: func(seq int, ev json.RawMessage) bool {
 			typ := tailed.add(seq, ev).Type
 			return typ == agui.TypeRunFinished || typ == agui.TypeRunError
@@ -64,7 +64,7 @@ func (c *call) waitRecord(acc accepted, blocking bool) (view taskView, rn store.
 			// away, and the next one records it as it takes over (D7).
 			// The answer is still owed: follow the record until it
 			// settles or the block budget ends.
-			follow := &door.Tail{O: c.h.o.Tail, RunID: acc.run.RunID, After: t.After,
+			follow := &door.Tail{O: c.h.o.Tail, RunID: acc.run.RunID, ThreadID: acc.run.ThreadID, ProviderKey: acc.run.ProviderKey, After: t.After,
 				Relay: func(int, json.RawMessage) bool { return true }}
 			if e := follow.Run(ctx, budget); e == door.TailBudget || e == door.TailGone {
 				return taskView{}, cur, false

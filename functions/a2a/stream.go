@@ -132,7 +132,7 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 		shown = ts
 		return ts
 	}
-	t := &door.Tail{O: c.h.o.Tail, RunID: rn.RunID, After: after, Fresh: fresh,
+	t := &door.Tail{O: c.h.o.Tail, RunID: rn.RunID, ThreadID: rn.ThreadID, ProviderKey: rn.ProviderKey, After: after, Fresh: fresh,
 		Gone: out.Broken,
 		Idle: func() { out.comment("keep-alive") },
 		Relay: func(seq int, ev json.RawMessage) bool {
@@ -194,7 +194,7 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 		// final status is still owed: follow the record, with keep-alives,
 		// until it settles or the budget ends.
 		out.comment("the run's end is not recorded yet: waiting for it")
-		follow := &door.Tail{O: c.h.o.Tail, RunID: rn.RunID, After: t.After,
+		follow := &door.Tail{O: c.h.o.Tail, RunID: rn.RunID, ThreadID: rn.ThreadID, ProviderKey: rn.ProviderKey, After: t.After,
 			Gone: out.Broken,
 			Idle: func() { out.comment("keep-alive") },
 			// Nothing is stored after a terminal event; should something
@@ -218,7 +218,7 @@ func (c *call) stream(rn store.Run, after, historyLength int) {
 		// deadline, passing at that moment). That is the caller leaving,
 		// logged as the doors log it, not a failed read.
 		if door.CallerGone(c.r, ctx.Err()) {
-			door.LogCallerGone(c.h.log.With("run_id", rn.RunID, "thread_id", rn.ThreadID), c.r, err)
+			door.LogCallerGone(c.h.log.With("run_id", rn.RunID, "thread_id", rn.ThreadID, "provider_key", rn.ProviderKey), c.r, err)
 			return
 		}
 		// The final status is owed and cannot be read: the stream ends

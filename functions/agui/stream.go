@@ -55,7 +55,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rn store.Run, a
 			s.Flush()
 		}
 	}
-	t := &door.Tail{O: h.tail, RunID: rn.RunID, After: after, Fresh: fresh,
+	t := &door.Tail{O: h.tail, RunID: rn.RunID, ThreadID: rn.ThreadID, ProviderKey: rn.ProviderKey, After: after, Fresh: fresh,
 		Relay: s.relay,
 		Idle:  func() { s.Comment("keep-alive") },
 		Gone:  s.Broken,
@@ -68,7 +68,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rn store.Run, a
 	case door.TailGone:
 		// The caller hung up; the run goes on (D9). One INFO line naming
 		// the run, as the other doors log it (design.md §Logs).
-		door.LogCallerGone(h.log.With("run_id", rn.RunID, "thread_id", rn.ThreadID), r, cmp.Or(ctx.Err(), errStreamBroken))
+		door.LogCallerGone(h.log.With("run_id", rn.RunID, "thread_id", rn.ThreadID, "provider_key", rn.ProviderKey), r, cmp.Or(ctx.Err(), errStreamBroken))
 	case door.TailStopped:
 		t.AwaitEnd(ctx, s.Flush)
 	case door.TailBudget:

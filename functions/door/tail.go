@@ -113,6 +113,11 @@ type Tail struct {
 	O     TailOptions
 	RunID string
 	After int // the last seq relayed; advanced by Run
+
+	// ThreadID and ProviderKey are the run's, for the tail's log lines,
+	// which name a run by all three (design.md §Logs); empty: left out.
+	ThreadID, ProviderKey string
+
 	// Relay handles one event; returning true stops the tail.
 	Relay func(seq int, ev json.RawMessage) (stop bool)
 	// Idle is called when Heartbeat passed since the last Relay or Idle.
@@ -175,6 +180,13 @@ func Settled(s run.Status) bool { return s.Terminal() || s == run.InputRequired 
 func (t *Tail) Run(ctx context.Context, end time.Time) TailEnd {
 	t.O = t.O.withDefaults()
 	o := t.O
+	log := o.Log.With("run_id", t.RunID)
+	if t.ThreadID != "" {
+		log = log.With("thread_id", t.ThreadID)
+	}
+	if t.ProviderKey != "" {
+		log = log.With("provider_key", t.ProviderKey)
+	}
 	t.lastActive = time.Now()
 	checkDB := !t.Fresh || o.Feed == nil
 	staleEndAt := -1
@@ -223,10 +235,10 @@ func (t *Tail) Run(ctx context.Context, end time.Time) TailEnd {
 				if ctx.Err() != nil {
 					return TailGone
 				}
-				o.Log.WarnContext(ctx, "tail: reading stored events failed", "run_id", t.RunID, "err", err)
+				log.WarnContext(ctx, "tail: reading stored events failed", "err", err)
 				recordOnly := o.Feed == nil || now.Before(feedDownUntil) || gapAt == t.After || staleEndAt == t.After
 				if (recordOnly || !read) && !stuckSince.IsZero() && time.Since(stuckSince) >= o.GiveUp {
-					o.Log.WarnContext(ctx, "tail: the record stayed out of reach; ending the stream", "run_id", t.RunID, "after", t.After)
+					log.WarnContext(ctx, "tail: the record stayed out of reach; ending the stream", "after", t.After)
 					return TailStorage
 				}
 				if recordOnly {
@@ -263,7 +275,7 @@ func (t *Tail) Run(ctx context.Context, end time.Time) TailEnd {
 				if ctx.Err() != nil {
 					return TailGone
 				}
-				o.Log.WarnContext(ctx, "tail: live feed failed; polling PostgreSQL", "run_id", t.RunID, "err", err)
+				log.WarnContext(ctx, "tail: live feed failed; polling PostgreSQL", "err", err)
 				feedDownUntil = time.Now().Add(tailFeedRetry)
 				checkDB = true
 				continue

@@ -166,7 +166,7 @@ func (h *Handler) relay(w http.ResponseWriter, r *http.Request, c call) {
 		}
 		_ = h.o.Redis.Del(cctx, c.req.ReplyKey).Err()
 	}()
-	log := h.o.Log.With("request_id", c.req.RequestID, "run_id", c.req.RunID)
+	log := h.o.Log.With("request_id", c.req.RequestID, "run_id", c.req.RunID, "provider_key", c.req.ProviderKey)
 
 	// The leader takes the request up (or says the offering is not attached).
 	first, err := t.next(ctx, h.o.AckTimeout)

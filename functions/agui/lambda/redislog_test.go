@@ -52,6 +52,27 @@ func (b *waitBuffer) String() string {
 // function's stderr, between the door's JSON lines, which CloudWatch
 // Logs Insights and any JSON log reader drop or choke on (design.md §Logs).
 func TestLambdaLogsTheRedisClientAsJSON(t *testing.T) {
+	recs, _, raw := streamWithoutRedis(t)
+	dial := false
+	for _, rec := range recs {
+		if d, _ := rec["detail"].(string); rec["msg"] == "redis client" && strings.Contains(d, "failed to dial") {
+			dial = true
+			if rec["level"] != "WARN" || rec["door"] != "agui" {
+				t.Errorf("go-redis's dial failure at %v, door %v; want WARN, agui: %v", rec["level"], rec["door"], rec)
+			}
+		}
+	}
+	if !dial {
+		t.Errorf("go-redis's dial failure is not in the Lambda's JSON log (it went to the function's stderr as plain text):\n%s", raw)
+	}
+}
+
+// streamWithoutRedis starts a run through a cold AG-UI Lambda whose Redis
+// does not answer, reads its stream until the tail has found the live
+// feed failing, then hangs up, and returns the Lambda's log lines (each
+// one JSON), the run's provider key and the log as written.
+func streamWithoutRedis(t *testing.T) (recs []map[string]any, providerKey, raw string) {
+	t.Helper()
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe3, nil)
 	p.Register("echo")
@@ -93,28 +114,22 @@ func TestLambdaLogsTheRedisClientAsJSON(t *testing.T) {
 		defer close(drained)
 		_, _ = io.Copy(io.Discard, resp.Body) // the stream ends with its invocation
 	}()
-	defer func() { cancel(); <-drained }()
 	select {
 	case <-errb.seen:
 	case <-ctx.Done():
 		t.Fatalf("the run's stream never read the live feed: %d; log:\n%s", resp.StatusCode, errb.String())
 	}
-
-	dial := false
-	for _, line := range strings.Split(strings.TrimSpace(errb.String()), "\n") {
+	// The caller hangs up; the stream has ended once its body has.
+	cancel()
+	<-drained
+	raw = errb.String()
+	for _, line := range strings.Split(strings.TrimSpace(raw), "\n") {
 		var rec map[string]any
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Errorf("a log line that is not JSON: %q", line)
 			continue
 		}
-		if d, _ := rec["detail"].(string); rec["msg"] == "redis client" && strings.Contains(d, "failed to dial") {
-			dial = true
-			if rec["level"] != "WARN" || rec["door"] != "agui" {
-				t.Errorf("go-redis's dial failure at %v, door %v; want WARN, agui: %q", rec["level"], rec["door"], line)
-			}
-		}
+		recs = append(recs, rec)
 	}
-	if !dial {
-		t.Errorf("go-redis's dial failure is not in the Lambda's JSON log (it went to the function's stderr as plain text):\n%s", errb.String())
-	}
+	return recs, p.Key, raw
 }
