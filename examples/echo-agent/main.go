@@ -23,6 +23,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -53,6 +54,9 @@ func settingsFromEnv(getenv func(string) string) (settings, error) {
 	if s.BrokerURL == "" {
 		s.BrokerURL = "http://127.0.0.1:8700"
 	}
+	if err := checkBrokerURL(s.BrokerURL); err != nil {
+		return s, err
+	}
 	if s.KeyFile == "" {
 		s.KeyFile = "./echo-agent.key"
 	}
@@ -70,6 +74,28 @@ func settingsFromEnv(getenv func(string) string) (settings, error) {
 		s.MaxConcurrentRuns = &n
 	}
 	return s, nil
+}
+
+// checkBrokerURL refuses a FUNDUQ_BROKER_URL the provider library would
+// refuse, naming the setting the user set and what is wrong: the
+// library's own words name its Config.BaseURL, a field the user of this
+// example never wrote. The errors do not repeat a password it may hold.
+func checkBrokerURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("FUNDUQ_BROKER_URL does not parse as a URL: %w (want the broker node's http(s) URL with a host, e.g. http://127.0.0.1:8700)", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("FUNDUQ_BROKER_URL must be an http(s) URL with a host (e.g. http://127.0.0.1:8700), got %q", u.Redacted())
+	}
+	if u.User != nil {
+		return fmt.Errorf("FUNDUQ_BROKER_URL must not carry a user name or password (%s): the agent cannot connect through one", u.Redacted())
+	}
+	return nil
 }
 
 // loadOrCreateKey reads the seed in path, or creates the file (mode 0600)
