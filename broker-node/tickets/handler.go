@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/strictjson"
 	"github.com/funduq/funduq-go/core/wire"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // MaxBodyBytes bounds a POST /tickets body.
@@ -157,7 +159,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if err != nil {
-			h.log.ErrorContext(r.Context(), "tickets: could not check the leader's identity key", "err", err)
+			h.logKeyCheckFailed(r.Context(), err)
 			w.Header().Set("Retry-After", "1")
 			apierr.Write(w, http.StatusServiceUnavailable, apierr.New(apierr.CodeUnavailable, "broker store unavailable; retry shortly"))
 			return
@@ -190,6 +192,36 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	apierr.WriteJSON(w, http.StatusCreated, wire.TicketResponse{Ticket: ticket, FunduqPublicKey: h.funduqKey})
+}
+
+// pgDriverError is how pgconn wraps a failed query's own error (a
+// network one, say); go-redis's errors do not say SafeToRetry.
+type pgDriverError interface {
+	error
+	SafeToRetry() bool
+}
+
+// logKeyCheckFailed logs why PublishedKey failed. Redis out of reach (the
+// lease's holder is read there) is said as that, with the address this
+// node's Redis is at: "could not check the leader's identity key" alone
+// sent an operator after a key mismatch that was not there. A network
+// error under PostgreSQL's driver (the leader row: its connect, or a
+// query's wrapper, which alone says SafeToRetry) is not Redis's.
+func (h *handler) logKeyCheckFailed(ctx context.Context, err error) {
+	_, pg := errors.AsType[*pgconn.ConnectError](err)
+	if _, ok := errors.AsType[pgDriverError](err); ok {
+		pg = true
+	}
+	if op, ok := errors.AsType[*net.OpError](err); ok && !pg {
+		addr := h.store.addr()
+		if addr == "" && op.Addr != nil {
+			addr = op.Addr.String()
+		}
+		h.log.ErrorContext(ctx, "tickets: Redis could not be reached; the leader's identity key is unchecked",
+			"redis_addr", addr, "err", err)
+		return
+	}
+	h.log.ErrorContext(ctx, "tickets: could not check the leader's identity key", "err", err)
 }
 
 // parseBody returns the requested key, or a message saying what is wrong.

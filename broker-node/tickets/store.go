@@ -47,6 +47,15 @@ func New(rdb redis.UniversalClient, prefix string) *Store {
 	return &Store{rdb: rdb, prefix: prefix}
 }
 
+// addr is the address of the Redis the Store is on, as configured ("":
+// not a single server's client).
+func (s *Store) addr() string {
+	if c, ok := s.rdb.(*redis.Client); ok {
+		return c.Options().Addr
+	}
+	return ""
+}
+
 func (s *Store) key(ticket string) string { return s.prefix + "ticket:" + ticket }
 
 // Issue creates a ticket for publicKeyHex (64 lowercase hex chars; otherwise
