@@ -24,17 +24,8 @@ import (
 func TestOfferMovedToAnotherLinkFreesTheOfferedLinksPlaceAtItsAnswer(t *testing.T) {
 	for _, answer := range []string{"ack", "decline"} {
 		t.Run(answer, func(t *testing.T) {
-			h := nodetest.Start(t, nil)
-			a := h.Connect(0xe1, nodetest.Limit(1))
-			a.Register("echo")
-			b := h.Connect(0xe1, nodetest.Limit(4)) // the key's bucket: 4
-			b.Register("other")
-			first, thread := h.Door(a.Key, "echo", "", "one")
-			if f := a.Offer(); f.RunID != first {
-				t.Fatalf("offer %s, want %s", f.RunID, first)
-			}
-			second, _ := h.Door(a.Key, "echo", "", "two")
-			h.Taken(second) // waits: a's process holds its 1
+			m := startMovedOffer(t, nil)
+			h, a, b, first, second := m.h, m.a, m.b, m.first, m.second
 			b.Accept(first) // b's process takes the run offered to a
 			h.WaitStatus(first, run.Running)
 			a.None() // a has not answered: its place is still taken
@@ -50,14 +41,7 @@ func TestOfferMovedToAnotherLinkFreesTheOfferedLinksPlaceAtItsAnswer(t *testing.
 			if f := a.Offer(); f.RunID != second {
 				t.Fatalf("a was offered %s once it answered; want %s, its own place being free", f.RunID, second)
 			}
-			a.Accept(second)
-			h.WaitStatus(second, run.Running)
-			b.Complete(first, thread)
-			h.WaitStatus(first, run.Completed)
-			h.Settle()
-			if q := h.Quality(a.Key); charges(q) != 0 {
-				t.Fatalf("counted %+v", q)
-			}
+			m.end(t)
 		})
 	}
 }
@@ -68,17 +52,8 @@ func TestOfferMovedToAnotherLinkFreesTheOfferedLinksPlaceAtItsAnswer(t *testing.
 // by b.
 func TestOfferMovedToAnotherLinkFreesTheOfferedLinksPlaceAtItsDeliverTimeout(t *testing.T) {
 	const timeout = 5 * time.Second
-	h := nodetest.Start(t, func(c *configBroker) { c.DeliverTimeout = timeout })
-	a := h.Connect(0xe1, nodetest.Limit(1))
-	a.Register("echo")
-	b := h.Connect(0xe1, nodetest.Limit(4))
-	b.Register("other")
-	first, thread := h.Door(a.Key, "echo", "", "one")
-	if f := a.Offer(); f.RunID != first {
-		t.Fatalf("offer %s, want %s", f.RunID, first)
-	}
-	second, _ := h.Door(a.Key, "echo", "", "two")
-	h.Taken(second)
+	m := startMovedOffer(t, func(c *configBroker) { c.DeliverTimeout = timeout })
+	h, a, b, first, second := m.h, m.a, m.b, m.first, m.second
 	h.Advance(timeout / 2) // the move comes late in the offer's wait
 	b.Accept(first)
 	h.WaitStatus(first, run.Running)
@@ -88,12 +63,44 @@ func TestOfferMovedToAnotherLinkFreesTheOfferedLinksPlaceAtItsDeliverTimeout(t *
 	if f := a.Offer(); f.RunID != second {
 		t.Fatalf("a was offered %s at the moved offer's deliver_timeout; want %s", f.RunID, second)
 	}
-	a.Accept(second)
-	h.WaitStatus(second, run.Running)
-	b.Complete(first, thread)
-	h.WaitStatus(first, run.Completed)
-	h.Settle()
-	if q := h.Quality(a.Key); charges(q) != 0 {
+	m.end(t)
+}
+
+// movedOffer is the set-up of the tests above: links a (room for 1) and b
+// (4) of one key, a's agent's first run offered to a, its second waiting
+// for a's place.
+type movedOffer struct {
+	h                     *nodetest.Harness
+	a, b                  *nodetest.Prov
+	first, second, thread string
+}
+
+func startMovedOffer(t *testing.T, mut func(*configBroker)) movedOffer {
+	t.Helper()
+	m := movedOffer{h: nodetest.Start(t, mut)}
+	m.a = m.h.Connect(0xe1, nodetest.Limit(1))
+	m.a.Register("echo")
+	m.b = m.h.Connect(0xe1, nodetest.Limit(4)) // the key's bucket: 4
+	m.b.Register("other")
+	m.first, m.thread = m.h.Door(m.a.Key, "echo", "", "one")
+	if f := m.a.Offer(); f.RunID != m.first {
+		t.Fatalf("offer %s, want %s", f.RunID, m.first)
+	}
+	m.second, _ = m.h.Door(m.a.Key, "echo", "", "two")
+	m.h.Taken(m.second) // waits: a's process holds its 1
+	return m
+}
+
+// end has a take the second run it was offered and b complete the first,
+// and checks nothing was counted against a.
+func (m movedOffer) end(t *testing.T) {
+	t.Helper()
+	m.a.Accept(m.second)
+	m.h.WaitStatus(m.second, run.Running)
+	m.b.Complete(m.first, m.thread)
+	m.h.WaitStatus(m.first, run.Completed)
+	m.h.Settle()
+	if q := m.h.Quality(m.a.Key); charges(q) != 0 {
 		t.Fatalf("counted %+v", q)
 	}
 }
@@ -345,15 +352,8 @@ func TestAnswerFromAnotherLinkAfterTheOfferedLinkWasLost(t *testing.T) {
 // declines, full of a run funduq sent it, and was counted misdeclared for
 // it (D6), when a's place was free at once.
 func TestOfferedLinkIsNotOfferedMoreBeforeItHearsTheMove(t *testing.T) {
-	h := nodetest.Start(t, nil)
-	a := h.Connect(0xe1, nodetest.Limit(1))
-	a.Register("echo")
-	b := h.Connect(0xe1, nodetest.Limit(4))
-	b.Register("other")
-	first, thread := h.Door(a.Key, "echo", "", "one")
-	a.Offer()
-	second, _ := h.Door(a.Key, "echo", "", "two")
-	h.Taken(second)
+	m := startMovedOffer(t, nil)
+	h, a, b, first, second := m.h, m.a, m.b, m.first, m.second
 	b.Accept(first)
 	h.WaitStatus(first, run.Running)
 	h.Settle()
@@ -382,12 +382,5 @@ func TestOfferedLinkIsNotOfferedMoreBeforeItHearsTheMove(t *testing.T) {
 	if f := a.Offer(); f.RunID != second {
 		t.Fatalf("a was offered %s once it heard the move; want %s", f.RunID, second)
 	}
-	a.Accept(second)
-	h.WaitStatus(second, run.Running)
-	b.Complete(first, thread)
-	h.WaitStatus(first, run.Completed)
-	h.Settle()
-	if q := h.Quality(a.Key); charges(q) != 0 {
-		t.Fatalf("counted %+v", q)
-	}
+	m.end(t)
 }
