@@ -85,11 +85,13 @@ var (
 	// this client held were finished first.
 	ErrReplaced = errors.New("provider: replaced by a newer process of the same key")
 	// ErrRegisterRefused: Run stopped because funduq refused register for
-	// a reason retrying cannot fix: past one of the broker's register
-	// limits (FUNDUQ_MAX_AGENTS_PER_REGISTER,
-	// FUNDUQ_MAX_AGENT_DESCRIPTION_BYTES, FUNDUQ_MAX_AGENT_CARD_BYTES,
-	// FUNDUQ_MAX_REGISTER_BYTES, FUNDUQ_MAX_FRAME_BYTES). The error Run
-	// returns wraps it and quotes funduq's reason; nothing was registered.
+	// a reason retrying cannot fix (its error's code register_refused):
+	// past one of the broker's register limits
+	// (FUNDUQ_MAX_AGENTS_PER_REGISTER, FUNDUQ_MAX_AGENT_DESCRIPTION_BYTES,
+	// FUNDUQ_MAX_AGENT_CARD_BYTES, FUNDUQ_MAX_REGISTER_BYTES,
+	// FUNDUQ_MAX_FRAME_BYTES), or a key whose fingerprint another key
+	// holds. The error Run returns wraps it and quotes funduq's reason;
+	// nothing was registered.
 	ErrRegisterRefused = errors.New("provider: funduq refused register for good")
 	// ErrNotRegistered: the frame after register was not registered.
 	ErrNotRegistered = errors.New("provider: register was not answered with registered")

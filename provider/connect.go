@@ -375,8 +375,8 @@ func (c *Client) handshake(conn *websocket.Conn, tr wire.TicketResponse, fk ed25
 	case wire.TypeError:
 		var e wire.Error
 		_ = json.Unmarshal(raw, &e)
-		c.log.Error("funduq refused register", "message", e.Message, "name", e.Name)
-		if refusedForGood(e.Message) {
+		c.log.Error("funduq refused register", "message", e.Message, "name", e.Name, "code", e.Code)
+		if refusedForGood(e) {
 			return fmt.Errorf("%w: %s", ErrRegisterRefused, e.Message)
 		}
 		return fmt.Errorf("%w: funduq answered error %q", ErrNotRegistered, e.Message)
@@ -402,15 +402,24 @@ var registerLimits = []string{
 	"(FUNDUQ_MAX_FRAME_BYTES)",
 }
 
-// refusedForGood reports whether funduq's error answering a register names
-// one of registerLimits. The error frame carries no code (core/wire.Error),
-// so the setting it names is what tells (design.md §Open questions); any
-// other refusal is retried as before. The refusals New can foresee (a name
-// off the pattern, a duplicate, a NUL, a card that is not an object, a long
+// refusedForGood reports whether funduq's error answering a register says
+// no retry of it can succeed. Its code says so (design.md §The provider
+// wire, "Refusal codes"): register_refused is for good, retry_later is
+// not. A broker older than the code sends none, and a code this SDK does
+// not know may be one added since: then the text decides, as it did
+// before the code — a refusal naming one of registerLimits is for good,
+// any other is retried. The refusals New can foresee (a name off the
+// pattern, a duplicate, a NUL, a card that is not an object, a long
 // ProviderName) never reach funduq.
-func refusedForGood(msg string) bool {
+func refusedForGood(e wire.Error) bool {
+	switch e.Code {
+	case wire.CodeRegisterRefused:
+		return true
+	case wire.CodeRetryLater:
+		return false
+	}
 	for _, s := range registerLimits {
-		if strings.Contains(msg, s) {
+		if strings.Contains(e.Message, s) {
 			return true
 		}
 	}

@@ -47,10 +47,12 @@
 // again on its link when funduq says no link of the key serves them any
 // more (the newer process left, or dropped or deleted them); a new Run
 // starts with the whole roster. Another: a register
-// funduq refuses past one of its register limits, settings of the broker
-// the client cannot know before it asks (FUNDUQ_MAX_AGENTS_PER_REGISTER,
+// funduq refuses for good (its error's code register_refused) — past one
+// of its register limits, settings of the broker the client cannot know
+// before it asks (FUNDUQ_MAX_AGENTS_PER_REGISTER,
 // FUNDUQ_MAX_AGENT_DESCRIPTION_BYTES, FUNDUQ_MAX_AGENT_CARD_BYTES,
-// FUNDUQ_MAX_REGISTER_BYTES, FUNDUQ_MAX_FRAME_BYTES), would be refused
+// FUNDUQ_MAX_REGISTER_BYTES, FUNDUQ_MAX_FRAME_BYTES), or from a key whose
+// fingerprint another key holds (use another key) — would be refused
 // again however often it is sent. The client registers nothing more,
 // finishes and reports the runs it holds from an earlier link (as a
 // replaced client does), and Run returns an error wrapping
@@ -61,9 +63,11 @@
 // Shrink the agent, or have the operator raise the setting, and start
 // again. What New can check itself (an agent name, a duplicate, a card
 // that is not a JSON object, a ProviderName over MaxProviderNameBytes) it
-// refuses before anything is sent. Any other refusal of a register (the
-// served-agents cap, FUNDUQ_MAX_SERVED_AGENTS, which frees as others
-// leave) is retried with backoff as before.
+// refuses before anything is sent. Any other refusal of a register (code
+// retry_later: the served-agents cap, FUNDUQ_MAX_SERVED_AGENTS, which
+// frees as others leave) is retried with backoff as before. From a broker
+// that sends no code, a refusal naming one of those settings is taken for
+// good and any other is retried.
 //
 // A handler asks its caller a question by pausing the run: it emits a
 // RUN_FINISHED whose outcome is an interrupt,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
+	"github.com/funduq/funduq-go/core/identity"
 	"github.com/funduq/funduq-go/core/run"
 	"github.com/funduq/funduq-go/provider"
 )
@@ -49,38 +50,55 @@ func (r refusals) WithGroup(name string) slog.Handler {
 }
 
 // A register funduq refuses for a reason retrying cannot fix — past one of
-// the broker's register limits, which the SDK cannot know before it asks —
-// ends Run with an error wrapping provider.ErrRegisterRefused and naming
-// funduq's reason, after that one refusal: no second ticket, handshake or
-// register. On main Run logged the refusal at ERROR and registered again
-// for ever, so an author's process never exited while it served nothing.
+// the broker's register limits, which the SDK cannot know before it asks,
+// or from a key whose fingerprint another key holds — ends Run with an
+// error wrapping provider.ErrRegisterRefused and naming funduq's reason,
+// after that one refusal: no second ticket, handshake or register. Before,
+// Run logged the refusal at ERROR and registered again for ever, so an
+// author's process never exited while it served nothing; the fingerprint
+// refusal, which names no setting, stayed so until the error frame carried
+// a code (design.md §The provider wire, "Refusal codes").
 func TestOutsideRegisterRefusedForGoodEndsRun(t *testing.T) {
 	noop := func(context.Context, *provider.Run) error { return nil }
 	for _, tc := range []struct {
 		name    string
-		setting string
+		setting string // what funduq's refusal names
 		mut     func(*config.Broker)
 		agents  []provider.Agent
+		before  func(*testing.T, *nodetest.Harness, *identity.Signer)
 	}{
 		{"description", "FUNDUQ_MAX_AGENT_DESCRIPTION_BYTES", nil,
-			[]provider.Agent{{Name: "a", Description: strings.Repeat("d", 16<<10+1), Handler: noop}}},
+			[]provider.Agent{{Name: "a", Description: strings.Repeat("d", 16<<10+1), Handler: noop}}, nil},
 		{"agents", "FUNDUQ_MAX_AGENTS_PER_REGISTER", func(c *config.Broker) { c.MaxAgentsPerRegister = 2 },
-			[]provider.Agent{{Name: "a", Handler: noop}, {Name: "b", Handler: noop}, {Name: "c", Handler: noop}}},
+			[]provider.Agent{{Name: "a", Handler: noop}, {Name: "b", Handler: noop}, {Name: "c", Handler: noop}}, nil},
 		{"card", "FUNDUQ_MAX_AGENT_CARD_BYTES", func(c *config.Broker) { c.MaxAgentCardBytes = 64 },
-			[]provider.Agent{{Name: "a", AgentCardExtra: json.RawMessage(`{"skills":"` + strings.Repeat("s", 64) + `"}`), Handler: noop}}},
+			[]provider.Agent{{Name: "a", AgentCardExtra: json.RawMessage(`{"skills":"` + strings.Repeat("s", 64) + `"}`), Handler: noop}}, nil},
 		{"metadata", "FUNDUQ_MAX_AGENT_CARD_BYTES", func(c *config.Broker) { c.MaxAgentCardBytes = 64 },
-			[]provider.Agent{{Name: "a", Metadata: json.RawMessage(`{"m":"` + strings.Repeat("m", 64) + `"}`), Handler: noop}}},
+			[]provider.Agent{{Name: "a", Metadata: json.RawMessage(`{"m":"` + strings.Repeat("m", 64) + `"}`), Handler: noop}}, nil},
 		{"register", "FUNDUQ_MAX_REGISTER_BYTES", func(c *config.Broker) { c.MaxRegisterBytes = 100 },
-			[]provider.Agent{{Name: "a", Description: strings.Repeat("d", 60), Handler: noop}, {Name: "b", Description: strings.Repeat("d", 60), Handler: noop}}},
+			[]provider.Agent{{Name: "a", Description: strings.Repeat("d", 60), Handler: noop}, {Name: "b", Description: strings.Repeat("d", 60), Handler: noop}}, nil},
 		{"frame", "FUNDUQ_MAX_FRAME_BYTES", func(c *config.Broker) {
 			c.MaxFrame, c.MaxEventBytes, c.MaxAgentDescriptionBytes = 32<<10, 16<<10, 64<<10
-		}, []provider.Agent{{Name: "a", Description: strings.Repeat("d", 40<<10), Handler: noop}}},
+		}, []provider.Agent{{Name: "a", Description: strings.Repeat("d", 40<<10), Handler: noop}}, nil},
+		{"fingerprint", "fingerprint is already held by another key", nil, []provider.Agent{{Name: "a", Handler: noop}},
+			func(t *testing.T, h *nodetest.Harness, s *identity.Signer) {
+				// Another key holds this key's fingerprint: no register
+				// of this key can ever be recorded.
+				if _, err := h.DB().Exec(t.Context(), `INSERT INTO providers (public_key, fingerprint) VALUES ($1, $2)`,
+					strings.Repeat("0", 63)+"1", identity.Fingerprint(s.PublicKey())); err != nil {
+					t.Fatal(err)
+				}
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := nodetest.Start(t, tc.mut)
+			s := outsideSigner(t, 0x61)
+			if tc.before != nil {
+				tc.before(t, h, s)
+			}
 			seen := make(chan string, 16)
 			log := slog.New(refusals{slog.NewTextHandler(t.Output(), nil), seen})
-			c, err := provider.New(outsideConfig(h, outsideSigner(t, 0x61), log, tc.agents...))
+			c, err := provider.New(outsideConfig(h, s, log, tc.agents...))
 			if err != nil {
 				t.Fatalf("New: %v", err)
 			}

@@ -479,6 +479,14 @@ type RegisterError struct{ Msg string }
 
 func (e *RegisterError) Error() string { return e.Msg }
 
+// RetryLaterError is a register refused for the moment: the served-agents
+// cap, which frees as other providers leave, so the same register may be
+// answered "registered" later (its error's code is wire.CodeRetryLater,
+// design.md §The provider wire, "Refusal codes").
+type RetryLaterError struct{ Msg string }
+
+func (e *RetryLaterError) Error() string { return e.Msg }
+
 // Register replaces the roster link serves with agents. announce is called
 // with the sorted names once they are recorded, in the same step as the
 // roster change (under the roster's locks, so it must only queue a frame):
@@ -549,7 +557,7 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 			"adding", grow, "held", held, "cap", b.set.Limits.MaxServedAgents)
 		// The message names the cap, as the per-register limits do, but
 		// not how many are served: that is every key's business.
-		return &RegisterError{fmt.Sprintf("this register would add %d agents to those funduq serves, over the limit of %d at once (FUNDUQ_MAX_SERVED_AGENTS); retry later",
+		return &RetryLaterError{fmt.Sprintf("this register would add %d agents to those funduq serves, over the limit of %d at once (FUNDUQ_MAX_SERVED_AGENTS); retry later",
 			grow, b.set.Limits.MaxServedAgents)}
 	}
 	reserved := max(grow, 0)

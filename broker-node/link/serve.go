@@ -174,6 +174,18 @@ func (s *Server) sendError(c *Conn, msg, runID, name string) {
 	s.send(c, wire.Error{Type: wire.TypeError, Message: msg, RunID: runID, Name: name})
 }
 
+// refuseFrame answers a frame funduq cannot read with reason, naming runID
+// when the frame is a report tied to its run. A register so refused is
+// refused for good: the same bytes are refused again however often they
+// are sent (design.md §The provider wire, "Refusal codes").
+func (s *Server) refuseFrame(c *Conn, data []byte, reason, runID string) {
+	if typ, _ := wire.PeekType(data); typ == wire.TypeRegister {
+		s.send(c, wire.RegisterRefusal(wire.CodeRegisterRefused, reason))
+		return
+	}
+	s.sendError(c, reason, runID, "")
+}
+
 // readLoop processes frames in arrival order until the link closes. It
 // reports whether the link was lost: it ended without the provider's close
 // frame (a transport failure, a silent peer), not by the provider's goodbye
@@ -189,7 +201,7 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 			if errors.As(err, &fe) {
 				runID = fe.RunID
 			}
-			s.sendError(c, err.Error(), runID, "")
+			s.refuseFrame(c, data, err.Error(), runID)
 			return
 		}
 		s.handle(ctx, c, frame, querySlots, queries)
@@ -203,7 +215,7 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 			s.Broker.MalformedEvent(c, runID, errors.New(reason))
 			return
 		}
-		s.sendError(c, reason, runID, "")
+		s.refuseFrame(c, data, reason, runID)
 	}, func(o wsconn.Oversized) {
 		// A frame over the limit is answered like any refused frame, and
 		// an event in it is an oversized event of its run: the run fails
@@ -218,6 +230,11 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 				return
 			}
 		case wire.TypeAck, wire.TypeFinish:
+		case wire.TypeRegister:
+			// The same register is over the limit however often it is
+			// sent (design.md §The provider wire, "Refusal codes").
+			s.send(c, wire.RegisterRefusal(wire.CodeRegisterRefused, reason))
+			return
 		default:
 			o.RunID = "" // only a report is answered naming its run
 		}
@@ -270,7 +287,8 @@ func (s *Server) handle(ctx context.Context, c *Conn, frame any, querySlots chan
 		// record stays); a link left serving nothing is pending again.
 		s.Broker.WhenBare(c, c.pendingAgain)
 		if err != nil {
-			s.sendError(c, publicError(err), "", f.Name)
+			msg, _ := refusal(err)
+			s.sendError(c, msg, "", f.Name)
 			return
 		}
 		s.send(c, wire.Deleted{Type: wire.TypeDeleted, Name: f.Name})
@@ -326,7 +344,8 @@ func (s *Server) register(ctx context.Context, c *Conn, f wire.Register) {
 			c.Close("this funduq node stopped leading; reconnect")
 			return
 		}
-		s.sendError(c, publicError(err), "", "")
+		msg, code := refusal(err)
+		s.send(c, wire.RegisterRefusal(code, msg))
 	}
 }
 
@@ -398,15 +417,22 @@ func (s *Server) answerQuery(ctx context.Context, c *Conn, q wire.Query) {
 	res.Result, _ = wire.Marshal(msgs)
 }
 
-// publicError is what a provider is told: the broker's own refusal messages,
-// never a driver's.
-func publicError(err error) string {
+// refusal is what a provider is told of a refused register or deleteAgent:
+// the broker's own refusal messages, never a driver's, and, for a register,
+// whether sending it again can help (design.md §The provider wire,
+// "Refusal codes"). A RegisterError is for good; the served cap, a
+// withdrawn link (a new link is served again) and funduq's own trouble
+// are of the moment.
+func refusal(err error) (msg, code string) {
 	var re *broker.RegisterError
+	var rl *broker.RetryLaterError
 	switch {
 	case errors.As(err, &re):
-		return re.Msg
+		return re.Msg, wire.CodeRegisterRefused
+	case errors.As(err, &rl):
+		return rl.Msg, wire.CodeRetryLater
 	case errors.Is(err, broker.ErrWithdrawn):
-		return broker.ErrWithdrawn.Error()
+		return broker.ErrWithdrawn.Error(), wire.CodeRetryLater
 	}
-	return "funduq could not complete this request right now; try again"
+	return "funduq could not complete this request right now; try again", wire.CodeRetryLater
 }

@@ -200,6 +200,35 @@ type Error struct {
 	Message string `json:"message"`
 	RunID   string `json:"runId,omitempty"`
 	Name    string `json:"name,omitempty"`
+	// Code, on the error answering a register only, says whether sending
+	// that register again can help: CodeRegisterRefused or CodeRetryLater
+	// (design.md §The provider wire, "Refusal codes"). A member the v4
+	// wire did not have, so omitted when empty: a provider reading only
+	// message sees nothing change, and one reading code goes by message
+	// when it is absent (an older broker) or a value it does not know.
+	Code string `json:"code,omitempty"`
+}
+
+// The codes an Error may carry, spelt like the HTTP refusals' codes
+// (core/apierr).
+const (
+	// CodeRegisterRefused: no retry of the same register can be
+	// answered "registered" (past a register limit, a frame that does
+	// not validate, a key whose fingerprint another key holds). The
+	// provider changes what it registers, or its key, or the operator a
+	// setting.
+	CodeRegisterRefused = "register_refused"
+	// CodeRetryLater: a refusal of the moment (the served-agents cap, a
+	// withdrawn link, funduq's own trouble); the same register sent again
+	// later, on a new link where the message says reconnect, may be
+	// answered "registered".
+	CodeRetryLater = "retry_later"
+)
+
+// RegisterRefusal is the error answering a refused register: message, and
+// code CodeRegisterRefused or CodeRetryLater.
+func RegisterRefusal(code, message string) Error {
+	return Error{Type: TypeError, Message: message, Code: code}
 }
 
 // AgentNamePattern is the name rule: names go into URL path segments.
