@@ -122,13 +122,6 @@ func newLogger(w io.Writer, level slog.Level) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
-// minLeaseTTL is the shortest FUNDUQ_LEASE_TTL a node serves with. The
-// lease is renewed every third of it and each Redis call is bounded at
-// redisbound.Slack (1.5 s): under 1 ms Redis refuses the expiry and the node
-// campaigned in a hot loop, never leading; a few milliseconds led while
-// renewing without pause. The scaling suite's nodes run at 2 s.
-const minLeaseTTL = time.Second
-
 // connectHint says what to look at when PostgreSQL could not be connected
 // to: a server that answered refused the URL's database or role; one that
 // did not answer is down or out of reach.
@@ -149,9 +142,6 @@ func serve(ctx context.Context, environ map[string]string, stderr io.Writer) err
 	cfg, err := config.ParseBroker(environ, config.Host{Hostname: host, PID: os.Getpid()})
 	if err != nil {
 		return err
-	}
-	if cfg.LeaseTTL < minLeaseTTL {
-		return &config.Error{Err: fmt.Errorf("FUNDUQ_LEASE_TTL: want at least %s (e.g. 10s, the default), got %s", minLeaseTTL, cfg.LeaseTTL)}
 	}
 	log := newLogger(stderr, cfg.LogLevel)
 	redislog.Use(log.With("node", cfg.NodeID))

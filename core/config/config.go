@@ -414,8 +414,20 @@ func (i Identity) validate() error {
 	return errors.Join(errs...)
 }
 
+// MinLeaseTTL is the shortest FUNDUQ_LEASE_TTL funduq takes. The lease is
+// renewed every third of it and each Redis call is bounded at
+// redisbound.Slack (1.5 s): under 1 ms Redis refuses the expiry and a node
+// campaigned in a hot loop, never leading; a few milliseconds led while
+// renewing without pause. The scaling suite's nodes run at 2 s. It is
+// checked here, with the other waits, so every entry that reads the
+// setting refuses it alike.
+const MinLeaseTTL = time.Second
+
 func (w Waits) validate() error {
 	var errs []error
+	if w.LeaseTTL > 0 && w.LeaseTTL < MinLeaseTTL {
+		errs = append(errs, fmt.Errorf("FUNDUQ_LEASE_TTL: want at least %s (e.g. 10s, the default), got %s", MinLeaseTTL, w.LeaseTTL))
+	}
 	// zero, when set, is what 0 means for a wait that may be 0 (it turns
 	// the wait off); the others must be positive.
 	for _, d := range []struct {
