@@ -225,7 +225,7 @@ func New(ctx context.Context, cfg config.Broker, o Options) (*Node, error) {
 			}
 			return h.NodeID, err
 		}}
-	ticketOpts := tickets.HandlerOptions{PerMinute: cfg.TicketsPerMinute, PublishedKey: n.published.get}
+	ticketOpts := tickets.HandlerOptions{PerMinute: cfg.TicketsPerMinute, PublishedKey: n.published.get, Leader: n.leaderFromRedis}
 	if o.Clock != nil {
 		n.tickets.Now, ticketOpts.Now = o.Clock.Now, o.Clock.Now
 	}
@@ -627,15 +627,22 @@ func retry(ctx context.Context, fn func() error) error {
 }
 
 // notLeading answers a provider's upgrade on a standby (D11): 503 with
-// Retry-After and the leader's advertised URL; no ticket is spent.
+// Retry-After and the leader's advertised URL; no ticket is spent. The
+// leader row names it; with the row out of reach (PostgreSQL), Redis does
+// (leaderFromRedis), each read bounded apart so a hung database leaves
+// Redis its time.
 func (n *Node) notLeading(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
 	body := apierr.New(apierr.CodeNotLeader, "this funduq broker node is a standby; connect to the leader")
-	if l, err := n.st.CurrentLeader(ctx); err == nil {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	l, err := n.st.CurrentLeader(ctx)
+	if err == nil {
 		if h, err := lease.ReadHolder(ctx, n.rdb, LeaseKey(n.prefix)); err == nil && h.NodeID == l.Holder {
 			body.Leader = l.AdvertiseURL
 		}
+	}
+	cancel()
+	if err != nil {
+		body.Leader, _ = n.leaderFromRedis(r.Context())
 	}
 	w.Header().Set("Retry-After", "1")
 	apierr.Write(w, http.StatusServiceUnavailable, body)

@@ -40,10 +40,12 @@ const IssueTimeout = 1500 * time.Millisecond
 // body_too_large over MaxBodyBytes, 429 rate_limited with Retry-After past
 // the per-key rate limit (LimitedHandler), 503 storage_unavailable with
 // Retry-After: 1 when the ticket store fails (the cause is logged, not
-// sent), 503 identity_key_mismatch with Retry-After when this node's key is
-// not the published one, and 503 takeover_in_progress with Retry-After
-// while a takeover is under way (both HandlerOptions.PublishedKey). log may
-// be nil.
+// sent) or the leader's key cannot be checked (503 not_leader naming the
+// leader instead when HandlerOptions.Leader knows it), 503
+// identity_key_mismatch with Retry-After when this node's key is not the
+// published one, and 503 takeover_in_progress with Retry-After while a
+// takeover is under way (both HandlerOptions.PublishedKey). log may be
+// nil.
 // funduqKeyHex must be a canonical public key; Handler panics otherwise, as
 // that is a wiring mistake.
 func Handler(store *Store, funduqKeyHex string, log *slog.Logger) http.Handler {
@@ -77,6 +79,16 @@ type HandlerOptions struct {
 	// ticket store, so a refused request spends nothing there; it should
 	// be cheap (cached).
 	PublishedKey func(ctx context.Context) (string, error)
+	// Leader, when set, is asked when PublishedKey fails otherwise than
+	// with ErrTakeover — a standby that cannot read the leader row, its
+	// database out of reach — for the leader's advertised URL as it knows
+	// it some other way ("" with why, a short public phrase, when it
+	// does not). Named, the answer is 503 not_leader with Retry-After and
+	// "leader", as a standby's /ws/provider answers, so a provider whose
+	// one URL is this node finds the leader (design.md §Deployment, "A
+	// standby without PostgreSQL"); else 503 storage_unavailable saying
+	// why no leader is named.
+	Leader func(ctx context.Context) (url, why string)
 }
 
 // MismatchRetryAfter is the Retry-After, in seconds, of the refusal by a
@@ -161,7 +173,20 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			h.logKeyCheckFailed(r.Context(), err)
 			w.Header().Set("Retry-After", "1")
-			apierr.Write(w, http.StatusServiceUnavailable, apierr.New(apierr.CodeUnavailable, "broker store unavailable; retry shortly"))
+			if h.o.Leader == nil {
+				apierr.Write(w, http.StatusServiceUnavailable, apierr.New(apierr.CodeUnavailable, "broker store unavailable; retry shortly"))
+				return
+			}
+			if url, why := h.o.Leader(ictx); url != "" {
+				body := apierr.New(apierr.CodeNotLeader, "this funduq broker node is a standby and cannot reach its database "+
+					"to check the leader's identity key, so it issues no ticket; connect to the leader")
+				body.Leader = url
+				apierr.Write(w, http.StatusServiceUnavailable, body)
+			} else {
+				apierr.Write(w, http.StatusServiceUnavailable, apierr.New(apierr.CodeUnavailable,
+					"broker store unavailable: this funduq broker node cannot check the leader's identity key, "+
+						"and knows no leader to name (%s); retry shortly", why))
+			}
 			return
 		}
 		if published != "" && published != h.funduqKey {
