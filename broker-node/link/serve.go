@@ -255,12 +255,18 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 	// funduq's close frame with its own.
 	var ce *websocket.CloseError
 	lost = !errors.As(err, &ce) || ce.Code == websocket.CloseAbnormalClosure
+	// A link funduq closed (it stopped leading, say: its providers are
+	// told to reconnect) holds its runs for the link grace as a lost one
+	// does, but its provider dropped nothing: the log says lost only of
+	// the provider's side, so a routine stop does not read as every
+	// provider falling over.
+	dropped := lost
 	select {
 	case <-c.Closed():
-		lost = true
+		lost, dropped = true, c.CutOff()
 	default:
 	}
-	c.log.Info("provider link ended", "err", err, "lost", lost, "reason", c.Reason())
+	c.log.Info("provider link ended", "err", err, "lost", dropped, "reason", c.Reason())
 	return lost
 }
 
