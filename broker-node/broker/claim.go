@@ -36,7 +36,7 @@ func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued
 		}
 		return
 	}
-	a := l.admit(batch)
+	a := l.admit(batch, true)
 	if a.stop != "" || l.readBack || finish && a.mayResend(l.lastPSeq) {
 		// A refused event fails the run after what precedes it is stored;
 		// an event repeated in the batch is a resend only the store tells

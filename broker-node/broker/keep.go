@@ -184,7 +184,7 @@ func (l *lane) reviewKept(ctx context.Context) {
 // an earlier round of the run, or "". A run an answer reopened is
 // delivered again and its provider numbers the new round from 1 again:
 // reports that repeat only what an earlier round stored — every event
-// with a provider seq is stored there under that seq with the same text,
+// with a provider seq is stored there under that seq, the same JSON value,
 // or none has a seq to tell it by, or there is only a finish — would
 // answer the caller's answer with the old round (the run pausing again on
 // the old question). A run in its first round has no earlier round to

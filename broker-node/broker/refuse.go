@@ -21,7 +21,7 @@ const (
 	refusedNoOffer      = "no offer out for this run"
 	refusedEnded        = "the run has ended"
 	refusedNotStored    = "the store did not take the events it came with"
-	refusedSeqTaken     = "its seq is already taken by another event of this round; a seq names one event (a resend repeats it)"
+	refusedSeqTaken     = "its seq is already taken by another event of this round; a seq names one event (a resend repeats its JSON value)"
 	refusedNULReason    = "its reason holds a NUL character (\\u0000), which funduq cannot store; answer the offer again"
 )
 

@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,7 +15,7 @@ import (
 // onEvents stores a batch of events from the run's holder, admitted once
 // here, and ends the run when its finish came right behind them.
 func (l *lane) onEvents(ctx context.Context, link *linkState, batch []eventCmd, finish bool) {
-	l.relay(ctx, link, batch, l.admit(batch), finish)
+	l.relay(ctx, link, batch, l.admit(batch, false), finish)
 }
 
 // admitted is a batch of provider events read in order: what to store
@@ -37,16 +36,23 @@ type admitted struct {
 	stopAt   int // the batch index of the event that stopped it
 }
 
-func (l *lane) admit(batch []eventCmd) admitted {
+// admit reads batch in order; claim says it goes with the run's claim.
+func (l *lane) admit(batch []eventCmd, claim bool) admitted {
 	a := admitted{evs: make([]store.NewEvent, 0, len(batch)), infos: make([]agui.Info, 0, len(batch)), pseq: l.lastPSeq}
 	counted := 0
 	var bySeq map[int64]json.RawMessage
 	for i, c := range batch {
-		if c.pseq != nil && c.bad == nil {
+		if claim && c.pseq != nil && c.bad == nil {
 			// Another event under a seq this batch already carries: a
-			// claim's round has nothing stored, so the store cannot tell
-			// it from a resend; it is refused here (store.SeqTaken).
-			if prev, ok := bySeq[*c.pseq]; ok && !bytes.Equal(prev, c.ev) {
+			// claim's write does not answer for each event, so it is
+			// refused here (store.SeqTaken); the round has nothing
+			// stored, so the batch's first event under the seq is the
+			// one stored. A resend is the same JSON value, however
+			// written (D7). Past the claim the store tells them, from
+			// what the round stored — the batch's first event under a
+			// seq may be refused there, and a later one be a resend of
+			// the stored one — and answers each (lane.refuseTaken).
+			if prev, ok := bySeq[*c.pseq]; ok && !store.SameEvent(prev, c.ev) {
 				a.taken = append(a.taken, c.link)
 				continue
 			}

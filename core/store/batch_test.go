@@ -177,3 +177,38 @@ func BenchmarkAppendProviderEvents(b *testing.B) {
 		})
 	}
 }
+
+// A resend is the same JSON value, however written (design.md D7): under a
+// seq the round stored, and repeated within a batch — where the batch's
+// first event under the seq may be another event, refused, and a later one
+// the resend of the stored event.
+func TestAppendProviderEventsResendIsTheSameValue(t *testing.T) {
+	st := storetest.Store(t)
+	ctx := context.Background()
+	seedAgent(t, st)
+	epoch, _ := st.AdvanceEpoch(ctx, "node-a")
+	r := newRun(t, st)
+	for _, to := range []run.Status{run.Offering, run.Running} {
+		if _, err := st.Transition(ctx, store.Move{RunID: r.RunID, To: to, Writer: run.ByBroker, Epoch: epoch}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev := func(s string) store.NewEvent { return store.NewEvent{Event: json.RawMessage(s), ProviderSeq: pseq(1)} }
+	first := `{"type":"CUSTOM","name":"a","value":{"n":1,"s":"A"}}`
+	resent := "{ \"value\": {\"s\":\"\\u0041\", \"n\":1.0},\n \"name\":\"a\", \"type\":\"CUSTOM\" }"
+	other := `{"type":"CUSTOM","name":"a","value":{"n":2,"s":"A"}}`
+	if seqs, err := st.AppendProviderEvents(ctx, epoch, r.RunID, []store.NewEvent{ev(first), ev(resent)}); err != nil || fmt.Sprint(seqs) != "[1 0]" {
+		t.Fatalf("a resend within the batch: %v %v", seqs, err)
+	}
+	if seqs, err := st.AppendProviderEvents(ctx, epoch, r.RunID, []store.NewEvent{ev(other), ev(resent)}); err != nil || fmt.Sprint(seqs) != fmt.Sprint([]int{store.SeqTaken, 0}) {
+		t.Fatalf("another event, then a resend of the stored one: %v %v", seqs, err)
+	}
+	done, appended, err := st.Conclude(ctx, store.Conclusion{Move: store.Move{RunID: r.RunID, To: run.Completed, Writer: run.ByBroker, Epoch: epoch},
+		ProviderEvents: []store.NewEvent{ev(resent)}})
+	if err != nil || done.Status != run.Completed || len(appended) != 0 {
+		t.Fatalf("conclude with a resend: %v %+v %v", done.Status, appended, err)
+	}
+	if evs, _ := st.EventsAfter(ctx, r.RunID, 0, 100); len(evs) != 1 || string(evs[0].Event) != first {
+		t.Fatalf("stored: %+v", evs)
+	}
+}

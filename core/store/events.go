@@ -219,7 +219,7 @@ func (rd *eventsRead) queueDedupe(b *pgx.Batch, runID string, evs []NewEvent) {
 		return
 	}
 	// The event's text as sent (a json column keeps it), to tell a resend
-	// from another event under the same seq.
+	// from another event under the same seq (SameEvent).
 	b.Queue(`SELECT p.s, hit.ev FROM runs r, unnest($2::bigint[]) AS p(s),
 		LATERAL (SELECT e.event::text AS ev FROM run_events e WHERE e.run_id = r.run_id AND e.provider_seq = p.s AND e.seq > r.round_seq LIMIT 1) AS hit
 		WHERE r.run_id = $1`, runID, pseqs).Query(func(rows pgx.Rows) error {
@@ -267,7 +267,10 @@ func (ins *eventInsert) add(rd eventsRead, evs []NewEvent) []int {
 				held, ok = ins.seen[*p] // a repeat within the batch is a resend too
 			}
 			if ok {
-				if held != string(e.Event) {
+				// The same value written otherwise is a resend too (a
+				// restarted process, another JSON writer): read only on
+				// such a collision (SameEvent, design.md D7).
+				if held != string(e.Event) && !SameEvent([]byte(held), e.Event) {
 					seqs[i] = SeqTaken
 				}
 				continue
