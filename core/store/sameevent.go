@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"io"
 	"strings"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -51,8 +52,8 @@ func readValue(b []byte) (any, bool) {
 	if !ok {
 		return nil, false
 	}
-	if _, err := r.ReadToken(); err == nil {
-		return nil, false // more than one value
+	if _, err := r.ReadToken(); err != io.EOF {
+		return nil, false // more than one value, or bytes that are none
 	}
 	return v, true
 }
