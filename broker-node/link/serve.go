@@ -373,7 +373,12 @@ func (s *Server) answerQuery(ctx context.Context, c *Conn, q wire.Query) {
 		res.Error = fmt.Sprintf("unknown query method %q", wsconn.Clip(q.Method, 64))
 		return
 	}
-	// Each param read on its own, so a refusal names the one at fault.
+	// Each param read on its own, so a refusal names the one at fault, and
+	// by its exact name (design.md §The provider wire, "Exact names").
+	if m, f := wire.MemberVariant(q.Params, wire.ThreadMessagesParamNames...); m != "" {
+		res.Error = "thread_messages refused: params " + wire.CaseVariantMessage(m, f)
+		return
+	}
 	var raw struct {
 		ThreadID json.RawMessage `json:"threadId"`
 		Limit    json.RawMessage `json:"limit"`

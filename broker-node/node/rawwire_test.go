@@ -608,28 +608,124 @@ func TestRawCloseWithAnInvalidCodeIsALostLink(t *testing.T) {
 	}
 }
 
-// Today's reading of a frame's keys, an open question (design.md §Open
-// questions, "Keys differing in case"): encoding/json matches a frame's
-// members to the wire's fields ignoring case, the last match winning, so
-// an event naming "runId" one run and "RUNID" another is stored to the
-// second, and a finish naming only "RunId" finishes its run — where the
-// reference reads exactly "runId" (an unknown run; a finish without one).
-// Both runs are the sender's own (a stranger's is refused as unknown
-// whatever the key), so this confuses nobody else.
-func TestRawKeysDifferingInCaseAreReadAsTheField(t *testing.T) {
+// A frame's members are read by their exact names, as the reference reads
+// them (design.md §The provider wire, "Exact names"): a member whose name
+// differs from one of its frame's fields only in case is not that field,
+// and the frame is refused saying which member — where encoding/json
+// matched names ignoring case, the last match winning, so an event naming
+// "runId" one run and "RUNID" another was stored to the second. Nothing
+// of such a frame is taken; the run goes on and takes the frames that name
+// their fields exactly.
+func TestRawKeysDifferingInCaseAreRefused(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := rawDial(t, h, 0x7e, nil)
 	p.register("echo")
 	id, thread := p.startRun(h, "echo")
 	p.text(`{"type":"ack","runId":"` + id + `"}`)
+	h.WaitStatus(id, run.Running)
 	p.text(fmt.Sprintf(`{"type":"event","runId":"run_nope","RUNID":%q,"event":{"type":"RUN_STARTED","threadId":%q,"runId":%q}}`, id, thread, id))
-	p.text(fmt.Sprintf(`{"type":"event","RunId":%q,"event":{"type":"RUN_FINISHED","threadId":%q,"runId":%q}}`, id, thread, id))
-	p.text(fmt.Sprintf(`{"type":"finish","RUNID":%q}`, id))
-	if got := p.barrier("b"); len(got) != 0 {
-		t.Fatalf("answered %v", got)
+	p.text(fmt.Sprintf(`{"type":"event","RunId":%q,"event":{"type":"RUN_STARTED","threadId":%q,"runId":%q}}`, id, thread, id))
+	p.text(fmt.Sprintf(`{"type":"event","runId":%q,"Event":{"type":"RUN_STARTED","threadId":%q,"runId":%q}}`, id, thread, id))
+	got := p.barrier("b")
+	want := []struct{ runID, msg string }{
+		{"run_nope", `event refused: member "RUNID" differs from "runId" only in case`},
+		{"", `event refused: member "RunId" differs from "runId" only in case`},
+		{id, `event refused: member "Event" differs from "event" only in case`},
 	}
+	if len(got) != len(want) {
+		t.Fatalf("answered %v; want %d refusals", got, len(want))
+	}
+	for i, w := range want {
+		if got[i]["type"] != wire.TypeError || got[i]["message"] != w.msg || (got[i]["runId"] != nil || w.runID != "") && got[i]["runId"] != w.runID {
+			t.Errorf("frame %d answered %v; want an error %q naming run %q", i, got[i], w.msg, w.runID)
+		}
+	}
+	if evs := h.Events(id); len(evs) != 0 {
+		t.Fatalf("stored %v from frames that name no field exactly", evs)
+	}
+	rawComplete(p, id, thread)
 	h.WaitStatus(id, run.Completed)
-	if evs := h.Events(id); len(evs) != 2 {
-		t.Fatalf("stored %v", evs)
+}
+
+// A finish naming its run only as "RunId" names no run (the reference
+// reads exactly "runId"): it is refused as a finish without one, saying
+// which member it has instead, and the run is not finished by it.
+func TestRawFinishNamingOnlyRunIdIsRefused(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := rawDial(t, h, 0x6e, nil)
+	p.register("echo")
+	id, thread := p.startRun(h, "echo")
+	p.text(`{"type":"ack","runId":"` + id + `"}`)
+	p.text(fmt.Sprintf(`{"type":"event","runId":%q,"event":{"type":"RUN_STARTED","threadId":%q,"runId":%q}}`, id, thread, id))
+	p.text(fmt.Sprintf(`{"type":"event","runId":%q,"event":{"type":"RUN_FINISHED","threadId":%q,"runId":%q}}`, id, thread, id))
+	p.text(`{"type":"finish","RunId":"` + id + `"}`)
+	got := p.barrier("b")
+	if len(got) != 1 || got[0]["type"] != wire.TypeError || got[0]["runId"] != nil ||
+		got[0]["message"] != `finish refused: member "RunId" differs from "runId" only in case` {
+		t.Fatalf("answered %v; want one error saying the finish's RunId is not its runId", got)
+	}
+	if r := h.Run(id); r.Status != run.Running {
+		t.Fatalf("the run is %s; a finish naming no runId finished it", r.Status)
+	}
+	p.text(`{"type":"finish","runId":"` + id + `"}`)
+	h.WaitStatus(id, run.Completed)
+}
+
+// Every other frame a provider sends is read by exact names too
+// (design.md §The provider wire, "Exact names"): a register whose agent
+// says "NAME", an ack whose verdict is "Accepted", a deleteAgent's "Name",
+// a query's "QueryId" and a frame whose type is "TYPE" are each refused
+// saying which member, and none is taken as the field it resembles —
+// encoding/json had registered the agent, declined the offer, deleted the
+// agent and finished the run. A thread_messages query naming "ThreadId"
+// in its params is answered refused, saying so, where it was answered with
+// the thread's messages.
+func TestRawCaseVariantKeysInOtherFramesAreRefused(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := rawDial(t, h, 0x6d, nil)
+	p.register("echo")
+	id, thread := p.startRun(h, "echo")
+	p.text(`{"type":"ack","runId":"` + id + `"}`)
+	h.WaitStatus(id, run.Running)
+	p.text(`{"type":"register","agents":[{"name":"echo","description":"raw"},{"NAME":"other","description":"raw"}]}`)
+	p.text(`{"type":"register","Agents":[{"name":"other","description":"raw"}]}`)
+	p.text(`{"type":"ack","runId":"` + id + `","Accepted":false}`)
+	p.text(`{"type":"deleteAgent","Name":"echo"}`)
+	p.text(`{"type":"query","QueryId":"q1","method":"thread_messages","params":{"threadId":"` + thread + `"}}`)
+	p.text(`{"TYPE":"finish","runId":"` + id + `"}`)
+	p.text(`{"type":"event","Type":"finish","runId":"` + id + `"}`)
+	got := p.barrier("b")
+	want := []struct{ runID, msg string }{
+		{"", `register does not validate: agents[1] member "NAME" differs from "name" only in case`},
+		{"", `register does not validate: member "Agents" differs from "agents" only in case`},
+		{id, `ack refused: member "Accepted" differs from "accepted" only in case`},
+		{"", `deleteAgent refused: member "Name" differs from "name" only in case`},
+		{"", `query refused: member "QueryId" differs from "queryId" only in case`},
+		{"", `frame refused: member "TYPE" differs from "type" only in case`},
+		{id, `event refused: member "Type" differs from "type" only in case`},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("answered %v; want %d refusals", got, len(want))
+	}
+	for i, w := range want {
+		if got[i]["type"] != wire.TypeError || got[i]["message"] != w.msg || (got[i]["runId"] != nil || w.runID != "") && got[i]["runId"] != w.runID {
+			t.Errorf("frame %d answered %v; want an error %q naming run %q", i, got[i], w.msg, w.runID)
+		}
+	}
+	p.text(`{"type":"query","queryId":"q2","method":"thread_messages","params":{"ThreadId":"` + thread + `"}}`)
+	var qr struct{ QueryID, Error string }
+	p.expect(wire.TypeQueryResult, &qr)
+	if qr.QueryID != "q2" || qr.Error != `thread_messages refused: params member "ThreadId" differs from "threadId" only in case` {
+		t.Errorf("a query naming params.ThreadId answered %+v; want it refused naming the member", qr)
+	}
+	// Nothing was taken: the run is still running and its agent still
+	// served, so the run completes on this link.
+	if r := h.Run(id); r.Status != run.Running {
+		t.Fatalf("the run is %s (%s) after frames naming no field exactly", r.Status, r.FailureReason)
+	}
+	rawComplete(p, id, thread)
+	h.WaitStatus(id, run.Completed)
+	if q := h.Quality(p.key); charges(q) != 0 {
+		t.Errorf("counted %+v", q)
 	}
 }

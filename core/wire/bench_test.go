@@ -36,3 +36,17 @@ func BenchmarkEncodeRunFrame(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeEventFrame is the same frame through DecodeProviderFrame,
+// the link's own read: the type peek (which also checks the members'
+// names, design.md §The provider wire) and the decode.
+func BenchmarkDecodeEventFrame(b *testing.B) {
+	frame := []byte(`{"type":"event","runId":"run_000000000000000000000001","seq":7,"event":{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hello there"}}`)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(frame)))
+	for b.Loop() {
+		if _, err := wire.DecodeProviderFrame(frame); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

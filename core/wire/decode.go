@@ -38,30 +38,48 @@ type Answer struct {
 // /ws/provider after the handshake: a Register, DeleteAgent, Ack, Event,
 // Finish or Query, or a *FrameError saying what is wrong with it.
 func DecodeProviderFrame(raw []byte) (any, error) {
-	typ, ok := PeekType(raw)
-	if !ok {
+	h := peek(raw)
+	if !h.ok {
+		if v, ok := h.of(typeNames); ok {
+			return nil, frameErr("frame refused: %s", CaseVariantMessage(v.member, v.field))
+		}
 		return nil, frameErr("unparseable frame")
 	}
-	switch typ {
+	switch h.typ {
 	case TypeRegister:
+		if v, ok := h.of(registerNames); ok {
+			return nil, frameErr("register does not validate: %s", CaseVariantMessage(v.member, v.field))
+		}
+		if why := agentsVariant(raw); why != "" {
+			return nil, frameErr("register does not validate: %s", why)
+		}
 		var f Register
 		if err := decodeClosed(raw, &f); err != nil {
 			return nil, frameErr("register does not validate: %s", closedError(err))
 		}
 		return f, nil
 	case TypeDeleteAgent:
+		if v, ok := h.of(deleteNames); ok {
+			return nil, frameErr("deleteAgent refused: %s", CaseVariantMessage(v.member, v.field))
+		}
 		var f DeleteAgent
 		if json.Unmarshal(raw, &f) != nil || f.Name == "" {
 			return nil, frameErr("deleteAgent needs a name")
 		}
 		return f, nil
 	case TypeAck:
+		if err := h.reportVariant(raw, "ack", ackNames); err != nil {
+			return nil, err
+		}
 		var f Ack
 		if err := decodeReport(raw, "ack", &f, &f.RunID); err != nil {
 			return nil, err
 		}
 		return f, nil
 	case TypeEvent:
+		if err := h.reportVariant(raw, "event", eventNames); err != nil {
+			return nil, err
+		}
 		var f Event
 		if err := decodeReport(raw, "event", &f, &f.RunID); err != nil {
 			return nil, err
@@ -71,19 +89,42 @@ func DecodeProviderFrame(raw []byte) (any, error) {
 		}
 		return f, nil
 	case TypeFinish:
+		if err := h.reportVariant(raw, "finish", finishNames); err != nil {
+			return nil, err
+		}
 		var f Finish
 		if err := decodeReport(raw, "finish", &f, &f.RunID); err != nil {
 			return nil, err
 		}
 		return f, nil
 	case TypeQuery:
+		if v, ok := h.of(queryNames); ok {
+			return nil, frameErr("query refused: %s", CaseVariantMessage(v.member, v.field))
+		}
 		var f Query
 		if json.Unmarshal(raw, &f) != nil || f.QueryID == "" {
 			return nil, frameErr("query needs a queryId")
 		}
 		return f, nil
 	}
-	return nil, frameErr("unexpected frame '%s'", clip(typ, 64))
+	return nil, frameErr("unexpected frame '%s'", clip(h.typ, 64))
+}
+
+// reportVariant refuses a report frame (ack, event, finish) with a member
+// named like one of its fields but not exactly, naming the run its exact
+// runId names, if any (D15): nothing of the frame is read as the field.
+func (h *head) reportVariant(raw []byte, kind string, fields []string) *FrameError {
+	v, ok := h.of(fields)
+	if !ok {
+		return nil
+	}
+	// Off the hot path: only such a frame is read again, by exact names.
+	var members map[string]json.RawMessage
+	var runID string
+	if json.Unmarshal(raw, &members) == nil && json.Unmarshal(members["runId"], &runID) != nil {
+		runID = ""
+	}
+	return &FrameError{Message: kind + " refused: " + CaseVariantMessage(v.member, v.field), RunID: runID}
 }
 
 // decodeReport decodes a report frame (ack, event, finish) into f. A frame
@@ -164,24 +205,37 @@ func jsonKind(k reflect.Kind) string {
 // after the handshake: a RegisterModels, DeleteModel or Answer, or a
 // *FrameError.
 func DecodeKyokFrame(raw []byte) (any, error) {
-	typ, ok := PeekType(raw)
-	if !ok {
+	h := peek(raw)
+	if !h.ok {
+		if v, ok := h.of(typeNames); ok {
+			return nil, frameErr("frame refused: %s", CaseVariantMessage(v.member, v.field))
+		}
 		return nil, frameErr("unparseable frame")
 	}
+	typ := h.typ
 	switch typ {
 	case TypeRegister:
+		if v, ok := h.of(modelsNames); ok {
+			return nil, frameErr("register does not validate: %s", CaseVariantMessage(v.member, v.field))
+		}
 		var f RegisterModels
 		if err := decodeClosed(raw, &f); err != nil {
 			return nil, frameErr("register does not validate: %s", closedError(err))
 		}
 		return f, nil
 	case TypeDeleteModel:
+		if v, ok := h.of(deleteNames); ok {
+			return nil, frameErr("deleteModel refused: %s", CaseVariantMessage(v.member, v.field))
+		}
 		var f DeleteModel
 		if json.Unmarshal(raw, &f) != nil || f.Name == "" {
 			return nil, frameErr("deleteModel needs a name")
 		}
 		return f, nil
 	case TypeChunk, TypeDone, TypeError:
+		if v, ok := h.of(answerNames); ok {
+			return nil, frameErr("%s frame does not decode: %s", typ, CaseVariantMessage(v.member, v.field))
+		}
 		var f Answer
 		if err := json.Unmarshal(raw, &f); err != nil {
 			// Named by a requestId that reads, the frame is wrong elsewhere:

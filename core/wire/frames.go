@@ -2,13 +2,8 @@ package wire
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"regexp"
-	"strings"
-
-	"github.com/funduq/funduq-go/core/jsonscan"
 )
 
 // Version is the provider wire this funduq speaks (the hello's "version").
@@ -238,48 +233,14 @@ var AgentNamePattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 // with a string type.
 //
 // It reads as encoding/json would into a struct with one *string field
-// "type" (the last key matching it without regard to case wins, null
-// unsets it, the whole frame must be valid JSON), but in one pass with
+// "type" (the last one wins, null unsets it, the whole frame must be valid
+// JSON), except that the name is matched exactly (design.md §The provider
+// wire, "Exact names"): "TYPE" is not the type. It reads in one pass with
 // jsontext that builds nothing: the broker peeks at every frame and every
 // event.
 func PeekType(raw []byte) (string, bool) {
-	dec := jsonscan.Open(raw, jsonscan.Loose...)
-	defer dec.Close()
-	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
-		return "", false
-	}
-	typ, ok := "", false
-	for dec.PeekKind() == '"' {
-		key, err := dec.ReadToken()
-		if err != nil {
-			return "", false
-		}
-		if !strings.EqualFold(key.String(), "type") {
-			if dec.SkipValue() != nil {
-				return "", false
-			}
-			continue
-		}
-		v, err := dec.ReadToken()
-		if err != nil {
-			return "", false
-		}
-		switch v.Kind() {
-		case '"':
-			typ, ok = v.String(), true
-		case 'n':
-			typ, ok = "", false
-		default: // not a string: encoding/json refuses the frame
-			return "", false
-		}
-	}
-	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '}' {
-		return "", false
-	}
-	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
-		return "", false
-	}
-	return typ, ok
+	h := peek(raw)
+	return h.typ, h.ok
 }
 
 // ReplacedMessage is the message of the error frame funduq sends a link

@@ -75,22 +75,24 @@ func fields(v any, skip ...string) []string {
 	return out
 }
 
-// FuzzPeekType: PeekType reads any input as encoding/json reads it into a
-// struct with one *string field "type": the same verdict and the same type.
+// FuzzPeekType: PeekType reads any input as encoding/json reads its exact
+// "type" member: the same verdict and the same type. The oracle decodes
+// into a map, whose keys are matched exactly, where a struct field would
+// take "TYPE" too (design.md §The provider wire, "Exact names").
 func FuzzPeekType(f *testing.F) {
 	for _, s := range []string{`{"type":"ack","runId":"r"}`, `{"type":1}`, `null`, `{"TYPE":"a","type":"b"}`, `{"type":"b","Type":null}`,
-		`{"type":"\ud800"}`, "{\"type\":\"\xff\"}", `{"type":"a"} x`, `{"type":"a","x":[1,{"type":2}]}`, `{"typ\u0065":"e"}`, `[{"type":"a"}]`} {
+		`{"type":"\ud800"}`, "{\"type\":\"\xff\"}", `{"type":"a"} x`, `{"type":"a","x":[1,{"type":2}]}`, `{"typ\u0065":"e"}`, `[{"type":"a"}]`,
+		`{"Type":"a"}`, `{"type":"a","type":null}`, `{"type":null,"type":"a"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		typ, ok := wire.PeekType(raw)
-		var f struct {
-			Type *string `json:"type"`
-		}
-		wantOK := json.Unmarshal(raw, &f) == nil && f.Type != nil
+		var m map[string]json.RawMessage
+		var v *string
+		wantOK := json.Unmarshal(raw, &m) == nil && m["type"] != nil && json.Unmarshal(m["type"], &v) == nil && v != nil
 		want := ""
 		if wantOK {
-			want = *f.Type
+			want = *v
 		}
 		if ok != wantOK || typ != want {
 			t.Fatalf("PeekType(%q) = %q, %v; encoding/json reads %q, %v", raw, typ, ok, want, wantOK)

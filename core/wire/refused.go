@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 
 	"github.com/funduq/funduq-go/core/strictjson"
 )
@@ -12,9 +13,14 @@ import (
 // (ack, event, finish) names, when its type and runId each appear once and
 // are themselves strict — two readers agree on them whatever else the
 // frame holds — and whether the defect lies inside an event frame's event
-// alone. runID is "" when the frame cannot be tied to a run. An event
+// alone. runID is "" when the frame cannot be tied to a run. A member
+// named like a report's field but not exactly is a defect around the
+// event (design.md §The provider wire, "Exact names"). An event
 // whose defect is its own is a malformed event of that run (design.md
 // D18); a defect around it refuses the frame naming the run (D15).
+// reportNames are the fields of the report frames.
+var reportNames = []string{"type", "runId", "accepted", "reason", "event", "seq"}
+
 func RefusedReport(raw []byte) (runID string, inEvent bool) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
@@ -23,6 +29,7 @@ func RefusedReport(raw []byte) (runID string, inEvent bool) {
 	var typ, run json.RawMessage
 	seen := map[string]int{}
 	evStart, evEnd := 0, 0
+	variant := false // a member named like a report's field, not exactly
 	for dec.More() {
 		t, err := dec.Token()
 		if err != nil {
@@ -34,6 +41,9 @@ func RefusedReport(raw []byte) (runID string, inEvent bool) {
 			return "", false
 		}
 		seen[k]++
+		if f := foldedName(k); f != "" && slices.Contains(reportNames, f) {
+			variant = true
+		}
 		switch k {
 		case "type":
 			typ = v
@@ -55,7 +65,7 @@ func RefusedReport(raw []byte) (runID string, inEvent bool) {
 	case TypeAck, TypeFinish:
 		return id, false
 	case TypeEvent:
-		if seen["event"] != 1 {
+		if seen["event"] != 1 || variant {
 			return id, false
 		}
 		rest := make([]byte, 0, len(raw)-(evEnd-evStart)+4)
