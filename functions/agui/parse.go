@@ -45,12 +45,19 @@ func (in RunAgentInput) HasToolMessages() bool {
 	return false
 }
 
-func roleOf(m json.RawMessage) string {
-	var v struct {
-		Role string `json:"role"`
+func roleOf(m json.RawMessage) string { return memberString(m, "role") }
+
+// memberString is the string the JSON object m's member key holds ("" for
+// none), read by its exact name as the provider reads it (design.md §The
+// doors, "Exact names"): a struct field would also take "Role", the last
+// match winning.
+func memberString(m json.RawMessage, key string) string {
+	var obj map[string]json.RawMessage
+	var s string
+	if json.Unmarshal(m, &obj) != nil || json.Unmarshal(obj[key], &s) != nil {
+		return ""
 	}
-	_ = json.Unmarshal(m, &v)
-	return v.Role
+	return s
 }
 
 func invalid(format string, args ...any) *door.Error {

@@ -366,12 +366,11 @@ func completes(asks []string, interrupts []door.InterruptRef, in RunAgentInput) 
 		}
 	}
 	for _, m := range in.Messages {
-		var v struct {
-			Role       string `json:"role"`
-			ToolCallID string `json:"toolCallId"`
+		if roleOf(m) != "tool" {
+			continue
 		}
-		if json.Unmarshal(m, &v) == nil && v.Role == "tool" && v.ToolCallID != "" && !interruptAsk[v.ToolCallID] {
-			answered[v.ToolCallID] = true
+		if id := memberString(m, "toolCallId"); id != "" && !interruptAsk[id] {
+			answered[id] = true
 		}
 	}
 	for _, a := range asks {
