@@ -38,15 +38,27 @@ func ParsePresenterHeader(value string, body []byte, now time.Time) (publicKeyHe
 // ParsePresenterHeaderDigest is ParsePresenterHeader against the body's
 // lowercase hex sha256 (PresenterPayloadDigest) rather than the body.
 func ParsePresenterHeaderDigest(value, bodySHA256Hex string, now time.Time) (publicKeyHex string, err error) {
-	return parseSignedHeader(value, now, ErrBadPresenter, func(key string, ts int64) []byte {
+	return parseSignedHeader(value, &now, ErrBadPresenter, func(key string, ts int64) []byte {
 		return PresenterPayloadDigest(key, ts, bodySHA256Hex)
 	})
 }
 
+// VerifyPresenterHeaderAnyTime is ParsePresenterHeader without the
+// freshness check: the key whose signature over body the value carries,
+// whenever it was made. It proves no presenter (a replayed proof passes
+// it); a door uses it only to tell whose retry a stale proof is.
+func VerifyPresenterHeaderAnyTime(value string, body []byte) (publicKeyHex string, err error) {
+	digest := SHA256Hex(body)
+	return parseSignedHeader(value, nil, ErrBadPresenter, func(key string, ts int64) []byte {
+		return PresenterPayloadDigest(key, ts, digest)
+	})
+}
+
 // parseSignedHeader reads a {publicKey, timestamp, signature} header shared by
-// the presenter and view proofs, checks its freshness and verifies the
-// signature over payload(publicKey, timestamp); every failure wraps sentinel.
-func parseSignedHeader(value string, now time.Time, sentinel error, payload func(key string, ts int64) []byte) (publicKeyHex string, err error) {
+// the presenter and view proofs, checks its freshness against *now (not
+// at all when now is nil) and verifies the signature over
+// payload(publicKey, timestamp); every failure wraps sentinel.
+func parseSignedHeader(value string, now *time.Time, sentinel error, payload func(key string, ts int64) []byte) (publicKeyHex string, err error) {
 	m, err := jsonObject([]byte(value), "publicKey", "timestamp", "signature")
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", sentinel, err)
@@ -67,8 +79,10 @@ func parseSignedHeader(value string, now time.Time, sentinel error, payload func
 	if !ok {
 		return "", fmt.Errorf("%w: signature is missing or not a string", sentinel)
 	}
-	if err := CheckFresh(ts, now, FreshnessWindow); err != nil {
-		return "", fmt.Errorf("%w: %w", sentinel, err)
+	if now != nil {
+		if err := CheckFresh(ts, *now, FreshnessWindow); err != nil {
+			return "", fmt.Errorf("%w: %w", sentinel, err)
+		}
 	}
 	if err := Verify(pub, payload(key, ts), sig); err != nil {
 		return "", fmt.Errorf("%w: %w", sentinel, err)

@@ -23,5 +23,5 @@ func MakeViewHeader(s *Signer, id string, ts int64) string {
 // (hex, over ViewPayload(id, timestamp)). Every refusal wraps ErrBadView,
 // plus ErrStale, ErrBadKey or ErrBadSignature where that is the cause.
 func ParseViewHeader(value, id string, now time.Time) (publicKeyHex string, err error) {
-	return parseSignedHeader(value, now, ErrBadView, func(_ string, ts int64) []byte { return ViewPayload(id, ts) })
+	return parseSignedHeader(value, &now, ErrBadView, func(_ string, ts int64) []byte { return ViewPayload(id, ts) })
 }

@@ -270,7 +270,7 @@ func (h *Handler) toRPC(r *http.Request, err error) *RPCError {
 	if de, ok := door.Refusal(err); ok {
 		e := &RPCError{Message: de.Message, Data: map[string]any{"reason": de.Code}}
 		switch de.Code {
-		case door.CodePresenterRequired, door.CodeInvalidChain, door.CodeBodyMismatch:
+		case door.CodePresenterRequired, door.CodeInvalidChain, door.CodeBodyMismatch, door.CodePresenterProofStale:
 			e.Code, e.status = CodeUnauthenticated, http.StatusUnauthorized
 		case door.CodeMembershipRequired:
 			e.Code = CodeMembershipRequired

@@ -152,7 +152,7 @@ var ErrorCodes = map[string]int{
 // defined server-error range (-32000…-32099) clear of A2A's -32001…-32009.
 // Each also carries data.reason = the door error code (package door).
 const (
-	CodeUnauthenticated    = -32040 // presenter required, or the actor chain does not verify (HTTP 401)
+	CodeUnauthenticated    = -32040 // presenter required, the actor chain does not verify, or a retry's presenter proof went stale (HTTP 401)
 	CodeMembershipRequired = -32041 // a write to a thread bound to another authority
 	CodeInvalidCancel      = -32042 // a cancel on a bound thread without a valid proof
 	CodeUnavailable        = -32043 // storage unreachable (HTTP 503, Retry-After)

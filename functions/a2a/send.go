@@ -482,7 +482,15 @@ func (c *call) accept(ctx context.Context, p SendParams) (accepted, error) {
 	// caller's task. An anonymous caller's is matched with the request's
 	// hash, as before.
 	requestID := door.IdempotencyScope(callerKey, msg.MessageID)
-	probe := door.Probe(agent, thread, caller, idem, requestID, hash, messageIDKeyPrefix+msg.MessageID+":"+hash)
+	firstMessage := messageIDKeyPrefix + msg.MessageID + ":" + hash
+	probe := door.Probe(agent, thread, caller, idem, requestID, hash, firstMessage)
+	// A retry of a presenter's whose proof went stale is refused, not run
+	// again as an anonymous caller's (design.md §The doors).
+	if err := door.RefuseStaleRetry(ctx, st, caller, func(c door.Caller) store.NewRun {
+		return door.Probe(agent, thread, c, idem, door.IdempotencyScope(c.Key, msg.MessageID), hash, firstMessage)
+	}); err != nil {
+		return accepted{}, err
+	}
 	// The addressed task must be running — unless this is a retry of an
 	// interjection already taken: its target has often ended since (the
 	// interjection may be what ended it), and a retry gets the task the

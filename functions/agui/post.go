@@ -194,6 +194,13 @@ func (h *Handler) accept(ctx context.Context, r *http.Request, body []byte, in R
 	if thread == nil && guess {
 		probe.UnlessThread = in.ThreadID
 	}
+	// A retry of a presenter's whose proof went stale is refused, not run
+	// again as an anonymous caller's (design.md §The doors).
+	if err := door.RefuseStaleRetry(ctx, h.o.Store, caller, func(c door.Caller) store.NewRun {
+		return door.Probe(agent, thread, c, idem, door.IdempotencyScope(c.Key, in.CallerRunID), hash, firstTurn)
+	}); err != nil {
+		return outcome{}, err
+	}
 	// 5. Is this an answer to a paused run (D1)?
 	if len(in.ResumeEntries) > 0 || in.HasToolMessages() {
 		// A retried answer finds the run it reopened before it could

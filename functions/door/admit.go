@@ -94,6 +94,10 @@ func (b Bag) SealKyok(secret []byte) (*store.KyokBindingRow, error) {
 type Caller struct {
 	Key   string
 	Chain *identity.Chain
+	// Stale, for a caller with no key, is the key of a presenter proof
+	// gone stale (StalePresenterKey): no authority, only the scope
+	// RefuseStaleRetry looks the request up in.
+	Stale string
 }
 
 // Head is the chain's head ("" without a chain).
@@ -109,7 +113,11 @@ func (c Caller) Head() string {
 func ReadCaller(r *http.Request, body []byte, authorized func(*http.Request) string, now time.Time, bag Bag) (Caller, error) {
 	key := CallerKey(r, body, authorized, now)
 	chain, err := VerifyCaller(bag.CallerBag, key)
-	return Caller{Key: key, Chain: chain}, err
+	c := Caller{Key: key, Chain: chain}
+	if key == "" && err == nil {
+		c.Stale = StalePresenterKey(r, body, now)
+	}
+	return c, err
 }
 
 // MayWrite reports whether a caller whose chain is headed by head may add
