@@ -127,10 +127,16 @@ type Broker struct {
 	// table, so the table ends as the in-memory roster does when two links
 	// of one key register and detach at once. Taken before mu, never under it.
 	rosterMu sync.Mutex
-	mu       sync.Mutex
-	leading  bool
-	ready    bool // recovery done: providers and readiness probes may come
-	epoch    int64
+	// agentDeletes counts deleteAgent writes, each counted under rosterMu
+	// once its DELETE is done: a register whose agents' rows were written
+	// before one (outside rosterMu) writes them again under it before
+	// its roster change (design.md §Two processes of one key, "A
+	// deleteAgent racing another link's register"). Under mu.
+	agentDeletes uint64
+	mu           sync.Mutex
+	leading      bool
+	ready        bool // recovery done: providers and readiness probes may come
+	epoch        int64
 	// writeEpoch is epoch for write's lines, which may be called under
 	// mu (docs/design.md §Logs: a broker line names its epoch).
 	writeEpoch atomic.Int64
@@ -538,6 +544,7 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 	ls, ok := b.links[l]
 	epoch, lctx := b.epoch, b.ctx
 	leading := b.leading
+	deletes := b.agentDeletes // before the writes below: see the rewrite under rosterMu
 	if ok && ls.withdrawn {
 		b.mu.Unlock()
 		return ErrWithdrawn
@@ -576,13 +583,27 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 	if err != nil {
 		return err
 	}
-	if err := b.registerWrites(ctx, lctx, epoch, store.Provider{PublicKey: l.Key(), Fingerprint: identity.Fingerprint(pub), DisplayName: providerName}, rows); err != nil {
+	prov := store.Provider{PublicKey: l.Key(), Fingerprint: identity.Fingerprint(pub), DisplayName: providerName}
+	if err := b.registerWrites(ctx, lctx, epoch, prov, rows); err != nil {
 		return err
 	}
 	names := sortedNames(seen)
 
 	b.rosterMu.Lock()
 	defer b.rosterMu.Unlock()
+	// A deleteAgent of another link of the key, written after the rows
+	// above and before this roster change, may have deleted one of them:
+	// the rows are written again, in the roster's order, so that a name
+	// this link serves keeps its record (design.md §Two processes of one
+	// key, "A deleteAgent racing another link's register").
+	b.mu.Lock()
+	raced := b.agentDeletes != deletes
+	b.mu.Unlock()
+	if raced {
+		if err := b.registerRows(ctx, lctx, epoch, prov, rows); err != nil {
+			return err
+		}
+	}
 	b.mu.Lock()
 	b.reserved -= reserved // served from here on, or given up
 	reserved = 0
@@ -728,11 +749,7 @@ func (b *Broker) registerWrites(ctx, lctx context.Context, epoch int64, p store.
 		return err
 	}
 	defer b.queries.give()
-	err := b.write(lctx, "register agents", func() error { return b.st.RegisterAgents(ctx, epoch, p, rows) })
-	if errors.Is(err, store.ErrFingerprintTaken) {
-		return &RegisterError{"this key's fingerprint is already held by another key; use another key"}
-	}
-	if err != nil {
+	if err := b.registerRows(ctx, lctx, epoch, p, rows); err != nil {
 		return err
 	}
 	// A key withdrawn on another link and registering on this one takes the
@@ -740,6 +757,15 @@ func (b *Broker) registerWrites(ctx, lctx context.Context, epoch int64, p store.
 	// before "registered" is sent, so nobody served reads as withdrawn.
 	_ = b.write(lctx, "end a withdrawal", func() error { return b.st.ClearWithdrawn(ctx, epoch, p.PublicKey) })
 	return nil
+}
+
+// registerRows writes a register's provider and agents rows.
+func (b *Broker) registerRows(ctx, lctx context.Context, epoch int64, p store.Provider, rows []store.Agent) error {
+	err := b.write(lctx, "register agents", func() error { return b.st.RegisterAgents(ctx, epoch, p, rows) })
+	if errors.Is(err, store.ErrFingerprintTaken) {
+		return &RegisterError{"this key's fingerprint is already held by another key; use another key"}
+	}
+	return err
 }
 
 // objectOrAbsent reports whether raw, a value of a frame that passed the
@@ -794,6 +820,12 @@ func (b *Broker) DeleteAgent(ctx context.Context, l Link, name string) error {
 	defer sendNotices(notices)
 	_ = b.write(lctx, "mark deleted agent unserved", func() error { return b.st.MarkUnserved(ctx, epoch, ls.key, []string{name}) })
 	err := b.write(lctx, "delete agent", func() error { return b.st.DeleteAgent(ctx, epoch, ls.key, name) })
+	// Counted whatever the answer (a write whose answer was lost may have
+	// landed), still under rosterMu: a register that wrote its rows before
+	// this writes them again before its roster change (Register).
+	b.mu.Lock()
+	b.agentDeletes++
+	b.mu.Unlock()
 	switch {
 	case errors.Is(err, store.ErrAgentInUse):
 		return &RegisterError{fmt.Sprintf("agent %q has a conversation behind it and cannot be deleted", name)}

@@ -1116,7 +1116,6 @@ func TestOutsideOfferOutWhenItsAgentIsTakenIsDeclinedUncounted(t *testing.T) {
 // must have its record: a run of x is a row that references it, and the
 // listing is read from it.
 func TestOutsideDeleteRacingAnotherLinksRegisterKeepsTheRecord(t *testing.T) {
-	t.Skip("design.md §Open questions, \"A deleteAgent racing another link's register\": x served with its record deleted")
 	h := nodetest.Start(t, nil)
 	j := h.Connect(0xe3, nil)
 	j.Register("x", "b")
