@@ -130,8 +130,7 @@ type Broker struct {
 	// agentDeletes counts deleteAgent writes, each counted under rosterMu
 	// once its DELETE is done: a register whose agents' rows were written
 	// before one (outside rosterMu) writes them again under it before
-	// its roster change (design.md §Two processes of one key, "A
-	// deleteAgent racing another link's register"). Under mu.
+	// its roster change (design.md §Two processes of one key). Under mu.
 	agentDeletes uint64
 	mu           sync.Mutex
 	leading      bool
@@ -595,7 +594,7 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 	// above and before this roster change, may have deleted one of them:
 	// the rows are written again, in the roster's order, so that a name
 	// this link serves keeps its record (design.md §Two processes of one
-	// key, "A deleteAgent racing another link's register").
+	// key).
 	b.mu.Lock()
 	raced := b.agentDeletes != deletes
 	b.mu.Unlock()

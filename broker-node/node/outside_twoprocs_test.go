@@ -652,7 +652,6 @@ func TestOutsideOfferedLinkAnswersAMovedOfferWithAnEvent(t *testing.T) {
 // deployment starting two replicas). Each must be answered registered:
 // they are one key.
 func TestOutsideFirstRegistersOfANewKeyAtOnce(t *testing.T) {
-	t.Skip("design.md §Open questions, \"Two first registers of a new key at once\": one refused as another key's fingerprint")
 	for i := range 8 {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {
 			h := nodetest.Start(t, nil)

@@ -16,10 +16,41 @@ var ErrFingerprintTaken = errors.New("provider fingerprint taken by another key"
 // ErrAgentInUse: the agent has a conversation behind it and cannot be deleted.
 var ErrAgentInUse = errors.New("agent has a conversation behind it")
 
+// registerConflicts bounds RegisterAgents' attempts that meet their own
+// key's row on the fingerprint's unique index.
+const registerConflicts = 3
+
 // RegisterAgents records a provider and the agents a link registered, under
-// the broker's epoch, and marks them served by that epoch.
+// the broker's epoch, and marks them served by that epoch. It returns
+// ErrFingerprintTaken only when another key holds p's fingerprint.
 func (s *Store) RegisterAgents(ctx context.Context, epoch int64, p Provider, agents []Agent) error {
-	err := s.inTx(ctx, "register agents of "+p.PublicKey, func(tx pgx.Tx) error {
+	for attempt := 1; ; attempt++ {
+		err := s.registerAgents(ctx, epoch, p, agents)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != "providers_fingerprint_key" {
+			return err
+		}
+		// Two first registers of one key at once both pass the insert's
+		// check on the primary key before either row is indexed; the later
+		// then meets the earlier's row on the fingerprint, which the
+		// upsert has no arbiter for. That row, committed by now, is this
+		// key's: the attempt again updates it (design.md §Two processes of
+		// one key).
+		var holder string
+		herr := s.pool.QueryRow(ctx, `SELECT public_key FROM providers WHERE fingerprint = $1`, p.Fingerprint).Scan(&holder)
+		switch {
+		case herr == nil && holder != p.PublicKey:
+			return fmt.Errorf("register %s: %w", p.PublicKey, ErrFingerprintTaken)
+		case herr != nil && !errors.Is(herr, pgx.ErrNoRows):
+			return fmt.Errorf("register %s: who holds its fingerprint: %w", p.PublicKey, herr)
+		case attempt == registerConflicts:
+			return fmt.Errorf("register %s: met its own fingerprint %d times: %w", p.PublicKey, attempt, err)
+		}
+	}
+}
+
+func (s *Store) registerAgents(ctx context.Context, epoch int64, p Provider, agents []Agent) error {
+	return s.inTx(ctx, "register agents of "+p.PublicKey, func(tx pgx.Tx) error {
 		if err := fence(ctx, tx, epoch); err != nil {
 			return err
 		}
@@ -46,11 +77,6 @@ func (s *Store) RegisterAgents(ctx context.Context, epoch int64, p Provider, age
 		}
 		return nil
 	})
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "providers_fingerprint_key" {
-		return fmt.Errorf("register %s: %w", p.PublicKey, ErrFingerprintTaken)
-	}
-	return err
 }
 
 // MarkServed records that these agents of key are served under epoch.
