@@ -967,7 +967,7 @@ func (b *Broker) WhenBare(l Link, bare func()) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ls := b.links[l]
-	if ls == nil || len(ls.names) > 0 {
+	if ls == nil || b.servesLocked(ls) {
 		return
 	}
 	if len(b.byLink[ls]) > 0 {
@@ -976,6 +976,20 @@ func (b *Broker) WhenBare(l Link, bare func()) {
 	}
 	ls.bare = nil
 	bare()
+}
+
+// servesLocked reports whether ls serves an agent. A name it declared and
+// another link of its key took is still in its roster (its going free is
+// announced to ls, taken.go) but not served by it: a link whose every
+// name was taken or deleted serves nothing (design.md §The provider wire,
+// "Admission"). Caller holds b.mu.
+func (b *Broker) servesLocked(ls *linkState) bool {
+	for n := range ls.names {
+		if b.served[AgentRef{ls.key, n}] == ls {
+			return true
+		}
+	}
+	return false
 }
 
 // HoldsRuns reports whether l holds a run: one it claimed, or took over

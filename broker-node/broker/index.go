@@ -67,7 +67,7 @@ func (b *Broker) unlinkLocked(ls *linkState, l *lane) {
 	delete(m, l)
 	if len(m) == 0 {
 		delete(b.byLink, ls)
-		if f := ls.bare; f != nil && len(ls.names) == 0 {
+		if f := ls.bare; f != nil && !b.servesLocked(ls) {
 			ls.bare = nil
 			f()
 		}

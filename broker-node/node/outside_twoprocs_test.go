@@ -986,7 +986,6 @@ func TestOutsideMovedOfferAnsweredAfterTheRunEnded(t *testing.T) {
 // older link's x was taken (it went on serving y, so it was not replaced)
 // and it then deleted y.
 func TestOutsideLinkLeftServingNothingByATakeAndADeleteIsPendingAgain(t *testing.T) {
-	t.Skip("design.md §Open questions, \"A link whose agents were taken and deleted\": not pending again, never closed")
 	h := nodetest.Start(t, nil)
 	older := h.Connect(0xde, nil)
 	older.Register("x", "y")
