@@ -79,7 +79,7 @@ func TestRawTakenAgentIsAnnouncedFreeWhenItsTakerLeaves(t *testing.T) {
 		t.Fatalf("older link told %+v", e)
 	}
 	older.Close() // lost: its process reconnects
-	h.Eventually("older link detached", func() bool { return h.Node.Broker.Snapshot().Links == 2 })
+	h.Eventually("older link detached", func() bool { return h.Node.Broker.Snapshot().Links == 1 })
 	again := h.Connect(0xe2, nil)
 	again.Register("y")
 	newer.Goodbye()
