@@ -1054,7 +1054,7 @@ func (b *Broker) Ack(l Link, runID string, v wire.Verdict, reason string) {
 		b.refuse(l, kindAck, runID, refusedUnknown)
 		return
 	}
-	if ln == nil || ls == nil || !ln.q.push(verdictCmd{ls, v, reason, reg, offerable}) {
+	if ln == nil || ls == nil || !ln.q.push(verdictCmd{link: ls, v: v, reason: reason, registered: reg, offerable: offerable}) {
 		b.refuse(l, kindAck, runID, b.noLaneReason(l, runID))
 	}
 }

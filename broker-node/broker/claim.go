@@ -14,6 +14,7 @@ import (
 // its finish — is written with the claim, in one transaction.
 func (l *lane) claim(ctx context.Context, ls *linkState, from run.Status, queued bool) {
 	l.events = nil // a new round: the per-run limits count from here
+	l.eventAt = nil
 	var batch []eventCmd
 	finish := false
 	if queued && len(l.deferred) == 0 {

@@ -26,6 +26,9 @@ type (
 		// offerable: the link had registered at some time when this was
 		// read (claimByReport).
 		offerable bool
+		// reviewed: an accept kept for its link's register and read
+		// again (keep.go): it is not kept a second time.
+		reviewed bool
 	}
 	lapseCmd struct{ offer uint64 } // the offer's deliver_timeout passed
 	// offeringDueCmd: the offer has been out Settings.OfferingAfter.

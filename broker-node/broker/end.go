@@ -60,6 +60,11 @@ func (l *lane) seen() seenEvents {
 func (l *lane) unsee(s seenEvents) {
 	clear(l.events[s.n:])
 	l.events = l.events[:s.n]
+	for pseq, i := range l.eventAt {
+		if i >= s.n {
+			delete(l.eventAt, pseq)
+		}
+	}
 	l.sawFinish, l.sawError, l.errReason, l.interrupts = s.sawFinish, s.sawError, s.errReason, s.interrupts
 	l.b.mu.Lock()
 	l.endStored = s.endStored

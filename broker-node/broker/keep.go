@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/funduq/funduq-go/core/store"
+	"github.com/funduq/funduq-go/core/wire"
 )
 
 // Reports kept for their link's register (design.md D7, "A resend read
@@ -21,7 +22,10 @@ import (
 // ahead of anything the lane has not read yet: the run passing to the link
 // takes them as its own, and otherwise they get the typed refusal the
 // lane gives them then (D15). They are still reports read before the link
-// registered: never an answer to an offer nor a late ack.
+// registered: never an answer to an offer nor a late ack. That a report
+// was read before register is judged as it was read (its offerable), not
+// as the lane gets to it, and an ack is such a report too (D15): kept
+// with those behind it, it is answered as they are.
 //
 // Kept reports keep their places in the link's backlog, and a query read
 // after them is answered once they are taken or refused, as for any
@@ -39,19 +43,30 @@ type keptReports struct {
 
 // keep keeps c, a report from link (offerable as it was read, reviewed
 // when it was kept once already), and reports whether it did: behind the
-// reports kept from its link already, or as the first when the run is
-// held by another live link of the key that was not replaced and link had
-// never registered, which claimByReport would refuse "held by another
-// link".
+// reports kept from its link already, or as the first when it was read
+// before link registered and the run is held by another link of the key
+// (keepsLocked), which claimByReport would refuse "held by another link"
+// or take as the run passing to link. A report read before register past
+// the bound on kept reports is refused "held by another link", as are
+// that link's others read before register for the run.
 func (l *lane) keep(c command, link *linkState, offerable, reviewed bool) bool {
 	// Without the broker's lock first: most reports come from a
 	// registered link, with nothing kept.
-	if reviewed || l.keptOver == link || l.parked == nil && offerable || l.parked != nil && l.parked.link != link {
+	if reviewed || l.keptOver == link && offerable {
+		return false
+	}
+	if l.keptOver == link {
+		// Its reports went past the bound: taking this one would take
+		// the run after a hole, however late the lane gets to it.
+		l.refuseCmd(c, refusedOtherLink)
+		return true
+	}
+	if l.parked == nil && offerable || l.parked != nil && l.parked.link != link {
 		return false
 	}
 	b := l.b
 	b.mu.Lock()
-	if l.parked == nil && !l.keptWaitsLocked(link) {
+	if l.parked == nil && !l.keepsLocked(link) {
 		b.mu.Unlock()
 		return false
 	}
@@ -65,9 +80,6 @@ func (l *lane) keep(c command, link *linkState, offerable, reviewed bool) bool {
 		l.keptOver = link
 		cmds := l.unkeepLocked()
 		b.mu.Unlock()
-		if cmds == nil {
-			return false
-		}
 		for _, k := range append(cmds, c) {
 			l.refuseCmd(k, refusedOtherLink)
 		}
@@ -88,7 +100,7 @@ func (l *lane) keep(c command, link *linkState, offerable, reviewed bool) bool {
 	link.keptBytes += size
 	var holder uint64
 	if first {
-		holder = l.claimedBy.id // keptWaitsLocked: held by another link
+		holder = l.claimedBy.id // keepsLocked: held by a link
 	}
 	b.mu.Unlock()
 	if first {
@@ -98,10 +110,25 @@ func (l *lane) keep(c command, link *linkState, offerable, reviewed bool) bool {
 	return true
 }
 
-// keptWaitsLocked reports whether reports from link are still to be
-// kept: link is open and has never registered, and the run is held by
-// another open link of its key that was not replaced, nor passed to it.
-// Caller holds b.mu.
+// keepsLocked reports whether a report read before link registered is
+// kept: the run has not ended and is held by another link of link's key,
+// or was passed to link and link has not reported for it. That is judged
+// as the lane reaches the report, but the report's registration as it was
+// read: a lane busy in a write reaches a report read before register
+// only after the register, when its holder was replaced already — taken
+// then, with nothing kept, a stale round resent before register was the
+// new link's, and answered the caller's answer (design.md D7). Kept, it is
+// checked as any kept report is (reviewKept), at once if nothing keeps it
+// waiting (keptWaitsLocked). Caller holds b.mu.
+func (l *lane) keepsLocked(link *linkState) bool {
+	h := l.claimedBy
+	return !l.ended && h != nil && h.key == link.key && (h != link || l.passed)
+}
+
+// keptWaitsLocked reports whether reports kept from link still wait:
+// link is open and has never registered, and the run is held by another
+// open link of its key that was not replaced, nor passed to it. Caller
+// holds b.mu.
 func (l *lane) keptWaitsLocked(link *linkState) bool {
 	b := l.b
 	h := l.claimedBy
@@ -148,6 +175,12 @@ func (l *lane) reviewKept(ctx context.Context) {
 		return
 	}
 	link := l.parked.link
+	if l.keptNext(link) {
+		// More read before register from the link is next: they are
+		// read again with these, as one resend (staleKept).
+		b.mu.Unlock()
+		return
+	}
 	open := b.links[link.link] == link
 	cmds := l.unkeepLocked()
 	b.mu.Unlock()
@@ -171,6 +204,9 @@ func (l *lane) reviewKept(ctx context.Context) {
 			c.reviewed = true
 			cmds[i] = c
 		case finishCmd:
+			c.reviewed = true
+			cmds[i] = c
+		case verdictCmd:
 			c.reviewed = true
 			cmds[i] = c
 		}
@@ -221,4 +257,26 @@ func (b *Broker) wakeKeptLocked(ls *linkState) {
 	for l := range b.keptOn[ls] {
 		l.q.push(keptCmd{})
 	}
+}
+
+// keptNext reports whether the next command the lane reads is a report
+// from link read before it registered, not yet kept: what a lane reaches
+// after the link's register is kept and read again all together, as it
+// would have been at the register.
+func (l *lane) keptNext(link *linkState) bool {
+	var next command
+	if len(l.deferred) > 0 {
+		next = l.deferred[0]
+	} else {
+		next = l.q.peek()
+	}
+	switch c := next.(type) {
+	case eventCmd:
+		return c.link == link && !c.offerable && !c.reviewed
+	case finishCmd:
+		return c.link == link && !c.offerable && !c.reviewed
+	case verdictCmd:
+		return c.link == link && !c.offerable && !c.reviewed && c.v == wire.Accepted
+	}
+	return false
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/wire"
 )
 
 // lane is one run's owner. Its goroutine reads only its own queue.
@@ -103,6 +104,10 @@ type lane struct {
 	errReason  string
 	interrupts json.RawMessage
 	events     []json.RawMessage // this round's events, for folding
+	// eventAt maps a provider seq this lane stored this round to its
+	// event's index in events: a resend of it reached after the run's
+	// terminal event is taken, not refused (storedResend).
+	eventAt map[int64]int
 	// lastPSeq is the highest provider seq this round has seen stored:
 	// math.MinInt64 before any, since the wire gives seq no origin and a
 	// provider may number from 0 (or below). An event at or below it is
@@ -223,6 +228,9 @@ func (l *lane) handle(ctx context.Context, c command) {
 	case tryCmd:
 		l.try(ctx)
 	case verdictCmd:
+		if c.v == wire.Accepted && l.offer == nil && l.keep(c, c.link, c.offerable, c.reviewed) {
+			break // an ack is a report: kept with those behind it (keep.go)
+		}
 		l.onVerdict(ctx, c)
 	case lapseCmd:
 		l.onLapse(ctx, c)
@@ -237,6 +245,10 @@ func (l *lane) handle(ctx context.Context, c command) {
 			break
 		}
 		if l.reportedEnd() {
+			if l.storedResend(c) {
+				c.link.release(c) // stored once already: taken (resend.go)
+				break
+			}
 			l.refuseCmd(c, refusedAfterEnd)
 			break
 		}
@@ -308,7 +320,11 @@ func (l *lane) handle(ctx context.Context, c command) {
 // answers reports whether c speaks to the offer that is out.
 func (l *lane) answers(c command) bool {
 	switch c := c.(type) {
-	case verdictCmd, lapseCmd, offeringDueCmd:
+	case verdictCmd:
+		// An ack read before its link registered answers no offer
+		// (claimByReport): it waits with the reports behind it (keep.go).
+		return c.link == l.offer.link || c.v != wire.Accepted || c.offerable
+	case lapseCmd, offeringDueCmd:
 		return true
 	case eventCmd:
 		return c.link == l.offer.link || l.keyAnswers(c.link, c.registered)

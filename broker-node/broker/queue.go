@@ -88,6 +88,16 @@ func (q *queue) takeFinish(link *linkState) (finishCmd, bool) {
 	return finishCmd{}, false
 }
 
+// peek returns the command at the head of the queue, or nil.
+func (q *queue) peek() command {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.items) == 0 {
+		return nil
+	}
+	return q.items[0]
+}
+
 // close refuses every later push and returns what was still queued.
 func (q *queue) close() []command {
 	q.mu.Lock()

@@ -261,6 +261,12 @@ func (l *lane) kept(a admitted, seqs []int) {
 			continue // already stored (a resend), or refused (store.SeqTaken)
 		}
 		l.note(e.Event, a.infos[i])
+		if e.ProviderSeq != nil {
+			if l.eventAt == nil {
+				l.eventAt = map[int64]int{}
+			}
+			l.eventAt[*e.ProviderSeq] = len(l.events) - 1
+		}
 		n++
 	}
 	l.b.metrics.events.Add(float64(n))

@@ -512,43 +512,59 @@ func TestOutsideKeptResendSentTwiceIsStoredOnce(t *testing.T) {
 // those kept before it included — is refused typed, naming the run, and
 // none is stored (no hole). Told so, the process registers, which passes
 // the run to it, and sends the round again: the caller's stream holds the
-// round once, in order.
+// round once, in order. The same when the run's lane is busy in the
+// holder's write (a held lock) and gets to the reports only after the
+// register: the bound is judged on the reports as they were read
+// (design.md D7), where they were taken.
 func TestOutsideReportsBeyondTheKeepBoundAreRefusedWhole(t *testing.T) {
-	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second; c.LinkEventBacklog = 4 })
-	a := h.Connect(0xd4, nil)
-	a.Register("echo")
-	id, thread := h.Door(a.Key, "echo", "", "q")
-	a.Offer()
-	a.Accept(id)
-	h.WaitStatus(id, run.Running)
-	round := roundFrames(id, thread)
-	b := h.Connect(0xd4, nil)
-	for _, f := range round[:4] { // keeps 2, the third is past the bound
-		b.SendRaw(f)
+	for _, busy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lane busy %v", busy), func(t *testing.T) {
+			h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second; c.LinkEventBacklog = 4 })
+			a := h.Connect(0xd4, nil)
+			a.Register("echo")
+			id, thread := h.Door(a.Key, "echo", "", "q")
+			a.Offer()
+			a.Accept(id)
+			h.WaitStatus(id, run.Running)
+			round := roundFrames(id, thread)
+			release := func() {}
+			want := ""
+			if busy {
+				release = h.Hold(`SELECT 1 FROM runs WHERE run_id = $1 FOR UPDATE`, id)
+				a.SendRaw(round[0]) // the holder's first event, its write waiting on the lock
+				h.Eventually("the lane waits in the holder's write", h.LockWaitsOn("runs"))
+				want = "RUN_STARTED"
+			}
+			b := h.Connect(0xd4, nil)
+			for _, f := range round[:4] { // keeps 2, the third is past the bound
+				b.SendRaw(f)
+			}
+			got := b.ReadBarrier()
+			if !busy {
+				h.Settle() // the lane reaches them before the register
+			}
+			got = append(got, registerSeeing(b, "echo")...) // replaces a
+			release()
+			h.Settle()
+			got = append(got, b.Barrier()...)
+			for _, e := range refusals(t, b, got, 4) {
+				if e.RunID != id || !strings.Contains(e.Message, "held by another link") {
+					t.Fatalf("told %+v, want each report past the bound refused naming %s", e, id)
+				}
+			}
+			if s := storedTypes(h, id); s != want {
+				t.Fatalf("stored %q with the reports past the bound refused, want %q", s, want)
+			}
+			for _, f := range round {
+				b.SendRaw(f)
+			}
+			if got := b.Barrier(); len(got) > 0 {
+				t.Fatalf("the round sent after register was told %s", got[0])
+			}
+			h.WaitStatus(id, run.Completed)
+			wantRound(t, h, id, round)
+		})
 	}
-	got := b.ReadBarrier()
-	// The lane reaches them before the register: reached after it, they
-	// are taken (design.md §Open questions, "A stale round read before
-	// register, reached after it").
-	h.Settle()
-	got = append(got, registerSeeing(b, "echo")...) // replaces a
-	got = append(got, b.Barrier()...)
-	for _, e := range refusals(t, b, got, 4) {
-		if e.RunID != id || !strings.Contains(e.Message, "held by another link") {
-			t.Fatalf("told %+v, want each report past the bound refused naming %s", e, id)
-		}
-	}
-	if s := storedTypes(h, id); s != "" {
-		t.Fatalf("stored %s from refused reports", s)
-	}
-	for _, f := range round {
-		b.SendRaw(f)
-	}
-	if got := b.Barrier(); len(got) > 0 {
-		t.Fatalf("the round sent after register was told %s", got[0])
-	}
-	h.WaitStatus(id, run.Completed)
-	wantRound(t, h, id, round)
 }
 
 // Two processes both believe they run one run: the holder (a, live,
@@ -722,9 +738,6 @@ func TestOutsideReportsBehindAnOfferPastTheKeepBound(t *testing.T) {
 func TestOutsideStaleRoundReadBeforeRegisterBehindABusyLane(t *testing.T) {
 	for _, busy := range []bool{false, true} {
 		t.Run(fmt.Sprintf("lane busy %v", busy), func(t *testing.T) {
-			if busy {
-				t.Skip("design.md §Open questions, \"A stale round read before register, reached after it\": taken, the answer swallowed")
-			}
 			h, a, id, thread := echoRunAccepted(t, 0xd9)
 			started, paused := pauseRawRound(h, a, id, thread)
 			if _, err := h.Store.ReopenRun(t.Context(), store.Reopen{RunID: id}); err != nil {
@@ -802,12 +815,9 @@ func TestOutsideFrozenTakerAtASeededStepOfARun(t *testing.T) {
 			h.Settle()
 			endedBefore := h.Run(id).Status.Terminal()
 			back := h.Connect(0xda, nil)
-			// Its reports, not its ack: an ack read before register is
-			// refused at once (TestOutsideAckBeforeRegisterIsKeptWithItsReports).
-			var resent []string
-			if cut >= 1 {
-				resent = sent[1:]
-			}
+			// Its ack too: read before register it is kept with the
+			// reports behind it (TestOutsideAckBeforeRegisterIsKeptWithItsReports).
+			resent := sent
 			for _, f := range resent {
 				back.SendRaw(f)
 			}
@@ -838,14 +848,14 @@ func TestOutsideFrozenTakerAtASeededStepOfARun(t *testing.T) {
 			}
 			refused := refusals(t, back, got, len(got))
 			for _, e := range refused {
-				// Today a resend of events funduq stored up to the round's
-				// terminal event is refused so, though stored
+				// A resend of events funduq stored up to the round's
+				// terminal event is taken as a resend
 				// (TestOutsideKeptResendAfterTheTerminalEventIsTakenAsAResend).
-				if e.RunID != id || !endedBefore && !(cut == 6 && strings.Contains(e.Message, "already reported its end")) {
+				if e.RunID != id || !endedBefore {
 					t.Fatalf("the process back, finishing the run it held, was told %+v", e)
 				}
 			}
-			if cut == 6 && len(refused) != len(resent) || endedBefore && len(refused) != len(resent) {
+			if endedBefore && len(refused) != len(resent) {
 				t.Fatalf("resent %d reports, told %v", len(resent), refused)
 			}
 			wantRound(t, h, id, round)
@@ -866,7 +876,6 @@ func TestOutsideFrozenTakerAtASeededStepOfARun(t *testing.T) {
 // believes the refusal stops running a run funduq then passes to it and
 // takes the rest of: the run stays running with nobody running it.
 func TestOutsideAckBeforeRegisterIsKeptWithItsReports(t *testing.T) {
-	t.Skip("design.md §Open questions, \"An ack before register is not kept\": refused at once while the reports behind it are kept")
 	h, a, id, thread := echoRunAccepted(t, 0xdb)
 	a.Barrier()
 	round := roundFrames(id, thread)
@@ -893,7 +902,6 @@ func TestOutsideAckBeforeRegisterIsKeptWithItsReports(t *testing.T) {
 // reported its end" instead, though stored: the provider is told "not
 // taken" for what the caller has.
 func TestOutsideKeptResendAfterTheTerminalEventIsTakenAsAResend(t *testing.T) {
-	t.Skip("design.md §Open questions, \"A kept resend after the terminal event\": refused though stored")
 	h, a, id, thread := echoRunAccepted(t, 0xdc)
 	round := roundFrames(id, thread)
 	for _, f := range round[:5] {
