@@ -27,6 +27,9 @@ type runIndex struct {
 	// keptOn lists, per link, the lanes keeping reports it sent before
 	// its register (keep.go): its register or its close wakes them.
 	keptOn map[*linkState]map[*lane]struct{}
+	// keptBell is closed, and replaced, whenever a link gets reports kept
+	// for its register (KeptForRegister); nil until someone listens.
+	keptBell chan struct{}
 }
 
 func newRunIndex() runIndex {

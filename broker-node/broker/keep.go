@@ -92,6 +92,10 @@ func (l *lane) keep(c command, link *linkState, offerable, reviewed bool) bool {
 		if m == nil {
 			m = map[*lane]struct{}{}
 			b.keptOn[link] = m
+			if b.keptBell != nil {
+				close(b.keptBell) // KeptForRegister
+				b.keptBell = nil
+			}
 		}
 		m[l] = struct{}{}
 	}

@@ -307,20 +307,8 @@ func (s *Server) handle(ctx context.Context, c *Conn, frame any, querySlots chan
 	case wire.Finish:
 		s.Broker.Finish(c, f.RunID)
 	case wire.Query:
-		select {
-		case querySlots <- struct{}{}:
-		default:
-			// Every slot taken: the link is not read until one frees,
-			// which the broker must know of so that an answer waiting
-			// unread behind this query is not counted as silence.
-			end := s.Broker.Stalled(c)
-			select {
-			case querySlots <- struct{}{}:
-				end()
-			case <-c.Closed():
-				end()
-				return
-			}
+		if !s.querySlot(c, querySlots, f) {
+			return
 		}
 		// Answered only once the events and finishes read before it are
 		// taken (Broker.Reported): an answer tells the provider funduq
@@ -334,6 +322,46 @@ func (s *Server) handle(ctx context.Context, c *Conn, frame any, querySlots chan
 				s.answerQuery(ctx, c, f)
 			}
 		}()
+	}
+}
+
+// queryBusyKept answers a query read while every query place is taken and
+// reports the link sent before its register are kept for it.
+const queryBusyKept = "every query place is taken by queries waiting for the reports this link sent before its register, which wait for that register: send register, then ask again"
+
+// querySlot takes one of the link's query places for q, and reports
+// whether it did: not when the link closes first, nor when, every place
+// taken, reports the link sent before its register are kept for it
+// (design.md D7). The queries holding the places then wait for those
+// reports, which wait for the register, which is read only after q: q is
+// answered at once with an error, and the link is read on.
+func (s *Server) querySlot(c *Conn, slots chan struct{}, q wire.Query) bool {
+	select {
+	case slots <- struct{}{}:
+		return true
+	default:
+	}
+	// Every slot taken: the link is not read until one frees, which the
+	// broker must know of so that an answer waiting unread behind this
+	// query is not counted as silence.
+	end := s.Broker.Stalled(c)
+	defer end()
+	for {
+		kept, changed := s.Broker.KeptForRegister(c)
+		if kept {
+			res := wire.QueryResult{Type: wire.TypeQueryResult, QueryID: q.QueryID, Error: queryBusyKept}
+			if b, err := wire.Marshal(res); err == nil {
+				_ = c.SendAnswerWhenRoom(b)
+			}
+			return false
+		}
+		select {
+		case slots <- struct{}{}:
+			return true
+		case <-changed:
+		case <-c.Closed():
+			return false
+		}
 	}
 }
 

@@ -932,7 +932,6 @@ func TestOutsideKeptResendAfterTheTerminalEventIsTakenAsAResend(t *testing.T) {
 // register; the ninth stops the link being read until a place frees. The
 // provider waits on nothing, so funduq must read its register.
 func TestOutsideQueriesBehindAKeptResendDoNotHoldTheRegister(t *testing.T) {
-	t.Skip("design.md §Open questions, \"Queries behind a kept resend\": the ninth stops the read before the register")
 	h, a, id, thread := echoRunAccepted(t, 0xdd)
 	a.Barrier()
 	round := roundFrames(id, thread)
