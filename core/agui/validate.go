@@ -81,10 +81,20 @@ func validate(raw json.RawMessage) (Info, map[string]json.RawMessage, error) {
 	}
 	info := Info{Type: typ}
 	fields, known := schemas[typ]
+	if err := caseVariant(obj, typeField); err != nil { // whatever the type
+		return info, obj, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
 	if !known {
 		return info, obj, nil
 	}
 	info.Known = true
+	named := attribution
+	if runScoped[typ] {
+		named = nil
+	}
+	if err := caseVariant(obj, commonFields, named, fields, typeField); err != nil {
+		return info, obj, fmt.Errorf("%w: %s: %v", ErrMalformed, typ, err)
+	}
 	if err := checkFields(obj, commonFields); err != nil {
 		return info, obj, fmt.Errorf("%w: %s: %v", ErrMalformed, typ, err)
 	}
@@ -165,6 +175,29 @@ func at(seg string, err error) error {
 	}
 	return p
 }
+
+// caseVariant refuses a member named like one of the fields of lists but
+// not exactly ("Delta" beside or instead of "delta"): a door reads some
+// stored events into Go structs, whose matching ignores case, and would
+// read such a member as the field (design.md §The provider wire, "Exact
+// names"). A member of any other name is the event's own and is let
+// through. Each member is compared with each field name (a byte or two
+// for most pairs), in the same pass as the rest of the validation.
+func caseVariant(obj map[string]json.RawMessage, lists ...[]field) error {
+	for k := range obj {
+		for _, fields := range lists {
+			for _, f := range fields {
+				if k != f.name && strings.EqualFold(k, f.name) {
+					return &problem{msg: fmt.Sprintf("member %q differs from %q only in case", k, f.name)}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// typeField is the one field every event has, known type or not.
+var typeField = []field{{name: "type"}}
 
 func checkFields(obj map[string]json.RawMessage, fields []field) error {
 	for _, f := range fields {
@@ -291,6 +324,9 @@ func objectWith(fields ...field) check {
 		if !ok {
 			return isObject(raw)
 		}
+		if err := caseVariant(obj, fields); err != nil {
+			return err
+		}
 		return checkFields(obj, fields)
 	}
 }
@@ -328,6 +364,9 @@ func contentPart(raw json.RawMessage) error {
 	obj, ok := decodeObject(raw)
 	if !ok {
 		return isObject(raw)
+	}
+	if err := caseVariant(obj, outcomeFields); err != nil {
+		return err
 	}
 	if err := checkFields(obj, []field{req("type", isString)}); err != nil {
 		return err
@@ -439,6 +478,9 @@ func outcome(raw json.RawMessage) error {
 	if !ok {
 		return isObject(raw)
 	}
+	if err := caseVariant(obj, outcomeFields); err != nil {
+		return err
+	}
 	if err := checkFields(obj, []field{req("type", isString)}); err != nil {
 		return err
 	}
@@ -450,6 +492,9 @@ func outcome(raw json.RawMessage) error {
 	}
 	return nil
 }
+
+// outcomeFields are every outcome's member names, for caseVariant.
+var outcomeFields = []field{{name: "type"}, {name: "interrupts"}, {name: "pendingToolCallIds"}}
 
 // usage is RUN_FINISHED's and RUN_ERROR's token usage, as AG-UI 1.0's
 // TokenUsage types it.
