@@ -476,6 +476,20 @@ func (b *Broker) bucketFor(key string) *bucket {
 	return bk
 }
 
+// closeWithdrawn closes a withdrawn link that holds no run, with close code
+// 1008 and ErrWithdrawn's words (design.md D6). It does not block: it may
+// be called under b.mu.
+func closeWithdrawn(l Link) {
+	if c, ok := l.(interface{ CloseWith(code int, reason string) }); ok {
+		c.CloseWith(closePolicyViolation, ErrWithdrawn.Error())
+		return
+	}
+	l.Close(ErrWithdrawn.Error())
+}
+
+// closePolicyViolation is WebSocket close code 1008 (RFC 6455 §7.4.1).
+const closePolicyViolation = 1008
+
 // ErrWithdrawn refuses a register on a link withdrawn at tolerance.
 var ErrWithdrawn = errors.New("this provider was withdrawn from service for abnormal behaviour; reconnect (new ticket, handshake and register) to be served again")
 
@@ -915,7 +929,7 @@ func (b *Broker) Detach(l Link, lost bool) {
 		return
 	}
 	delete(b.links, l)
-	ls.bare = nil
+	ls.bare, ls.free = nil, nil
 	ls.detached()
 	dropMovedLocked(ls)
 	b.metrics.links.Dec()
@@ -1265,8 +1279,9 @@ func (b *Broker) counted(ctx context.Context, key string, c store.Counter, q sto
 
 // withdraw takes every agent key serves out of service (D6): nothing more is
 // offered to it, its queued runs take the ordinary no-provider road, and
-// runs it already holds finish and report over the open link. A register on
-// its current links is refused; a new link is the way back.
+// runs it already holds finish and report over the open link, which is
+// closed once they have ended. A register on its current links is refused;
+// a new link is the way back.
 func (b *Broker) withdraw(ctx context.Context, key string, q store.Quality) {
 	b.rosterMu.Lock()
 	defer b.rosterMu.Unlock()
@@ -1305,6 +1320,24 @@ func (b *Broker) withdraw(ctx context.Context, key string, q store.Quality) {
 			_ = l.Send(frame) // a closed link has nobody to tell
 		}
 	}
+	// Then each is closed once the runs it holds have ended (at once if it
+	// holds none): a provider that reconnects after any closed link, as the
+	// reference SDK does, is served again on its next link, where one that
+	// only logs the error frame stayed on a link serving nothing
+	// (design.md D6).
+	b.mu.Lock()
+	for _, l := range told {
+		ls := b.links[l]
+		if ls == nil {
+			continue // closed meanwhile
+		}
+		if len(b.byLink[ls]) == 0 {
+			closeWithdrawn(l)
+			continue
+		}
+		ls.free = func() { closeWithdrawn(l) }
+	}
+	b.mu.Unlock()
 	_ = b.write(ctx, "record withdrawal", func() error { return b.st.SetWithdrawn(ctx, epoch, key, true) })
 	_ = b.write(ctx, "mark withdrawn agents unserved", func() error { return b.st.MarkUnserved(ctx, epoch, key, names) })
 }

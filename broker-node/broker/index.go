@@ -74,6 +74,10 @@ func (b *Broker) unlinkLocked(ls *linkState, l *lane) {
 			ls.bare = nil
 			f()
 		}
+		if f := ls.free; f != nil {
+			ls.free = nil
+			f()
+		}
 	}
 }
 

@@ -66,7 +66,11 @@ type linkState struct {
 	replaced bool
 	// bare, when set, is called once the link, left serving nothing by a
 	// delete, holds no run either (Broker.WhenBare). Guarded by b.mu.
-	bare   func()
+	bare func()
+	// free, when set, is called once the link holds no run, whatever it
+	// serves: a withdrawn link is closed then (Broker.withdraw). Guarded
+	// by b.mu.
+	free   func()
 	opened time.Time
 	// backlog counts the events read from this link and not yet handled
 	// by their lanes (stored, or dropped as a resend or a stray). When it

@@ -113,6 +113,14 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// Declining with room, three times, withdraws the provider at tolerance
 	// (3): marked in the roster and in the quality table; its run waits queued.
+	// It holds a run meanwhile, so its link stays open to be listed (a
+	// withdrawn link is closed once it holds none, design.md D6).
+	hid, _ := h.Door(p.Key, "summarize", "", "held")
+	if f := p.Offer(); f.RunID != hid {
+		t.Fatalf("offered %s, want %s", f.RunID, hid)
+	}
+	p.Accept(hid)
+	h.WaitStatus(hid, "running")
 	qid, _ := h.Door(p.Key, "echo", "", "anyone?")
 	for i := range 3 {
 		if f := p.Offer(); f.RunID != qid {

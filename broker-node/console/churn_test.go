@@ -117,9 +117,17 @@ func TestConsoleProviderPageUnderChurn(t *testing.T) {
 		}()
 	}
 
-	// The withdrawn one: declines with room at tolerance 1.
+	// The withdrawn one: declines with room at tolerance 1, holding a run
+	// it never ends, so its link stays open (a withdrawn link is closed
+	// once it holds none, design.md D6).
 	w := h.Connect(200, nil)
 	w.Register("echo")
+	held, _ := h.Door(w.Key, "echo", "", "held")
+	if f := w.Offer(); f.RunID != held {
+		t.Fatalf("offered %s, want %s", f.RunID, held)
+	}
+	w.Accept(held)
+	h.WaitStatus(held, "running")
 	id, _ := h.Door(w.Key, "echo", "", "x")
 	if f := w.Offer(); f.RunID != id {
 		t.Fatalf("offered %s, want %s", f.RunID, id)

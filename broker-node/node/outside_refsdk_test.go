@@ -2,6 +2,7 @@ package node_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -339,7 +340,6 @@ func TestOutsideRefSDKRegisteredIsTheFirstAnswerAfterAReconnect(t *testing.T) {
 // user expects the withdrawn link to be closed, so that a provider that
 // reconnects after any closed link does what the message asks.
 func TestOutsideRefSDKWithdrawnLinkIsClosed(t *testing.T) {
-	t.Skip("docs/design.md §Open questions: a withdrawn reference-SDK provider stays on its open link serving nothing")
 	h := nodetest.Start(t, nil)
 	stay := refDial(t, h, 0xa7, "4")
 	stay.refRegister("other")
@@ -371,6 +371,10 @@ func TestOutsideRefSDKWithdrawnLinkIsClosed(t *testing.T) {
 				t.Fatal("the withdrawn link is still open: the reference SDK logs the error frame and stays on it, serving nothing")
 			}
 		case <-stay.done:
+			var ce *websocket.CloseError
+			if !errors.As(stay.err, &ce) || ce.Code != websocket.ClosePolicyViolation || !strings.Contains(ce.Text, "withdrawn") {
+				t.Fatalf("the withdrawn link ended with %v, want close 1008 saying withdrawn", stay.err)
+			}
 			return
 		case <-time.After(time.Minute):
 			t.Fatal("no answer on the withdrawn link")

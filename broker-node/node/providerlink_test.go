@@ -3,10 +3,13 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
@@ -30,7 +33,8 @@ func listing(t *testing.T, h *nodetest.Harness) map[string]store.AgentInfo {
 
 // A provider withdrawn at tolerance while it holds a run: the run finishes
 // and reports over the open link (D6) — completed, its events stored, no
-// abandoned counted — and a goodbye after it counts nothing either.
+// abandoned counted; a register there is refused — and the link is closed
+// (1008) once the run has ended, counting nothing either.
 func TestWithdrawnProviderFinishesWhatItHolds(t *testing.T) {
 	h := nodetest.Start(t, func(c *configBroker) { c.ProviderQualityTolerance = 2 })
 	p := h.Connect(0xe1, nil)
@@ -53,6 +57,12 @@ func TestWithdrawnProviderFinishesWhatItHolds(t *testing.T) {
 	}
 	h.Eventually("withdrawn", func() bool { return h.Quality(p.Key).WithdrawnAt != nil })
 	expectWithdrawalNotice(t, p)
+	p.SendRaw(`{"type":"register","agents":[{"name":"echo"}]}`)
+	var e wire.Error
+	p.Expect(wire.TypeError, &e)
+	if !strings.Contains(e.Message, "reconnect") {
+		t.Fatalf("register on a withdrawn link told %q", e.Message)
+	}
 	p.Event(held, `{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`)
 	p.Event(held, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"done anyway"}`)
 	p.Event(held, `{"type":"TEXT_MESSAGE_END","messageId":"m1"}`)
@@ -62,8 +72,7 @@ func TestWithdrawnProviderFinishesWhatItHolds(t *testing.T) {
 	if n := len(h.Events(held)); n != 5 {
 		t.Fatalf("%d events stored, want 5", n)
 	}
-	p.None()
-	p.Goodbye()
+	expectWithdrawnClose(t, p)
 	h.Eventually("the link is gone", func() bool { return h.Node.Broker.Snapshot().Links == 0 })
 	h.Settle()
 	if q := h.Quality(p.Key); q.Abandoned != 0 || q.Misdeclared != 2 {
@@ -225,41 +234,28 @@ func TestAcceptAfterDeleteAgentIsTaken(t *testing.T) {
 	nothingCounted(t, h, p.Key, "the provider")
 }
 
-// A link withdrawn at tolerance still has its queries and deleteAgents
-// answered, and every link the key has open is withdrawn, not only the
-// one that misbehaved; a new link is the way back for its names.
+// Every link the key has open is withdrawn at tolerance, not only the one
+// that misbehaved: each is told, and each holding no run is closed at once
+// (1008, D6), so a provider that reconnects after a closed link does so; a
+// new link is the way back for its names.
 func TestWithdrawnKeyWithTwoLinks(t *testing.T) {
 	h := nodetest.Start(t, func(c *configBroker) { c.ProviderQualityTolerance = 1 })
 	a := h.Connect(0xe1, nil)
 	a.Register("a")
 	b := h.Connect(0xe1, nil)
 	b.Register("b")
-	_, thread, _ := h.CompletedRun(b, "b", "history")
+	h.CompletedRun(b, "b", "history")
 	id, _ := h.Door(a.Key, "a", "", "declined")
 	a.Offer()
 	a.Decline(id) // unlimited: misdeclared, at tolerance 1
 	h.Eventually("withdrawn", func() bool { return h.Quality(a.Key).WithdrawnAt != nil })
 	h.Eventually("nothing served", func() bool { return len(h.Node.Broker.Snapshot().Served) == 0 })
-	// Each link is told at the withdrawal, not only at its next register.
+	// Each link is told at the withdrawal, not only at its next register,
+	// and then closed.
 	for _, p := range []*nodetest.Prov{a, b} {
 		expectWithdrawalNotice(t, p)
+		expectWithdrawnClose(t, p)
 	}
-	for _, p := range []*nodetest.Prov{a, b} {
-		p.SendRaw(`{"type":"register","agents":[{"name":"b"}]}`)
-		var e wire.Error
-		p.Expect(wire.TypeError, &e)
-		if !strings.Contains(e.Message, "reconnect") {
-			t.Fatalf("error %q", e.Message)
-		}
-	}
-	b.SendRaw(`{"type":"query","queryId":"q","method":"thread_messages","params":{"threadId":"` + thread + `"}}`)
-	var r wire.QueryResult
-	b.Expect(wire.TypeQueryResult, &r)
-	if r.Error != "" {
-		t.Fatalf("query on a withdrawn link: %+v", r)
-	}
-	b.Send(wire.DeleteAgent{Type: wire.TypeDeleteAgent, Name: "b"})
-	b.Expect(wire.TypeError, nil) // history
 	back := h.Connect(0xe1, nil)
 	back.Register("a")
 	if f := back.Offer(); f.RunID != id {
@@ -293,7 +289,7 @@ func TestWithdrawnKeysQueuedRunTakesTheNoProviderRoad(t *testing.T) {
 	if evs := h.Events(id); len(evs) == 0 || evs[len(evs)-1]["type"] != "RUN_ERROR" {
 		t.Fatalf("events %v", evs)
 	}
-	p.None()
+	expectWithdrawnClose(t, p) // offered nothing before its close
 }
 
 // expectWithdrawalNotice reads p's next frame: the error frame telling a
@@ -304,6 +300,21 @@ func expectWithdrawalNotice(t *testing.T, p *nodetest.Prov) {
 	p.Expect(wire.TypeError, &e)
 	if !strings.Contains(e.Message, "withdrawn") || !strings.Contains(e.Message, "reconnect") || e.RunID != "" {
 		t.Fatalf("the withdrawal notice: %+v", e)
+	}
+}
+
+// expectWithdrawnClose waits for p's link to close, and fails t unless
+// nothing more was sent on it and funduq closed it as withdrawn: code 1008,
+// the withdrawal's words (D6).
+func expectWithdrawnClose(t *testing.T, p *nodetest.Prov) {
+	t.Helper()
+	if rest := p.Rest(); len(rest) != 0 {
+		t.Fatalf("sent before the close: %s", rest)
+	}
+	_, err := p.Closed()
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.ClosePolicyViolation || !strings.Contains(ce.Text, "withdrawn") {
+		t.Fatalf("the withdrawn link closed with %v, want 1008 saying withdrawn", err)
 	}
 }
 
