@@ -196,3 +196,52 @@ func TestTestScriptAnswersHelp(t *testing.T) {
 		})
 	}
 }
+
+// scripts/lease and scripts/migrate build with go.mod's toolchain line, as
+// the README says every script does (its standard library has the security
+// fixes govulncheck asks for): they ran the machine's Go as it was, so on a
+// machine defaulting to GOTOOLCHAIN=local the operator's lease and migrate
+// commands were built with an older patch release than the nodes
+// scripts/dev-up builds. FUNDUQ_GOTOOLCHAIN still overrides. A stand-in go
+// on PATH records the GOTOOLCHAIN it was run under.
+func TestLeaseAndMigrateBuildWithTheToolchainLine(t *testing.T) {
+	for _, tc := range []struct {
+		script   string
+		args     []string
+		override string
+		want     string
+	}{
+		{"lease", []string{"status"}, "", "auto"},
+		{"migrate", nil, "", "auto"},
+		{"lease", []string{"status"}, "local", "local"},
+		{"migrate", nil, "local", "local"},
+	} {
+		t.Run(tc.script+" FUNDUQ_GOTOOLCHAIN="+tc.override, func(t *testing.T) {
+			bin := t.TempDir()
+			seen := filepath.Join(bin, "seen")
+			if err := os.WriteFile(filepath.Join(bin, "go"),
+				[]byte("#!/bin/sh\nprintf '%s' \"$GOTOOLCHAIN\" > "+seen+"\nexit 3\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "./"+tc.script, tc.args...)
+			// /usr/local/go/bin named after the stand-in keeps the scripts
+			// from putting the real go first.
+			cmd.Env = append(withoutFunduqEnv(os.Environ()), "PATH="+bin+":/usr/local/go/bin:"+os.Getenv("PATH"),
+				"GOTOOLCHAIN=local", "FUNDUQ_DATABASE_URL=postgres://x", "FUNDUQ_REDIS_URL=redis://x",
+				"XDG_CACHE_HOME="+t.TempDir())
+			if tc.override != "" {
+				cmd.Env = append(cmd.Env, "FUNDUQ_GOTOOLCHAIN="+tc.override)
+			}
+			out, _ := cmd.CombinedOutput()
+			got, err := os.ReadFile(seen)
+			if err != nil {
+				t.Fatalf("the stand-in go was not run: %v; output:\n%s", err, out)
+			}
+			if string(got) != tc.want {
+				t.Errorf("go ran under GOTOOLCHAIN=%q, want %q", got, tc.want)
+			}
+		})
+	}
+}
