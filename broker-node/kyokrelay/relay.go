@@ -33,6 +33,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/funduq/funduq-go/broker-node/handshake"
+	"github.com/funduq/funduq-go/broker-node/lease"
 	"github.com/funduq/funduq-go/broker-node/wsconn"
 	"github.com/funduq/funduq-go/core/backoff"
 	"github.com/funduq/funduq-go/core/identity"
@@ -172,7 +173,8 @@ func (r *Relay) Start(ctx context.Context, epoch int64) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := r.Run(ctx, epoch); err != nil {
+		// A requested handover is routine (Run logged it at INFO).
+		if err := r.Run(ctx, epoch); err != nil && !errors.Is(err, lease.ErrHandover) {
 			r.log().Error("kyok relay stopped", "err", err, "epoch", epoch)
 		}
 	}()

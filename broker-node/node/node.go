@@ -487,7 +487,11 @@ func (n *Node) leadUnder(ctx context.Context) {
 		if errors.Is(err, broker.ErrStoreUnavailable) {
 			n.storeLost.Store(true)
 		}
-		n.log.Error("broker stopped leading", "err", err, "epoch", epoch)
+		// A requested handover (`lease handover`, before a deploy) is
+		// routine: Broker.Run logged its end at INFO with the cause.
+		if !errors.Is(err, lease.ErrHandover) {
+			n.log.Error("broker stopped leading", "err", err, "epoch", epoch)
+		}
 	}
 }
 
