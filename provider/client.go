@@ -494,7 +494,7 @@ func (c *Client) Run(ctx context.Context) error {
 			attempt++
 			followed = false
 		}
-		attrs := []any{"err", err, "retry_in", delay, "url", base.String()}
+		attrs := []any{"err", err, "retry_in", delay.String(), "url", base.String()}
 		if redirect != nil {
 			attrs = append(attrs, "next", redirect.String())
 		}

@@ -47,7 +47,11 @@ func TestTicketRefusalsWaitTheirRetryAfter(t *testing.T) {
 			case <-time.After(guard):
 				t.Fatal("the client did not ask for a ticket")
 			}
-			var retryIn any // slog's JSON writes a duration as nanoseconds
+			// retry_in reads as a Go duration ("7s"), as the node's own
+			// durations do ("ttl":"10s"): slog's JSON writes a bare
+			// time.Duration as nanoseconds ("retry_in":171898618), which an
+			// agent author reading the log could not tell the unit of.
+			var retryIn any
 			deadline := time.Now().Add(guard)
 			for retryIn == nil {
 				for _, r := range logs.Records() {
@@ -62,11 +66,12 @@ func TestTicketRefusalsWaitTheirRetryAfter(t *testing.T) {
 				time.Sleep(2 * time.Millisecond)
 			}
 			stop()
-			ns, ok := retryIn.(float64)
-			if !ok {
-				t.Fatalf("retry_in %v is not a duration", retryIn)
+			str, _ := retryIn.(string)
+			d, err := time.ParseDuration(str)
+			if err != nil {
+				t.Fatalf("retry_in %v is not a duration string: %v", retryIn, err)
 			}
-			if d := time.Duration(ns); d < 7*time.Second {
+			if d < 7*time.Second {
 				t.Fatalf("refused with Retry-After: 7, the client retries in %s", d)
 			}
 		})

@@ -97,7 +97,7 @@ func (l *Listener) Run(ctx context.Context) error {
 		l.failures.Add(1)
 		delay := backoff(attempt, l.opt.ReconnectMin, l.opt.ReconnectMax, l.jitter)
 		l.log.LogAttrs(ctx, slog.LevelWarn, "intake: listener connection failed",
-			slog.Any("err", err), slog.Int("attempt", attempt), slog.Duration("retry_in", delay))
+			slog.Any("err", err), slog.Int("attempt", attempt), slog.String("retry_in", delay.String()))
 		if !sleep(ctx, delay) {
 			break
 		}
@@ -258,7 +258,7 @@ func (l *Listener) close(conn *pgx.Conn) {
 	case <-pc.CleanupDone():
 	case <-ctx.Done():
 		l.log.LogAttrs(ctx, slog.LevelWarn, "intake: connection cleanup did not finish",
-			slog.Duration("waited", l.opt.IOTimeout))
+			slog.String("waited", l.opt.IOTimeout.String()))
 	}
 }
 
