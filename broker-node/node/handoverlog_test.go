@@ -39,3 +39,19 @@ func TestHandoverLogsNoError(t *testing.T) {
 		}
 	}
 }
+
+// A standby told to stop said nothing in its log: the last line was
+// "broker node serving", so an operator following the README's failover
+// (a standby stopped and restarted by hand) could not tell a clean stop
+// from a node killed or hung. It now ends its log with "broker node
+// stopped" and the cause, as a leader's "leadership ended" does.
+func TestStoppedStandbyLogsThatItStopped(t *testing.T) {
+	a := nodetest.Start(t, nil)
+	logs := &syncbuf.Buffer{}
+	b := a.PeerWith("node-b", nil, func(o *node.Options) { o.Logger = slog.New(slog.NewJSONHandler(logs, nil)) })
+	b.Eventually("the standby serves", func() bool { return logs.Record("msg", "broker node serving") != nil })
+	b.Shutdown() // returns once the node's Run has returned
+	if logs.Record("msg", "broker node stopped") == nil {
+		t.Fatalf("a stopped standby logged no stop; logs:\n%s", logs.String())
+	}
+}

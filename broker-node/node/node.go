@@ -359,6 +359,7 @@ func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
 // error is returned); then it stops leading, closes every link and shuts
 // the listener down.
 func (n *Node) Run(ctx context.Context, ln net.Listener) error {
+	parent := ctx // its cause (a signal, say) is the stop's, logged last
 	// A kept-alive connection waiting for its next request is given what a
 	// new one is given to send its headers: with no IdleTimeout, net/http
 	// waits for ever, and anyone could hold the node's sockets by leaving
@@ -427,6 +428,12 @@ func (n *Node) Run(ctx context.Context, ln net.Listener) error {
 	wg.Wait()
 	n.links.Wait()
 	n.kyok.Wait()
+	if err == nil {
+		// The last line of a clean stop, a standby's too (a leader also
+		// logged "leadership ended"): an operator tells it from a node
+		// killed or hung.
+		n.log.Info("broker node stopped", "cause", fmt.Sprint(context.Cause(parent)))
+	}
 	return err
 }
 
