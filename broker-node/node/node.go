@@ -338,6 +338,14 @@ func (n *Node) readyz(w http.ResponseWriter, r *http.Request) {
 			body["takeover"] = "none"
 		}
 	}
+	if !leading && (dbErr != nil || leaderErr != nil) && redisErr == nil {
+		// Without the leader row, name the leader as POST /tickets does
+		// (design.md §Deployment, "A standby without PostgreSQL"): the
+		// lease's holder, when its announcement says it leads.
+		if url, _ := n.leaderFromRedis(r.Context()); url != "" {
+			body["leader"] = url
+		}
+	}
 	// A standby is never ready: the load balancer sends traffic to the
 	// leader alone, and a node on another key than the published one is
 	// a standby by construction (the leader publishes its own).

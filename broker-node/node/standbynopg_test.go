@@ -63,6 +63,21 @@ func TestStandbyWithoutPostgreSQLNamesTheLeader(t *testing.T) {
 			resp.StatusCode, body, a.Cfg.AdvertiseURL)
 	}
 
+	// Its /readyz (an operator's look at which node leads) names the
+	// leader too, and says the database is what it cannot reach.
+	rresp, err := http.Get(b.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ready map[string]any
+	_ = json.NewDecoder(rresp.Body).Decode(&ready)
+	rresp.Body.Close()
+	if rresp.StatusCode != http.StatusServiceUnavailable || ready["role"] != "standby" || ready["database"] != "unreachable" ||
+		ready["leader"] != a.Cfg.AdvertiseURL {
+		t.Fatalf("/readyz on a standby without PostgreSQL: %d %v; want 503, database unreachable, naming the leader %s",
+			rresp.StatusCode, ready, a.Cfg.AdvertiseURL)
+	}
+
 	signer, _ := identity.NewSignerFromSeedHex(nodetest.SeedHex(0xd2))
 	client, err := provider.New(provider.Config{
 		BaseURL: b.URL, Signer: signer, FunduqKey: a.Node.FunduqKey(),
