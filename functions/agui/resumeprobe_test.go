@@ -1,8 +1,10 @@
 package agui_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -385,14 +387,27 @@ func TestConcurrentBoundResumes(t *testing.T) {
 		stream bool
 		code   int
 		snap   map[string]any
+		err    error
 	}
 	results := make(chan result, 2)
 	for i, srv := range []string{a.srv, doorB} {
 		body := fmt.Sprintf(`{"threadId":%q,"runId":"race-%d","messages":[%s],"tools":[],"context":[],"forwardedProps":{"actorChain":%s,"resolution":%s},%s}`,
 			*f.ThreadID, i, toolTC2, chain, proof, resumeInt1)
 		go func() {
-			resp, cancel := do(t, "POST", srv+"/agui/"+a.p.Key+"/echo", body, presenterHdr(a.head, body))
+			// Not do: its t.Fatal would end this goroutine, not the test,
+			// and the test would wait on results until its deadline.
+			ctx, cancel := context.WithTimeout(context.Background(), guard)
 			t.Cleanup(cancel)
+			req, _ := http.NewRequestWithContext(ctx, "POST", srv+"/agui/"+a.p.Key+"/echo", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			for k, v := range presenterHdr(a.head, body) {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				results <- result{err: err}
+				return
+			}
 			if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 				t.Cleanup(func() { resp.Body.Close() })
 				results <- result{stream: true, code: resp.StatusCode}
@@ -408,6 +423,8 @@ func TestConcurrentBoundResumes(t *testing.T) {
 	for range 2 {
 		r := <-results
 		switch {
+		case r.err != nil:
+			t.Fatalf("an answer: %v", r.err)
 		case r.stream:
 			streams++
 		case r.code != 200 || r.snap["thread_id"] != *f.ThreadID:
