@@ -138,3 +138,56 @@ func TestOutsideStalePresenterProofIsOtherwiseAnonymous(t *testing.T) {
 		identity.PresenterHeader: identity.MakePresenterHeader(me, first, []byte(body)), a2a.IdempotencyHeader: "k-3"})
 	p.None()
 }
+
+// The same on a context the presenter opened: its follow-up message, sent
+// again once its proof went stale, is refused 401 presenter_proof_stale
+// and writes nothing, as its first message would be (the test above
+// covered a first message only). Re-signed, the retry answers the first
+// task.
+func TestOutsideFollowUpWhosePresenterProofWentStale(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	clock := &stepClock{now: time.Now()}
+	cl := newClient(t, startDoor(t, h, func(o *a2a.Options) { o.Now = clock.Now }), p.Key, "echo", "")
+	me := signer(t, 0xc1)
+	signed := func(body string) map[string]string {
+		return map[string]string{identity.PresenterHeader: identity.MakePresenterHeader(me, clock.Now().Unix(), []byte(body))}
+	}
+	send := func(what, body string, hdr map[string]string) map[string]any {
+		t.Helper()
+		played := playNext(p, func(r, th string) []string { return []string{runStarted(th, r), runFinished(th, r)} })
+		r := cl.rawCall(body, hdr)
+		if r.Error != nil {
+			t.Fatalf("%s: %d %+v", what, r.Status, r.Error)
+		}
+		h.WaitStatus(recv(t, played, what).RunID, run.Completed)
+		return r.Result
+	}
+	first := cl.body("message/send", map[string]any{"message": cl.message("m-1", "hello", nil),
+		"configuration": map[string]any{"blocking": false}})
+	ctxID, _ := send("the first message", first, signed(first))["contextId"].(string)
+	if ctxID == "" {
+		t.Fatal("the first message opened no context")
+	}
+	follow := cl.body("message/send", map[string]any{"message": cl.message("m-2", "again", map[string]any{"contextId": ctxID}),
+		"configuration": map[string]any{"blocking": false}})
+	sent := signed(follow)
+	task := send("the follow-up", follow, sent)["id"]
+	runs, threads := count(t, h, "runs"), count(t, h, "threads")
+
+	clock.add(2 * time.Minute)
+	r := cl.rawCall(follow, sent)
+	if r.Error == nil || r.Status != 401 || r.Error.Code != a2a.CodeUnauthenticated || r.Error.Data["reason"] != door.CodePresenterProofStale {
+		t.Errorf("the follow-up again, its presenter proof stale: %d %+v (result %v); want 401 %d %s",
+			r.Status, r.Error, r.Result, a2a.CodeUnauthenticated, door.CodePresenterProofStale)
+	}
+	if rn, th := count(t, h, "runs"), count(t, h, "threads"); rn != runs || th != threads {
+		t.Fatalf("the stale retry wrote runs %d→%d threads %d→%d; want nothing written", runs, rn, threads, th)
+	}
+	r = cl.rawCall(follow, signed(follow))
+	if r.Error != nil || r.Result["id"] != task {
+		t.Errorf("the re-signed retry: %+v (result %v); want the first task %v", r.Error, r.Result, task)
+	}
+	p.None()
+}
