@@ -13,7 +13,8 @@ import (
 )
 
 // endByFunnel ends the run by the finish funnel, first match wins: an
-// interrupt outcome pauses (input-required); RUN_FINISHED completes; a
+// interrupt outcome, or RUN_FINISHED with a tool call left unanswered,
+// pauses (input-required); RUN_FINISHED completes; a
 // requested cancel cancels; anything else fails.
 func (l *lane) endByFunnel(ctx context.Context) { l.conclude(ctx, roundWrite{end: l.funnel(ctx)}) }
 
@@ -75,8 +76,15 @@ func (l *lane) unsee(s seenEvents) {
 func (l *lane) funnel(ctx context.Context) *store.Conclusion {
 	c := &store.Conclusion{}
 	switch {
-	case l.interrupts != nil:
-		interrupt, _ := json.Marshal(map[string]json.RawMessage{"interrupts": l.interrupts})
+	case l.interrupts != nil || l.sawFinish && agui.OpenAsks(l.events) != nil:
+		// A round that finished asking pauses: an interrupt outcome, or a
+		// tool call it announced and nobody answered (seed 001, "Finish
+		// asking"; design.md D1). The latter has no interrupts to store.
+		interrupts := l.interrupts
+		if interrupts == nil {
+			interrupts = json.RawMessage(`[]`)
+		}
+		interrupt, _ := json.Marshal(map[string]json.RawMessage{"interrupts": interrupts})
 		c.Move = store.Move{To: run.InputRequired, Interrupt: interrupt}
 		c.AgentMessages = l.folded(ctx)
 	case l.sawFinish:

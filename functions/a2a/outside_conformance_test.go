@@ -571,6 +571,7 @@ type confScript struct {
 
 func confRun(rng *rand.Rand, thread, runID string) confScript {
 	var evs []string
+	open := false // a tool call left unanswered: an ask (seed 001)
 	for m := range rng.IntN(3) {
 		id := fmt.Sprintf("m%d", m)
 		evs = append(evs, fmt.Sprintf(`{"type":"TEXT_MESSAGE_START","messageId":%q,"role":"assistant"}`, id))
@@ -585,6 +586,8 @@ func confRun(rng *rand.Rand, thread, runID string) confScript {
 				fmt.Sprintf(`{"type":"TOOL_CALL_END","toolCallId":%q}`, tc))
 			if rng.IntN(2) == 0 {
 				evs = append(evs, fmt.Sprintf(`{"type":"TOOL_CALL_RESULT","messageId":"res-%s","toolCallId":%q,"content":"42","role":"tool"}`, tc, tc))
+			} else {
+				open = true
 			}
 		}
 	}
@@ -600,6 +603,11 @@ func confRun(rng *rand.Rand, thread, runID string) confScript {
 		s.end, s.final = "cancel", "canceled"
 	default:
 		s.end, s.final = "finish", "completed"
+		if open {
+			// Finished asking: the run pauses on the tool call (seed
+			// 001, "Finish asking"; design.md D1).
+			s.final = "input-required"
+		}
 		s.evs = append(s.evs, runFinished(thread, runID))
 	}
 	s.name = fmt.Sprintf("%s after %d events", s.end, len(s.evs))

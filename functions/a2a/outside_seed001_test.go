@@ -2,6 +2,7 @@ package a2a_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -176,4 +177,41 @@ func TestOutsideSeed001RunQueuedWhileNobodyLeadsWaitsForItsProvider(t *testing.T
 	if g := c.ok("tasks/get", map[string]any{"id": id}); stateOf(g) != "completed" {
 		t.Fatalf("task %v", g)
 	}
+}
+
+// Seed 001, "Finish asking": a round that ends RUN_FINISHED with a tool
+// call nobody answered has finished asking, as one with an interrupt
+// outcome has (D1: input-required, answered by a message naming the
+// task). The caller's stream ends input-required, tasks/get reads it so
+// with the open call, and the answer reopens the same task.
+func TestOutsideSeed001UnansweredToolCallPausesTheTask(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p, c := echoAgent(t, h, nil)
+	st := c.stream(c.body("message/stream", map[string]any{"message": c.message("tc-1", "pick a colour", nil)}), nil)
+	f := p.Offer()
+	p.Accept(f.RunID)
+	p.Event(f.RunID, runStarted(*f.ThreadID, f.RunID))
+	p.Event(f.RunID, `{"type":"TOOL_CALL_START","toolCallId":"tc1","toolCallName":"pick_color"}`)
+	p.Event(f.RunID, `{"type":"TOOL_CALL_END","toolCallId":"tc1"}`)
+	p.Event(f.RunID, runFinished(*f.ThreadID, f.RunID))
+	p.Finish(f.RunID)
+	ks := kinds(st.rest())
+	if len(ks) == 0 || ks[len(ks)-1] != "status-update:input-required" {
+		t.Fatalf("the stream %v; want it to end input-required", ks)
+	}
+	g := c.ok("tasks/get", map[string]any{"id": f.RunID})
+	meta, _ := g["metadata"].(map[string]any)
+	if stateOf(g) != "input-required" || fmt.Sprint(meta[a2a.OutstandingAsksKey]) != "[tc1]" {
+		t.Fatalf("tasks/get %v", g)
+	}
+	task := c.sendNoWait("tc-2", "blue", map[string]any{"taskId": f.RunID})
+	if task["id"] != f.RunID {
+		t.Fatalf("the answer made task %v, want %s reopened", task["id"], f.RunID)
+	}
+	if f2 := p.Offer(); f2.RunID != f.RunID {
+		t.Fatalf("offered %s, want %s", f2.RunID, f.RunID)
+	}
+	p.Accept(f.RunID)
+	p.Complete(f.RunID, *f.ThreadID)
+	h.WaitStatus(f.RunID, run.Completed)
 }

@@ -1,6 +1,8 @@
 package agui_test
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/funduq/funduq-go/broker-node/nodetest"
@@ -91,5 +93,61 @@ func TestOutsideSeed001ResendAfterAnOrphanedRun(t *testing.T) {
 	back.Complete(g.RunID, *g.ThreadID)
 	if fs := events(again.rest()); len(fs) == 0 || fs[len(fs)-1].event(t)["type"] != "RUN_FINISHED" {
 		t.Fatalf("the resend's stream %+v", fs)
+	}
+}
+
+// Seed 001, "Pausing and blocking": "Finish asking. The run ends
+// completed with an interrupt outcome or an unanswered tool call; funduq
+// forgets it, no clock runs against the provider, and the thread reads as
+// waiting from that run's events." D1 stores that pause as input-required
+// and lets "tool results completing every open ask" reopen the same run.
+// A round that ends RUN_FINISHED with a tool call nobody answered (an
+// AG-UI frontend tool), no interrupt outcome, is such a pause: the thread
+// snapshot shows the run waiting on that call, the undelivered window
+// does not run against it, and the caller's tool result reopens it.
+func TestOutsideSeed001UnansweredToolCallLeavesTheThreadWaiting(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nil)
+	p.Register("echo")
+	srv := startDoor(t, h, nil)
+	s := openStream(t, "POST", aguiURL(srv, p.Key, "echo"), input("t-tool", "r1", ""), nil)
+	f := p.Offer()
+	p.Accept(f.RunID)
+	p.Event(f.RunID, runStartedFor(f))
+	p.Event(f.RunID, `{"type":"TOOL_CALL_START","toolCallId":"tc1","toolCallName":"pick_color"}`)
+	p.Event(f.RunID, `{"type":"TOOL_CALL_ARGS","toolCallId":"tc1","delta":"{}"}`)
+	p.Event(f.RunID, `{"type":"TOOL_CALL_END","toolCallId":"tc1"}`)
+	p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, *f.ThreadID, f.RunID))
+	p.Finish(f.RunID)
+	if got := typesOf(t, s.rest()); !slices.Equal(got, []string{"RUN_STARTED", "TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "RUN_FINISHED"}) {
+		t.Fatalf("the asking round %v", got)
+	}
+	h.Eventually("the round ends", func() bool { st := h.Run(f.RunID).Status; return st.Terminal() || st == run.InputRequired })
+	code, _, snap := jsonCall(t, "GET", srv.URL+"/threads/"+*f.ThreadID, "", nil)
+	waiting, _ := snap["waiting_run"].(map[string]any)
+	if code != 200 || waiting == nil || waiting["run_id"] != f.RunID || fmt.Sprint(waiting["outstanding_asks"]) != "[tc1]" {
+		t.Fatalf("run %s; the thread snapshot %d %v does not read as waiting on tc1", h.Run(f.RunID).Status, code, snap)
+	}
+	h.Settle()
+	h.Advance(h.Cfg.UndeliveredWindow + 1)
+	h.Settle()
+	if q := h.Quality(p.Key); q.Undelivered != 0 {
+		t.Fatalf("a finished asking counted %+v", q)
+	}
+	runs := runCount(t, h)
+	answer := fmt.Sprintf(`{"threadId":%q,"runId":"r2","messages":[{"id":"x","role":"tool","toolCallId":"tc1","content":"blue"}],"tools":[],"context":[],"forwardedProps":{}}`, *f.ThreadID)
+	s2 := openStream(t, "POST", aguiURL(srv, p.Key, "echo"), answer, nil)
+	f2 := p.Offer()
+	if f2.RunID != f.RunID {
+		t.Fatalf("the tool result was offered as %s, want the asking run %s reopened (D1)", f2.RunID, f.RunID)
+	}
+	p.Accept(f2.RunID)
+	p.Complete(f2.RunID, *f2.ThreadID)
+	if got := typesOf(t, s2.rest()); len(got) == 0 || got[len(got)-1] != "RUN_FINISHED" {
+		t.Fatalf("the answer's stream %v", got)
+	}
+	h.WaitStatus(f.RunID, run.Completed)
+	if n := runCount(t, h); n != runs {
+		t.Fatalf("runs %d→%d for the answer", runs, n)
 	}
 }
