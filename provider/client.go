@@ -191,7 +191,8 @@ type Config struct {
 	// funduq has not confirmed (see the package doc) and resends its frames
 	// (funduq drops what it already stored); and a run offered again after
 	// it finished is answered from them instead of being handled twice. A
-	// run that finished paused, with an interrupt outcome, is resent before
+	// run that finished paused (an interrupt outcome, or a tool call left
+	// unanswered) is resent before
 	// the link registers instead, where funduq takes it only for a run it
 	// still holds for the lost link: it may have reopened the run since
 	// (design.md D7). At most MaxBufferedFrames frames

@@ -25,7 +25,7 @@
 // the link it was written to, the second a second after the first (a
 // leader that took the finish and died before storing it never answers
 // that one), or by an error frame naming the run. A run whose round ended
-// paused (an interrupt outcome) is the exception, finished or still held
+// paused (an interrupt outcome, or a tool call left unanswered) is the exception, finished or still held
 // (its finish not written, or its handler not returned after the
 // RUN_FINISHED): funduq pauses a run on a lost link's stored RUN_FINISHED
 // and may have reopened it since, and on a registered link its stale round

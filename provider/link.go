@@ -101,7 +101,7 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 	// with no frame to resend, and takes a run it put back to queued
 	// (its claim never committed) from the report; it stores each event
 	// seq once and drops reports for runs it does not hold. A run whose
-	// round paused (interrupt outcome) is not announced here, whether it
+	// round paused (interrupt outcome, or a tool call left unanswered) is not announced here, whether it
 	// finished or is still held: funduq may have paused it on the lost
 	// link's stored RUN_FINISHED and reopened it since, and would take the
 	// stale report as the answer to the new round. Its round went out

@@ -46,7 +46,12 @@ type runState struct {
 	seq      int64        // last event seq assigned
 	terminal bool         // RUN_FINISHED or RUN_ERROR was emitted
 	tooLarge bool         // funduq closed a link over one of its events (endOversizedRun)
-	paused   bool         // the last RUN_FINISHED has an interrupt outcome
+	paused   bool         // the last RUN_FINISHED finished asking (isInterrupt, or a tool call left open)
+	// toolCalls are the round's tool calls by id, true once a
+	// TOOL_CALL_RESULT answered one: an unanswered one at RUN_FINISHED is
+	// an ask, and funduq pauses the run on it (design.md §The status
+	// machine).
+	toolCalls map[string]bool
 	// detached: funduq refused the paused round resent before a register
 	// (it paused the run already, or reopened it), or reopened the run
 	// while the round was still held here: nothing more of the round is
@@ -240,7 +245,8 @@ func (c *Client) resendLocked(l *link, rs *runState) {
 }
 
 // isInterrupt reports whether a RUN_FINISHED event has an interrupt outcome
-// (funduq then pauses the run, input-required, and may reopen it).
+// (funduq then pauses the run, input-required, and may reopen it, as it
+// does a round that left a tool call unanswered).
 func isInterrupt(event []byte) bool {
 	var ev struct {
 		Outcome struct {
@@ -248,6 +254,17 @@ func isInterrupt(event []byte) bool {
 		} `json:"outcome"`
 	}
 	return json.Unmarshal(event, &ev) == nil && ev.Outcome.Type == "interrupt"
+}
+
+// toolCallID is a tool call event's toolCallId, read by its exact name as
+// funduq reads it ("" when it has none).
+func toolCallID(event []byte) string {
+	var ev map[string]json.RawMessage
+	var id string
+	if json.Unmarshal(event, &ev) == nil && json.Unmarshal(ev["toolCallId"], &id) == nil {
+		return id
+	}
+	return ""
 }
 
 // compactJSON is raw without insignificant whitespace (raw itself if it
@@ -450,8 +467,26 @@ func (c *Client) enqueueEventLocked(rs *runState, event []byte, typ string) {
 	if typ == "RUN_ERROR" || typ == "RUN_FINISHED" {
 		rs.terminal = true
 	}
-	if typ == "RUN_FINISHED" {
+	switch typ {
+	case "TOOL_CALL_START", "TOOL_CALL_CHUNK":
+		if id := toolCallID(event); id != "" && !rs.toolCalls[id] {
+			if rs.toolCalls == nil {
+				rs.toolCalls = make(map[string]bool)
+			}
+			rs.toolCalls[id] = false
+		}
+	case "TOOL_CALL_RESULT":
+		if id := toolCallID(event); id != "" {
+			if rs.toolCalls == nil {
+				rs.toolCalls = make(map[string]bool)
+			}
+			rs.toolCalls[id] = true
+		}
+	case "RUN_FINISHED":
 		rs.paused = isInterrupt(event)
+		for _, answered := range rs.toolCalls {
+			rs.paused = rs.paused || !answered
+		}
 	}
 	c.outbox = append(c.outbox, &outFrame{rs: rs, data: data})
 	rs.pending++
