@@ -118,8 +118,8 @@ func (c *Client) refusedFinishedLocked(rs *runState) {
 	}
 }
 
-// pausedRoundsLocked returns the runs whose round ended paused (interrupt
-// outcome) that funduq may not have whole, and their frames (the round's
+// pausedRoundsLocked returns the runs whose round ended paused (an interrupt
+// outcome, or a tool call left unanswered) that funduq may not have whole, and their frames (the round's
 // events with their seqs, then its finish), which the next link writes
 // after the handshake's proof and before its register (design.md D7):
 // finished runs whose finish funduq has not confirmed, and runs still held
