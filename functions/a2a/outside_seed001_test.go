@@ -127,6 +127,11 @@ func TestOutsideSeed001AgentExtendsItsChainHoursLater(t *testing.T) {
 	if dt := c.Hops[3].DispatchedTo; c.Hops[3].ActorKey != funduqKey || dt == nil || dt.ProviderKey != pb.Key || dt.Name != "b" {
 		t.Fatalf("the child's dispatch hop %+v", c.Hops[3])
 	}
+	// "Its as-presented form is on the run's record."
+	var recorded []string
+	if err := json.Unmarshal(h.Run(fb.RunID).ActorChain, &recorded); err != nil || len(recorded) < 3 || !slices.Equal(recorded[:3], extended) {
+		t.Fatalf("the child run's record holds the chain %q (%v)", recorded, err)
+	}
 	// No run for the refused presentations: the one offered is the one accepted.
 	pb.Accept(fb.RunID)
 	pb.Complete(fb.RunID, *fb.ThreadID)
