@@ -94,7 +94,9 @@ func TestOutsideAGUIClientResumesAtEverySeq(t *testing.T) {
 		}
 		p.Finish(f.RunID)
 		s.rest()
-		h.WaitStatus(f.RunID, run.Completed)
+		// Tool call c1 is left to the caller: the run finished asking
+		// (seed 001, design.md §The status machine).
+		h.WaitStatus(f.RunID, run.InputRequired)
 		resumeEverywhere(t, srv.URL, f.RunID, len(evs))
 	})
 	t.Run("paused and answered", func(t *testing.T) {
