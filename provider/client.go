@@ -415,8 +415,9 @@ func (c *Client) Connected() bool { return c.connected.Load() }
 //
 // When funduq says a newer process of the same key took over every agent
 // this client serves (a rolling deploy), the client does not register
-// again: it reconnects without registering, only to finish and report the
-// runs it holds, and Run returns ErrReplaced once none is left.
+// again: it finishes and reports the runs it holds (over that link, or
+// links that register nothing should it close), and Run returns
+// ErrReplaced once none is left.
 func (c *Client) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning

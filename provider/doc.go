@@ -39,8 +39,9 @@
 // accepted and answered from its frames, not handled twice. One exception
 // to reconnecting: told that a newer process of the same key registered
 // every agent it serves (a rolling deploy), the client registers nothing
-// again; it reconnects without registering only to finish the runs it
-// holds, and Run returns ErrReplaced once none is left. Told that a newer
+// again; it finishes the runs it holds over that link, which funduq leaves
+// open (or, should it close, on links that register nothing), closes it
+// and Run returns ErrReplaced once none is left. Told that a newer
 // process took some of its agents only (it goes on serving the rest), the
 // client leaves those out of every later register, reconnects included,
 // so it never takes them back from the newer process, and registers them

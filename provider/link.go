@@ -42,8 +42,12 @@ type link struct {
 
 	dead     chan struct{} // closed when the link failed or is being shut down
 	deadOnce sync.Once
-	err      error
-	stop     chan struct{} // closed by session to stop the writer
+	// replaced is closed when funduq says a newer process of this key
+	// took over every agent this link served; replacedOnce guards it.
+	replaced     chan struct{}
+	replacedOnce sync.Once
+	err          error
+	stop         chan struct{} // closed by session to stop the writer
 
 	// pong carries the payload of funduq's latest ping to the writer,
 	// which answers it (capacity 1: a newer ping replaces an unanswered one).
@@ -88,6 +92,7 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 		queries:     make(map[string]chan wire.QueryResult),
 		unconfirmed: make(map[*runState]bool),
 		dead:        make(chan struct{}),
+		replaced:    make(chan struct{}),
 		stop:        make(chan struct{}),
 		pong:        make(chan []byte, 1),
 	}
@@ -171,14 +176,23 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 	})
 	var wg sync.WaitGroup
 	wg.Add(3)
-	done := make(chan struct{}) // closed when a finish-only link has nothing left to report
-	if finishOnly {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.awaitNothingHeld(l, done)
-		}()
-	}
+	// done is closed when a finish-only link has nothing left to report,
+	// or a registered one funduq said was replaced: funduq leaves a
+	// replaced link open (design.md §Two processes of one key), so this
+	// client finishes its runs over it and then closes it itself.
+	done := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if !finishOnly {
+			select {
+			case <-l.replaced:
+			case <-l.dead:
+				return
+			}
+		}
+		c.awaitNothingHeld(l, done)
+	}()
 	go func() {
 		defer wg.Done()
 		c.syncLoop(l)
@@ -237,7 +251,8 @@ func (c *Client) session(ctx context.Context, base *url.URL) (registered bool, r
 }
 
 // awaitNothingHeld closes done once the client holds nothing more to
-// report (holdsNothing) on l, a link that registered nothing; it returns
+// report (holdsNothing) on l, a link that registered nothing or was
+// replaced; it returns
 // when l dies first. State changes wake it, and a short tick besides, since
 // not every change it waits for is announced.
 func (c *Client) awaitNothingHeld(l *link, done chan<- struct{}) {
@@ -510,9 +525,12 @@ func (c *Client) handleError(l *link, raw []byte) {
 	}
 	if e.RunID == "" && e.Message == wire.ReplacedMessage {
 		// A newer process of this key registered every agent this one
-		// serves: funduq closes this link next. This client finishes what
-		// it holds without registering again, then stops (Run).
+		// serves: funduq offers this link nothing more and leaves it open
+		// (an older funduq closed it). This client finishes what it holds
+		// over it (or, closed, on links that register nothing), closes it
+		// and stops (Run).
 		c.replaced.Store(true)
+		l.replacedOnce.Do(func() { close(l.replaced) })
 		c.log.Info("a newer process of this key took over its agents; finishing held runs, then stopping")
 		return
 	}

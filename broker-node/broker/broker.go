@@ -144,10 +144,14 @@ type Broker struct {
 	takeoverAt time.Time
 	runIndex   // the lanes, by run, by thread and by the run they address (index.go)
 	links      map[Link]*linkState
-	served     map[AgentRef]*linkState
-	buckets    map[string]*bucket
-	unserved   map[AgentRef]time.Time // unserved-since, for the unserved clock
-	expected   map[AgentRef]bool      // served when the previous leader went away
+	// keyLinks lists each key's open links (those of links), for the
+	// bound on a key's links and the replaced links a closing link leaves
+	// (replaced.go).
+	keyLinks map[string]map[*linkState]struct{}
+	served   map[AgentRef]*linkState
+	buckets  map[string]*bucket
+	unserved map[AgentRef]time.Time // unserved-since, for the unserved clock
+	expected map[AgentRef]bool      // served when the previous leader went away
 	// inherited: the agents of expected recover read back, until this
 	// leader serves them or provider_grace ends; they keep their places
 	// (placesLocked). expected also takes what this leader serves within
@@ -223,6 +227,7 @@ func New(o Options) *Broker {
 func (b *Broker) reset() {
 	b.runIndex = newRunIndex()
 	b.links = map[Link]*linkState{}
+	b.keyLinks = map[string]map[*linkState]struct{}{}
 	b.served = map[AgentRef]*linkState{}
 	b.buckets = map[string]*bucket{}
 	b.unserved = map[AgentRef]time.Time{}
@@ -453,6 +458,7 @@ func (b *Broker) Attach(l Link, declared *int) error {
 	ls := &linkState{id: linkSeq.Add(1), link: l, key: l.Key(), declared: declared, names: map[string]bool{}, opened: b.clock.Now(),
 		backlog: newBacklog(b.set.EventBacklog, b.set.EventBacklogBytes), gone: make(chan struct{})}
 	b.links[l] = ls
+	b.addKeyLinkLocked(ls)
 	bk := b.bucketFor(ls.key)
 	bk.declared = declared
 	b.metrics.links.Inc()
@@ -654,6 +660,10 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 		}
 	}
 	ls.names = seen
+	// A replaced link that registers again serves again, by the rule
+	// that replaced it: the last register of a name wins (design.md §Two
+	// processes of one key).
+	ls.replaced = false
 	ls.registeredOnce = ls.registeredOnce || len(seen) > 0
 	ls.bare = nil // registered: no longer pending (WhenBare)
 	ls.interjections = map[string]bool{}
@@ -682,7 +692,10 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 		}
 	}
 	// A link of the key left serving nothing by this register is told so
-	// and closed: it must not go on believing it serves.
+	// and left open, offered nothing more (replaced.go): closed, the
+	// reference SDK reconnected and registered its roster, replacing this
+	// link in turn, and two such processes took the agent from each other
+	// once a second for as long as both ran.
 	// One that goes on serving other agents is told, name by name, what
 	// was taken (taken.go), so that its process leaves those names out of
 	// its next register rather than take them back (design.md §Two
@@ -701,6 +714,11 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 		if !serves {
 			old.replaced = true
 			idle = append(idle, old)
+			// An offer out to it is offered again to this link at once
+			// (lane.onReplaced), not left to its deliver_timeout.
+			for ln := range b.byLink[old] {
+				ln.q.push(replacedCmd{old})
+			}
 		} else {
 			notices = append(notices, b.takenLocked(old, took)...)
 		}
@@ -716,6 +734,10 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 		}
 	}
 	b.wakeKeptLocked(ls) // what it sent before this register (keep.go)
+	var over []*linkState
+	if len(idle) > 0 {
+		over = b.overKeyBoundLocked(ls.key)
+	}
 	b.bucketFor(ls.key).declared = ls.declared
 	// Announced before the lock is let go: an offer for these names is
 	// sent only by a lane that reads the roster after this, so it queues
@@ -734,17 +756,9 @@ func (b *Broker) Register(ctx context.Context, l Link, agents []wire.Registratio
 	for _, old := range idle {
 		frame, _ := wire.Marshal(wire.Error{Type: wire.TypeError, Message: ErrReplaced})
 		_ = old.link.Send(frame)
-		// The reports its provider wrote before the close reached it are
-		// still read and taken (D5: a report from any link of the key
-		// takes its run along); dropped unread, a run's end would be lost
-		// with nobody told.
-		if d, ok := old.link.(interface{ CloseDraining(reason string) }); ok {
-			d.CloseDraining(ErrReplaced)
-		} else {
-			old.link.Close(ErrReplaced)
-		}
-		b.log.Info("replaced provider link closed", "provider_key", old.key, "link", old.id, "by", ls.id, "epoch", epoch)
+		b.log.Info("provider link replaced; left open, offered nothing", "provider_key", old.key, "link", old.id, "by", ls.id, "epoch", epoch)
 	}
+	b.closeReplaced(over, ReasonTooManyLinks)
 	b.log.Info("agents registered", "provider_key", ls.key, "link", ls.id, "names", names, "dropped", dropped, "epoch", epoch)
 	return nil
 }
@@ -789,7 +803,7 @@ func objectOrAbsent(raw json.RawMessage) bool {
 }
 
 // ErrReplaced is what a link is told when a newer link of its key took over
-// every agent it served: it is closed after this.
+// every agent it served: it stays open, offered nothing (replaced.go).
 const ErrReplaced = wire.ReplacedMessage
 
 // DeleteAgent takes name offline (if this link serves it) and deletes its
@@ -821,13 +835,23 @@ func (b *Broker) DeleteAgent(ctx context.Context, l Link, name string) error {
 		return &RegisterError{fmt.Sprintf("agent %q is served by another link of this key; send deleteAgent on that link", name)}
 	}
 	var notices []nameNotice
+	var back []*linkState
 	if b.served[ref] == ls {
 		delete(b.served, ref)
 		b.unserved[ref] = b.clock.Now()
 		notices = b.freedLocked(ls.key, ls, []string{name})
+		if !b.servesLocked(ls) {
+			// Left serving nothing (our SDK's shutdown deletes its
+			// agents one by one, then drains): the replaced links of
+			// the key are closed to come back for what they declared
+			// (replaced.go). One still serving others keeps them idle:
+			// registering their whole roster, they would take those.
+			back = b.unservedReplacedLocked(ls.key, nil)
+		}
 	}
 	delete(ls.names, name)
 	b.mu.Unlock()
+	defer b.closeReplaced(back, ReasonReplacementGone)
 	// Told after the writes below: a link taking the name back meanwhile
 	// would have its record deleted under it.
 	defer sendNotices(notices)
@@ -929,6 +953,7 @@ func (b *Broker) Detach(l Link, lost bool) {
 		return
 	}
 	delete(b.links, l)
+	b.dropKeyLinkLocked(ls)
 	ls.bare, ls.free = nil, nil
 	ls.detached()
 	dropMovedLocked(ls)
@@ -951,8 +976,10 @@ func (b *Broker) Detach(l Link, lost bool) {
 	b.wakeKeptLocked(ls) // what it sent before a register: nobody to tell now (keep.go)
 	epoch, lctx, leading := b.epoch, b.ctx, b.leading
 	var notices []nameNotice
+	var back []*linkState
 	if leading {
 		notices = b.freedLocked(ls.key, ls, offline)
+		back = b.unservedReplacedLocked(ls.key, offline)
 	}
 	grace := time.Duration(0)
 	if lost && !ls.withdrawn {
@@ -968,6 +995,10 @@ func (b *Broker) Detach(l Link, lost bool) {
 	// After the write, as a register's notices: a link taking a name back
 	// is then written served after it.
 	sendNotices(notices)
+	// The replaced links of the key that declared a name this one leaves
+	// unserved are closed, so that their processes reconnect and take it
+	// back (replaced.go).
+	b.closeReplaced(back, ReasonReplacementGone)
 }
 
 // WhenBare calls bare once l serves no agent and holds no run — no offer
@@ -981,7 +1012,10 @@ func (b *Broker) WhenBare(l Link, bare func()) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ls := b.links[l]
-	if ls == nil || b.servesLocked(ls) {
+	// A replaced link serves nothing either, but is not pending: it
+	// registered, and a newer link of its key took its agents; the
+	// bound on a key's links holds it (replaced.go).
+	if ls == nil || ls.replaced || b.servesLocked(ls) {
 		return
 	}
 	if len(b.byLink[ls]) > 0 {
@@ -1466,7 +1500,7 @@ func (b *Broker) Held() map[string]int {
 		"lanes": len(b.lanes), "addressing": len(b.addressing), "threads": len(b.threads),
 		"headsByKey": len(b.headsByKey), "headsByKey.threads": heads, "byLink": len(b.byLink), "byLink.lanes": byLink,
 		"lostHeld": len(b.lostHeld), "lostHeld.lanes": lostHeld,
-		"links": len(b.links), "served": len(b.served), "buckets": len(b.buckets), "unserved": len(b.unserved),
+		"links": len(b.links), "keyLinks": len(b.keyLinks), "served": len(b.served), "buckets": len(b.buckets), "unserved": len(b.unserved),
 		"expected": len(b.expected), "requeued": len(b.requeued), "lostUntil": len(b.lostUntil), "ended": len(b.ended.ids),
 	}
 }

@@ -178,9 +178,13 @@ func (l *lane) claimByReport(ctx context.Context, ls *linkState, registered, off
 		l.passed = false
 		b.mu.Unlock()
 		return ""
-	case l.claimedBy != nil && l.claimedBy.key == ls.key && (l.claimedBy.replaced || b.links[l.claimedBy.link] != l.claimedBy):
+	case l.claimedBy != nil && l.claimedBy.key == ls.key && (l.claimedBy.replaced || b.links[l.claimedBy.link] != l.claimedBy) &&
+		ls.moved[l.id] == nil:
 		// The link holding it was replaced by this newer link of the key
 		// (or is gone and its loss not yet read): the key carries on here.
+		// Not when the run's offer to this link was answered by the holder
+		// (moved.go): this answers that offer, and the holder, left open
+		// as replaced links are, runs the run (replaced.go).
 		old := l.claimedBy
 		b.holdLocked(l, ls, ls) // same key: the place stays taken
 		l.passed = false

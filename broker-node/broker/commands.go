@@ -70,8 +70,12 @@ type (
 		link *linkState
 		lost bool // without the provider's close frame
 	}
-	failCmd   struct{ reason run.Reason } // a verdict that fails the run
-	expireCmd struct{}                    // the sweep: nobody served the agent past the window
+	// replacedCmd: the link the run was offered to or claimed by was left
+	// serving nothing by a newer link of its key; it stays open
+	// (replaced.go).
+	replacedCmd struct{ link *linkState }
+	failCmd     struct{ reason run.Reason } // a verdict that fails the run
+	expireCmd   struct{}                    // the sweep: nobody served the agent past the window
 	// orphanCmd: provider_grace or the link grace passed with nobody
 	// re-adopting a held run. gen is the hold's timer it came from
 	// (lane.orphanGen): one a re-attach replaced says nothing.
@@ -101,6 +105,7 @@ func (eventCmd) laneCommand()       {}
 func (finishCmd) laneCommand()      {}
 func (cancelCmd) laneCommand()      {}
 func (goneCmd) laneCommand()        {}
+func (replacedCmd) laneCommand()    {}
 func (unreserveCmd) laneCommand()   {}
 func (failCmd) laneCommand()        {}
 func (expireCmd) laneCommand()      {}

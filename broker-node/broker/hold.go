@@ -9,11 +9,11 @@ import (
 )
 
 // onGone is the run's link going away. An offer out to it is handed back;
-// a run it holds passes to the link that replaced it, if funduq closed it
-// as replaced; is held for the link grace when the link was lost without
-// a close frame, or closed as replaced with its replacement gone, and the
-// run's end is not stored (D5); and fails
-// provider_left_holding_it otherwise.
+// a run it holds passes to the link serving its agent when the link was
+// replaced (replaced.go: its process closed it, or funduq did); is held for
+// the link grace when the link was lost without a close frame, or was
+// replaced and nobody serves the agent now, and the run's end is not
+// stored (D5); and fails provider_left_holding_it otherwise.
 func (l *lane) onGone(ctx context.Context, c goneCmd) {
 	ls := c.link
 	if l.offer != nil && l.offer.link == ls {
@@ -28,7 +28,7 @@ func (l *lane) onGone(ctx context.Context, c goneCmd) {
 	held := l.claimedBy == ls
 	if nl := b.served[l.agent]; held && ls.replaced && nl != nil && nl != ls && nl.key == ls.key && b.links[nl.link] == nl {
 		// A newer link of the key took over every agent this one served
-		// and funduq closed this one: the provider did not stop serving
+		// and this one closed: the provider did not stop serving
 		// (design.md §Counters), so the run passes to the link now
 		// serving its agent, as the key's next report would pass it
 		// (claimByReport). Same key: the place stays taken.
@@ -47,11 +47,11 @@ func (l *lane) onGone(ctx context.Context, c goneCmd) {
 		}
 		return
 	}
-	// A link funduq closed as replaced said no goodbye either: when the
-	// link that replaced it is gone too (lost before this close was
-	// through), nobody took the run over and its provider may still be
-	// running it, so it waits for the key as a lost link's run does (D5),
-	// not failed and counted abandoned.
+	// A replaced link's close is no goodbye of its key either: when the
+	// link that replaced it is gone too (funduq then closes the replaced
+	// one, replaced.go), nobody took the run over and its provider may
+	// still be running it, so it waits for the key as a lost link's run
+	// does (D5), not failed and counted abandoned.
 	hold := held && (c.lost || ls.replaced) && b.set.LinkGrace > 0 && !l.reportedEnd()
 	var back *linkState // a link of the key already serving the agent again
 	now := b.clock.Now()

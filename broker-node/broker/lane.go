@@ -284,6 +284,8 @@ func (l *lane) handle(ctx context.Context, c command) {
 		l.onCancel(ctx)
 	case goneCmd:
 		l.onGone(ctx, c)
+	case replacedCmd:
+		l.onReplaced(ctx, c)
 	case failCmd:
 		if l.verdictStands(c.reason) {
 			l.fail(ctx, c.reason, false) // funduq's own verdict: nobody stopped serving
@@ -331,6 +333,8 @@ func (l *lane) answers(c command) bool {
 	case finishCmd:
 		return c.link == l.offer.link || l.keyAnswers(c.link, c.registered)
 	case goneCmd:
+		return c.link == l.offer.link
+	case replacedCmd:
 		return c.link == l.offer.link
 	}
 	return false

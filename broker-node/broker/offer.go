@@ -162,7 +162,12 @@ func (l *lane) releasePlace() {
 // is queued again. Nothing re-nudges it; it waits for something to change.
 // It reports whether the provider had room after the release: its key and
 // the link the offer went to, each under its own declaration.
-func (l *lane) handBack(ctx context.Context) (room bool) {
+func (l *lane) handBack(ctx context.Context) (room bool) { return l.handBackKeeping(ctx, 0) }
+
+// handBackKeeping is handBack, except that the run keeps its place on the
+// offer's key for keep (keepPlace), in the same step as the release: no
+// other run of the key takes the place meanwhile.
+func (l *lane) handBackKeeping(ctx context.Context, keep time.Duration) (room bool) {
 	written := true
 	if l.offer != nil {
 		l.offer.timer.Stop()
@@ -176,6 +181,7 @@ func (l *lane) handBack(ctx context.Context) (room bool) {
 		bk := b.bucketFor(ls.key)
 		bk.release()
 		b.holdLocked(l, l.claimedBy, nil)
+		l.keepPlaceLocked(ls.key, keep) // none when keep is 0
 		room = bk.hasRoom() && b.linkHasRoomLocked(ls)
 	}
 	b.mu.Unlock()
@@ -308,10 +314,9 @@ func (l *lane) onLapse(ctx context.Context, c lapseCmd) {
 	replaced := l.offer.link.replaced
 	l.b.mu.Unlock()
 	if replaced {
-		// funduq closed the link (a newer link of its key replaced it)
-		// and reads it only until its provider answers the close: the
-		// silence may be the close's. Handed back uncounted, as the
-		// link's end would hand it back (hold.go onGone).
+		// A newer link of its key replaced the link, which is offered
+		// nothing more: the lapse came before the lane read that
+		// (onReplaced), which hands the offer back uncounted too.
 		l.handBack(ctx)
 		return
 	}

@@ -62,7 +62,9 @@ type linkState struct {
 	interjections map[string]bool
 	withdrawn     bool // withdrawn at tolerance: register is refused
 	// replaced: a newer link of the key took over every agent it served;
-	// it is being closed, and what it held passes to the key's next report.
+	// it stays open, offered nothing, until it registers again or closes
+	// (replaced.go), and what it holds passes to the key's next report
+	// from another link.
 	replaced bool
 	// bare, when set, is called once the link, left serving nothing by a
 	// delete, holds no run either (Broker.WhenBare). Guarded by b.mu.

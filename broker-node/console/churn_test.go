@@ -144,7 +144,7 @@ func TestConsoleProviderPageUnderChurn(t *testing.T) {
 		case p == nil || op == 0: // connect, replacing any link of the key
 			np := h.Connect(sd, nil)
 			if p != nil {
-				p.Close() // the replaced link, closed by funduq
+				p.Close() // the older link, closed by its process
 			}
 			provs[sd], names[sd] = np, map[string]bool{}
 		case op == 1:

@@ -274,10 +274,10 @@ func (s *Server) readLoop(ctx context.Context, c *Conn, queries *sync.WaitGroup)
 // at most len(querySlots) at a time.
 func (s *Server) handle(ctx context.Context, c *Conn, frame any, querySlots chan struct{}, queries *sync.WaitGroup) {
 	if c.Draining() {
-		// After funduq's close frame (a link replaced, Broker.Register)
-		// only reports are taken: they carry the provider's runs on. A
-		// register would take the agents back from the link that
-		// replaced this one, and nothing can be answered now.
+		// After funduq's close frame (a replaced link closed, broker
+		// replaced.go) only reports are taken: they carry the provider's
+		// runs on. A register would take agents on a link being closed,
+		// and nothing can be answered now.
 		switch frame.(type) {
 		case wire.Ack, wire.Event, wire.Finish:
 		default:

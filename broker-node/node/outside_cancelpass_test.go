@@ -12,8 +12,9 @@ import (
 )
 
 // A provider process whose link stalls opens a new one and registers
-// again; funduq closes the old link as replaced and the run it held
-// passes to the new link (design.md D5). A cancel asked for before that
+// again, which replaces the old link; the run it held passes to the new
+// link when that link reports for it or the old one is found dead
+// (design.md D5). A cancel asked for before that
 // went out on the old link, where the process may never have read it. The
 // link the run now lives on is told anew, as a link re-adopting a run after
 // a takeover or a lost link is (design.md §The status machine): otherwise
@@ -21,8 +22,8 @@ import (
 // run is never asked to stop. Nothing is counted against the key.
 func TestCancelFollowsARunToTheLinkReplacingItsHolder(t *testing.T) {
 	for _, report := range []bool{false, true} {
-		// report: the new link reports for the run before the old link's
-		// close is read (the run is taken along by the report).
+		// report: the new link reports for the run before the old link is
+		// found dead (the run is taken along by the report).
 		t.Run(fmt.Sprintf("reported first %v", report), func(t *testing.T) {
 			h := nodetest.Start(t, nil)
 			p1 := h.Connect(0xe1, nil)
@@ -43,7 +44,7 @@ func TestCancelFollowsARunToTheLinkReplacingItsHolder(t *testing.T) {
 			if report {
 				p2.Event(id, `{"type":"TEXT_MESSAGE_START","messageId":"m","role":"assistant"}`)
 			}
-			p1.Rest() // closed as replaced
+			p1.Close() // the stalled link found dead at last
 			h.Settle()
 			if !report {
 				p2.Event(id, `{"type":"TEXT_MESSAGE_START","messageId":"m","role":"assistant"}`)

@@ -267,15 +267,15 @@ func TestOutsideRefSDKCutLinkCarriesTheRunOver(t *testing.T) {
 
 // Two processes of the reference SDK started with one key (a rolling
 // deploy, or a process started twice). The newer link's register replaces
-// the older; funduq closes the older as replaced, and the reference SDK
+// the older; funduq closed the older as replaced, and the reference SDK
 // reconnects after any closed link and registers its whole roster again,
-// which replaces the newer: live, they took the agent from each other once
+// which replaced the newer: live, they took the agent from each other once
 // a second for as long as both ran (docs/interop.md). The reference
 // gateway leaves a replaced link open and idle. The user expects the two
 // to settle with one serving: the older link is not closed by the newer's
-// register, so the older process has nothing to reconnect for.
+// register, so the older process has nothing to reconnect for (design.md
+// §Two processes of one key).
 func TestOutsideRefSDKTwoProcessesOfOneKeySettle(t *testing.T) {
-	t.Skip("docs/design.md §Open questions: two reference-SDK processes of one key replace each other once a second")
 	h := nodetest.Start(t, nil)
 	older := refDial(t, h, 0xa5, "4")
 	older.refRegister("refagent")
@@ -303,6 +303,34 @@ func TestOutsideRefSDKTwoProcessesOfOneKeySettle(t *testing.T) {
 			t.Fatal("no answer on the older link")
 		}
 	}
+}
+
+// The newer of two reference-SDK processes of one key stops (its process
+// closes its link): the older, replaced and idle on its open link, must
+// not leave the agent unserved for as long as it runs. funduq closes its
+// link as the agent goes unserved; the reference SDK reconnects after any
+// closed link and registers, and serves the agent again.
+func TestOutsideRefSDKOlderProcessServesAgainWhenTheNewerStops(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	older := refDial(t, h, 0xa8, "4")
+	older.refRegister("refagent")
+	newer := refDial(t, h, 0xa8, "4")
+	newer.refRegister("refagent")
+	_ = newer.ws.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""))
+	<-newer.done
+	select {
+	case <-older.done:
+	case <-time.After(time.Minute):
+		t.Fatal("the older link is still open with the agent served by no link")
+	}
+	back := refDial(t, h, 0xa8, "4") // the older process, reconnected
+	back.refRegister("refagent")
+	id, thread := back.startRun(h, "refagent")
+	back.refAck(id)
+	back.refEvent(id, refStarted(thread, id))
+	back.refEvent(id, fmt.Sprintf(`{"type": "RUN_FINISHED", "threadId": %q, "runId": %q}`, thread, id))
+	back.refFinish(id)
+	h.WaitStatus(id, run.Completed)
 }
 
 // After a reconnect the reference SDK reads exactly one frame after its

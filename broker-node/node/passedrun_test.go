@@ -9,7 +9,7 @@ import (
 
 // A second process of a key registers the agent the first serves (a
 // rolling restart): the first process's link, left serving nothing, is
-// closed as replaced, and the run it holds passes to the new link. The new
+// replaced; it drops, and the run it holds passes to the new link. The new
 // process never heard of that run; the old one, still running it, comes
 // back on a link of its own to report. The run follows its reports (the
 // same key, design.md D5): it completes, nothing is refused and nothing is
@@ -25,7 +25,7 @@ func TestPassedRunFollowsItsKeysReports(t *testing.T) {
 	h.WaitStatus(id, run.Running)
 	p2 := h.Connect(0xe1, nil)
 	p2.Register("echo")
-	p.Rest() // closed as replaced
+	p.Close() // the replaced link drops
 	old := h.Connect(0xe1, nil)
 	old.Complete(id, thread)
 	h.WaitStatus(id, run.Completed)

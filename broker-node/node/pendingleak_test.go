@@ -251,7 +251,9 @@ func TestLinkServingNothingIsPendingOnceItsRunEnds(t *testing.T) {
 
 // A link of a key that registers the names another link of the key serves
 // replaces it (D5): neither is counted once registered, and the replaced
-// one's close leaves the count at 0. A standby refuses an upgrade as not
+// one, left open, is not pending — not even after a deleteAgent, which
+// leaves a link serving nothing pending again — and its close leaves the
+// count at 0. A standby refuses an upgrade as not
 // the leader, whatever the leader's bound holds, and counts nothing.
 func TestPendingCountThroughAReplacementAndOnAStandby(t *testing.T) {
 	h := nodetest.Start(t, func(c *config.Broker) { c.MaxPendingLinks = 1 })
@@ -265,9 +267,14 @@ func TestPendingCountThroughAReplacementAndOnAStandby(t *testing.T) {
 	if typ, e := b.answered(named("x", 1)); typ != wire.TypeRegistered {
 		t.Fatalf("the replacing register: %q %q", typ, e.Message)
 	}
-	_ = a.closed()
+	if typ, data := a.next(); typ != wire.TypeError || !strings.Contains(string(data), wire.ReplacedMessage) {
+		t.Fatalf("the replaced link told %s", data)
+	}
+	a.open() // a deleteAgent
 	backToZero(t, h, "a link replaced")
 	b.open()
+	_ = a.ws.Close()
+	backToZero(t, h, "a replaced link closed")
 
 	standby := h.Peer("standby")
 	// The leader's bound full again.

@@ -26,7 +26,7 @@ func servedNames(h *nodetest.Harness, key string) []string {
 // that its process can leave those names out of its next register
 // (design.md §Two processes of one key). A raw provider that ignores the
 // notice behaves as before: its next register takes the name back, and
-// the newer link, left serving nothing, is told replaced and closed.
+// the newer link, left serving nothing, is told replaced.
 func TestRawLinkToldWhichAgentsAnotherLinkOfItsKeyTook(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	older := h.Connect(0xe1, nil)

@@ -197,14 +197,15 @@ func TestReattachedThenSilentStaysRunning(t *testing.T) {
 }
 
 // A newer process of the key registers the agent: the old link, still
-// running its run, is closed as replaced and answers funduq's close. The
-// newer link is lost (no close frame) before the old link's close is
-// through, so nobody serves the agent when the run learns its holder is
-// gone. funduq closed the old link — no goodbye — and the newer one was
-// lost: the key is expected back, and the run waits the link grace for it
-// like any lost link's run, rather than failing provider_left_holding_it
-// and counting abandoned against a provider that left nothing on purpose.
-// The old process reconnects without registering and finishes the run.
+// running its run, is replaced and left open. The newer link is then lost
+// (no close frame), leaving the agent served by no link, so funduq closes
+// the replaced link too (design.md §Two processes of one key), and nobody
+// serves the agent when the run learns its holder is gone. funduq closed
+// the old link — no goodbye — and the newer one was lost: the key is
+// expected back, and the run waits the link grace for it like any lost
+// link's run, rather than failing provider_left_holding_it and counting
+// abandoned against a provider that left nothing on purpose. The old
+// process reconnects without registering and finishes the run.
 func TestReplacedLinkWhoseReplacementWasLostHoldsItsRun(t *testing.T) {
 	h := nodetest.Start(t, func(c *configBroker) { c.LinkGrace = 5 * time.Second })
 	old := h.Connect(0xe1, nil)
@@ -217,8 +218,9 @@ func TestReplacedLinkWhoseReplacementWasLostHoldsItsRun(t *testing.T) {
 	seen, release := old.HoldCloseReply()
 	newer := h.Connect(0xe1, nil)
 	newer.Register("echo")
-	<-seen
 	newer.Close() // lost
+	// The old link's close, funduq's as the agent is left unserved.
+	<-seen
 	h.Eventually("the newer link is gone", func() bool { return h.Node.Broker.Snapshot().Links == 1 })
 	h.Settle()
 	release()

@@ -78,7 +78,7 @@ func roundAcrossACut(t *testing.T, seed byte, regFirst bool) (errs, stored []str
 	} else {
 		got = append(b.ReadBarrier(), registerSeeing(b, "echo")...)
 	}
-	a.Close() // replaced by b's register either way: funduq closed it, draining
+	a.Close() // replaced by b's register either way, and found dead
 	h.Eventually("the old link is gone", func() bool { return h.Node.Broker.Snapshot().Links == 1 })
 	for s := roundCut + 1; s <= roundLen; s++ {
 		b.SendRaw(ev(s))

@@ -17,11 +17,11 @@ import (
 // Two processes of one key serving the same agents (a rolling deploy: the
 // newer process starts before the older one is stopped). The newer one's
 // register replaces the older link (D5), and the older process, told so,
-// finishes the run it holds over a link that registers nothing and stops
-// (Run returns provider.ErrReplaced) instead of registering again and
-// replacing the newer one in turn, which it did every few hundred
-// milliseconds while both ran (design.md §Open questions, "Two processes
-// of one key").
+// finishes the run it holds over that link, which funduq leaves open,
+// closes it and stops (Run returns provider.ErrReplaced) instead of
+// registering again and replacing the newer one in turn, which it did
+// every few hundred milliseconds while both ran (design.md §Two processes
+// of one key).
 func TestSDKReplacedByANewerProcessFinishesAndStops(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	signer, _ := identity.NewSignerFromSeedHex(nodetest.SeedHex(0xe9))

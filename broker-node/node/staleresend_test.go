@@ -62,14 +62,14 @@ func TestPausedRoundResentBeforeRegisterAnswersNoLaterOffer(t *testing.T) {
 	}
 	// Another link of the key resends the paused round before it
 	// registers, then registers: the agent moves to it, and the first
-	// link, left serving nothing, is closed with its offer.
+	// link, left serving nothing, is replaced and its offer moved.
 	stale := h.Connect(0xf9, nil)
 	resend(stale)
 	stale.Register("echo") // read after the resend, on the same link
 
 	// The answered round is offered to the link serving the agent, with
 	// the answer; the stale round is not stored again.
-	h.Eventually("the first link is closed", func() bool { closed, _ := first.Closed(); return closed })
+	expectReplaced(t, first)
 	h.Settle()
 	if r := h.Run(id); r.Status == run.InputRequired {
 		t.Fatalf("the run paused again on the old question, the answer swallowed: stored %v", storedTypes(h, id))

@@ -244,9 +244,11 @@ func PeekType(raw []byte) (string, bool) {
 }
 
 // ReplacedMessage is the message of the error frame funduq sends a link
-// that a newer link of its key left serving nothing (design.md D5), right
-// before it closes that link. The wire has no code for it; our SDK reads
-// this text to stop instead of registering again (provider.ErrReplaced).
+// that a newer link of its key left serving nothing (design.md §Two
+// processes of one key). The wire has no code for it; our SDK reads this
+// text to stop instead of registering again (provider.ErrReplaced). funduq
+// no longer closes the link after it (it is left open, offered nothing),
+// but the text is kept byte for byte: SDKs already built match it exactly.
 const ReplacedMessage = "this link was replaced by a newer link of the same key and serves nothing now; closing it"
 
 // TakenMessage is the message of the error frame, naming an agent

@@ -20,6 +20,7 @@ import (
 	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/config"
 	runst "github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/core/wire"
 )
 
 // footprint is what a long-lived broker node and door server hold once
@@ -276,8 +277,14 @@ func (s *soak) phase(n int) {
 			h.WaitStatus(id, runst.Completed)
 			old := p
 			p = s.connect()
-			h.Eventually("the replaced link closes", func() bool { closed, _ := old.Closed(); return closed })
-			old.Close() // the test's own end of it (nodetest closes it only at cleanup)
+			// Told replaced and left open, offered nothing (design.md
+			// §Two processes of one key): its process closes it.
+			var e wire.Error
+			old.Expect(wire.TypeError, &e)
+			if e.Message != wire.ReplacedMessage {
+				t.Fatalf("the replaced link told %+v", e)
+			}
+			old.Goodbye()
 		}
 	}
 	p.Goodbye()
