@@ -75,4 +75,8 @@ func dropMovedLocked(ls *linkState) {
 		t.Stop()
 		delete(ls.moved, id)
 	}
+	for id, t := range ls.unwinding {
+		t.Stop()
+		delete(ls.unwinding, id)
+	}
 }

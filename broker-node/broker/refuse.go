@@ -57,6 +57,11 @@ func (b *Broker) refuse(l Link, kind, runID, reason string) {
 	// A refused answer to an offer that moved to another link of its key
 	// gives the place kept on l back, the refusal queued first (moved.go).
 	b.heardOn(l, runID)
+	if kind == kindFinish {
+		// A finish of a run funduq failed for a bad event: the place the
+		// link kept while unwinding it is free (unwind.go).
+		b.heardFinishOn(l, runID)
+	}
 }
 
 // refuseCmd answers a report the lane read and did not take, and gives an

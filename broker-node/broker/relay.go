@@ -195,7 +195,13 @@ func (l *lane) relay(ctx context.Context, link *linkState, batch []eventCmd, a a
 	}
 	if stored && a.stop != "" {
 		// The run fails with the event's reason; the provider did not stop
-		// serving, so nothing that withdraws is counted (D18).
+		// serving, so nothing that withdraws is counted (D18). Its holder
+		// keeps its place until it has unwound the run (unwind.go).
+		l.b.mu.Lock()
+		if holder := l.claimedBy; holder != nil {
+			l.b.keepUnwindingLocked(holder, l.id, l.b.set.DeliverTimeout)
+		}
+		l.b.mu.Unlock()
 		l.fail(ctx, a.stop, false)
 	}
 	if !finish {

@@ -89,6 +89,11 @@ type linkState struct {
 	// another link of its key answered, until it answers too or the
 	// offer's deliver_timeout passes (moved.go). Guarded by b.mu.
 	moved map[string]clockwork.Timer
+	// unwinding holds the places kept on this link for runs funduq failed
+	// for a report of the link's (a bad event) while it held them, until
+	// it sends the run's finish or deliver_timeout passes (unwind.go).
+	// Guarded by b.mu.
+	unwinding map[string]clockwork.Timer
 	// stall records the link's read loop waiting on a full backlog:
 	// funduq not reading the provider, so an answer it sent meanwhile is
 	// unread (onLapse).
@@ -169,7 +174,7 @@ func (b *bucket) hasRoom() bool { return b.declared == nil || b.inFlight < *b.de
 // never offered more than it said it runs (design.md §The provider wire).
 // Caller holds b.mu.
 func (b *Broker) linkHasRoomLocked(ls *linkState) bool {
-	return ls.declared == nil || len(b.byLink[ls])+len(ls.moved) < *ls.declared
+	return ls.declared == nil || len(b.byLink[ls])+len(ls.moved)+len(ls.unwinding) < *ls.declared
 }
 
 func (b *bucket) release() {

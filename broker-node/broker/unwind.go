@@ -1,0 +1,67 @@
+package broker
+
+import (
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// A place kept on a link for a run funduq failed for one of the link's
+// reports — a malformed, oversized or over-limit event — while the link
+// held it (design.md §Counters, D18). funduq ended the run and told the
+// provider so, but the provider is still running it until it has unwound
+// it, and it says so with the run's finish (refused: the run has ended).
+// Were the place freed with the run, the next run would be offered into it
+// at once, and a provider that declared room for one would decline it,
+// full of the run it is unwinding: a decline with room counts misdeclared
+// (D6), and a bad event would move a counter that withdraws, which D18
+// rules out. So the link's own place (linkHasRoomLocked) stays taken
+// until its finish for the run is read, or deliver_timeout passes (a
+// provider that never finishes gets its place back), whichever comes
+// first; then the heads waiting on its key are nudged.
+
+// keepUnwindingLocked keeps ls's place taken for runID until ls sends the
+// run's finish or d passes. Caller holds b.mu.
+func (b *Broker) keepUnwindingLocked(ls *linkState, runID string, d time.Duration) {
+	if d <= 0 || b.links[ls.link] != ls {
+		return // the link is gone already
+	}
+	if t := ls.unwinding[runID]; t != nil {
+		t.Stop()
+	}
+	if ls.unwinding == nil {
+		ls.unwinding = map[string]clockwork.Timer{}
+	}
+	var t clockwork.Timer
+	t = b.clock.AfterFunc(d, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if ls.unwinding[runID] == t { // not freed or kept anew since
+			b.freeUnwindingLocked(ls, runID)
+		}
+	})
+	ls.unwinding[runID] = t
+}
+
+// heardFinishOn frees the place kept on l for runID (keepUnwindingLocked),
+// if any: l finished the run. Called once the finish is answered, so an
+// offer the freed place lets out is written to the link after the answer.
+func (b *Broker) heardFinishOn(l Link, runID string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ls := b.links[l]; ls != nil {
+		b.freeUnwindingLocked(ls, runID)
+	}
+}
+
+// freeUnwindingLocked gives back the place kept on ls for runID. Caller
+// holds b.mu.
+func (b *Broker) freeUnwindingLocked(ls *linkState, runID string) {
+	t, ok := ls.unwinding[runID]
+	if !ok {
+		return
+	}
+	t.Stop()
+	delete(ls.unwinding, runID)
+	b.nudgeHeadsOfKeyLocked(ls.key)
+}
