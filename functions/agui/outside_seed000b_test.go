@@ -1,0 +1,89 @@
+package agui_test
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/funduq/funduq-go/core/run"
+)
+
+// Seed 000, "The caller doors": "a caller-supplied threadId funduq does not
+// know is not adopted, and the substitution rides back on every event".
+// From outside: a caller's own thread id — free-form, or shaped like one
+// funduq mints — opens a thread under funduq's id; naming the same id
+// again (a new runId, so no retry) opens yet another, never the caller's;
+// the id itself names nothing (GET /threads answers 404); and the ids a
+// provider puts in its RUN_STARTED and RUN_FINISHED reach the caller as
+// funduq's.
+func TestOutsideSeed000UnknownThreadIDIsNeverAdopted(t *testing.T) {
+	h, p, srv, url := echoDoorSrv(t)
+	for _, mine := range []string{"my-own-thread", run.NewThreadID()} {
+		var seen []string
+		for i := range 2 {
+			s := openStream(t, "POST", url, input(mine, fmt.Sprintf("caller-run-%d", i), ""), nil)
+			f := p.Offer()
+			if *f.ThreadID == mine {
+				t.Fatalf("turn %d: the caller's thread id %q was adopted", i, mine)
+			}
+			p.Accept(f.RunID)
+			// A provider naming ids of its own (the caller's, say).
+			p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":"provider-run"}`, mine))
+			p.Event(f.RunID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":"provider-run"}`, mine))
+			p.Finish(f.RunID)
+			evs := events(s.rest())
+			if got := typesOf(t, evs); !slices.Equal(got, []string{"RUN_STARTED", "RUN_FINISHED"}) {
+				t.Fatalf("turn %d: stream %v", i, got)
+			}
+			for _, e := range evs {
+				m := e.event(t)
+				if m["threadId"] != *f.ThreadID || m["runId"] != f.RunID {
+					t.Fatalf("turn %d: the caller read %v, want funduq's thread %s and run %s", i, m, *f.ThreadID, f.RunID)
+				}
+			}
+			h.WaitStatus(f.RunID, run.Completed)
+			if slices.Contains(seen, *f.ThreadID) {
+				t.Fatalf("turn %d on %q joined thread %s, which the caller never named", i, mine, *f.ThreadID)
+			}
+			seen = append(seen, *f.ThreadID)
+		}
+		if code, _, body := jsonCall(t, "GET", srv.URL+"/threads/"+mine, "", nil); code != 404 {
+			t.Fatalf("GET /threads/%s: %d %v, want 404: the caller's id names no thread", mine, code, body)
+		}
+	}
+}
+
+// Seed 000: "Resuming a paused run is the same door with a resume payload
+// — the run keeps its id and its provider is invoked again, targeting the
+// thread's input-required run specifically"; D1: an answer reopens the
+// same run. With no per-thread gate (D2) a thread can hold two paused runs
+// (the caller went on with a new turn and the agent asked again). An answer
+// to the older one's interrupt names that run's question, which nobody has
+// answered: it reopens that run, same id — not a snapshot telling the
+// caller its answer lost a race it never ran.
+func TestOutsideSeed000AnswerToTheOlderOfTwoPausedRuns(t *testing.T) {
+	h, p, _, url := echoDoorSrv(t)
+	older := pauseOn(t, h, p, openStream(t, "POST", url, input("t", "r1", ""), nil), `[{"id":"int-old","reason":"approval"}]`)
+	thread := *older.ThreadID
+	newer := pauseOn(t, h, p, openStream(t, "POST", url, input(thread, "r2", ""), nil), `[{"id":"int-new","reason":"approval"}]`)
+	if *newer.ThreadID != thread || newer.RunID == older.RunID {
+		t.Fatalf("second turn %s on %s", newer.RunID, *newer.ThreadID)
+	}
+	runs := runCount(t, h)
+	got := answered(t, url, resumeBody(thread, "answer-old", `[{"interruptId":"int-old","status":"resolved"}]`), nil)
+	if got != "stream : funduq run "+older.RunID {
+		t.Fatalf("the answer to the older run's interrupt was answered %.300q, want the stream of %s reopened", got, older.RunID)
+	}
+	if f := p.Offer(); f.RunID != older.RunID {
+		t.Fatalf("offered %s, want the older paused run %s reopened", f.RunID, older.RunID)
+	}
+	p.Accept(older.RunID)
+	p.Complete(older.RunID, thread)
+	h.WaitStatus(older.RunID, run.Completed)
+	if r := h.Run(newer.RunID); r.Status != run.InputRequired {
+		t.Fatalf("the newer paused run is %s, want still input-required", r.Status)
+	}
+	if n := runCount(t, h); n != runs {
+		t.Fatalf("runs %d→%d for one answer", runs, n)
+	}
+}
