@@ -64,6 +64,23 @@ func (s *Store) NewestRunInStatus(ctx context.Context, threadID string, statuses
 	return r, true, nil
 }
 
+// ThreadRunsInStatus returns up to limit of the thread's runs whose status is
+// one of statuses, newest first (by created_at, then run_id), as
+// NewestRunInStatus orders them.
+func (s *Store) ThreadRunsInStatus(ctx context.Context, threadID string, limit int, statuses ...run.Status) ([]Run, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+runColumns+` FROM runs
+		WHERE thread_id = $1 AND status = ANY($2) ORDER BY created_at DESC, run_id DESC LIMIT $3`,
+		threadID, statusStrings(statuses), limit)
+	if err != nil {
+		return nil, fmt.Errorf("runs of thread %s: %w", threadID, err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Run, error) { return scanRun(row) })
+	if err != nil {
+		return nil, fmt.Errorf("runs of thread %s: %w", threadID, err)
+	}
+	return out, nil
+}
+
 // FindRetriedRun returns the run an earlier attempt of the request nr
 // describes created or reopened — same Idempotency-Key for the agent (the
 // door scopes it to its caller), or same caller request id on an existing

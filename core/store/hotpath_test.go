@@ -192,6 +192,9 @@ func driveHotPaths(t *testing.T, st *store.Store, rec *recorder) {
 	rec.setLabel("door: newest paused run")
 	_, _, err = st.NewestRunInStatus(ctx, onHistory.ThreadID, run.InputRequired)
 	must("newest paused", err)
+	rec.setLabel("door: paused runs an answer is weighed against")
+	_, err = st.ThreadRunsInStatus(ctx, onHistory.ThreadID, 8, run.InputRequired)
+	must("paused runs", err)
 	rec.setLabel("door: reopen")
 	_, err = st.ReopenRun(ctx, store.Reopen{RunID: onHistory.RunID, CallerRequestID: "answer-1",
 		Messages: []store.Message{{MessageID: run.NewMessageID(), Message: json.RawMessage(`{"role":"user","content":"yes"}`)}}})

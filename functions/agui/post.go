@@ -303,16 +303,9 @@ func (h *Handler) build(agent store.Agent, threadID, runID, parentRunID string, 
 // run to stream, or — when another answer won the race — the snapshot.
 func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Thread, in RunAgentInput, bag door.CallerBag,
 	chain *identity.Chain, hash, requestID string, probe store.NewRun) (out outcome, answered bool, err error) {
-	paused, ok, err := h.newestRun(ctx, thread.ThreadID, run.InputRequired)
+	paused, asks, ok, err := h.answered(ctx, thread.ThreadID, in)
 	if err != nil || !ok {
 		return outcome{}, false, err
-	}
-	asks, interrupts, err := door.OpenAsks(ctx, h.o.Store, paused)
-	if err != nil {
-		return outcome{}, false, err
-	}
-	if !completes(asks, interrupts, in) {
-		return outcome{}, false, nil
 	}
 	// On a bound thread the answer carries the resolution proof
 	// (design.md §The doors), checked before anything is written.
@@ -351,6 +344,36 @@ func (h *Handler) answer(ctx context.Context, agent store.Agent, thread store.Th
 		return outcome{}, true, err
 	}
 	return outcome{run: reopened, after: reopened.LastSeq}, true, nil
+}
+
+// MaxPausedWeighed is how many of a thread's paused runs, newest first,
+// an AG-UI answer is weighed against (design.md §The doors, "An answer
+// reopens the run whose question it answers").
+const MaxPausedWeighed = 8
+
+// answered finds the paused run of the thread whose every open ask in
+// answers: with no per-thread gate (D2) a thread may hold several, and an
+// answer names the question it answers (its interrupt or tool call ids),
+// so it reopens that run, not merely the newest (seed 000: "targeting the
+// thread's input-required run specifically"). ok is false when none of the
+// MaxPausedWeighed newest is answered whole.
+func (h *Handler) answered(ctx context.Context, threadID string, in RunAgentInput) (store.Run, []string, bool, error) {
+	sctx, cancel := door.Step(ctx)
+	paused, err := h.o.Store.ThreadRunsInStatus(sctx, threadID, MaxPausedWeighed, run.InputRequired)
+	cancel()
+	if err != nil {
+		return store.Run{}, nil, false, err
+	}
+	for _, p := range paused {
+		asks, interrupts, err := door.OpenAsks(ctx, h.o.Store, p)
+		if err != nil {
+			return store.Run{}, nil, false, err
+		}
+		if completes(asks, interrupts, in) {
+			return p, asks, true, nil
+		}
+	}
+	return store.Run{}, nil, false, nil
 }
 
 // completes reports whether in answers every open ask: resume entries
