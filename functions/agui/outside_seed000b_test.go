@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/funduq/funduq-go/broker-node/nodetest"
 	"github.com/funduq/funduq-go/core/run"
+	"github.com/funduq/funduq-go/functions/agui"
 )
 
 // Seed 000, "The caller doors": "a caller-supplied threadId funduq does not
@@ -42,6 +45,12 @@ func TestOutsideSeed000UnknownThreadIDIsNeverAdopted(t *testing.T) {
 				}
 			}
 			h.WaitStatus(f.RunID, run.Completed)
+			// Replayed, the ids are funduq's too.
+			for _, e := range events(openStream(t, "GET", srv.URL+"/runs/"+f.RunID+"/events", "", nil).rest()) {
+				if m := e.event(t); m["threadId"] != *f.ThreadID || m["runId"] != f.RunID {
+					t.Fatalf("turn %d replayed: %v", i, m)
+				}
+			}
 			if slices.Contains(seen, *f.ThreadID) {
 				t.Fatalf("turn %d on %q joined thread %s, which the caller never named", i, mine, *f.ThreadID)
 			}
@@ -85,5 +94,51 @@ func TestOutsideSeed000AnswerToTheOlderOfTwoPausedRuns(t *testing.T) {
 	}
 	if n := runCount(t, h); n != runs {
 		t.Fatalf("runs %d→%d for one answer", runs, n)
+	}
+}
+
+// Seed 000, "Capacity is per identity, not per agent": "The in-flight
+// bucket is keyed by the provider's public key. One provider serving five
+// agents has one budget across all five". From outside: a key declaring
+// one place serves two agents; a caller of the first holds it, so a caller
+// of the second is offered nothing and its stream stays silent, until the
+// first run ends and gives the place back; then the second is offered, and
+// nothing was counted against the provider.
+func TestOutsideSeed000OneBudgetAcrossAKeysAgents(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p := h.Connect(0xe1, nodetest.Limit(1))
+	p.Register("a", "b")
+	srv := startDoor(t, h, func(o *agui.Options) { o.Heartbeat = 30 * time.Millisecond })
+	s1 := openStream(t, "POST", aguiURL(srv, p.Key, "a"), input("", "r1", ""), nil)
+	f1 := p.Offer()
+	p.Accept(f1.RunID)
+	p.Event(f1.RunID, runStartedFor(f1))
+	s2 := openStream(t, "POST", aguiURL(srv, p.Key, "b"), input("", "r2", ""), nil)
+	h.Eventually("the second run is recorded", func() bool { return runCount(t, h) == 2 })
+	p.None() // the key's one place is taken, whichever agent is asked
+	for beats := 0; beats < 3; {
+		fr, ok := s2.next()
+		if !ok || fr.Data != "" {
+			t.Fatalf("the waiting run's stream was not silent: %+v", fr)
+		}
+		if fr.Comment == "keep-alive" {
+			beats++
+		}
+	}
+	p.Event(f1.RunID, fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, *f1.ThreadID, f1.RunID))
+	p.Finish(f1.RunID)
+	s1.rest()
+	h.WaitStatus(f1.RunID, run.Completed)
+	f2 := p.Offer()
+	if f2.RunID == f1.RunID {
+		t.Fatalf("offered %s again", f2.RunID)
+	}
+	p.Accept(f2.RunID)
+	p.Complete(f2.RunID, *f2.ThreadID)
+	if evs := events(s2.rest()); len(evs) != 5 || evs[0].event(t)["runId"] != f2.RunID {
+		t.Fatalf("the second caller's stream: %v", typesOf(t, evs))
+	}
+	if q := h.Quality(p.Key); q.Misdeclared+q.Unanswered+q.AnsweredLate+q.Abandoned+q.Undelivered != 0 {
+		t.Fatalf("counted %+v", q)
 	}
 }
