@@ -142,3 +142,26 @@ func TestOutsideSeed000OneBudgetAcrossAKeysAgents(t *testing.T) {
 		t.Fatalf("counted %+v", q)
 	}
 }
+
+// TestOutsideSeed000AnswerToTheOlderOfTwoPausedRuns with the older run
+// asking by an interrupt and an announced tool call: its answer (a resume
+// and a tool message) reopens it, the newer one left paused.
+func TestOutsideSeed000ToolAnswerToTheOlderOfTwoPausedRuns(t *testing.T) {
+	h, p, _, url := echoDoorSrv(t)
+	older := pause(t, h, p, openStream(t, "POST", url, input("t", "r1", ""), nil))
+	thread := *older.ThreadID
+	newer := pauseOn(t, h, p, openStream(t, "POST", url, input(thread, "r2", ""), nil), `[{"id":"int-new","reason":"approval"}]`)
+	s := openStream(t, "POST", url, answerBody(thread, "a-old"), nil)
+	if f := p.Offer(); f.RunID != older.RunID {
+		t.Fatalf("offered %s, want the older paused run %s reopened", f.RunID, older.RunID)
+	}
+	p.Accept(older.RunID)
+	p.Complete(older.RunID, thread)
+	if got := typesOf(t, s.rest()); len(got) == 0 || got[len(got)-1] != "RUN_FINISHED" {
+		t.Fatalf("the answer's stream %v", got)
+	}
+	h.WaitStatus(older.RunID, run.Completed)
+	if r := h.Run(newer.RunID); r.Status != run.InputRequired {
+		t.Fatalf("the newer paused run is %s, want still input-required", r.Status)
+	}
+}
