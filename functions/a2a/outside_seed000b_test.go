@@ -148,3 +148,27 @@ func TestOutsideSeed000CancelOfAFailedTaskIsNotCancelable(t *testing.T) {
 		t.Fatalf("after the refused cancel: %+v", r)
 	}
 }
+
+// Open question (docs/design.md §Open questions, "Which referenceTaskIds
+// record lineage"): seed 000 says "referenceTaskIds records lineage" and
+// nothing of which. The door weighs the first id alone (spec doors.md
+// §3.4 step 3), so a message opening a context that lists an id it cannot
+// use first (unknown, or a stranger's) and its own earlier task second
+// records no lineage. This test shows the other answer: the first id the
+// caller may read is the parent.
+func TestOutsideSeed000LineageFromTheFirstReadableReference(t *testing.T) {
+	t.Skip("open question: docs/design.md §Open questions, \"Which referenceTaskIds record lineage\"")
+	h := nodetest.Start(t, nil)
+	p, c := echoAgent(t, h, nil)
+	done := completeOffer(p)
+	first := c.send(c.message("lr-1", "one", nil), nil)
+	<-done
+	done = completeOffer(p)
+	second := c.send(c.message("lr-2", "two", map[string]any{"referenceTaskIds": []string{run.NewRunID(), first["id"].(string)}}), nil)
+	<-done
+	var parent string
+	if err := h.Store.Pool().QueryRow(context.Background(), `SELECT coalesce(parent_thread_id, '') FROM threads WHERE thread_id = $1`,
+		second["contextId"]).Scan(&parent); err != nil || parent != first["contextId"] {
+		t.Fatalf("parent thread %q (%v), want %v: the first reference the caller may read", parent, err, first["contextId"])
+	}
+}
