@@ -188,3 +188,39 @@ func TestOutsideSeed000SnapshotShowsEveryPausedRun(t *testing.T) {
 		t.Fatalf("the snapshot does not show the older paused run %s and its ask: %s", older.RunID, b)
 	}
 }
+
+// Seed 000: "the loser gets a ThreadSnapshot of the thread as it now
+// stands rather than a stream: the question was already answered". From
+// outside, a second caller's answer after the first's reopened the run:
+// 200 JSON, the reopened run active, no run waiting, the winner's tool
+// answer among the messages, and nothing written for the loser.
+func TestOutsideSeed000LoserSnapshotIsTheThreadAsItNowStands(t *testing.T) {
+	h, p, _, url := echoDoorSrv(t)
+	f := pause(t, h, p, openStream(t, "POST", url, input("t", "r1", ""), nil))
+	thread := *f.ThreadID
+	win := openStream(t, "POST", url, answerBody(thread, "winner"), nil)
+	runs := runCount(t, h)
+	code, _, snap := jsonCall(t, "POST", url, answerBody(thread, "loser"), nil)
+	active, _ := snap["active_run"].(map[string]any)
+	if _, waiting := snap["waiting_run"]; code != 200 || snap["thread_id"] != thread || active == nil || active["run_id"] != f.RunID || waiting {
+		t.Fatalf("the loser got %d %v", code, snap)
+	}
+	msgs, _ := snap["messages"].([]any)
+	tools := 0
+	for _, m := range msgs {
+		if mm, _ := m.(map[string]any); mm["role"] == "tool" && mm["toolCallId"] == "tc2" {
+			tools++
+		}
+	}
+	if tools != 1 {
+		t.Fatalf("the snapshot holds the winner's tool answer %d times: %v", tools, msgs)
+	}
+	if n := runCount(t, h); n != runs {
+		t.Fatalf("runs %d→%d for the loser", runs, n)
+	}
+	f2 := p.Offer()
+	p.Accept(f2.RunID)
+	p.Complete(f2.RunID, thread)
+	win.rest()
+	h.WaitStatus(f.RunID, run.Completed)
+}
