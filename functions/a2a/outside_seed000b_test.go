@@ -172,3 +172,31 @@ func TestOutsideSeed000LineageFromTheFirstReadableReference(t *testing.T) {
 		t.Fatalf("parent thread %q (%v), want %v: the first reference the caller may read", parent, err, first["contextId"])
 	}
 }
+
+// Seed 000: only a message whose taskId names the paused task answers it;
+// "any other message becomes a new queued run on the thread". From
+// outside: a message on a context whose task is paused, naming no task,
+// is a new task carrying its own message alone, and the paused task stays
+// paused with its ask open.
+func TestOutsideSeed000MessageNamingNoTaskIsNoAnswer(t *testing.T) {
+	h := nodetest.Start(t, nil)
+	p, c := echoAgent(t, h, nil)
+	go func() { pause(p, p.Offer()) }()
+	paused := c.send(c.message("n-1", "may I?", nil), nil)
+	ctxID := paused["contextId"].(string)
+	done := completeOffer(p)
+	other := c.send(c.message("n-2", "something else", map[string]any{"contextId": ctxID}), nil)
+	f := <-done
+	if other["id"] == paused["id"] || f.RunID != other["id"] || stateOf(other) != "completed" {
+		t.Fatalf("the message naming no task was answered %v (offered %s)", other, f.RunID)
+	}
+	var in struct {
+		Messages []struct {
+			Content string `json:"content"`
+		} `json:"messages"`
+	}
+	if err := json.Unmarshal(f.RunInput, &in); err != nil || len(in.Messages) != 1 || in.Messages[0].Content != "something else" {
+		t.Fatalf("its input carries %+v (%v)", in.Messages, err)
+	}
+	c.wantTask("the paused task", paused["id"].(string), "input-required", false)
+}
