@@ -1103,7 +1103,11 @@ func (b *Broker) Ack(l Link, runID string, v wire.Verdict, reason string) {
 		return
 	}
 	if ln == nil || ls == nil || !ln.q.push(verdictCmd{link: ls, v: v, reason: reason, registered: reg, offerable: offerable}) {
-		b.refuse(l, kindAck, runID, b.noLaneReason(l, runID))
+		why := b.noLaneReason(l, runID)
+		if why == refusedEnded {
+			b.keepLateAcked(l, runID, v) // before the refusal is queued
+		}
+		b.refuse(l, kindAck, runID, why)
 	}
 }
 

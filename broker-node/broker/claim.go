@@ -132,6 +132,9 @@ func (l *lane) tookClaim(ctx context.Context, ls *linkState, from run.Status) {
 	b.mu.Lock()
 	b.holdLocked(l, ls, l.offeredTo)
 	l.claimedAt = b.clock.Now()
+	// Claimed: a lapse before it is answered (its late ack counted when
+	// it was one), so the run's end keeps no place for a late ack (unwind.go).
+	l.gaveUpOn = ""
 	b.leaveThreadLocked(l)
 	for _, other := range b.addressing[l.id] { // interjections waiting for this run to be live
 		b.nudgeLocked(other)

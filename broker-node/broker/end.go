@@ -266,7 +266,7 @@ func (b *Broker) forget(l *lane) {
 	}
 	switch {
 	case l.status.Terminal():
-		b.ended.add(l.id, l.agent.Key)
+		b.ended.add(l.id, l.agent.Key, l.gaveUpOn) // gaveUpOn: unclaimed since (tookClaim)
 	case l.status == run.InputRequired && !l.roundQueuedAt.IsZero():
 		b.ended.paused(l.id, l.agent.Key, l.roundQueuedAt)
 	}

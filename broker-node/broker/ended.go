@@ -27,6 +27,10 @@ type endedRuns struct {
 type endedRound struct {
 	queuedAt time.Time // the round that paused; zero: the run ended for good
 	key      string    // the key serving its agent, the only one told it ended
+	// lapsedOn is the key an offer of the run had lapsed on when it ended
+	// unclaimed (lane.gaveUpOn): that key's late ack, refused, keeps its
+	// link's place while it unwinds the run (unwind.go). Taken once.
+	lapsedOn string
 }
 
 const endedRunsKept = 4096
@@ -36,8 +40,10 @@ func newEndedRuns() *endedRuns {
 }
 
 // add remembers that run id, of an agent key serves, reached a terminal
-// status.
-func (e *endedRuns) add(id, key string) { e.remember(id, endedRound{key: key}) }
+// status; lapsedOn is the key its offer had lapsed on, unclaimed since, or "".
+func (e *endedRuns) add(id, key, lapsedOn string) {
+	e.remember(id, endedRound{key: key, lapsedOn: lapsedOn})
+}
 
 // paused remembers that the round of run id queued at queuedAt paused.
 func (e *endedRuns) paused(id, key string, queuedAt time.Time) {
@@ -62,6 +68,18 @@ func (e *endedRuns) remember(id string, r endedRound) {
 func (e *endedRuns) endedFor(id, key string) bool {
 	r, ok := e.ids[id]
 	return ok && r.key == key
+}
+
+// takeLapsed reports whether run id ended unclaimed after its offer to key
+// lapsed, and forgets it: one late ack keeps a place, a repeat does not.
+func (e *endedRuns) takeLapsed(id, key string) bool {
+	r, ok := e.ids[id]
+	if !ok || r.lapsedOn == "" || r.lapsedOn != key || !r.queuedAt.IsZero() {
+		return false
+	}
+	r.lapsedOn = ""
+	e.ids[id] = r
+	return true
 }
 
 // has reports whether a round of run id is remembered as ended.

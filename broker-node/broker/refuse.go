@@ -75,6 +75,9 @@ func (l *lane) refuseCmd(c command, reason string) {
 		l.b.refuse(c.link.link, kindFinish, l.id, reason)
 		c.handled()
 	case verdictCmd:
+		if reason == refusedEnded {
+			l.b.keepLateAcked(c.link.link, l.id, c.v) // before the refusal is queued
+		}
 		l.b.refuse(c.link.link, kindAck, l.id, reason)
 	}
 }
