@@ -169,8 +169,8 @@ func TestCancelProofOnBoundThread(t *testing.T) {
 	c.code(a2a.CodeTaskNotCancelable, "tasks/cancel", map[string]any{"id": id, "metadata": proof(head, now)})
 }
 
-// referenceTaskIds: the first referenced task's thread parents the new
-// thread (lineage only).
+// referenceTaskIds: the first referenced task the caller may read parents
+// the new thread (lineage only).
 func TestReferenceTaskLineage(t *testing.T) {
 	h := nodetest.Start(t, nil)
 	p := h.Connect(0xe1, nil)

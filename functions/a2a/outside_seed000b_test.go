@@ -149,15 +149,12 @@ func TestOutsideSeed000CancelOfAFailedTaskIsNotCancelable(t *testing.T) {
 	}
 }
 
-// Open question (docs/design.md §Open questions, "Which referenceTaskIds
-// record lineage"): seed 000 says "referenceTaskIds records lineage" and
-// nothing of which. The door weighs the first id alone (spec doors.md
-// §3.4 step 3), so a message opening a context that lists an id it cannot
-// use first (unknown, or a stranger's) and its own earlier task second
-// records no lineage. This test shows the other answer: the first id the
-// caller may read is the parent.
+// Seed 000: "referenceTaskIds records lineage", and nothing of which id
+// when a message lists several. The door weighed the first id alone, so a
+// message opening a context that listed an id it cannot use first
+// (unknown) and its own earlier task second recorded no lineage. The
+// first id the caller may read is the parent (docs/design.md §The doors).
 func TestOutsideSeed000LineageFromTheFirstReadableReference(t *testing.T) {
-	t.Skip("open question: docs/design.md §Open questions, \"Which referenceTaskIds record lineage\"")
 	h := nodetest.Start(t, nil)
 	p, c := echoAgent(t, h, nil)
 	done := completeOffer(p)

@@ -339,20 +339,40 @@ func (c *call) send(streaming bool) {
 	c.result(sendResult(c.v, view))
 }
 
-// lineage is the thread a new context records as its parent: the first
-// referenced task's, when the caller may read that task (its thread is
-// unbound, or the caller is one of its parties or heads it). A task the
-// caller may not read is ignored as an unknown one is: an id is not a
-// credential (D16), and a parent is kept by retention while it has
-// children, so a stranger's reference would keep another caller's
-// conversation alive.
+// maxLineageRefs bounds the referenced tasks one message makes the door
+// look up for its lineage (two reads each): ids past it are not weighed
+// (docs/design.md §The doors).
+const maxLineageRefs = 8
+
+// lineage is the thread a new context records as its parent: the thread
+// of the first referenced task, among the first maxLineageRefs, that the
+// caller may read (its thread is unbound, or the caller is one of its
+// parties or heads it). A task the caller may not read is skipped as an
+// unknown one is: an id is not a credential (D16), and a parent is kept by
+// retention while it has children, so a stranger's reference would keep
+// another caller's conversation alive.
 func (c *call) lineage(ctx context.Context, refs []string, callerKey, head string) (string, error) {
-	if len(refs) == 0 || refs[0] == "" {
+	if len(refs) > maxLineageRefs {
+		refs = refs[:maxLineageRefs]
+	}
+	for _, id := range refs {
+		thread, err := c.readableThread(ctx, id, callerKey, head)
+		if thread != "" || err != nil {
+			return thread, err
+		}
+	}
+	return "", nil
+}
+
+// readableThread is the thread of task id when the caller may read it,
+// "" when the task is unknown or not the caller's to read.
+func (c *call) readableThread(ctx context.Context, id, callerKey, head string) (string, error) {
+	if id == "" {
 		return "", nil
 	}
 	st := c.h.o.Store
 	sctx, cancel := door.Step(ctx)
-	ref, err := st.GetRun(sctx, refs[0])
+	ref, err := st.GetRun(sctx, id)
 	cancel()
 	if errors.Is(err, store.ErrNotFound) {
 		return "", nil
