@@ -1,10 +1,6 @@
 package broker
 
-import (
-	"time"
-
-	"github.com/jonboulle/clockwork"
-)
+import "time"
 
 // A place kept on the link an offer was sent to after another link of its
 // key answered it (design.md D15, an offer out to one link of a key
@@ -24,24 +20,7 @@ import (
 // answers for it. d is what was left of the offer's deliver_timeout when
 // it moved; none left, nothing is kept. Caller holds b.mu.
 func (b *Broker) keepMovedLocked(ls *linkState, runID string, d time.Duration) {
-	if d <= 0 || b.links[ls.link] != ls {
-		return // the offer's deadline passed, or the link is gone already
-	}
-	if t := ls.moved[runID]; t != nil {
-		t.Stop()
-	}
-	if ls.moved == nil {
-		ls.moved = map[string]clockwork.Timer{}
-	}
-	var t clockwork.Timer
-	t = b.clock.AfterFunc(d, func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if ls.moved[runID] == t { // not freed or kept anew since
-			b.freeMovedLocked(ls, runID)
-		}
-	})
-	ls.moved[runID] = t
+	b.keepPlaceLocked(ls, &ls.moved, runID, d)
 }
 
 // heardOn frees the place kept on l for runID (keepMovedLocked), if any:
@@ -59,24 +38,12 @@ func (b *Broker) heardOn(l Link, runID string) {
 // freeMovedLocked gives back the place kept on ls for runID. Caller holds
 // b.mu.
 func (b *Broker) freeMovedLocked(ls *linkState, runID string) {
-	t, ok := ls.moved[runID]
-	if !ok {
-		return
-	}
-	t.Stop()
-	delete(ls.moved, runID)
-	b.nudgeHeadsOfKeyLocked(ls.key)
+	b.freePlaceLocked(ls, ls.moved, runID)
 }
 
 // dropMovedLocked stops the timers of every place kept on ls: the link is
 // gone, or leadership ended. Caller holds b.mu.
 func dropMovedLocked(ls *linkState) {
-	for id, t := range ls.moved {
-		t.Stop()
-		delete(ls.moved, id)
-	}
-	for id, t := range ls.unwinding {
-		t.Stop()
-		delete(ls.unwinding, id)
-	}
+	ls.moved.stop()
+	ls.unwinding.stop()
 }

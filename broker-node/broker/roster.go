@@ -6,8 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/jonboulle/clockwork"
 )
 
 // Link is what the broker needs of a provider's connection. The link package
@@ -88,12 +86,12 @@ type linkState struct {
 	// moved holds the places kept on this link for runs whose offer to it
 	// another link of its key answered, until it answers too or the
 	// offer's deliver_timeout passes (moved.go). Guarded by b.mu.
-	moved map[string]clockwork.Timer
+	moved keptPlaces
 	// unwinding holds the places kept on this link for runs funduq failed
 	// for a report of the link's (a bad event) while it held them, until
 	// it sends the run's finish or deliver_timeout passes (unwind.go).
 	// Guarded by b.mu.
-	unwinding map[string]clockwork.Timer
+	unwinding keptPlaces
 	// stall records the link's read loop waiting on a full backlog:
 	// funduq not reading the provider, so an answer it sent meanwhile is
 	// unread (onLapse).

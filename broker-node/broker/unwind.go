@@ -3,8 +3,6 @@ package broker
 import (
 	"time"
 
-	"github.com/jonboulle/clockwork"
-
 	"github.com/funduq/funduq-go/core/wire"
 )
 
@@ -52,24 +50,7 @@ func (b *Broker) keepLateAcked(l Link, runID string, v wire.Verdict) {
 // keepUnwindingLocked keeps ls's place taken for runID until ls sends the
 // run's finish or d passes. Caller holds b.mu.
 func (b *Broker) keepUnwindingLocked(ls *linkState, runID string, d time.Duration) {
-	if d <= 0 || b.links[ls.link] != ls {
-		return // the link is gone already
-	}
-	if t := ls.unwinding[runID]; t != nil {
-		t.Stop()
-	}
-	if ls.unwinding == nil {
-		ls.unwinding = map[string]clockwork.Timer{}
-	}
-	var t clockwork.Timer
-	t = b.clock.AfterFunc(d, func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if ls.unwinding[runID] == t { // not freed or kept anew since
-			b.freeUnwindingLocked(ls, runID)
-		}
-	})
-	ls.unwinding[runID] = t
+	b.keepPlaceLocked(ls, &ls.unwinding, runID, d)
 }
 
 // heardFinishOn frees the place kept on l for runID (keepUnwindingLocked),
@@ -86,11 +67,5 @@ func (b *Broker) heardFinishOn(l Link, runID string) {
 // freeUnwindingLocked gives back the place kept on ls for runID. Caller
 // holds b.mu.
 func (b *Broker) freeUnwindingLocked(ls *linkState, runID string) {
-	t, ok := ls.unwinding[runID]
-	if !ok {
-		return
-	}
-	t.Stop()
-	delete(ls.unwinding, runID)
-	b.nudgeHeadsOfKeyLocked(ls.key)
+	b.freePlaceLocked(ls, ls.unwinding, runID)
 }
